@@ -1,0 +1,3 @@
+"""A standalone group coordinator for Apache Kafka."""
+
+__version__ = "0.1.0"

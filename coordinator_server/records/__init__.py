@@ -1,0 +1,305 @@
+"""The coordinator log's record types and their msgpack encoding.
+
+Every record is a Kafka record with a key and a value (a missing value is a tombstone). The
+key says what the record is about, so that compaction (latest value per key wins, a
+tombstone deletes) leaves exactly the current state. `docs/RECORDS.md` is the format's
+reference for tools outside the server.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any, TypeAlias
+
+import msgpack
+
+
+class RecordType(IntEnum):
+    """The first element of every key."""
+
+    OFFSET_COMMIT = 1
+    GROUP_METADATA = 2
+
+
+KEY_VERSION = 0
+OFFSET_COMMIT_VALUE_VERSION = 0
+GROUP_METADATA_VALUE_VERSION = 0
+
+
+class RecordFormatError(ValueError):
+    """A key or value that is not in the documented format."""
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitKey:
+    group: str
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitValue:
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp_ms: int
+    expire_timestamp_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMetadataKey:
+    group: str
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMemberValue:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    subscription: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMetadataValue:
+    protocol_type: str
+    generation: int
+    protocol_name: str | None
+    leader: str | None
+    current_state_timestamp_ms: int
+    members: tuple[GroupMemberValue, ...] = ()
+
+
+RecordKey: TypeAlias = OffsetCommitKey | GroupMetadataKey
+RecordValue: TypeAlias = OffsetCommitValue | GroupMetadataValue
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorRecord:
+    """One record of the log: a typed key and a typed value, or None for a tombstone."""
+
+    key: RecordKey
+    value: RecordValue | None
+
+    @property
+    def is_tombstone(self) -> bool:
+        return self.value is None
+
+
+def new_offset_commit_record(
+    group: str,
+    topic: str,
+    partition: int,
+    offset: int,
+    leader_epoch: int,
+    metadata: str,
+    commit_timestamp_ms: int,
+    expire_timestamp_ms: int | None = None,
+) -> CoordinatorRecord:
+    return CoordinatorRecord(
+        OffsetCommitKey(group, topic, partition),
+        OffsetCommitValue(offset, leader_epoch, metadata, commit_timestamp_ms, expire_timestamp_ms),
+    )
+
+
+def new_offset_commit_tombstone_record(group: str, topic: str, partition: int) -> CoordinatorRecord:
+    return CoordinatorRecord(OffsetCommitKey(group, topic, partition), None)
+
+
+def new_group_metadata_record(group: str, value: GroupMetadataValue) -> CoordinatorRecord:
+    return CoordinatorRecord(GroupMetadataKey(group), value)
+
+
+def new_group_metadata_tombstone_record(group: str) -> CoordinatorRecord:
+    return CoordinatorRecord(GroupMetadataKey(group), None)
+
+
+# Encoding. Keys and values are msgpack arrays whose first elements say what they are; a
+# newer version only appends elements, so a reader ignores elements it does not know.
+
+_packb = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+
+
+def encode_key(key: RecordKey) -> bytes:
+    if type(key) is OffsetCommitKey:
+        return _packb(
+            (RecordType.OFFSET_COMMIT.value, KEY_VERSION, key.group, key.topic, key.partition)
+        )
+    if type(key) is GroupMetadataKey:
+        return _packb((RecordType.GROUP_METADATA.value, KEY_VERSION, key.group))
+    raise RecordFormatError(f"unknown key type {type(key).__name__}")
+
+
+def _encode_member(member: GroupMemberValue) -> tuple[Any, ...]:
+    return (
+        member.member_id,
+        member.group_instance_id,
+        member.client_id,
+        member.client_host,
+        member.rebalance_timeout_ms,
+        member.session_timeout_ms,
+        member.subscription,
+        member.assignment,
+    )
+
+
+def encode_value(value: RecordValue | None) -> bytes | None:
+    if value is None:
+        return None
+    if type(value) is OffsetCommitValue:
+        return _packb(
+            (
+                OFFSET_COMMIT_VALUE_VERSION,
+                value.offset,
+                value.leader_epoch,
+                value.metadata,
+                value.commit_timestamp_ms,
+                value.expire_timestamp_ms,
+            )
+        )
+    if type(value) is GroupMetadataValue:
+        return _packb(
+            (
+                GROUP_METADATA_VALUE_VERSION,
+                value.protocol_type,
+                value.generation,
+                value.protocol_name,
+                value.leader,
+                value.current_state_timestamp_ms,
+                [_encode_member(m) for m in value.members],
+            )
+        )
+    raise RecordFormatError(f"unknown value type {type(value).__name__}")
+
+
+def encode_record(record: CoordinatorRecord) -> tuple[bytes, bytes | None]:
+    return encode_key(record.key), encode_value(record.value)
+
+
+def _unpack(data: bytes) -> Any:
+    try:
+        return msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=True)
+    except Exception as exc:
+        raise RecordFormatError(f"not msgpack: {exc}") from exc
+
+
+def decode_key(data: bytes) -> RecordKey:
+    fields = _unpack(data)
+    if not isinstance(fields, list) or len(fields) < 2:
+        raise RecordFormatError("a key is an array [record_type, version, ...]")
+    record_type, version = fields[0], fields[1]
+    if not isinstance(version, int) or version < 0:
+        raise RecordFormatError(f"bad key version {version!r}")
+    try:
+        if record_type == RecordType.OFFSET_COMMIT:
+            group, topic, partition = fields[2:5]
+            key: RecordKey = OffsetCommitKey(_str(group), _str(topic), _int(partition))
+            return key
+        if record_type == RecordType.GROUP_METADATA:
+            return GroupMetadataKey(_str(fields[2]))
+    except (IndexError, ValueError) as exc:
+        raise RecordFormatError(f"bad key for record type {record_type!r}: {exc}") from exc
+    raise RecordFormatError(f"unknown record type {record_type!r}")
+
+
+def decode_value(key: RecordKey, data: bytes | None) -> RecordValue | None:
+    if data is None:
+        return None
+    fields = _unpack(data)
+    if not isinstance(fields, list) or not fields or not isinstance(fields[0], int):
+        raise RecordFormatError("a value is an array [version, ...]")
+    try:
+        if type(key) is OffsetCommitKey:
+            _, offset, leader_epoch, metadata, commit_ts, expire_ts = fields[:6]
+            return OffsetCommitValue(
+                _int(offset),
+                _int(leader_epoch),
+                _str(metadata),
+                _int(commit_ts),
+                None if expire_ts is None else _int(expire_ts),
+            )
+        if type(key) is GroupMetadataKey:
+            _, protocol_type, generation, protocol_name, leader, state_ts, members = fields[:7]
+            return GroupMetadataValue(
+                _str(protocol_type),
+                _int(generation),
+                None if protocol_name is None else _str(protocol_name),
+                None if leader is None else _str(leader),
+                _int(state_ts),
+                tuple(_decode_member(m) for m in members),
+            )
+    except (ValueError, TypeError) as exc:
+        raise RecordFormatError(f"bad value for {type(key).__name__}: {exc}") from exc
+    raise RecordFormatError(f"unknown key type {type(key).__name__}")
+
+
+def _decode_member(fields: Any) -> GroupMemberValue:
+    if not isinstance(fields, list):
+        raise ValueError("a member is an array")
+    member_id, instance_id, client_id, client_host, rebalance_ms, session_ms, sub, assign = fields[
+        :8
+    ]
+    return GroupMemberValue(
+        _str(member_id),
+        None if instance_id is None else _str(instance_id),
+        _str(client_id),
+        _str(client_host),
+        _int(rebalance_ms),
+        _int(session_ms),
+        _bytes(sub),
+        _bytes(assign),
+    )
+
+
+def decode_record(key: bytes, value: bytes | None) -> CoordinatorRecord:
+    typed_key = decode_key(key)
+    return CoordinatorRecord(typed_key, decode_value(typed_key, value))
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def _int(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"expected an integer, got {type(value).__name__}")
+    return value
+
+
+def _bytes(value: Any) -> bytes:
+    if not isinstance(value, bytes):
+        raise ValueError(f"expected bytes, got {type(value).__name__}")
+    return value
+
+
+__all__ = [
+    "GROUP_METADATA_VALUE_VERSION",
+    "KEY_VERSION",
+    "OFFSET_COMMIT_VALUE_VERSION",
+    "CoordinatorRecord",
+    "GroupMemberValue",
+    "GroupMetadataKey",
+    "GroupMetadataValue",
+    "OffsetCommitKey",
+    "OffsetCommitValue",
+    "RecordFormatError",
+    "RecordKey",
+    "RecordType",
+    "RecordValue",
+    "decode_key",
+    "decode_record",
+    "decode_value",
+    "encode_key",
+    "encode_record",
+    "encode_value",
+    "new_group_metadata_record",
+    "new_group_metadata_tombstone_record",
+    "new_offset_commit_record",
+    "new_offset_commit_tombstone_record",
+]

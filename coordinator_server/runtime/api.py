@@ -1,0 +1,109 @@
+"""Types shared by the runtime and the pure state machines.
+
+This module holds only types and protocols (no asyncio): it is the one runtime module the
+pure layers (`groups/`, `offsets/`, `shard.py`) may import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+from coordinator_server.records import CoordinatorRecord
+from coordinator_server.timeline import SnapshotRegistry
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+@dataclass(slots=True)
+class CoordinatorResult(Generic[T]):
+    """What a write operation returns: records to append and the response to give once
+    they are committed.
+
+    The operation itself changes nothing: the runtime replays `records` into the shard
+    (the only place state changes), appends them, and completes the caller's future with
+    `response` once the log's high watermark has passed them. `atomic` asks for all the
+    records to land in one batch.
+    """
+
+    records: Sequence[CoordinatorRecord] = ()
+    response: T | None = None
+    atomic: bool = False
+
+
+class Clock(Protocol):
+    """Time as the pure layers see it."""
+
+    def now_ms(self) -> int: ...
+
+
+TimeoutOperation = Callable[[], CoordinatorResult[Any]]
+"""What a timer runs when it fires: a write operation on the timer's partition."""
+
+
+class CoordinatorTimer(Protocol):
+    """Per-partition timers keyed by name; each fires as a write operation."""
+
+    def schedule(
+        self,
+        key: str,
+        delay_ms: int,
+        operation: TimeoutOperation,
+        *,
+        retry: bool = False,
+        retry_backoff_ms: int | None = None,
+    ) -> None:
+        """Arm `key` to run `operation` after `delay_ms`, replacing any timer of that key.
+
+        With `retry`, an operation that fails is run again after the back-off.
+        """
+        ...
+
+    def schedule_if_absent(
+        self,
+        key: str,
+        delay_ms: int,
+        operation: TimeoutOperation,
+        *,
+        retry: bool = False,
+        retry_backoff_ms: int | None = None,
+    ) -> None:
+        """Like `schedule`, but leaves an armed timer of the same key alone."""
+        ...
+
+    def cancel(self, key: str) -> None: ...
+
+    def is_scheduled(self, key: str) -> bool: ...
+
+    def size(self) -> int: ...
+
+
+@dataclass(slots=True)
+class ShardContext:
+    """What a shard is built with."""
+
+    partition: int
+    clock: Clock
+    timer: CoordinatorTimer
+    snapshot_registry: SnapshotRegistry = field(default_factory=SnapshotRegistry)
+
+
+class CoordinatorShard(Protocol):
+    """A partition's state machine, as the runtime drives it."""
+
+    def replay(self, offset: int, record: CoordinatorRecord) -> None:
+        """Apply one record (live write or load) to the state: the only place it changes."""
+        ...
+
+    def on_loaded(self) -> None:
+        """The partition is ACTIVE: re-arm timers and periodic jobs."""
+        ...
+
+    def on_unloaded(self) -> None:
+        """The partition is going away: release what it holds."""
+        ...
+
+
+ShardBuilder = Callable[[ShardContext], CoordinatorShard]

@@ -1,0 +1,103 @@
+"""The storage interfaces the runtime writes and loads through.
+
+A coordinator log has `num_partitions` partitions, each an ordered sequence of records
+(key bytes, value bytes or None for a tombstone) at consecutive offsets starting from the
+partition's start offset. The runtime is the only writer of a partition it owns.
+
+Offsets follow Kafka's conventions: `append` returns the log end offset after the batch (the
+offset the next record will get), and the high watermark is the offset below which every
+record is committed (durable: acknowledged by all in-sync replicas, or in a committed
+SQLite transaction).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+RawRecord = tuple[bytes, bytes | None]
+"""A record as stored: key bytes and value bytes, or None for a tombstone."""
+
+HighWatermarkListener = Callable[[int, int], None]
+"""Called with (partition, high_watermark) whenever a partition's high watermark advances."""
+
+RecordSink = Callable[[int, bytes, bytes | None], None]
+"""Called by a loader with (offset, key, value) for each record, in offset order."""
+
+
+class AppendError(Exception):
+    """An append that did not become durable.
+
+    `error_code` is the Kafka error code that describes the failure (e.g. 19
+    NOT_ENOUGH_REPLICAS, 7 REQUEST_TIMED_OUT, 10 MESSAGE_TOO_LARGE, 6 NOT_LEADER_OR_FOLLOWER,
+    -1 for anything unknown); the service maps it to what the client sees.
+    """
+
+    def __init__(self, error_code: int, message: str) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+
+
+class LoadError(Exception):
+    """A partition that could not be read back."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadSummary:
+    start_offset: int
+    end_offset: int
+    records: int
+    bytes: int
+
+
+class PartitionWriter(Protocol):
+    """Appends batches to a partition of the log and reports its high watermark."""
+
+    async def append(self, partition: int, records: Sequence[RawRecord]) -> int:
+        """Append `records` as one batch, in order; return the log end offset after it.
+
+        Durable implementations return only once the batch is committed, after reporting
+        the new high watermark to the listener. Raises AppendError on failure, in which
+        case none of the batch is visible to a later load.
+        """
+        ...
+
+    def register_listener(self, listener: HighWatermarkListener) -> None:
+        """Set the one callback told of high-watermark advances (replaces any earlier one)."""
+        ...
+
+    def high_watermark(self, partition: int) -> int:
+        """The committed end of the partition as this writer last saw it."""
+        ...
+
+
+class CoordinatorLoader(Protocol):
+    """Reads a partition of the log back, from its start to its high watermark."""
+
+    async def load(self, partition: int, sink: RecordSink) -> LoadSummary:
+        """Call `sink(offset, key, value)` for every committed record, in order.
+
+        Reads up to the high watermark as the log reports it when the load starts (for
+        Kafka, the high watermark a Fetch response carries). Raises LoadError on failure.
+        """
+        ...
+
+
+class CoordinatorLog(Protocol):
+    """One log implementation: its writer, its loader and its life cycle."""
+
+    @property
+    def num_partitions(self) -> int: ...
+
+    @property
+    def writer(self) -> PartitionWriter: ...
+
+    @property
+    def loader(self) -> CoordinatorLoader: ...
+
+    async def start(self) -> None:
+        """Connect, and create the log (topic, file, tables) when it does not exist."""
+        ...
+
+    async def close(self) -> None: ...
