@@ -1,0 +1,105 @@
+"""The `coordinator-server` command."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from coordinator_server import __version__
+from coordinator_server.config import CoordinatorConfig
+
+
+def _add_config_options(parser: argparse.ArgumentParser) -> None:
+    """One --option per setting; unset options fall back to COORDINATOR_<OPTION>, then to
+    the default."""
+    for name, field in CoordinatorConfig.model_fields.items():
+        option = "--" + name.replace("_", "-")
+        env = "COORDINATOR_" + name.upper()
+        default = field.default
+        parser.add_argument(
+            option,
+            dest=name,
+            default=None,
+            metavar=name.split("_")[-1].upper(),
+            help=f"{field.description} [env {env}; default {default}]",
+        )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="coordinator-server",
+        description="A standalone group coordinator for Apache Kafka.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser(
+        "serve",
+        help="run the coordinator",
+        description="Run the coordinator. Every option is also an environment variable "
+        "COORDINATOR_<OPTION> (upper case, dashes as underscores); options win.",
+    )
+    _add_config_options(serve)
+    return parser
+
+
+def load_config(args: argparse.Namespace) -> CoordinatorConfig:
+    given = {
+        name: value
+        for name in CoordinatorConfig.model_fields
+        if (value := getattr(args, name, None)) is not None
+    }
+    if "log_level" in given:
+        given["log_level"] = given["log_level"].upper()
+    return CoordinatorConfig(**given)
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    # aiokafka reports every retry at WARNING; its errors still reach us as exceptions.
+    logging.getLogger("aiokafka").setLevel(max(logging.getLevelName(level), logging.ERROR))
+
+
+def run_async(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Run on uvloop when it is installed, else on asyncio's own loop."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main())
+        return
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(main())
+
+
+def serve(config: CoordinatorConfig) -> None:
+    from coordinator_server.app import CoordinatorApp
+
+    app = CoordinatorApp(config)
+    run_async(app.run)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        try:
+            config = load_config(args)
+        except ValidationError as exc:
+            parser.exit(2, f"coordinator-server: invalid settings:\n{exc}\n")
+        configure_logging(config.log_level)
+        try:
+            serve(config)
+        except KeyboardInterrupt:
+            return 130
+        return 0
+    parser.error(f"unknown command {args.command}")
+    return 2

@@ -1,0 +1,99 @@
+"""Server settings: every option of `coordinator-server serve`, each also an environment
+variable COORDINATOR_<OPTION> (upper case, dashes as underscores).
+
+Kafka's group and offset settings keep their Kafka names (`offsets.commit.timeout.ms` is
+`--offsets-commit-timeout-ms`) and Kafka's defaults.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
+
+
+class CoordinatorConfig(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="COORDINATOR_", extra="forbid")
+
+    # Listener.
+    host: str = Field("127.0.0.1", description="Address to listen on (0.0.0.0 for all).")
+    port: int = Field(9094, ge=0, le=65535, description="Port to listen on (0: any free port).")
+    advertised_host: str | None = Field(
+        None, description="Host FindCoordinator answers with (default: --host, or 127.0.0.1)."
+    )
+    node_id: int = Field(0, ge=0, description="Node id FindCoordinator answers with.")
+    max_frame_bytes: int = Field(
+        8 * 1024 * 1024, ge=1024, description="Largest accepted request frame, in bytes."
+    )
+    max_connections: int = Field(10000, ge=1, description="Open connections beyond are refused.")
+    max_inflight_requests: int = Field(
+        1024, ge=1, description="Requests in flight per connection before it stops reading."
+    )
+    shutdown_timeout_ms: int = Field(
+        10000, ge=0, description="How long SIGTERM waits for in-flight requests and writes."
+    )
+
+    # The log.
+    bootstrap_servers: str | None = Field(
+        None, description="Kafka bootstrap servers; absent: the embedded SQLite log."
+    )
+    offsets_topic: str = Field("__coordinator_offsets", description="The log's Kafka topic.")
+    offsets_topic_partitions: int = Field(
+        50, ge=1, le=100000, description="Partitions of the log (must not change once used)."
+    )
+    offsets_topic_replication_factor: int = Field(
+        3, ge=1, le=32767, description="Replication factor of the log topic when created."
+    )
+    data_dir: Path = Field(Path("data"), description="Directory of the embedded SQLite log.")
+    append_linger_ms: int = Field(
+        -1, ge=-1, description="Linger before appending a batch; -1: adaptive (flush when idle)."
+    )
+    max_batch_bytes: int = Field(
+        1024 * 1024, ge=1024, description="Largest batch of records appended at once, in bytes."
+    )
+    max_queued_events: int = Field(
+        100000, ge=1, description="Operations queued per partition before new ones are refused."
+    )
+    log_level: LogLevel = Field("INFO", description="Log level.")
+
+    # Kafka's group coordinator settings, under their Kafka names.
+    offsets_commit_timeout_ms: int = Field(
+        5000, ge=1, description="offsets.commit.timeout.ms: how long a write may wait for the log."
+    )
+    offset_metadata_max_bytes: int = Field(
+        4096, ge=0, description="offset.metadata.max.bytes: largest commit metadata."
+    )
+    offsets_retention_minutes: int = Field(
+        10080, ge=1, description="offsets.retention.minutes: how long offsets of empty groups live."
+    )
+    offsets_retention_check_interval_ms: int = Field(
+        600000, ge=1, description="offsets.retention.check.interval.ms: expiration scan period."
+    )
+    group_initial_rebalance_delay_ms: int = Field(
+        3000, ge=0, description="group.initial.rebalance.delay.ms: wait for joins of a new group."
+    )
+    group_min_session_timeout_ms: int = Field(
+        6000, ge=1, description="group.min.session.timeout.ms: shortest member session timeout."
+    )
+    group_max_session_timeout_ms: int = Field(
+        1800000, ge=1, description="group.max.session.timeout.ms: longest member session timeout."
+    )
+    group_max_size: int = Field(
+        2147483647, ge=1, description="group.max.size: most members in one group."
+    )
+
+    @model_validator(mode="after")
+    def _check_ranges(self) -> CoordinatorConfig:
+        if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
+            raise ValueError("group-min-session-timeout-ms exceeds group-max-session-timeout-ms")
+        return self
+
+    @property
+    def advertised(self) -> str:
+        if self.advertised_host:
+            return self.advertised_host
+        return "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host

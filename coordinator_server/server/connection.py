@@ -1,0 +1,225 @@
+"""One client connection: bytes in, frames, requests dispatched, responses out.
+
+Each complete frame is dispatched at once; a response is written when it is ready, so
+responses may leave in a different order than their requests (a parked request never holds
+up the ones behind it). Responses that become ready together go out in one write, and a plain
+callback on the response's future replaces a task per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from typing import TYPE_CHECKING
+
+from protocol.api_keys import ApiKey
+from protocol.envelope import EnvelopeError, RequestHeader, decode_request, encode_response
+from protocol.errors import ApiError, ErrorCode, UnsupportedVersionError
+from protocol.framing import FrameDecoder, FrameError, encode_frame
+from protocol.messages import Message, error_body, parse_request
+
+if TYPE_CHECKING:
+    from coordinator_server.server.listener import ServerState
+
+logger = logging.getLogger(__name__)
+
+
+class CoordinatorConnection(asyncio.Protocol):
+    def __init__(self, state: ServerState) -> None:
+        self._state = state
+        self._decoder = FrameDecoder(state.config.max_frame_bytes)
+        self._transport: asyncio.Transport | None = None
+        self._peer = "?"
+        # Requests dispatched and not yet answered, and frames waiting for room.
+        self._inflight = 0
+        self._waiting: deque[bytes] = deque()
+        self._reading_paused = False
+        self._writing_paused = False
+        # Responses ready to go out in the next write.
+        self._outgoing: list[bytes] = []
+        self._flush_scheduled = False
+        self._closed = False
+
+    @property
+    def inflight(self) -> int:
+        return self._inflight + len(self._waiting)
+
+    # asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        peer = transport.get_extra_info("peername")
+        self._peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        state = self._state
+        if state.draining or len(state.connections) >= state.config.max_connections:
+            state.connections_refused += 1
+            logger.warning("refusing connection from %s: %d open", self._peer, len(state.connections))
+            self._closed = True
+            transport.abort()
+            return
+        state.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self._waiting.clear()
+        self._state.connections.discard(self)
+        self._state.connection_closed(self)
+
+    def pause_writing(self) -> None:
+        # The client does not read its responses: stop reading its requests until it does.
+        self._writing_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        self._update_reading()
+
+    def data_received(self, data: bytes) -> None:
+        if self._closed:
+            return
+        try:
+            frames = self._decoder.feed(data)
+        except FrameError as exc:
+            self._protocol_violation(str(exc))
+            return
+        if self._waiting or self._inflight + len(frames) > self._state.config.max_inflight_requests:
+            self._waiting.extend(frames)
+            self._admit_waiting()
+        else:
+            for payload in frames:
+                self._dispatch(payload)
+                if self._closed:
+                    return
+        self._update_reading()
+
+    # Requests.
+
+    def _admit_waiting(self) -> None:
+        limit = self._state.config.max_inflight_requests
+        while self._waiting and self._inflight < limit and not self._closed:
+            self._dispatch(self._waiting.popleft())
+
+    def _dispatch(self, payload: bytes) -> None:
+        try:
+            header, body = decode_request(payload)
+        except EnvelopeError as exc:
+            self._protocol_violation(str(exc))
+            return
+        state = self._state
+        state.requests_received += 1
+        handler = state.handlers.get(header.api_key)
+        try:
+            request = parse_request(header, body)
+        except UnsupportedVersionError as exc:
+            self._respond(header, self._unsupported(header, exc))
+            return
+        except ApiError as exc:
+            self._respond(header, error_body(exc.code, exc.message))
+            return
+        if handler is None:
+            self._respond(
+                header,
+                error_body(
+                    ErrorCode.UNSUPPORTED_VERSION,
+                    f"api_key {header.api_key} is not served by this coordinator",
+                ),
+            )
+            return
+        try:
+            reply = handler(request)
+        except Exception:
+            logger.exception("handler for api_key %d failed", header.api_key)
+            self._respond(header, error_body(ErrorCode.UNKNOWN_SERVER_ERROR, None))
+            return
+        if isinstance(reply, Message):
+            self._respond(header, reply.to_body())
+            return
+        self._inflight += 1
+        reply.add_done_callback(lambda done: self._reply_done(header, done))
+
+    def _unsupported(self, header: RequestHeader, exc: ApiError) -> dict[str, object]:
+        if header.api_key == ApiKey.API_VERSIONS:
+            # The contract: ApiVersions at an unsupported version still lists the api keys,
+            # so a client can pick a version it shares with the server.
+            return self._state.api_versions_body(ErrorCode.UNSUPPORTED_VERSION, exc.message)
+        return error_body(ErrorCode.UNSUPPORTED_VERSION, exc.message)
+
+    def _reply_done(self, header: RequestHeader, done: asyncio.Future[Message]) -> None:
+        self._inflight -= 1
+        if done.cancelled():
+            body = error_body(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the request was cancelled")
+        elif done.exception() is not None:
+            logger.error("request api_key %d failed", header.api_key, exc_info=done.exception())
+            body = error_body(ErrorCode.UNKNOWN_SERVER_ERROR, None)
+        else:
+            body = done.result().to_body()
+        self._respond(header, body)
+        if self._waiting:
+            self._admit_waiting()
+        self._update_reading()
+        if self._inflight == 0:
+            self._state.connection_idle(self)
+
+    # Responses.
+
+    def _respond(self, header: RequestHeader, body: dict[str, object]) -> None:
+        if self._closed:
+            return
+        self._outgoing.append(encode_frame(encode_response(header.correlation_id, body)))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if self._closed or self._transport is None or not self._outgoing:
+            self._outgoing.clear()
+            return
+        data = b"".join(self._outgoing) if len(self._outgoing) > 1 else self._outgoing[0]
+        self._outgoing.clear()
+        self._transport.write(data)
+
+    # Flow control and closing.
+
+    def _update_reading(self) -> None:
+        transport = self._transport
+        if transport is None or self._closed:
+            return
+        should_pause = (
+            self._writing_paused
+            or self._state.draining
+            or self._inflight >= self._state.config.max_inflight_requests
+            or bool(self._waiting)
+        )
+        if should_pause and not self._reading_paused:
+            self._reading_paused = True
+            transport.pause_reading()
+        elif not should_pause and self._reading_paused:
+            self._reading_paused = False
+            transport.resume_reading()
+
+    def _protocol_violation(self, reason: str) -> None:
+        self._state.malformed_frames += 1
+        logger.warning("closing connection from %s: %s", self._peer, reason)
+        self.abort()
+
+    def stop_reading(self) -> None:
+        """Graceful shutdown: take no new requests, keep answering the ones in flight."""
+        self._update_reading()
+
+    def close(self) -> None:
+        """Close after the responses already produced are written."""
+        if self._closed:
+            return
+        self._flush()
+        self._closed = True
+        if self._transport is not None:
+            self._transport.close()
+
+    def abort(self) -> None:
+        self._closed = True
+        self._outgoing.clear()
+        if self._transport is not None:
+            self._transport.abort()

@@ -1,0 +1,112 @@
+"""The TCP listener and its life cycle: start, serve, drain, close."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from coordinator_server.server.connection import CoordinatorConnection
+from coordinator_server.service import Handler
+from protocol.errors import ErrorCode
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 0
+    max_frame_bytes: int = 8 * 1024 * 1024
+    max_connections: int = 10000
+    max_inflight_requests: int = 1024
+
+
+class ServerState:
+    """What the connections share: settings, handlers, the open connections and counters."""
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        handlers: Mapping[int, Handler],
+        api_versions_body: Callable[[ErrorCode, str | None], dict[str, object]],
+    ) -> None:
+        self.config = config
+        self.handlers = handlers
+        self.api_versions_body = api_versions_body
+        self.connections: set[CoordinatorConnection] = set()
+        self.draining = False
+        self.connections_refused = 0
+        self.malformed_frames = 0
+        self.requests_received = 0
+        self._idle = asyncio.Event()
+
+    def connection_idle(self, connection: CoordinatorConnection) -> None:
+        if self.draining and all(c.inflight == 0 for c in self.connections):
+            self._idle.set()
+
+    def connection_closed(self, connection: CoordinatorConnection) -> None:
+        self.connection_idle(connection)
+
+    async def wait_idle(self) -> None:
+        if all(c.inflight == 0 for c in self.connections):
+            return
+        self._idle.clear()
+        await self._idle.wait()
+
+
+def bind(host: str, port: int) -> tuple[socket.socket, tuple[str, int]]:
+    """A listening-ready TCP socket and the address it is bound to (port 0: a free one)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    name = sock.getsockname()
+    return sock, (name[0], name[1])
+
+
+class CoordinatorServer:
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+        self._server: asyncio.Server | None = None
+
+    async def start(self, sock: socket.socket) -> None:
+        """Serve on a socket from `bind` (bound first, so the port is known before)."""
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: CoordinatorConnection(self.state), sock=sock, backlog=1024
+        )
+
+    async def drain(self, timeout_s: float) -> bool:
+        """Stop accepting and reading; wait for the requests in flight to be answered."""
+        state = self.state
+        state.draining = True
+        if self._server is not None:
+            self._server.close()
+        for connection in list(state.connections):
+            connection.stop_reading()
+        started = time.monotonic()
+        try:
+            await asyncio.wait_for(state.wait_idle(), timeout_s)
+        except TimeoutError:
+            pending = sum(c.inflight for c in state.connections)
+            logger.warning("shutdown: %d requests still in flight after %.1f s", pending, timeout_s)
+            return False
+        logger.info("shutdown: in-flight requests answered in %.3f s", time.monotonic() - started)
+        return True
+
+    async def close(self) -> None:
+        for connection in list(self.state.connections):
+            connection.close()
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None

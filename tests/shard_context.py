@@ -1,0 +1,169 @@
+"""A test context for the pure layers, in the manner of Kafka's GroupMetadataManagerTestContext.
+
+It calls a handler on a real shard, replays the records it returns at the next log offsets
+(as the runtime does), keeps every record written as the "log", moves a fake clock that
+fires timers as write operations, and can commit, revert, or throw the shard away and
+rebuild it from the log.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from coordinator_server.records import CoordinatorRecord, decode_record, encode_record
+from coordinator_server.runtime.api import CoordinatorResult, ShardContext, TimeoutOperation
+from coordinator_server.shard import GroupCoordinatorShard, ShardConfig
+from coordinator_server.timeline import SnapshotRegistry
+
+T = TypeVar("T")
+
+
+class FakeClock:
+    def __init__(self, now_ms: int = 1_700_000_000_000) -> None:
+        self._now_ms = now_ms
+
+    def now_ms(self) -> int:
+        return self._now_ms
+
+    def advance(self, ms: int) -> None:
+        assert ms >= 0
+        self._now_ms += ms
+
+
+@dataclass(order=True)
+class _Timeout:
+    deadline_ms: int
+    seq: int
+    key: str = field(compare=False)
+    operation: TimeoutOperation = field(compare=False)
+
+
+class MockTimer:
+    """Timers that fire only when the test context moves the clock."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self._clock = clock
+        self._timeouts: dict[str, _Timeout] = {}
+        self._seq = 0
+
+    def schedule(
+        self,
+        key: str,
+        delay_ms: int,
+        operation: TimeoutOperation,
+        *,
+        retry: bool = False,
+        retry_backoff_ms: int | None = None,
+    ) -> None:
+        self._seq += 1
+        self._timeouts[key] = _Timeout(self._clock.now_ms() + delay_ms, self._seq, key, operation)
+
+    def schedule_if_absent(
+        self,
+        key: str,
+        delay_ms: int,
+        operation: TimeoutOperation,
+        *,
+        retry: bool = False,
+        retry_backoff_ms: int | None = None,
+    ) -> None:
+        if key not in self._timeouts:
+            self.schedule(key, delay_ms, operation)
+
+    def cancel(self, key: str) -> None:
+        self._timeouts.pop(key, None)
+
+    def is_scheduled(self, key: str) -> bool:
+        return key in self._timeouts
+
+    def size(self) -> int:
+        return len(self._timeouts)
+
+    def pop_expired(self) -> list[_Timeout]:
+        now = self._clock.now_ms()
+        expired = [t for t in self._timeouts.values() if t.deadline_ms <= now]
+        heapq.heapify(expired)
+        result = []
+        while expired:
+            timeout = heapq.heappop(expired)
+            del self._timeouts[timeout.key]
+            result.append(timeout)
+        return result
+
+
+class ShardTestContext:
+    def __init__(self, config: ShardConfig | None = None) -> None:
+        self.config = config or ShardConfig()
+        self.clock = FakeClock()
+        self.log: list[tuple[bytes, bytes | None]] = []
+        self._build()
+
+    def _build(self) -> None:
+        self.registry = SnapshotRegistry()
+        self.timer = MockTimer(self.clock)
+        self.shard = GroupCoordinatorShard(
+            ShardContext(0, self.clock, self.timer, self.registry), self.config
+        )
+
+    @property
+    def end_offset(self) -> int:
+        return len(self.log)
+
+    def write(self, operation: Callable[[GroupCoordinatorShard], CoordinatorResult[T]]) -> T:
+        """Run a write operation and replay its records, as the runtime does."""
+        result = operation(self.shard)
+        self.replay_all(result.records)
+        assert result.response is not None
+        return result.response
+
+    def write_result(
+        self, operation: Callable[[GroupCoordinatorShard], CoordinatorResult[T]]
+    ) -> CoordinatorResult[T]:
+        result = operation(self.shard)
+        self.replay_all(result.records)
+        return result
+
+    def replay_all(self, records: Any) -> None:
+        if not records:
+            return
+        self.registry.set_epoch(self.end_offset)
+        for record in records:
+            offset = self.end_offset
+            self.log.append(encode_record(record))
+            self.shard.replay(offset, record)
+
+    def commit(self) -> None:
+        """The log commits everything written so far."""
+        self.registry.commit(self.end_offset)
+
+    def revert_to(self, offset: int) -> None:
+        """The append of everything from `offset` failed."""
+        self.registry.revert_to(offset)
+        del self.log[offset:]
+
+    def sleep(self, ms: int) -> list[CoordinatorResult[Any]]:
+        """Move time on and run the timers that expire, replaying their records."""
+        self.clock.advance(ms)
+        results = []
+        for timeout in self.timer.pop_expired():
+            result = timeout.operation()
+            self.replay_all(result.records)
+            results.append(result)
+        return results
+
+    def reload(self) -> None:
+        """Throw the shard away and rebuild it from the committed log, as a load does."""
+        self.commit()
+        self._build()
+        self.registry.set_tracking(False)
+        for offset, (key, value) in enumerate(self.log):
+            self.shard.replay(offset, decode_record(key, value))
+        self.registry.reset(self.end_offset)
+        self.registry.set_tracking(True)
+        self.shard.on_loaded()
+
+    def records_written(self, since: int = 0) -> list[CoordinatorRecord]:
+        return [decode_record(key, value) for key, value in self.log[since:]]
