@@ -48,9 +48,10 @@ def describe_log(config: CoordinatorConfig) -> str:
 
 
 class CoordinatorApp:
-    def __init__(self, config: CoordinatorConfig) -> None:
+    def __init__(self, config: CoordinatorConfig, log: CoordinatorLog | None = None) -> None:
+        """`log` replaces the one the settings name (tests use an in-memory log)."""
         self.config = config
-        self.log: CoordinatorLog | None = None
+        self.log: CoordinatorLog | None = log
         self.runtime: CoordinatorRuntime[GroupCoordinatorShard] | None = None
         self.service: GroupCoordinatorService | None = None
         self.server: CoordinatorServer | None = None
@@ -60,7 +61,7 @@ class CoordinatorApp:
     async def start(self) -> None:
         config = self.config
         started = time.monotonic()
-        self.log = log = build_log(config)
+        self.log = log = self.log or build_log(config)
         await log.start()
         num_partitions = log.num_partitions
         shard_config = ShardConfig(

@@ -1,0 +1,84 @@
+"""The `coordinator-server` command line: options, environment variables, the ready line."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from server_process import ServerProcess
+
+from coordinator_server.cli import build_parser, load_config
+from coordinator_server.config import CoordinatorConfig
+
+REQUIRED_OPTIONS = [
+    "--host", "--port", "--bootstrap-servers", "--offsets-topic", "--offsets-topic-partitions",
+    "--offsets-topic-replication-factor", "--data-dir", "--max-frame-bytes", "--max-connections",
+    "--append-linger-ms", "--log-level", "--offsets-commit-timeout-ms",
+    "--offset-metadata-max-bytes", "--offsets-retention-minutes",
+    "--offsets-retention-check-interval-ms", "--group-initial-rebalance-delay-ms",
+    "--group-min-session-timeout-ms", "--group-max-session-timeout-ms", "--group-max-size",
+]  # fmt: skip
+
+
+def test_every_option_of_the_issue_exists_with_kafka_defaults(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--help"])
+    help_text = capsys.readouterr().out
+    for option in REQUIRED_OPTIONS:
+        assert option in help_text, option
+    config = load_config(build_parser().parse_args(["serve"]))
+    assert config.offsets_topic == "__coordinator_offsets"
+    assert config.offsets_topic_partitions == 50
+    assert config.offsets_commit_timeout_ms == 5000
+    assert config.offset_metadata_max_bytes == 4096
+    assert config.offsets_retention_minutes == 10080
+    assert config.offsets_retention_check_interval_ms == 600000
+    assert config.group_initial_rebalance_delay_ms == 3000
+    assert config.group_min_session_timeout_ms == 6000
+    assert config.group_max_session_timeout_ms == 1800000
+    assert config.group_max_size == 2147483647
+    assert config.append_linger_ms == -1
+
+
+def test_environment_variables_set_options_and_options_win(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COORDINATOR_OFFSETS_TOPIC_PARTITIONS", "7")
+    monkeypatch.setenv("COORDINATOR_GROUP_MAX_SIZE", "12")
+    monkeypatch.setenv("COORDINATOR_BOOTSTRAP_SERVERS", "kafka:9092")
+    config = load_config(build_parser().parse_args(["serve", "--group-max-size", "3"]))
+    assert config.offsets_topic_partitions == 7
+    assert config.group_max_size == 3
+    assert config.bootstrap_servers == "kafka:9092"
+
+
+def test_every_setting_is_an_option() -> None:
+    parser = build_parser()
+    args = parser.parse_args(["serve"])
+    assert set(CoordinatorConfig.model_fields) <= set(vars(args))
+
+
+def test_invalid_settings_exit_with_a_clear_message() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "coordinator_server", "serve", "--port", "70000"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "port" in result.stderr
+
+
+def test_serve_logs_one_ready_line_with_its_address_and_reads_the_environment(
+    tmp_path: Path,
+) -> None:
+    env = {"COORDINATOR_DATA_DIR": str(tmp_path / "d"), "COORDINATOR_OFFSETS_TOPIC_PARTITIONS": "3"}
+    with ServerProcess(["--port", "0"], env=env) as server:
+        ready = [line for line in server.lines if "ready on" in line]
+        assert len(ready) == 1
+        assert re.search(rf"ready on 127\.0\.0\.1:{server.port}\b", ready[0])
+        assert "3 partitions" in ready[0]
+    assert (tmp_path / "d" / "coordinator.db").exists()

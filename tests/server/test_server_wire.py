@@ -1,0 +1,319 @@
+"""The server over real sockets, in process, on an in-memory log the test controls."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import msgpack
+import pytest
+from wire_client import (
+    WireClient,
+    commit_body,
+    commit_errors,
+    fetch_body,
+    fetched_offsets,
+)
+
+from coordinator_server.app import CoordinatorApp
+from coordinator_server.config import CoordinatorConfig
+from coordinator_server.storage.memory import InMemoryLog
+from protocol.api_keys import ApiKey
+from protocol.errors import ErrorCode
+from protocol.hashing import partition_for
+
+PARTITIONS = 4
+
+
+@asynccontextmanager
+async def serve(log: InMemoryLog | None = None, **settings: Any) -> AsyncIterator[CoordinatorApp]:
+    config = CoordinatorConfig(port=0, offsets_topic_partitions=PARTITIONS, **settings)
+    app = CoordinatorApp(config, log=log or InMemoryLog(PARTITIONS))
+    await app.start()
+    try:
+        yield app
+    finally:
+        await app.shutdown()
+
+
+@asynccontextmanager
+async def connect(app: CoordinatorApp) -> AsyncIterator[WireClient]:
+    assert app.address is not None
+    client = await WireClient.connect(*app.address)
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+async def until(condition: Any, timeout: float = 5) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.005)
+
+
+async def test_api_versions_lists_the_served_apis() -> None:
+    async with serve() as app, connect(app) as client:
+        response = await client.call(ApiKey.API_VERSIONS, {})
+        assert response["error_code"] == 0
+        assert response["server_name"] == "coordinator-server"
+        served = {k["api_key"]: (k["min_version"], k["max_version"]) for k in response["api_keys"]}
+        assert served[ApiKey.OFFSET_COMMIT] == (0, 0)
+        assert {ApiKey.API_VERSIONS, ApiKey.FIND_COORDINATOR, ApiKey.OFFSET_FETCH} <= set(served)
+
+
+async def test_api_versions_at_an_unsupported_version_still_lists_the_api_keys() -> None:
+    async with serve() as app, connect(app) as client:
+        response = await client.call(ApiKey.API_VERSIONS, {}, api_version=7)
+        assert response["error_code"] == ErrorCode.UNSUPPORTED_VERSION
+        assert response["api_keys"]
+
+
+async def test_unsupported_api_and_version_answer_unsupported_version_and_keep_the_connection() -> None:
+    async with serve() as app, connect(app) as client:
+        unknown = await client.call(1234, {})
+        assert unknown["error_code"] == ErrorCode.UNSUPPORTED_VERSION
+        assert unknown["error_message"]
+        wrong_version = await client.call(ApiKey.OFFSET_COMMIT, commit_body("g", {}), api_version=9)
+        assert wrong_version["error_code"] == ErrorCode.UNSUPPORTED_VERSION
+        assert (await client.call(ApiKey.API_VERSIONS, {}))["error_code"] == 0
+
+
+async def test_find_coordinator_answers_with_this_node_and_rejects_transactions() -> None:
+    async with serve() as app, connect(app) as client:
+        assert app.address is not None
+        response = await client.call(ApiKey.FIND_COORDINATOR, {"key_type": 0, "keys": ["a", "b"]})
+        assert [(c["key"], c["host"], c["port"], c["error_code"]) for c in response["coordinators"]] == [
+            ("a", "127.0.0.1", app.address[1], 0),
+            ("b", "127.0.0.1", app.address[1], 0),
+        ]
+        txn = await client.call(ApiKey.FIND_COORDINATOR, {"key_type": 1, "keys": ["tx"]})
+        assert txn["coordinators"][0]["error_code"] == ErrorCode.INVALID_REQUEST
+
+
+async def test_invalid_bodies_get_invalid_request_and_the_connection_stays_open() -> None:
+    async with serve() as app, connect(app) as client:
+        not_a_map = await client.call(ApiKey.OFFSET_COMMIT, [1, 2, 3])
+        assert not_a_map["error_code"] == ErrorCode.INVALID_REQUEST
+        wrong_type = await client.call(
+            ApiKey.OFFSET_COMMIT,
+            {"group_id": "g", "topics": [{"name": "t", "partitions": [{"partition_index": "0"}]}]},
+        )
+        assert wrong_type["error_code"] == ErrorCode.INVALID_REQUEST
+        assert "partition_index" in wrong_type["error_message"]
+        out_of_range = await client.call(
+            ApiKey.OFFSET_COMMIT,
+            {
+                "group_id": "g",
+                "topics": [
+                    {"name": "t", "partitions": [{"partition_index": 2**31, "committed_offset": 1}]}
+                ],
+            },
+        )
+        assert out_of_range["error_code"] == ErrorCode.INVALID_REQUEST
+        ok = await client.call(ApiKey.OFFSET_COMMIT, commit_body("g", {("t", 0): 1}))
+        assert commit_errors(ok) == {("t", 0): 0}
+
+
+async def test_missing_group_id_is_invalid_group_id() -> None:
+    async with serve() as app, connect(app) as client:
+        body = commit_body("g", {("t", 0): 1})
+        body["group_id"] = None
+        assert commit_errors(await client.call(ApiKey.OFFSET_COMMIT, body)) == {
+            ("t", 0): ErrorCode.INVALID_GROUP_ID
+        }
+        fetch = fetch_body("g", None)
+        del fetch["groups"][0]["group_id"]
+        response = await client.call(ApiKey.OFFSET_FETCH, fetch)
+        assert response["groups"][0]["error_code"] == ErrorCode.INVALID_GROUP_ID
+
+
+async def test_commit_then_fetch_round_trip_with_metadata_limit_per_partition() -> None:
+    async with serve(offset_metadata_max_bytes=8) as app, connect(app) as client:
+        body = commit_body("g", {("t", 0): 5, ("t", 1): 6})
+        body["topics"][0]["partitions"][1]["committed_metadata"] = "x" * 9
+        assert commit_errors(await client.call(ApiKey.OFFSET_COMMIT, body)) == {
+            ("t", 0): 0,
+            ("t", 1): ErrorCode.OFFSET_METADATA_TOO_LARGE,
+        }
+        response = await client.call(ApiKey.OFFSET_FETCH, fetch_body("g", {"t": [0, 1]}))
+        assert fetched_offsets(response) == {("t", 0): 5, ("t", 1): -1}
+        everything = await client.call(ApiKey.OFFSET_FETCH, fetch_body("g", None))
+        assert fetched_offsets(everything) == {("t", 0): 5}
+
+
+async def test_fetch_while_a_commit_waits_for_the_high_watermark_sees_the_previous_value() -> None:
+    log = InMemoryLog(PARTITIONS, auto_commit=False)
+    partition = partition_for("g", PARTITIONS)
+    async with serve(log) as app, connect(app) as client:
+        first = client.send(ApiKey.OFFSET_COMMIT, commit_body("g", {("t", 0): 1}))
+        await until(lambda: log.writer.end_offset(partition) == 1)
+        assert not first.done()
+        log.writer.commit(partition)
+        assert commit_errors(await first) == {("t", 0): 0}
+
+        second = client.send(ApiKey.OFFSET_COMMIT, commit_body("g", {("t", 0): 2}))
+        await until(lambda: log.writer.end_offset(partition) == 2)
+        # Sent after the commit on the same connection, answered before it: out of order.
+        fetched = await client.call(ApiKey.OFFSET_FETCH, fetch_body("g", {"t": [0]}))
+        assert fetched_offsets(fetched) == {("t", 0): 1}
+        assert not second.done()
+        log.writer.commit(partition)
+        assert commit_errors(await second) == {("t", 0): 0}
+        assert client.arrival_order[-2:] == [3, 2]
+        fetched = await client.call(ApiKey.OFFSET_FETCH, fetch_body("g", {"t": [0]}))
+        assert fetched_offsets(fetched) == {("t", 0): 2}
+
+
+async def test_require_stable_fetch_waits_for_pending_commits() -> None:
+    log = InMemoryLog(PARTITIONS, auto_commit=False)
+    partition = partition_for("g", PARTITIONS)
+    async with serve(log) as app, connect(app) as client:
+        commit = client.send(ApiKey.OFFSET_COMMIT, commit_body("g", {("t", 0): 7}))
+        await until(lambda: log.writer.end_offset(partition) == 1)
+        stable = client.send(ApiKey.OFFSET_FETCH, fetch_body("g", {"t": [0]}, require_stable=True))
+        await asyncio.sleep(0.05)
+        assert not stable.done()
+        log.writer.commit(partition)
+        assert commit_errors(await commit) == {("t", 0): 0}
+        assert fetched_offsets(await stable) == {("t", 0): 7}
+
+
+async def test_failed_append_is_answered_with_an_error_and_leaves_no_trace() -> None:
+    log = InMemoryLog(PARTITIONS)
+    partition = partition_for("g", PARTITIONS)
+    async with serve(log) as app, connect(app) as client:
+        await client.call(ApiKey.OFFSET_COMMIT, commit_body("g", {("t", 0): 1}))
+        log.writer.inject_append_failure(partition, ErrorCode.NOT_ENOUGH_REPLICAS)
+        failed = await client.call(ApiKey.OFFSET_COMMIT, commit_body("g", {("t", 0): 2, ("u", 3): 9}))
+        assert commit_errors(failed) == {
+            ("t", 0): ErrorCode.COORDINATOR_NOT_AVAILABLE,
+            ("u", 3): ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        }
+        for require_stable in (False, True):
+            fetched = await client.call(
+                ApiKey.OFFSET_FETCH, fetch_body("g", None, require_stable=require_stable)
+            )
+            assert fetched_offsets(fetched) == {("t", 0): 1}
+        ok = await client.call(ApiKey.OFFSET_COMMIT, commit_body("g", {("t", 0): 3}))
+        assert commit_errors(ok) == {("t", 0): 0}
+
+
+@pytest.mark.parametrize(
+    ("append_error", "answered"),
+    [
+        (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.NOT_COORDINATOR),
+        (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.UNKNOWN_SERVER_ERROR),
+        (ErrorCode.REQUEST_TIMED_OUT, ErrorCode.COORDINATOR_NOT_AVAILABLE),
+    ],
+)
+async def test_append_errors_are_mapped_as_kafka_maps_them(
+    append_error: ErrorCode, answered: ErrorCode
+) -> None:
+    log = InMemoryLog(PARTITIONS)
+    async with serve(log) as app, connect(app) as client:
+        log.writer.inject_append_failure(partition_for("g", PARTITIONS), append_error)
+        response = await client.call(ApiKey.OFFSET_COMMIT, commit_body("g", {("t", 0): 1}))
+        assert commit_errors(response) == {("t", 0): answered}
+
+
+async def test_a_write_the_log_does_not_commit_in_time_is_coordinator_not_available() -> None:
+    log = InMemoryLog(PARTITIONS, auto_commit=False)
+    async with serve(log, offsets_commit_timeout_ms=100) as app, connect(app) as client:
+        response = await client.call(ApiKey.OFFSET_COMMIT, commit_body("g", {("t", 0): 1}))
+        assert commit_errors(response) == {("t", 0): ErrorCode.COORDINATOR_NOT_AVAILABLE}
+
+
+async def test_oversized_frame_closes_only_its_own_connection() -> None:
+    async with serve(max_frame_bytes=1024) as app, connect(app) as good, connect(app) as bad:
+        # A frame of exactly the maximum is accepted.
+        body = commit_body("g", {("t", 0): 1})
+        payload = b""
+        for pad in range(1024):
+            # Pad the client id until the payload is exactly 1024 bytes.
+            payload = msgpack.packb([ApiKey.OFFSET_COMMIT, 0, 1, "x" * pad, body])
+            if len(payload) >= 1024:
+                break
+        assert len(payload) == 1024, len(payload)
+        bad.send_raw(struct.pack(">I", len(payload)) + payload)
+        await until(lambda: 1 in bad.arrival_order)
+        # One byte more is not.
+        bad.send_raw(struct.pack(">I", 1025) + b"\x00" * 1025)
+        assert await bad.closed_by_server()
+        response = await good.call(ApiKey.OFFSET_FETCH, fetch_body("g", {"t": [0]}))
+        assert fetched_offsets(response) == {("t", 0): 1}
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"\x00\x00\x00\x02\xc1\xc1",  # 0xc1 is never valid msgpack
+        b"\x00\x00\x00\x01\x01",  # an int, not a header array
+        b"\x00\x00\x00\x04\x93\x01\x02\x03",  # an array of 3, not 5
+        struct.pack(">I", 6) + msgpack.packb([18, 0, 2**40, None, {}]),  # correlation id > int32
+    ],
+)
+async def test_broken_framing_or_header_closes_the_connection(garbage: bytes) -> None:
+    async with serve() as app, connect(app) as good, connect(app) as bad:
+        bad.send_raw(struct.pack(">I", len(garbage) - 4) + garbage[4:])
+        assert await bad.closed_by_server()
+        assert (await good.call(ApiKey.API_VERSIONS, {}))["error_code"] == 0
+
+
+async def test_connections_over_the_limit_are_refused() -> None:
+    async with serve(max_connections=2) as app, connect(app) as first, connect(app) as second:
+        assert (await first.call(ApiKey.API_VERSIONS, {}))["error_code"] == 0
+        assert (await second.call(ApiKey.API_VERSIONS, {}))["error_code"] == 0
+        async with connect(app) as third:
+            assert await third.closed_by_server()
+        assert app.server is not None and app.server.state.connections_refused == 1
+        await second.close()
+        await until(lambda: app.server is not None and len(app.server.state.connections) == 1)
+        async with connect(app) as fourth:
+            assert (await fourth.call(ApiKey.API_VERSIONS, {}))["error_code"] == 0
+
+
+async def test_in_flight_requests_per_connection_are_bounded() -> None:
+    log = InMemoryLog(PARTITIONS, auto_commit=False)
+    partition = partition_for("g", PARTITIONS)
+    async with serve(log, max_inflight_requests=2) as app, connect(app) as client:
+        commits = [
+            client.send(ApiKey.OFFSET_COMMIT, commit_body("g", {("t", 0): i})) for i in range(6)
+        ]
+        await until(lambda: log.writer.end_offset(partition) == 2)
+        await asyncio.sleep(0.05)
+        # Two commits were taken; the other four wait in the socket and the server's buffer.
+        assert log.writer.end_offset(partition) == 2
+        while not all(c.done() for c in commits):
+            log.writer.commit(partition)
+            await asyncio.sleep(0.005)
+        assert all(commit_errors(c.result()) == {("t", 0): 0} for c in commits)
+        fetched = await client.call(ApiKey.OFFSET_FETCH, fetch_body("g", {"t": [0]}))
+        assert fetched_offsets(fetched) == {("t", 0): 5}
+
+
+async def test_shutdown_answers_the_requests_in_flight() -> None:
+    log = InMemoryLog(PARTITIONS, auto_commit=False)
+    partition = partition_for("g", PARTITIONS)
+    config = CoordinatorConfig(port=0, offsets_topic_partitions=PARTITIONS)
+    app = CoordinatorApp(config, log=log)
+    await app.start()
+    assert app.address is not None
+    client = await WireClient.connect(*app.address)
+    try:
+        commit = client.send(ApiKey.OFFSET_COMMIT, commit_body("g", {("t", 0): 1}))
+        await until(lambda: log.writer.end_offset(partition) == 1)
+        stopping = asyncio.create_task(app.shutdown())
+        await asyncio.sleep(0.05)
+        assert not stopping.done() and not commit.done()
+        log.writer.commit(partition)
+        assert commit_errors(await commit) == {("t", 0): 0}
+        await asyncio.wait_for(stopping, 10)
+        assert await client.closed_by_server()
+    finally:
+        await client.close()
