@@ -67,7 +67,7 @@ class CoordinatorApp:
         shard_config = ShardConfig(
             offsets=OffsetsConfig(offset_metadata_max_bytes=config.offset_metadata_max_bytes)
         )
-        self.runtime = runtime = CoordinatorRuntime(
+        self.runtime = runtime = CoordinatorRuntime[GroupCoordinatorShard](
             shard_builder=lambda context: GroupCoordinatorShard(context, shard_config),
             writer=log.writer,
             loader=log.loader,

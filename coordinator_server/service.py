@@ -87,7 +87,9 @@ def map_operation_error(
     if isinstance(exc, ApiError):
         code = exc.code
         if code is ErrorCode.REQUEST_TIMED_OUT:
-            code = ErrorCode.NOT_COORDINATOR if require_stable else ErrorCode.COORDINATOR_NOT_AVAILABLE
+            code = (
+                ErrorCode.NOT_COORDINATOR if require_stable else ErrorCode.COORDINATOR_NOT_AVAILABLE
+            )
         return code, exc.message
     if isinstance(exc, asyncio.CancelledError):
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the coordinator is shutting down"
@@ -224,9 +226,7 @@ class GroupCoordinatorService:
 
     def offset_fetch(self, request: OffsetFetchRequest) -> Reply:
         loop = asyncio.get_running_loop()
-        parts: list[asyncio.Future[Message]] = []
-        for group in request.groups:
-            parts.append(self._fetch_group(group, request.require_stable, loop))
+        parts = [self._fetch_group(g, request.require_stable, loop) for g in request.groups]
         if all(part.done() for part in parts):
             return OffsetFetchResponse(groups=[_group_result(part) for part in parts])
         result: asyncio.Future[Message] = loop.create_future()
@@ -287,4 +287,3 @@ def _group_result(part: asyncio.Future[Message]) -> OffsetFetchResponseGroup:
 
 def _fetch_error(group: OffsetFetchRequestGroup, code: ErrorCode) -> OffsetFetchResponseGroup:
     return OffsetFetchResponseGroup(group_id=group.group_id or "", error_code=code, topics=[])
-

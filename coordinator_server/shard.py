@@ -28,7 +28,9 @@ class ShardConfig:
 class GroupCoordinatorShard:
     def __init__(self, context: ShardContext, config: ShardConfig) -> None:
         self.context = context
-        self.offsets = OffsetMetadataManager(context.snapshot_registry, context.clock, config.offsets)
+        self.offsets = OffsetMetadataManager(
+            context.snapshot_registry, context.clock, config.offsets
+        )
         # Group metadata records as last written, per group. Group membership itself (the
         # classic protocol's state machine) is rebuilt from these by the group manager.
         self.group_metadata: TimelineDict[str, GroupMetadataValue] = TimelineDict(
@@ -56,4 +58,3 @@ class GroupCoordinatorShard:
 
     def on_unloaded(self) -> None:
         """Nothing held outside the timeline state."""
-

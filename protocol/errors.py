@@ -17,7 +17,7 @@ class ErrorCode(IntEnum):
     retriable: bool
     description: str
 
-    def __new__(cls, code: int, retriable: bool, description: str) -> ErrorCode:
+    def __new__(cls, code: int, retriable: bool = False, description: str = "") -> ErrorCode:
         member = int.__new__(cls, code)
         member._value_ = code
         member.retriable = retriable

@@ -33,7 +33,8 @@ class ServerProcess:
             text=True,
             env=self.env,
         )
-        threading.Thread(target=self._pump, daemon=True).start()
+        self._pump_thread = threading.Thread(target=self._pump, daemon=True)
+        self._pump_thread.start()
         deadline = time.monotonic() + timeout
         while not self._ready.wait(0.05):
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -60,12 +61,22 @@ class ServerProcess:
         if self.proc is not None and self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
+        self._release()
 
     def terminate(self, timeout: float = 30) -> int:
         assert self.proc is not None
         if self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGTERM)
-        return self.proc.wait(timeout)
+        code = self.proc.wait(timeout)
+        self._release()
+        return code
+
+    def _release(self) -> None:
+        if self.proc is None or self.proc.poll() is None:
+            return
+        self._pump_thread.join(10)
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
 
     def output(self) -> str:
         return "".join(self.lines)

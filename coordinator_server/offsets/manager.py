@@ -58,7 +58,9 @@ class OffsetMetadataManager:
 
     # Request handlers (read state, emit records).
 
-    def commit_offset(self, request: OffsetCommitRequest) -> CoordinatorResult[OffsetCommitResponse]:
+    def commit_offset(
+        self, request: OffsetCommitRequest
+    ) -> CoordinatorResult[OffsetCommitResponse]:
         group_id = request.group_id
         assert group_id is not None, "the service answers a missing group id"
         error = self._validate_simple_commit(group_id, request)
@@ -133,8 +135,10 @@ class OffsetMetadataManager:
         if request.topics is None:
             by_topic: dict[str, list[OffsetFetchResponsePartition]] = {}
             if offsets is not None:
-                items = offsets.items() if committed_offset is None else offsets.items_at(
-                    committed_offset
+                items = (
+                    offsets.items()
+                    if committed_offset is None
+                    else offsets.items_at(committed_offset)
                 )
                 for (topic, partition), value in sorted(items):
                     by_topic.setdefault(topic, []).append(_fetched(partition, value))
@@ -215,7 +219,9 @@ def commit_error_response(request: OffsetCommitRequest, code: ErrorCode) -> Offs
             OffsetCommitResponseTopic(
                 name=topic.name,
                 partitions=[
-                    OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code)
+                    OffsetCommitResponsePartition(
+                        partition_index=p.partition_index, error_code=code
+                    )
                     for p in topic.partitions
                 ],
             )

@@ -121,7 +121,12 @@ def new_group_metadata_tombstone_record(group: str) -> CoordinatorRecord:
 # Encoding. Keys and values are msgpack arrays whose first elements say what they are; a
 # newer version only appends elements, so a reader ignores elements it does not know.
 
-_packb = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+_packer = msgpack.Packer(use_bin_type=True, autoreset=True)
+
+
+def _packb(fields: tuple[Any, ...]) -> bytes:
+    data: bytes = _packer.pack(fields)
+    return data
 
 
 def encode_key(key: RecordKey) -> bytes:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from protocol.api_keys import ApiKey
 from protocol.envelope import EnvelopeError, RequestHeader, decode_request, encode_response
@@ -48,16 +48,18 @@ class CoordinatorConnection(asyncio.Protocol):
     # asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self._transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self._peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         state = self._state
         if state.draining or len(state.connections) >= state.config.max_connections:
             state.connections_refused += 1
-            logger.warning("refusing connection from %s: %d open", self._peer, len(state.connections))
+            logger.warning(
+                "refusing connection from %s: %d open", self._peer, len(state.connections)
+            )
             self._closed = True
-            transport.abort()
+            self._transport.abort()
             return
         state.connections.add(self)
 

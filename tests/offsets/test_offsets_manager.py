@@ -144,7 +144,9 @@ def test_metadata_over_the_limit_fails_that_partition_only() -> None:
 def test_metadata_limit_counts_utf16_units_as_kafka_does() -> None:
     ctx = ShardTestContext(ShardConfig(offsets=OffsetsConfig(offset_metadata_max_bytes=2)))
     # One character outside the Basic Multilingual Plane is two UTF-16 units: at the limit.
-    ok = ctx.write(lambda s: s.offsets.commit_offset(commit_request("g", {("t", 0): 1}, metadata="😀")))
+    ok = ctx.write(
+        lambda s: s.offsets.commit_offset(commit_request("g", {("t", 0): 1}, metadata="😀"))
+    )
     too_large = ctx.write(
         lambda s: s.offsets.commit_offset(commit_request("g", {("t", 0): 1}, metadata="a😀"))
     )

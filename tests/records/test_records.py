@@ -26,7 +26,9 @@ from coordinator_server.records import (
 
 
 def test_offset_commit_golden_bytes() -> None:
-    key, value = encode_record(new_offset_commit_record("g", "orders", 3, 42, -1, "", 1764000000000))
+    key, value = encode_record(
+        new_offset_commit_record("g", "orders", 3, 42, -1, "", 1764000000000)
+    )
     # [1 (offset commit), 0 (key version), "g", "orders", 3]
     assert key == bytes.fromhex("95 01 00 a1 67 a6 6f 72 64 65 72 73 03")
     # [0 (value version), 42, -1, "", 1764000000000 (uint64), nil]
@@ -147,4 +149,6 @@ def test_compacting_the_log_keeps_the_state_it_replays_to(
     for g in ("a", "b"):
         for t in ("t", "u"):
             for p in range(3):
-                assert full.shard.offsets.committed_offset(g, t, p) == small.shard.offsets.committed_offset(g, t, p)
+                assert full.shard.offsets.committed_offset(
+                    g, t, p
+                ) == small.shard.offsets.committed_offset(g, t, p)

@@ -46,7 +46,9 @@ async def commit_many(server: ServerProcess, groups: int, rounds: int) -> dict[s
     return acknowledged
 
 
-async def fetch_all(server: ServerProcess, groups: list[str]) -> dict[str, dict[tuple[str, int], int]]:
+async def fetch_all(
+    server: ServerProcess, groups: list[str]
+) -> dict[str, dict[tuple[str, int], int]]:
     client = await WireClient.connect(server.host, server.port)
     try:
         result = {}
@@ -204,8 +206,15 @@ def frame(payload: bytes) -> bytes:
 
 
 msgpack_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats() | st.text() | st.binary(),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats()
+    | st.text()
+    | st.binary(),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
     max_leaves=12,
 )
 field_names = st.sampled_from(

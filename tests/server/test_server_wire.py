@@ -74,7 +74,9 @@ async def test_api_versions_at_an_unsupported_version_still_lists_the_api_keys()
         assert response["api_keys"]
 
 
-async def test_unsupported_api_and_version_answer_unsupported_version_and_keep_the_connection() -> None:
+async def test_unsupported_api_and_version_answer_unsupported_version_and_keep_the_connection() -> (
+    None
+):
     async with serve() as app, connect(app) as client:
         unknown = await client.call(1234, {})
         assert unknown["error_code"] == ErrorCode.UNSUPPORTED_VERSION
@@ -88,7 +90,9 @@ async def test_find_coordinator_answers_with_this_node_and_rejects_transactions(
     async with serve() as app, connect(app) as client:
         assert app.address is not None
         response = await client.call(ApiKey.FIND_COORDINATOR, {"key_type": 0, "keys": ["a", "b"]})
-        assert [(c["key"], c["host"], c["port"], c["error_code"]) for c in response["coordinators"]] == [
+        assert [
+            (c["key"], c["host"], c["port"], c["error_code"]) for c in response["coordinators"]
+        ] == [
             ("a", "127.0.0.1", app.address[1], 0),
             ("b", "127.0.0.1", app.address[1], 0),
         ]
@@ -190,7 +194,9 @@ async def test_failed_append_is_answered_with_an_error_and_leaves_no_trace() -> 
     async with serve(log) as app, connect(app) as client:
         await client.call(ApiKey.OFFSET_COMMIT, commit_body("g", {("t", 0): 1}))
         log.writer.inject_append_failure(partition, ErrorCode.NOT_ENOUGH_REPLICAS)
-        failed = await client.call(ApiKey.OFFSET_COMMIT, commit_body("g", {("t", 0): 2, ("u", 3): 9}))
+        failed = await client.call(
+            ApiKey.OFFSET_COMMIT, commit_body("g", {("t", 0): 2, ("u", 3): 9})
+        )
         assert commit_errors(failed) == {
             ("t", 0): ErrorCode.COORDINATOR_NOT_AVAILABLE,
             ("u", 3): ErrorCode.COORDINATOR_NOT_AVAILABLE,

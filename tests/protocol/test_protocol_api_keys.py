@@ -1,0 +1,68 @@
+"""Api keys, display names and the version table."""
+
+from __future__ import annotations
+
+import pytest
+
+from protocol.api_keys import SUPPORTED_VERSIONS, ApiKey, api_name, is_supported, version_range
+
+
+def test_kafka_numbers() -> None:
+    assert {key.name: key.value for key in ApiKey} == {
+        "OFFSET_COMMIT": 8,
+        "OFFSET_FETCH": 9,
+        "FIND_COORDINATOR": 10,
+        "JOIN_GROUP": 11,
+        "HEARTBEAT": 12,
+        "LEAVE_GROUP": 13,
+        "SYNC_GROUP": 14,
+        "DESCRIBE_GROUPS": 15,
+        "LIST_GROUPS": 16,
+        "API_VERSIONS": 18,
+        "DELETE_GROUPS": 42,
+        "OFFSET_DELETE": 47,
+    }
+
+
+@pytest.mark.parametrize(
+    ("api_key", "name"),
+    [
+        (ApiKey.OFFSET_COMMIT, "OffsetCommit"),
+        (ApiKey.OFFSET_FETCH, "OffsetFetch"),
+        (ApiKey.FIND_COORDINATOR, "FindCoordinator"),
+        (ApiKey.JOIN_GROUP, "JoinGroup"),
+        (ApiKey.HEARTBEAT, "Heartbeat"),
+        (ApiKey.LEAVE_GROUP, "LeaveGroup"),
+        (ApiKey.SYNC_GROUP, "SyncGroup"),
+        (ApiKey.DESCRIBE_GROUPS, "DescribeGroups"),
+        (ApiKey.LIST_GROUPS, "ListGroups"),
+        (ApiKey.API_VERSIONS, "ApiVersions"),
+        (ApiKey.DELETE_GROUPS, "DeleteGroups"),
+        (ApiKey.OFFSET_DELETE, "OffsetDelete"),
+        (11, "JoinGroup"),
+        (22, "Unknown(22)"),
+        (-1, "Unknown(-1)"),
+    ],
+)
+def test_api_name(api_key: int, name: str) -> None:
+    assert api_name(api_key) == name
+
+
+def test_every_api_is_at_version_0() -> None:
+    assert set(SUPPORTED_VERSIONS) == set(ApiKey)
+    assert all(versions == (0, 0) for versions in SUPPORTED_VERSIONS.values())
+
+
+def test_version_lookups() -> None:
+    assert version_range(11) == (0, 0)
+    assert version_range(99) is None
+    assert is_supported(ApiKey.JOIN_GROUP, 0)
+    assert is_supported(11, 0)
+    assert not is_supported(11, 1)
+    assert not is_supported(11, -1)
+    assert not is_supported(99, 0)
+
+
+def test_version_table_is_read_only() -> None:
+    with pytest.raises(TypeError):
+        SUPPORTED_VERSIONS[ApiKey.JOIN_GROUP] = (0, 1)  # type: ignore[index]

@@ -1,0 +1,872 @@
+"""Message models: the contract's field lists, defaults, validation and wire round trips."""
+
+from __future__ import annotations
+
+import types
+from typing import Annotated, Any, Union, get_args, get_origin
+
+import annotated_types
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic.fields import FieldInfo
+
+from protocol import messages
+from protocol.api_keys import SUPPORTED_VERSIONS, ApiKey
+from protocol.envelope import (
+    RequestHeader,
+    decode_request,
+    decode_response,
+    encode_request,
+    encode_response,
+)
+from protocol.errors import (
+    ErrorCode,
+    InvalidRequestError,
+    NotCoordinatorError,
+    UnsupportedVersionError,
+)
+from protocol.messages import (
+    REQUEST_TYPES,
+    RESPONSE_TYPES,
+    ApiVersionsRequest,
+    DeleteGroupsRequest,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    DescribeGroupsResponseGroup,
+    DescribeGroupsResponseMember,
+    FindCoordinatorRequest,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    InvalidResponseError,
+    JoinGroupRequest,
+    JoinGroupRequestProtocol,
+    JoinGroupResponse,
+    JoinGroupResponseMember,
+    LeaveGroupRequest,
+    ListGroupsRequest,
+    Message,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetFetchRequest,
+    OffsetFetchRequestGroup,
+    OffsetFetchResponsePartition,
+    SyncGroupRequest,
+    SyncGroupResponse,
+    error_body,
+    parse_request,
+    parse_response,
+)
+
+# The field lists of PROTOCOL.md's table, item by item, plus `error_message` where the
+# contract allows it next to a top-level error_code. Order is the wire order.
+CONTRACT_FIELDS: dict[str, list[str]] = {
+    "ApiVersionsRequest": [],
+    "ApiVersionsResponse": [
+        "error_code",
+        "error_message",
+        "api_keys",
+        "server_name",
+        "server_version",
+    ],
+    "ApiVersionsResponseKey": ["api_key", "min_version", "max_version"],
+    "FindCoordinatorRequest": ["key_type", "keys"],
+    "FindCoordinatorResponse": ["coordinators"],
+    "FindCoordinatorResponseCoordinator": [
+        "key",
+        "node_id",
+        "host",
+        "port",
+        "error_code",
+        "error_message",
+    ],
+    "JoinGroupRequest": [
+        "group_id",
+        "session_timeout_ms",
+        "rebalance_timeout_ms",
+        "member_id",
+        "group_instance_id",
+        "protocol_type",
+        "protocols",
+        "reason",
+    ],
+    "JoinGroupRequestProtocol": ["name", "metadata"],
+    "JoinGroupResponse": [
+        "error_code",
+        "error_message",
+        "generation_id",
+        "protocol_type",
+        "protocol_name",
+        "leader",
+        "skip_assignment",
+        "member_id",
+        "members",
+    ],
+    "JoinGroupResponseMember": ["member_id", "group_instance_id", "metadata"],
+    "SyncGroupRequest": [
+        "group_id",
+        "generation_id",
+        "member_id",
+        "group_instance_id",
+        "protocol_type",
+        "protocol_name",
+        "assignments",
+    ],
+    "SyncGroupRequestAssignment": ["member_id", "assignment"],
+    "SyncGroupResponse": [
+        "error_code",
+        "error_message",
+        "protocol_type",
+        "protocol_name",
+        "assignment",
+    ],
+    "HeartbeatRequest": ["group_id", "generation_id", "member_id", "group_instance_id"],
+    "HeartbeatResponse": ["error_code", "error_message"],
+    "LeaveGroupRequest": ["group_id", "members"],
+    "LeaveGroupRequestMember": ["member_id", "group_instance_id", "reason"],
+    "LeaveGroupResponse": ["error_code", "error_message", "members"],
+    "LeaveGroupResponseMember": ["member_id", "group_instance_id", "error_code"],
+    "OffsetCommitRequest": [
+        "group_id",
+        "generation_id_or_member_epoch",
+        "member_id",
+        "group_instance_id",
+        "topics",
+    ],
+    "OffsetCommitRequestTopic": ["name", "partitions"],
+    "OffsetCommitRequestPartition": [
+        "partition_index",
+        "committed_offset",
+        "committed_leader_epoch",
+        "committed_metadata",
+    ],
+    "OffsetCommitResponse": ["topics"],
+    "OffsetCommitResponseTopic": ["name", "partitions"],
+    "OffsetCommitResponsePartition": ["partition_index", "error_code"],
+    "OffsetFetchRequest": ["groups", "require_stable"],
+    "OffsetFetchRequestGroup": ["group_id", "member_id", "member_epoch", "topics"],
+    "OffsetFetchRequestTopic": ["name", "partition_indexes"],
+    "OffsetFetchResponse": ["groups"],
+    "OffsetFetchResponseGroup": ["group_id", "error_code", "topics"],
+    "OffsetFetchResponseTopic": ["name", "partitions"],
+    "OffsetFetchResponsePartition": [
+        "partition_index",
+        "committed_offset",
+        "committed_leader_epoch",
+        "metadata",
+        "error_code",
+    ],
+    "DescribeGroupsRequest": ["groups"],
+    "DescribeGroupsResponse": ["groups"],
+    "DescribeGroupsResponseGroup": [
+        "error_code",
+        "group_id",
+        "group_state",
+        "protocol_type",
+        "protocol_data",
+        "members",
+    ],
+    "DescribeGroupsResponseMember": [
+        "member_id",
+        "group_instance_id",
+        "client_id",
+        "client_host",
+        "member_metadata",
+        "member_assignment",
+    ],
+    "ListGroupsRequest": ["states_filter", "types_filter"],
+    "ListGroupsResponse": ["error_code", "error_message", "groups"],
+    "ListGroupsResponseGroup": ["group_id", "protocol_type", "group_state", "group_type"],
+    "DeleteGroupsRequest": ["groups_names"],
+    "DeleteGroupsResponse": ["results"],
+    "DeleteGroupsResponseResult": ["group_id", "error_code"],
+    "OffsetDeleteRequest": ["group_id", "topics"],
+    "OffsetDeleteRequestTopic": ["name", "partitions"],
+    "OffsetDeleteRequestPartition": ["partition_index"],
+    "OffsetDeleteResponse": ["error_code", "error_message", "topics"],
+    "OffsetDeleteResponseTopic": ["name", "partitions"],
+    "OffsetDeleteResponsePartition": ["partition_index", "error_code"],
+}
+
+MESSAGE_CLASSES: list[type[Message]] = [getattr(messages, name) for name in CONTRACT_FIELDS]
+RESPONSE_CLASSES = [cls for cls in MESSAGE_CLASSES if "Response" in cls.__name__]
+
+
+def test_every_message_class_is_in_the_contract_table() -> None:
+    exported = {
+        name
+        for name in messages.__all__
+        if isinstance(getattr(messages, name), type)
+        and issubclass(getattr(messages, name), Message)
+        and name != "Message"
+    }
+    assert exported == set(CONTRACT_FIELDS)
+
+
+@pytest.mark.parametrize("cls", MESSAGE_CLASSES, ids=lambda cls: cls.__name__)
+def test_fields_are_the_contract_fields(cls: type[Message]) -> None:
+    assert list(cls.model_fields) == CONTRACT_FIELDS[cls.__name__]
+
+
+@pytest.mark.parametrize("cls", RESPONSE_CLASSES, ids=lambda cls: cls.__name__)
+def test_responses_build_from_defaults_and_write_every_field(cls: type[Message]) -> None:
+    body = cls().to_body()
+    assert list(body) == CONTRACT_FIELDS[cls.__name__]
+
+
+def test_registries_cover_every_supported_version() -> None:
+    expected = {
+        (int(api_key), version)
+        for api_key, (low, high) in SUPPORTED_VERSIONS.items()
+        for version in range(low, high + 1)
+    }
+    assert set(REQUEST_TYPES) == expected
+    assert set(RESPONSE_TYPES) == expected
+    for (api_key, _), request_type in REQUEST_TYPES.items():
+        assert request_type.__name__.endswith("Request")
+        assert api_key == request_type.API_KEY  # type: ignore[attr-defined]
+    for (api_key, version), response_type in RESPONSE_TYPES.items():
+        request_name = REQUEST_TYPES[(api_key, version)].__name__
+        assert response_type.__name__ == request_name.removesuffix("Request") + "Response"
+        assert api_key == response_type.API_KEY  # type: ignore[attr-defined]
+
+
+# Golden bodies: a minimal valid body per request, and what it parses to.
+
+
+def _header(api_key: ApiKey, api_version: int = 0) -> RequestHeader:
+    return RequestHeader(api_key, api_version, correlation_id=1, client_id="test")
+
+
+def test_api_versions_request_has_no_fields() -> None:
+    assert parse_request(_header(ApiKey.API_VERSIONS), {}) == ApiVersionsRequest()
+    assert ApiVersionsRequest().to_body() == {}
+
+
+def test_find_coordinator_minimal() -> None:
+    request = parse_request(_header(ApiKey.FIND_COORDINATOR), {"keys": ["g1", "g2"]})
+    assert request == FindCoordinatorRequest(key_type=0, keys=["g1", "g2"])
+
+
+def test_join_group_minimal_and_defaults() -> None:
+    body = {
+        "group_id": "g",
+        "session_timeout_ms": 10_000,
+        "member_id": "",
+        "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": b"\x80"}],
+    }
+    request = parse_request(_header(ApiKey.JOIN_GROUP), body)
+    assert isinstance(request, JoinGroupRequest)
+    assert request.rebalance_timeout_ms == -1
+    assert request.group_instance_id is None
+    assert request.reason is None
+    assert request.protocols == [JoinGroupRequestProtocol(name="range", metadata=b"\x80")]
+    assert request.to_body() == {
+        "group_id": "g",
+        "session_timeout_ms": 10_000,
+        "rebalance_timeout_ms": -1,
+        "member_id": "",
+        "group_instance_id": None,
+        "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": b"\x80"}],
+        "reason": None,
+    }
+
+
+def test_sync_group_minimal_and_defaults() -> None:
+    body = {"group_id": "g", "generation_id": 3, "member_id": "m"}
+    request = parse_request(_header(ApiKey.SYNC_GROUP), body)
+    assert request == SyncGroupRequest(
+        group_id="g",
+        generation_id=3,
+        member_id="m",
+        group_instance_id=None,
+        protocol_type=None,
+        protocol_name=None,
+        assignments=[],
+    )
+
+
+def test_heartbeat_minimal() -> None:
+    body = {"group_id": "g", "generation_id": 3, "member_id": "m"}
+    request = parse_request(_header(ApiKey.HEARTBEAT), body)
+    assert request == HeartbeatRequest(group_id="g", generation_id=3, member_id="m")
+
+
+def test_leave_group_minimal() -> None:
+    body = {"group_id": "g", "members": [{"member_id": "m"}]}
+    request = parse_request(_header(ApiKey.LEAVE_GROUP), body)
+    assert isinstance(request, LeaveGroupRequest)
+    assert request.members[0].group_instance_id is None
+    assert request.members[0].reason is None
+
+
+def test_offset_commit_minimal_and_defaults() -> None:
+    body = {
+        "group_id": "g",
+        "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 42}]}],
+    }
+    request = parse_request(_header(ApiKey.OFFSET_COMMIT), body)
+    assert isinstance(request, OffsetCommitRequest)
+    assert request.generation_id_or_member_epoch == -1
+    assert request.member_id == ""
+    assert request.group_instance_id is None
+    partition = request.topics[0].partitions[0]
+    assert partition.committed_leader_epoch == -1
+    assert partition.committed_metadata is None
+
+
+def test_offset_fetch_minimal_and_defaults() -> None:
+    body = {"groups": [{"group_id": "g"}]}
+    request = parse_request(_header(ApiKey.OFFSET_FETCH), body)
+    assert request == OffsetFetchRequest(
+        groups=[OffsetFetchRequestGroup(group_id="g", member_id=None, member_epoch=-1)],
+        require_stable=False,
+    )
+    assert isinstance(request, OffsetFetchRequest)
+    assert request.groups[0].topics is None  # nil: every committed offset
+    assert request.to_body() == {
+        "groups": [{"group_id": "g", "member_id": None, "member_epoch": -1, "topics": None}],
+        "require_stable": False,
+    }
+
+
+def test_offset_fetch_topics_list() -> None:
+    body = {"groups": [{"group_id": "g", "topics": [{"name": "t", "partition_indexes": [0, 2]}]}]}
+    request = parse_request(_header(ApiKey.OFFSET_FETCH), body)
+    assert isinstance(request, OffsetFetchRequest)
+    topics = request.groups[0].topics
+    assert topics is not None
+    assert topics[0].partition_indexes == [0, 2]
+
+
+def test_describe_and_delete_groups_accept_nil_items() -> None:
+    request = parse_request(_header(ApiKey.DESCRIBE_GROUPS), {"groups": ["a", None, ""]})
+    assert request == DescribeGroupsRequest(groups=["a", None, ""])
+    request = parse_request(_header(ApiKey.DELETE_GROUPS), {"groups_names": [None, "b"]})
+    assert request == DeleteGroupsRequest(groups_names=[None, "b"])
+
+
+def test_list_groups_defaults_to_no_filter() -> None:
+    request = parse_request(_header(ApiKey.LIST_GROUPS), {})
+    assert request == ListGroupsRequest(states_filter=[], types_filter=[])
+
+
+def test_offset_delete_minimal() -> None:
+    body = {"group_id": "g", "topics": [{"name": "t", "partitions": [{"partition_index": 1}]}]}
+    request = parse_request(_header(ApiKey.OFFSET_DELETE), body)
+    assert isinstance(request, OffsetDeleteRequest)
+    assert request.topics[0].partitions[0].partition_index == 1
+
+
+@pytest.mark.parametrize(
+    ("api_key", "body"),
+    [
+        (ApiKey.JOIN_GROUP, {"session_timeout_ms": 1, "member_id": "", "protocol_type": "c"}),
+        (ApiKey.SYNC_GROUP, {"generation_id": 1, "member_id": "m"}),
+        (ApiKey.HEARTBEAT, {"generation_id": 1, "member_id": "m"}),
+        (ApiKey.LEAVE_GROUP, {"members": []}),
+        (ApiKey.OFFSET_COMMIT, {"topics": []}),
+        (ApiKey.OFFSET_FETCH, {"groups": [{}]}),
+        (ApiKey.OFFSET_DELETE, {"topics": []}),
+    ],
+)
+def test_missing_or_nil_group_id_is_not_invalid_request(
+    api_key: ApiKey, body: dict[str, object]
+) -> None:
+    # The service answers these with INVALID_GROUP_ID, so validation must let them through.
+    if api_key == ApiKey.JOIN_GROUP:
+        body = {**body, "protocols": []}
+    for variant in (body, {**body, "group_id": None}):
+        request = parse_request(_header(api_key), variant)
+        target = request.groups[0] if isinstance(request, OffsetFetchRequest) else request
+        assert target.group_id is None  # type: ignore[attr-defined]
+
+
+def test_unknown_fields_are_ignored() -> None:
+    body = {
+        "group_id": "g",
+        "generation_id": 1,
+        "member_id": "m",
+        "throttle_time_ms": 5,
+        "future_field": {"nested": [1, 2]},
+    }
+    request = parse_request(_header(ApiKey.HEARTBEAT), body)
+    assert request == HeartbeatRequest(group_id="g", generation_id=1, member_id="m")
+
+
+GOOD_COMMIT: dict[str, Any] = {
+    "group_id": "g",
+    "generation_id_or_member_epoch": 1,
+    "member_id": "m",
+    "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 5}]}],
+}
+
+
+def _commit_with_partition(**fields: object) -> dict[str, object]:
+    partition = {"partition_index": 0, "committed_offset": 5, **fields}
+    return {**GOOD_COMMIT, "topics": [{"name": "t", "partitions": [partition]}]}
+
+
+GOOD_JOIN: dict[str, Any] = {
+    "group_id": "g",
+    "session_timeout_ms": 10_000,
+    "member_id": "",
+    "protocol_type": "consumer",
+    "protocols": [{"name": "range", "metadata": b""}],
+}
+
+
+@pytest.mark.parametrize(
+    ("api_key", "body", "message"),
+    [
+        (
+            ApiKey.OFFSET_COMMIT,
+            _commit_with_partition(committed_offset="5"),
+            "topics.0.partitions.0.committed_offset: Input should be a valid integer",
+        ),
+        (
+            ApiKey.OFFSET_COMMIT,
+            _commit_with_partition(committed_offset=True),
+            "topics.0.partitions.0.committed_offset: Input should be a valid integer",
+        ),
+        (
+            ApiKey.OFFSET_COMMIT,
+            _commit_with_partition(committed_offset=5.0),
+            "topics.0.partitions.0.committed_offset: Input should be a valid integer",
+        ),
+        (
+            ApiKey.OFFSET_COMMIT,
+            _commit_with_partition(committed_offset=2**63),
+            "topics.0.partitions.0.committed_offset: "
+            "Input should be less than or equal to 9223372036854775807",
+        ),
+        (
+            ApiKey.OFFSET_COMMIT,
+            _commit_with_partition(partition_index=-(2**31) - 1),
+            "topics.0.partitions.0.partition_index: "
+            "Input should be greater than or equal to -2147483648",
+        ),
+        (
+            ApiKey.OFFSET_COMMIT,
+            _commit_with_partition(committed_metadata=b"meta"),
+            "topics.0.partitions.0.committed_metadata: Input should be a valid string",
+        ),
+        (
+            ApiKey.OFFSET_COMMIT,
+            {**GOOD_COMMIT, "topics": [{"name": "t", "partitions": [{"partition_index": 0}]}]},
+            "topics.0.partitions.0.committed_offset: Field required",
+        ),
+        (
+            ApiKey.OFFSET_COMMIT,
+            {"group_id": "g"},
+            "topics: Field required",
+        ),
+        (
+            ApiKey.OFFSET_COMMIT,
+            {**GOOD_COMMIT, "topics": {"t": []}},
+            "topics: Input should be a valid list",
+        ),
+        (
+            ApiKey.OFFSET_COMMIT,
+            {**GOOD_COMMIT, "group_id": 7},
+            "group_id: Input should be a valid string",
+        ),
+        (
+            ApiKey.JOIN_GROUP,
+            {k: v for k, v in GOOD_JOIN.items() if k != "session_timeout_ms"},
+            "session_timeout_ms: Field required",
+        ),
+        (
+            ApiKey.JOIN_GROUP,
+            {**GOOD_JOIN, "session_timeout_ms": 2**31},
+            "session_timeout_ms: Input should be less than or equal to 2147483647",
+        ),
+        (
+            ApiKey.JOIN_GROUP,
+            {**GOOD_JOIN, "member_id": None},
+            "member_id: Input should be a valid string",
+        ),
+        (
+            ApiKey.JOIN_GROUP,
+            {**GOOD_JOIN, "member_id": b"m"},
+            "member_id: Input should be a valid string",
+        ),
+        (
+            ApiKey.JOIN_GROUP,
+            {**GOOD_JOIN, "protocols": [{"name": "range", "metadata": "not bin"}]},
+            "protocols.0.metadata: Input should be a valid bytes",
+        ),
+        (
+            ApiKey.JOIN_GROUP,
+            {**GOOD_JOIN, "protocols": [{"name": "range"}]},
+            "protocols.0.metadata: Field required",
+        ),
+        (
+            ApiKey.JOIN_GROUP,
+            {**GOOD_JOIN, "protocols": ["range"]},
+            "protocols.0: Input should be a valid dictionary or instance of "
+            "JoinGroupRequestProtocol",
+        ),
+        (
+            ApiKey.HEARTBEAT,
+            {"group_id": "g", "generation_id": False, "member_id": "m"},
+            "generation_id: Input should be a valid integer",
+        ),
+        (
+            ApiKey.HEARTBEAT,
+            {"group_id": "g", "member_id": "m"},
+            "generation_id: Field required",
+        ),
+        (
+            ApiKey.SYNC_GROUP,
+            {
+                "group_id": "g",
+                "generation_id": 1,
+                "member_id": "m",
+                "assignments": [{"member_id": "m", "assignment": None}],
+            },
+            "assignments.0.assignment: Input should be a valid bytes",
+        ),
+        (
+            ApiKey.LEAVE_GROUP,
+            {"group_id": "g"},
+            "members: Field required",
+        ),
+        (
+            ApiKey.LEAVE_GROUP,
+            {"group_id": "g", "members": [{"group_instance_id": "i"}]},
+            "members.0.member_id: Field required",
+        ),
+        (
+            ApiKey.FIND_COORDINATOR,
+            {"keys": ["g"], "key_type": 128},
+            "key_type: Input should be less than or equal to 127",
+        ),
+        (
+            ApiKey.FIND_COORDINATOR,
+            {"key_type": 0},
+            "keys: Field required",
+        ),
+        (
+            ApiKey.FIND_COORDINATOR,
+            {"keys": "g"},
+            "keys: Input should be a valid list",
+        ),
+        (
+            ApiKey.OFFSET_FETCH,
+            {"groups": [{"group_id": "g", "topics": [{"name": "t", "partition_indexes": [1.5]}]}]},
+            "groups.0.topics.0.partition_indexes.0: Input should be a valid integer",
+        ),
+        (
+            ApiKey.OFFSET_FETCH,
+            {"groups": [], "require_stable": 1},
+            "require_stable: Input should be a valid boolean",
+        ),
+        (
+            ApiKey.DESCRIBE_GROUPS,
+            {"groups": ["a", 1]},
+            "groups.1: Input should be a valid string",
+        ),
+        (
+            ApiKey.LIST_GROUPS,
+            {"states_filter": [None]},
+            "states_filter.0: Input should be a valid string",
+        ),
+        (
+            ApiKey.DELETE_GROUPS,
+            {"groups_names": None},
+            "groups_names: Input should be a valid list",
+        ),
+        (
+            ApiKey.OFFSET_DELETE,
+            {"group_id": "g", "topics": [{"name": "t", "partitions": [{}]}]},
+            "topics.0.partitions.0.partition_index: Field required",
+        ),
+    ],
+)
+def test_invalid_bodies(api_key: ApiKey, body: dict[str, object], message: str) -> None:
+    with pytest.raises(InvalidRequestError) as raised:
+        parse_request(_header(api_key), body)
+    assert raised.value.message == message
+    assert raised.value.code == ErrorCode.INVALID_REQUEST
+
+
+def test_only_the_first_problem_is_reported() -> None:
+    with pytest.raises(InvalidRequestError) as raised:
+        parse_request(_header(ApiKey.HEARTBEAT), {"generation_id": "x", "member_id": 1})
+    assert raised.value.message == "generation_id: Input should be a valid integer"
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ([1, 2], "body: expected a map, got list"),
+        (None, "body: expected a map, got nil"),
+        ("body", "body: expected a map, got str"),
+        (b"body", "body: expected a map, got bytes"),
+        (7, "body: expected a map, got int"),
+    ],
+)
+def test_body_that_is_not_a_map(body: object, message: str) -> None:
+    with pytest.raises(InvalidRequestError) as raised:
+        parse_request(_header(ApiKey.HEARTBEAT), body)
+    assert raised.value.message == message
+
+
+@pytest.mark.parametrize(
+    ("api_key", "api_version", "message"),
+    [
+        (ApiKey.JOIN_GROUP, 1, "JoinGroup version 1 is not supported (supported: 0 to 0)"),
+        (ApiKey.API_VERSIONS, -1, "ApiVersions version -1 is not supported (supported: 0 to 0)"),
+        (99, 0, "api_key 99 is not supported"),
+        (22, 0, "api_key 22 is not supported"),
+    ],
+)
+def test_unsupported_versions(api_key: int, api_version: int, message: str) -> None:
+    with pytest.raises(UnsupportedVersionError) as raised:
+        parse_request(RequestHeader(api_key, api_version, 1, None), {})
+    assert raised.value.message == message
+    with pytest.raises(UnsupportedVersionError):
+        parse_response(api_key, api_version, {})
+
+
+def test_unsupported_version_wins_over_a_bad_body() -> None:
+    with pytest.raises(UnsupportedVersionError):
+        parse_request(RequestHeader(ApiKey.JOIN_GROUP, 5, 1, None), [1])
+
+
+# Responses
+
+
+def test_response_defaults_follow_kafka() -> None:
+    assert JoinGroupResponse().to_body() == {
+        "error_code": 0,
+        "error_message": None,
+        "generation_id": -1,
+        "protocol_type": None,
+        "protocol_name": None,
+        "leader": "",
+        "skip_assignment": False,
+        "member_id": "",
+        "members": [],
+    }
+    assert SyncGroupResponse().assignment == b""
+    partition = OffsetFetchResponsePartition()
+    assert (partition.committed_offset, partition.committed_leader_epoch) == (-1, -1)
+    assert partition.metadata == ""
+
+
+def test_to_body_keeps_bytes_and_nil_and_nests_maps() -> None:
+    response = DescribeGroupsResponse(
+        groups=[
+            DescribeGroupsResponseGroup(
+                group_id="g",
+                group_state="Stable",
+                protocol_type="consumer",
+                protocol_data="range",
+                members=[
+                    DescribeGroupsResponseMember(
+                        member_id="m",
+                        client_id="c",
+                        client_host="/127.0.0.1",
+                        member_metadata=b"\x00\x01",
+                        member_assignment=b"",
+                    )
+                ],
+            )
+        ]
+    )
+    assert response.to_body() == {
+        "groups": [
+            {
+                "error_code": 0,
+                "group_id": "g",
+                "group_state": "Stable",
+                "protocol_type": "consumer",
+                "protocol_data": "range",
+                "members": [
+                    {
+                        "member_id": "m",
+                        "group_instance_id": None,
+                        "client_id": "c",
+                        "client_host": "/127.0.0.1",
+                        "member_metadata": b"\x00\x01",
+                        "member_assignment": b"",
+                    }
+                ],
+            }
+        ]
+    }
+
+
+def test_error_code_enum_goes_out_as_a_plain_int() -> None:
+    body = HeartbeatResponse(error_code=ErrorCode.REBALANCE_IN_PROGRESS).to_body()
+    assert body == {"error_code": 27, "error_message": None}
+    assert type(body["error_code"]) is int
+
+
+def test_response_golden_bytes() -> None:
+    response = JoinGroupResponse(
+        generation_id=1,
+        protocol_type="consumer",
+        protocol_name="range",
+        leader="m",
+        member_id="m",
+        members=[JoinGroupResponseMember(member_id="m", metadata=b"\x01")],
+    )
+    assert encode_response(9, response.to_body()) == (
+        b"\x92"  # fixarray of 2
+        b"\x09"  # correlation_id 9
+        b"\x89"  # body: fixmap of 9
+        b"\xaaerror_code\x00"  # "error_code": 0
+        b"\xaderror_message\xc0"  # "error_message": nil
+        b"\xadgeneration_id\x01"  # "generation_id": 1
+        b"\xadprotocol_type\xa8consumer"  # "protocol_type": "consumer"
+        b"\xadprotocol_name\xa5range"  # "protocol_name": "range"
+        b"\xa6leader\xa1m"  # "leader": "m"
+        b"\xafskip_assignment\xc2"  # "skip_assignment": false
+        b"\xa9member_id\xa1m"  # "member_id": "m"
+        b"\xa7members\x91"  # "members": fixarray of 1
+        b"\x83"  # fixmap of 3
+        b"\xa9member_id\xa1m"  # "member_id": "m"
+        b"\xb1group_instance_id\xc0"  # "group_instance_id": nil
+        b"\xa8metadata\xc4\x01\x01"  # "metadata": bin 8 of length 1
+    )
+
+
+def test_parse_response() -> None:
+    body = {"error_code": 0, "generation_id": 2, "members": [{"member_id": "m", "metadata": b""}]}
+    response = parse_response(ApiKey.JOIN_GROUP, 0, body)
+    assert response == JoinGroupResponse(
+        generation_id=2, members=[JoinGroupResponseMember(member_id="m")]
+    )
+
+
+def test_parse_response_keeps_a_top_level_error_its_schema_has() -> None:
+    response = parse_response(ApiKey.HEARTBEAT, 0, error_body(ErrorCode.NOT_COORDINATOR, "moved"))
+    assert response == HeartbeatResponse(error_code=16, error_message="moved")
+
+
+def test_parse_response_raises_a_top_level_error_its_schema_lacks() -> None:
+    # OffsetCommit has per-partition error codes only; an INVALID_REQUEST answer would
+    # otherwise parse as an empty, successful response.
+    with pytest.raises(InvalidRequestError) as raised:
+        parse_response(
+            ApiKey.OFFSET_COMMIT, 0, error_body(ErrorCode.INVALID_REQUEST, "topics: bad")
+        )
+    assert raised.value.message == "topics: bad"
+    with pytest.raises(NotCoordinatorError):
+        parse_response(ApiKey.OFFSET_FETCH, 0, {"error_code": 16})
+    assert parse_response(ApiKey.OFFSET_COMMIT, 0, {"error_code": 0}) == OffsetCommitResponse()
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ([1], "body: expected a map, got list"),
+        ({"error_code": "0"}, "error_code: Input should be a valid integer"),
+        ({"members": [{"metadata": "x"}]}, "members.0.metadata: Input should be a valid bytes"),
+    ],
+)
+def test_parse_response_rejects(body: object, message: str) -> None:
+    with pytest.raises(InvalidResponseError) as raised:
+        parse_response(ApiKey.JOIN_GROUP, 0, body)
+    assert str(raised.value) == message
+
+
+def test_error_body() -> None:
+    body = error_body(ErrorCode.UNSUPPORTED_VERSION, "no such version")
+    assert body == {"error_code": 35, "error_message": "no such version"}
+    assert type(body["error_code"]) is int
+    assert error_body(ErrorCode.INVALID_REQUEST, None) == {
+        "error_code": 42,
+        "error_message": None,
+    }
+
+
+# Round trips through the wire for every message class, with values drawn from each
+# field's own type and range.
+
+
+def _int_bounds(metadata: list[Any]) -> tuple[int, int]:
+    low, high = -(2**63), 2**63 - 1
+    for constraint in metadata:
+        if isinstance(constraint, FieldInfo):
+            low, high = _int_bounds(constraint.metadata)
+        elif isinstance(constraint, annotated_types.Ge):
+            low = int(constraint.ge)  # type: ignore[call-overload]
+        elif isinstance(constraint, annotated_types.Le):
+            high = int(constraint.le)  # type: ignore[call-overload]
+    return low, high
+
+
+def _strategy(annotation: Any, metadata: list[Any]) -> st.SearchStrategy[Any]:
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        base, *extra = get_args(annotation)
+        return _strategy(base, [*metadata, *extra])
+    if origin in (Union, types.UnionType):
+        return st.one_of([_strategy(arg, metadata) for arg in get_args(annotation)])
+    if origin is list:
+        (item,) = get_args(annotation)
+        return st.lists(_strategy(item, []), max_size=3)
+    if annotation is type(None):
+        return st.none()
+    if annotation is bool:
+        return st.booleans()
+    if annotation is int:
+        low, high = _int_bounds(metadata)
+        return st.integers(min_value=low, max_value=high)
+    if annotation is str:
+        return st.text(max_size=12)
+    if annotation is bytes:
+        return st.binary(max_size=12)
+    if isinstance(annotation, type) and issubclass(annotation, Message):
+        return _message_strategy(annotation)
+    raise AssertionError(f"no strategy for {annotation!r}")
+
+
+def _message_strategy(cls: type[Message]) -> st.SearchStrategy[Message]:
+    fields = {
+        name: _strategy(info.annotation, list(info.metadata))
+        for name, info in cls.model_fields.items()
+    }
+    return st.builds(cls, **fields)
+
+
+REQUEST_CLASSES = [cls for cls in MESSAGE_CLASSES if cls in REQUEST_TYPES.values()]
+TOP_RESPONSE_CLASSES = [cls for cls in MESSAGE_CLASSES if cls in RESPONSE_TYPES.values()]
+
+
+@pytest.mark.parametrize("cls", REQUEST_CLASSES, ids=lambda cls: cls.__name__)
+@settings(max_examples=40)
+@given(data=st.data())
+def test_request_wire_round_trip(cls: type[Message], data: st.DataObject) -> None:
+    request = data.draw(_message_strategy(cls))
+    header = _header(cls.API_KEY)  # type: ignore[attr-defined]
+    decoded_header, body = decode_request(encode_request(header, request.to_body()))
+    assert decoded_header == header
+    assert parse_request(decoded_header, body) == request
+
+
+@pytest.mark.parametrize("cls", TOP_RESPONSE_CLASSES, ids=lambda cls: cls.__name__)
+@settings(max_examples=40)
+@given(data=st.data())
+def test_response_wire_round_trip(cls: type[Message], data: st.DataObject) -> None:
+    response = data.draw(_message_strategy(cls))
+    correlation_id, body = decode_response(encode_response(7, response.to_body()))
+    assert correlation_id == 7
+    assert parse_response(cls.API_KEY, 0, body) == response  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("cls", MESSAGE_CLASSES, ids=lambda cls: cls.__name__)
+@settings(max_examples=25)
+@given(data=st.data())
+def test_to_body_validates_back_to_the_same_model(cls: type[Message], data: st.DataObject) -> None:
+    message = data.draw(_message_strategy(cls))
+    body = message.to_body()
+    assert list(body) == CONTRACT_FIELDS[cls.__name__]
+    assert cls.model_validate(body) == message
