@@ -1,0 +1,1317 @@
+"""The coordinator runtime: one replicated state machine ("shard") per log partition.
+
+This is Kafka's `CoordinatorRuntime` on asyncio. Each partition the runtime hosts has a
+context holding its lifecycle state and epoch, its shard and snapshot registry, its timers,
+a serial event queue and its write batches.
+
+Write operations. `schedule_write` queues an operation on the partition's queue; one task
+per partition drains the queue, so two operations of a partition never interleave while
+partitions run independently. An operation is a pure function of the shard: it returns a
+`CoordinatorResult(records, response)` and changes nothing itself. The runtime replays the
+records into the shard at once (so the next operation sees them; this is the only place
+state changes), adds them to the partition's open batch, and parks the caller's future at
+the offset just after its last record. When the log's high watermark reaches that offset the
+future completes with the response. A write that returns no records is a read of the latest
+state: it completes at once when nothing is pending, else once every pending write is
+committed, so a caller never sees state that could still be rolled back.
+
+Batches. Records of consecutive operations share one open batch. The open batch is flushed
+(handed to the writer) by the linger policy: adaptively (the default) by a flush event queued
+at the end of the queue when the batch opens, so it goes out once the operations already
+queued have run; after a fixed linger; or after each write. A batch that fills up is sealed
+at once. Only one append per partition is in flight: while it is, the open batch keeps
+taking records even when a flush was asked for (group commit), and sealed batches wait
+behind it in order. When the append completes, the next sealed batch, or else the open batch
+if its flush is due, goes out.
+
+Offsets. `last_written_offset` is the end of every batch sealed (in flight or waiting); the
+open batch's records lie above it. `last_committed_offset` follows the high watermark down to
+the last batch boundary below it, since the snapshot registry's epoch is the base offset of
+the batch being filled: state can be read, and reverted, as of batch boundaries only.
+`revert_to(base)` undoes exactly one batch and everything after it, and reads see the state
+as of `last_committed_offset`. Parked writes with the default timeout share one clock
+callback per partition; a write with its own timeout has its own.
+
+Failures. A failed append reverts the shard to the failed batch's base offset and fails
+every operation parked above it (that batch, the sealed and open batches written on top of
+it, and the no-record writes waiting on them) with the append's exception; batches appended
+before it stay parked, since their records are in the log. With a writer whose append
+returns only once committed, that base is the last committed offset. A replay that raises
+fails the open batch the same way. An append that returns another end offset than the one
+the shard was written for, or a high watermark past `last_written_offset`, means the log and
+the state diverged (someone else wrote, or a failed append landed after all): the partition
+goes FAILED, every parked operation fails with NOT_COORDINATOR, and the partition reloads
+from the log.
+
+Lifecycle (Kafka's `CoordinatorState`). Loads and unloads carry the partition leader epoch
+and are ignored when stale. A load builds a fresh shard, replays the committed log into it
+and goes ACTIVE; requests meanwhile get COORDINATOR_LOAD_IN_PROGRESS, and any other
+non-ACTIVE state gets NOT_COORDINATOR. An unload cancels the partition's timers and fails
+every parked or queued operation with NOT_COORDINATOR.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Generic, TypeVar, cast
+
+from coordinator_server.records import CoordinatorRecord, decode_record, encode_record
+from coordinator_server.runtime.api import (
+    CoordinatorResult,
+    CoordinatorShard,
+    ShardBuilder,
+    ShardContext,
+    TimeoutOperation,
+)
+from coordinator_server.runtime.clock import Cancellable, RuntimeClock
+from coordinator_server.storage.api import (
+    AppendError,
+    CoordinatorLoader,
+    PartitionWriter,
+    RawRecord,
+)
+from coordinator_server.timeline import SnapshotRegistry
+from protocol.errors import (
+    ApiError,
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
+    MessageTooLargeError,
+    NotCoordinatorError,
+    RequestTimedOutError,
+    UnknownServerError,
+)
+
+S = TypeVar("S", bound=CoordinatorShard)
+T = TypeVar("T")
+
+BATCH_OVERHEAD_BYTES = 61
+"""Bytes a batch takes besides its records (Kafka's record batch v2 header)."""
+
+RECORD_OVERHEAD_BYTES = 21
+"""Most bytes a record takes besides its key and value (Kafka's DefaultRecord varints)."""
+
+# The drain task yields to the loop after this many events, so that one busy partition
+# cannot hold up the others, the connections and the append completions for long.
+_EVENTS_PER_SLICE = 256
+
+
+class CoordinatorState(Enum):
+    """A partition context's lifecycle state (Kafka's `CoordinatorState`)."""
+
+    INITIAL = "INITIAL"
+    LOADING = "LOADING"
+    ACTIVE = "ACTIVE"
+    FAILED = "FAILED"
+    CLOSED = "CLOSED"
+
+    def can_transition_from(self, previous: CoordinatorState) -> bool:
+        return previous in _ALLOWED_PREVIOUS[self]
+
+
+_ALLOWED_PREVIOUS: dict[CoordinatorState, frozenset[CoordinatorState]] = {
+    CoordinatorState.INITIAL: frozenset(),
+    CoordinatorState.LOADING: frozenset({CoordinatorState.INITIAL, CoordinatorState.FAILED}),
+    CoordinatorState.ACTIVE: frozenset({CoordinatorState.LOADING, CoordinatorState.ACTIVE}),
+    CoordinatorState.FAILED: frozenset({CoordinatorState.LOADING, CoordinatorState.ACTIVE}),
+    CoordinatorState.CLOSED: frozenset(CoordinatorState),
+}
+
+
+class IllegalStateError(RuntimeError):
+    """A lifecycle transition that Kafka's state machine does not allow."""
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeConfig:
+    """The runtime's limits and timings.
+
+    Attributes:
+        write_timeout_ms: how long a parked write waits for the high watermark before it
+            fails with REQUEST_TIMED_OUT (Kafka's `offsets.commit.timeout.ms`).
+        append_linger_ms: -1 flushes adaptively (once the writes already queued have run),
+            0 after each write, and a positive value that many milliseconds after the batch
+            opened (Kafka's `group.coordinator.append.linger.ms`).
+        max_batch_bytes: the most bytes one appended batch may hold, header included.
+        max_queued_events: the most events queued per partition; past it writes fail with
+            COORDINATOR_NOT_AVAILABLE.
+        timer_retry_backoff_ms: the default delay before a failed retrying timer runs again.
+    """
+
+    write_timeout_ms: int = 5000
+    append_linger_ms: int = -1
+    max_batch_bytes: int = 1048576
+    max_queued_events: int = 10000
+    timer_retry_backoff_ms: int = 500
+
+    def __post_init__(self) -> None:
+        if self.write_timeout_ms <= 0:
+            raise ValueError(f"write_timeout_ms must be positive, got {self.write_timeout_ms}")
+        if self.append_linger_ms < -1:
+            raise ValueError(f"append_linger_ms must be -1 or more, got {self.append_linger_ms}")
+        if self.max_batch_bytes <= BATCH_OVERHEAD_BYTES + RECORD_OVERHEAD_BYTES:
+            raise ValueError(f"max_batch_bytes is too small: {self.max_batch_bytes}")
+        if self.max_queued_events < 1:
+            raise ValueError(f"max_queued_events must be positive, got {self.max_queued_events}")
+        if self.timer_retry_backoff_ms < 0:
+            raise ValueError(
+                f"timer_retry_backoff_ms must be 0 or more, got {self.timer_retry_backoff_ms}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionStats:
+    """A partition's counters at one moment, for metrics and tests."""
+
+    partition: int
+    state: CoordinatorState
+    epoch: int
+    last_written_offset: int
+    last_committed_offset: int
+    queued_events: int
+    parked_operations: int
+    """Writes waiting for the high watermark (ones that timed out meanwhile included)."""
+    open_batch_records: int
+    open_batch_bytes: int
+    pending_batches: int
+    """Sealed batches, the one in flight included."""
+    batches_appended: int
+    records_appended: int
+    bytes_appended: int
+    last_batch_records: int
+    last_batch_bytes: int
+    append_failures: int
+    timers: int
+
+
+class _Batch:
+    """Records on their way to one append, and where they start in the log."""
+
+    __slots__ = (
+        "base_offset",
+        "epoch",
+        "flush_due",
+        "linger_handle",
+        "next_offset",
+        "records",
+        "size_bytes",
+    )
+
+    def __init__(self, base_offset: int, epoch: int) -> None:
+        self.base_offset = base_offset
+        self.next_offset = base_offset
+        self.epoch = epoch
+        self.records: list[RawRecord] = []
+        self.size_bytes = BATCH_OVERHEAD_BYTES
+        # A flush was asked for while an append was in flight: go out when it completes.
+        self.flush_due = False
+        self.linger_handle: Cancellable | None = None
+
+
+class _WriteEvent:
+    """A queued write operation, and later the parked caller waiting for its commit."""
+
+    __slots__ = (
+        "deadline_ms",
+        "future",
+        "name",
+        "offset",
+        "op",
+        "response",
+        "timeout_handle",
+        "timeout_ms",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        op: Callable[[Any], CoordinatorResult[Any]],
+        future: asyncio.Future[Any],
+        timeout_ms: int,
+    ) -> None:
+        self.name = name
+        self.op = op
+        self.future = future
+        self.timeout_ms = timeout_ms
+        self.response: Any = None
+        self.offset = 0
+        self.deadline_ms = 0
+        # Set only for a timeout other than the default (see CoordinatorRuntime._park).
+        self.timeout_handle: Cancellable | None = None
+
+    def run(self, runtime: CoordinatorRuntime[Any], context: _PartitionContext) -> None:
+        runtime._run_write(context, self)
+
+    def complete(self) -> None:
+        handle = self.timeout_handle
+        if handle is not None:
+            self.timeout_handle = None
+            handle.cancel()
+        if not self.future.done():
+            self.future.set_result(self.response)
+
+    def fail(self, error: BaseException) -> None:
+        handle = self.timeout_handle
+        if handle is not None:
+            self.timeout_handle = None
+            handle.cancel()
+        if not self.future.done():
+            self.future.set_exception(error)
+
+    def expire(self) -> None:
+        # The records stay where they are: the append may still land or fail later, and
+        # only the caller stops waiting.
+        self.timeout_handle = None
+        if not self.future.done():
+            self.future.set_exception(
+                RequestTimedOutError(f"{self.name} timed out after {self.timeout_ms}ms")
+            )
+
+
+class _FlushEvent:
+    """Flushes the batch that was open when it was queued (adaptive linger)."""
+
+    __slots__ = ("batch_epoch",)
+
+    def __init__(self, batch_epoch: int) -> None:
+        self.batch_epoch = batch_epoch
+
+    def run(self, runtime: CoordinatorRuntime[Any], context: _PartitionContext) -> None:
+        batch = context.open_batch
+        # The batch may be gone already (sealed when full, or failed); a newer batch has
+        # its own flush event further back in the queue.
+        if batch is not None and batch.epoch == self.batch_epoch:
+            runtime._flush(context)
+
+    def fail(self, error: BaseException) -> None:
+        """Nothing waits on a flush."""
+
+
+class _BarrierEvent:
+    """Completes its future once every event queued before it has run."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: asyncio.Future[None]) -> None:
+        self.future = future
+
+    def run(self, runtime: CoordinatorRuntime[Any], context: _PartitionContext) -> None:
+        if not self.future.done():
+            self.future.set_result(None)
+
+    def fail(self, error: BaseException) -> None:
+        # A partition that goes away has nothing left to wait for.
+        if not self.future.done():
+            self.future.set_result(None)
+
+
+_Event = _WriteEvent | _FlushEvent | _BarrierEvent
+
+_SKIPPED: CoordinatorResult[Any] = CoordinatorResult()
+
+
+class _TimerTask:
+    __slots__ = ("handle", "key", "operation", "retry", "retry_backoff_ms")
+
+    def __init__(
+        self, key: str, operation: TimeoutOperation, retry: bool, retry_backoff_ms: int
+    ) -> None:
+        self.key = key
+        self.operation = operation
+        self.retry = retry
+        self.retry_backoff_ms = retry_backoff_ms
+        self.handle: Cancellable | None = None
+
+
+class _PartitionTimer:
+    """A partition's `CoordinatorTimer`: keyed timers that fire as write operations.
+
+    A timer stays scheduled until its operation runs on the partition's queue; if the key
+    was rescheduled or cancelled while the operation was queued, the stale one does nothing.
+    """
+
+    __slots__ = ("_clock", "_closed", "_default_backoff_ms", "_partition", "_runtime", "_tasks")
+
+    def __init__(
+        self,
+        runtime: CoordinatorRuntime[Any],
+        partition: int,
+        clock: RuntimeClock,
+        default_backoff_ms: int,
+    ) -> None:
+        self._runtime = runtime
+        self._partition = partition
+        self._clock = clock
+        self._default_backoff_ms = default_backoff_ms
+        self._tasks: dict[str, _TimerTask] = {}
+        self._closed = False
+
+    def schedule(
+        self,
+        key: str,
+        delay_ms: int,
+        operation: TimeoutOperation,
+        *,
+        retry: bool = False,
+        retry_backoff_ms: int | None = None,
+    ) -> None:
+        if self._closed:
+            return
+        backoff_ms = self._default_backoff_ms if retry_backoff_ms is None else retry_backoff_ms
+        task = _TimerTask(key, operation, retry, backoff_ms)
+        previous = self._tasks.get(key)
+        if previous is not None and previous.handle is not None:
+            previous.handle.cancel()
+        self._tasks[key] = task
+        task.handle = self._clock.call_later(delay_ms, lambda: self._expire(task))
+
+    def schedule_if_absent(
+        self,
+        key: str,
+        delay_ms: int,
+        operation: TimeoutOperation,
+        *,
+        retry: bool = False,
+        retry_backoff_ms: int | None = None,
+    ) -> None:
+        if key not in self._tasks:
+            self.schedule(key, delay_ms, operation, retry=retry, retry_backoff_ms=retry_backoff_ms)
+
+    def cancel(self, key: str) -> None:
+        task = self._tasks.pop(key, None)
+        if task is not None and task.handle is not None:
+            task.handle.cancel()
+
+    def is_scheduled(self, key: str) -> bool:
+        return key in self._tasks
+
+    def size(self) -> int:
+        return len(self._tasks)
+
+    def cancel_all(self) -> None:
+        """Cancel every timer and take no new ones (the partition is going away)."""
+        self._closed = True
+        for task in self._tasks.values():
+            if task.handle is not None:
+                task.handle.cancel()
+        self._tasks.clear()
+
+    def _expire(self, task: _TimerTask) -> None:
+        if self._tasks.get(task.key) is not task:
+            return
+        future = self._runtime.schedule_write(
+            f"timer:{task.key}", self._partition, lambda _shard: self._run(task)
+        )
+        future.add_done_callback(lambda done: self._on_done(task, done))
+
+    def _run(self, task: _TimerTask) -> CoordinatorResult[Any]:
+        if self._tasks.get(task.key) is not task:
+            # Rescheduled or cancelled while the operation waited in the queue.
+            return _SKIPPED
+        del self._tasks[task.key]
+        return task.operation()
+
+    def _on_done(self, task: _TimerTask, future: asyncio.Future[Any]) -> None:
+        if future.cancelled():
+            return
+        error = future.exception()
+        if error is None:
+            return
+        if self._tasks.get(task.key) is task:
+            # The operation never ran (the write was refused before it was queued).
+            del self._tasks[task.key]
+        log = self._runtime._log
+        if self._closed or isinstance(error, NotCoordinatorError | CoordinatorLoadInProgressError):
+            log.debug(
+                "partition=%d timer %s dropped: the partition is not active (%s)",
+                self._partition,
+                task.key,
+                error,
+            )
+            return
+        if not task.retry:
+            log.error("partition=%d timer %s failed: %s", self._partition, task.key, error)
+            return
+        if task.key in self._tasks:
+            # Rescheduled meanwhile: the newer timer wins over the retry.
+            return
+        log.info(
+            "partition=%d timer %s failed (%s); retrying in %dms",
+            self._partition,
+            task.key,
+            error,
+            task.retry_backoff_ms,
+        )
+        self.schedule(
+            task.key,
+            task.retry_backoff_ms,
+            task.operation,
+            retry=True,
+            retry_backoff_ms=task.retry_backoff_ms,
+        )
+
+
+class _PartitionContext:
+    """Everything the runtime holds for one partition."""
+
+    __slots__ = (
+        "append_failures",
+        "append_task",
+        "batch_ends",
+        "batch_epoch",
+        "batches_appended",
+        "bytes_appended",
+        "closed",
+        "deferred",
+        "drain_task",
+        "epoch",
+        "expiries",
+        "expiry_handle",
+        "generation",
+        "inflight",
+        "last_batch_bytes",
+        "last_batch_records",
+        "last_committed_offset",
+        "last_written_offset",
+        "load_task",
+        "open_batch",
+        "partition",
+        "queue",
+        "records_appended",
+        "registry",
+        "sealed",
+        "shard",
+        "state",
+        "state_waiters",
+        "timer",
+        "wakeup",
+    )
+
+    def __init__(self, partition: int) -> None:
+        self.partition = partition
+        self.state = CoordinatorState.INITIAL
+        self.epoch = -1
+        # Bumped whenever the shard is thrown away, so that loads and appends started for
+        # an older shard find out and drop their results.
+        self.generation = 0
+        self.shard: CoordinatorShard | None = None
+        self.registry: SnapshotRegistry | None = None
+        self.timer: _PartitionTimer | None = None
+        self.queue: deque[_Event] = deque()
+        self.wakeup: asyncio.Future[None] | None = None
+        self.drain_task: asyncio.Task[None] | None = None
+        self.closed = False
+        self.load_task: asyncio.Task[None] | None = None
+        self.last_written_offset = 0
+        self.last_committed_offset = 0
+        self.open_batch: _Batch | None = None
+        self.sealed: deque[_Batch] = deque()
+        self.inflight: _Batch | None = None
+        self.append_task: asyncio.Task[None] | None = None
+        self.batch_epoch = 0
+        # End offsets of the sealed batches not committed yet, oldest first.
+        self.batch_ends: deque[int] = deque()
+        # Parked writes in offset order: offsets never decrease along the deque, because
+        # operations run one at a time and a revert drops everything above its offset.
+        self.deferred: deque[_WriteEvent] = deque()
+        # Parked writes with the default timeout, oldest deadline first.
+        self.expiries: deque[_WriteEvent] = deque()
+        self.expiry_handle: Cancellable | None = None
+        self.state_waiters: list[asyncio.Future[None]] = []
+        self.batches_appended = 0
+        self.records_appended = 0
+        self.bytes_appended = 0
+        self.last_batch_records = 0
+        self.last_batch_bytes = 0
+        self.append_failures = 0
+
+
+class CoordinatorRuntime(Generic[S]):
+    """Hosts a shard per partition and runs reads, writes, timers, loads and unloads."""
+
+    def __init__(
+        self,
+        *,
+        shard_builder: ShardBuilder,
+        writer: PartitionWriter,
+        loader: CoordinatorLoader,
+        clock: RuntimeClock,
+        config: RuntimeConfig = RuntimeConfig(),
+        logger: logging.Logger | None = None,
+    ) -> None:
+        self._shard_builder = shard_builder
+        self._writer = writer
+        self._loader = loader
+        self._clock = clock
+        self._config = config
+        self._log = logger or logging.getLogger(__name__)
+        self._contexts: dict[int, _PartitionContext] = {}
+        self._closing = False
+        self._closed = False
+        writer.register_listener(self._on_high_watermark)
+
+    @property
+    def config(self) -> RuntimeConfig:
+        return self._config
+
+    @property
+    def clock(self) -> RuntimeClock:
+        return self._clock
+
+    # Lifecycle.
+
+    def schedule_load(self, partition: int, epoch: int) -> None:
+        """Become the coordinator of `partition` as of leader epoch `epoch`.
+
+        A load with an epoch not above the partition's current one is ignored. A partition
+        that is INITIAL or FAILED starts loading; one LOADING or ACTIVE only takes the epoch.
+
+        Raises:
+            NotCoordinatorError: the runtime is closed.
+        """
+        if self._closed:
+            raise NotCoordinatorError("the coordinator runtime is closed")
+        context = self._contexts.get(partition)
+        if context is None:
+            context = _PartitionContext(partition)
+            self._contexts[partition] = context
+            context.drain_task = asyncio.get_running_loop().create_task(
+                self._drain(context), name=f"coordinator-partition-{partition}"
+            )
+        if epoch <= context.epoch:
+            self._log.info(
+                "partition=%d load with epoch %d ignored: the current epoch is %d",
+                partition,
+                epoch,
+                context.epoch,
+            )
+            return
+        context.epoch = epoch
+        if context.state in (CoordinatorState.INITIAL, CoordinatorState.FAILED):
+            self._log.debug("partition=%d loading with epoch %d", partition, epoch)
+            self._start_load(context)
+        else:
+            self._log.info(
+                "partition=%d is %s already; epoch is now %d", partition, context.state.name, epoch
+            )
+
+    def schedule_unload(self, partition: int, epoch: int | None) -> None:
+        """Stop being the coordinator of `partition`.
+
+        `epoch` is the new leader epoch, or None when the partition was deleted. An unload
+        whose epoch is not above the current one is ignored, and so is one of a partition
+        never loaded.
+        """
+        context = self._contexts.get(partition)
+        if context is None:
+            self._log.info("partition=%d unload ignored: it was never loaded", partition)
+            return
+        if epoch is not None and epoch <= context.epoch:
+            self._log.info(
+                "partition=%d unload with epoch %d ignored: the current epoch is %d",
+                partition,
+                epoch,
+                context.epoch,
+            )
+            return
+        self._log.info("partition=%d unloading (epoch %s)", partition, epoch)
+        self._close_context(context)
+
+    def partition_state(self, partition: int) -> CoordinatorState | None:
+        context = self._contexts.get(partition)
+        return None if context is None else context.state
+
+    def partitions(self) -> dict[int, CoordinatorState]:
+        return {partition: context.state for partition, context in self._contexts.items()}
+
+    async def wait_loaded(self, partition: int) -> None:
+        """Wait until `partition` is ACTIVE.
+
+        Raises:
+            NotCoordinatorError: the partition is not hosted, or it failed or closed first.
+        """
+        while True:
+            context = self._contexts.get(partition)
+            if context is None:
+                raise NotCoordinatorError(f"partition {partition} is not hosted here")
+            state = context.state
+            if state is CoordinatorState.ACTIVE:
+                return
+            if state is CoordinatorState.FAILED or state is CoordinatorState.CLOSED:
+                raise NotCoordinatorError(f"partition {partition} is {state.name}")
+            waiter = asyncio.get_running_loop().create_future()
+            context.state_waiters.append(waiter)
+            await waiter
+
+    async def flush_and_close(self) -> None:
+        """Shut down gracefully.
+
+        New writes are refused with COORDINATOR_NOT_AVAILABLE, the queued ones run, the open
+        batches are flushed, and the parked ones get until they commit or time out (each
+        has its write timeout); then every partition is unloaded.
+        """
+        if self._closed:
+            return
+        self._closing = True
+        loop = asyncio.get_running_loop()
+        barriers: list[asyncio.Future[None]] = []
+        for context in self._contexts.values():
+            if context.state is CoordinatorState.ACTIVE:
+                barrier: asyncio.Future[None] = loop.create_future()
+                context.queue.append(_BarrierEvent(barrier))
+                self._wake(context)
+                barriers.append(barrier)
+        if barriers:
+            await asyncio.gather(*barriers)
+        parked: list[asyncio.Future[Any]] = []
+        for context in self._contexts.values():
+            if context.state is CoordinatorState.ACTIVE:
+                self._flush(context)
+                parked.extend(event.future for event in context.deferred)
+        pending = [future for future in parked if not future.done()]
+        if pending:
+            await asyncio.wait(pending)
+        tasks = [c.drain_task for c in self._contexts.values() if c.drain_task is not None]
+        self.close()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def close(self) -> None:
+        """Unload every partition now, failing whatever waits with NOT_COORDINATOR."""
+        if self._closed:
+            return
+        self._closing = True
+        self._closed = True
+        for context in list(self._contexts.values()):
+            self._close_context(context)
+
+    # Operations.
+
+    def schedule_write(
+        self,
+        name: str,
+        partition: int,
+        op: Callable[[S], CoordinatorResult[T]],
+        *,
+        timeout_ms: int | None = None,
+    ) -> asyncio.Future[T]:
+        """Queue a write operation on `partition`; its future gets the response once the
+        records it returned are committed.
+
+        The future fails with COORDINATOR_LOAD_IN_PROGRESS while the partition loads,
+        NOT_COORDINATOR when it is not hosted or not active, COORDINATOR_NOT_AVAILABLE when
+        its queue is full or the runtime is shutting down, REQUEST_TIMED_OUT after
+        `timeout_ms` (default: the config's write timeout) parked, MESSAGE_TOO_LARGE for
+        records that cannot fit a batch, the ApiError the operation raised (anything else
+        it raises becomes UNKNOWN_SERVER_ERROR), or the AppendError of a failed append.
+        """
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        context = self._contexts.get(partition)
+        if context is None or context.state is not CoordinatorState.ACTIVE:
+            future.set_exception(self._not_active_error(partition, context))
+            return future
+        if self._closing:
+            future.set_exception(CoordinatorNotAvailableError("the coordinator is shutting down"))
+            return future
+        queue = context.queue
+        if len(queue) >= self._config.max_queued_events:
+            future.set_exception(
+                CoordinatorNotAvailableError(
+                    f"partition {partition} has {len(queue)} events queued already"
+                )
+            )
+            return future
+        queue.append(
+            _WriteEvent(
+                name,
+                op,
+                future,
+                self._config.write_timeout_ms if timeout_ms is None else timeout_ms,
+            )
+        )
+        wakeup = context.wakeup
+        if wakeup is not None:
+            context.wakeup = None
+            if not wakeup.done():
+                wakeup.set_result(None)
+        return future
+
+    def schedule_read(
+        self, name: str, partition: int, op: Callable[[S, int], T]
+    ) -> asyncio.Future[T]:
+        """Run a read operation on `partition` now, against the committed state.
+
+        `op` gets the shard and the last committed offset, and must read the shard as of
+        that offset. The future fails as `schedule_write`'s does for the partition's state,
+        or with the ApiError `op` raised (anything else becomes UNKNOWN_SERVER_ERROR).
+        """
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        context = self._contexts.get(partition)
+        if context is None or context.state is not CoordinatorState.ACTIVE:
+            future.set_exception(self._not_active_error(partition, context))
+            return future
+        try:
+            future.set_result(op(cast(S, context.shard), context.last_committed_offset))
+        except ApiError as error:
+            future.set_exception(error)
+        except Exception as error:
+            self._log.exception("partition=%d read %s failed", partition, name)
+            future.set_exception(UnknownServerError(f"{name} failed: {error!r}"))
+        return future
+
+    # Counters.
+
+    def partition_stats(self, partition: int) -> PartitionStats | None:
+        context = self._contexts.get(partition)
+        if context is None:
+            return None
+        batch = context.open_batch
+        return PartitionStats(
+            partition=partition,
+            state=context.state,
+            epoch=context.epoch,
+            last_written_offset=context.last_written_offset,
+            last_committed_offset=context.last_committed_offset,
+            queued_events=len(context.queue),
+            parked_operations=len(context.deferred),
+            open_batch_records=0 if batch is None else len(batch.records),
+            open_batch_bytes=0 if batch is None else batch.size_bytes,
+            pending_batches=len(context.sealed) + (context.inflight is not None),
+            batches_appended=context.batches_appended,
+            records_appended=context.records_appended,
+            bytes_appended=context.bytes_appended,
+            last_batch_records=context.last_batch_records,
+            last_batch_bytes=context.last_batch_bytes,
+            append_failures=context.append_failures,
+            timers=0 if context.timer is None else context.timer.size(),
+        )
+
+    def last_written_offset(self, partition: int) -> int | None:
+        context = self._contexts.get(partition)
+        return None if context is None else context.last_written_offset
+
+    def last_committed_offset(self, partition: int) -> int | None:
+        context = self._contexts.get(partition)
+        return None if context is None else context.last_committed_offset
+
+    def queue_depth(self, partition: int) -> int:
+        context = self._contexts.get(partition)
+        return 0 if context is None else len(context.queue)
+
+    # The drain loop.
+
+    async def _drain(self, context: _PartitionContext) -> None:
+        queue = context.queue
+        loop = asyncio.get_running_loop()
+        log = self._log
+        while not context.closed:
+            if not queue:
+                wakeup = loop.create_future()
+                context.wakeup = wakeup
+                await wakeup
+                continue
+            for _ in range(_EVENTS_PER_SLICE):
+                if not queue or context.closed:
+                    break
+                event = queue.popleft()
+                try:
+                    event.run(self, context)
+                except Exception as error:
+                    log.exception("partition=%d event %r failed", context.partition, event)
+                    event.fail(UnknownServerError(f"internal error: {error!r}"))
+            else:
+                await asyncio.sleep(0)
+
+    def _wake(self, context: _PartitionContext) -> None:
+        wakeup = context.wakeup
+        if wakeup is not None:
+            context.wakeup = None
+            if not wakeup.done():
+                wakeup.set_result(None)
+
+    # Writes.
+
+    def _run_write(self, context: _PartitionContext, event: _WriteEvent) -> None:
+        future = event.future
+        if future.done():
+            # The caller gave up before the operation ran.
+            return
+        if context.state is not CoordinatorState.ACTIVE:
+            future.set_exception(self._not_active_error(context.partition, context))
+            return
+        try:
+            result = event.op(context.shard)
+            records = result.records
+            raw = [encode_record(record) for record in records] if records else None
+        except ApiError as error:
+            future.set_exception(error)
+            return
+        except Exception as error:
+            self._log.exception("partition=%d write %s failed", context.partition, event.name)
+            future.set_exception(UnknownServerError(f"{event.name} failed: {error!r}"))
+            return
+        event.response = result.response
+        if raw is None:
+            batch = context.open_batch
+            pending_end = context.last_written_offset if batch is None else batch.next_offset
+            if pending_end <= context.last_committed_offset:
+                future.set_result(result.response)
+            else:
+                self._park(context, event, pending_end)
+            return
+        self._append_records(context, event, records, raw, result.atomic)
+
+    def _append_records(
+        self,
+        context: _PartitionContext,
+        event: _WriteEvent,
+        records: Sequence[CoordinatorRecord],
+        raw: list[RawRecord],
+        atomic: bool,
+    ) -> None:
+        max_bytes = self._config.max_batch_bytes
+        sizes = [
+            len(key) + (0 if value is None else len(value)) + RECORD_OVERHEAD_BYTES
+            for key, value in raw
+        ]
+        if atomic:
+            needed = sum(sizes)
+            what = f"{len(sizes)} records of {needed} bytes"
+        else:
+            needed = max(sizes)
+            what = f"a record of {needed} bytes"
+        if needed + BATCH_OVERHEAD_BYTES > max_bytes:
+            event.future.set_exception(
+                MessageTooLargeError(f"{event.name}: {what} cannot fit a {max_bytes}-byte batch")
+            )
+            return
+        batch = context.open_batch
+        if atomic and batch is not None and batch.size_bytes + needed > max_bytes:
+            self._seal(context)
+            batch = None
+        if batch is None:
+            batch = self._open_batch(context)
+        shard = cast(CoordinatorShard, context.shard)
+        try:
+            for record, raw_record, size in zip(records, raw, sizes, strict=True):
+                if batch.size_bytes + size > max_bytes:
+                    # Only a non-atomic write gets here: its records go on in a new batch.
+                    self._seal(context)
+                    batch = self._open_batch(context)
+                offset = batch.next_offset
+                shard.replay(offset, record)
+                batch.records.append(raw_record)
+                batch.size_bytes += size
+                batch.next_offset = offset + 1
+        except Exception as error:
+            # A replay should never fail; when it does (a bug), nothing of the open batch
+            # can be trusted, so the whole batch goes, as in Kafka.
+            self._log.exception(
+                "partition=%d replay of %s failed; failing the open batch",
+                context.partition,
+                event.name,
+            )
+            failure = error if isinstance(error, ApiError) else UnknownServerError(repr(error))
+            event.future.set_exception(failure)
+            self._fail_open_batch(context, failure)
+            return
+        self._park(context, event, batch.next_offset)
+        if batch.size_bytes + RECORD_OVERHEAD_BYTES > max_bytes:
+            self._seal(context)
+        elif self._config.append_linger_ms == 0:
+            self._flush(context)
+
+    def _park(self, context: _PartitionContext, event: _WriteEvent, offset: int) -> None:
+        event.offset = offset
+        context.deferred.append(event)
+        timeout_ms = event.timeout_ms
+        if timeout_ms != self._config.write_timeout_ms:
+            event.timeout_handle = self._clock.call_later(timeout_ms, event.expire)
+            return
+        # Writes with the default timeout are parked in time order, so their deadlines come
+        # in order too: one clock callback per partition, armed for the oldest, serves them
+        # all (a callback per write would cost more than the rest of the write path).
+        event.deadline_ms = self._clock.now_ms() + timeout_ms
+        context.expiries.append(event)
+        if context.expiry_handle is None:
+            context.expiry_handle = self._clock.call_later(
+                timeout_ms, lambda: self._expire_parked(context)
+            )
+
+    def _expire_parked(self, context: _PartitionContext) -> None:
+        context.expiry_handle = None
+        now_ms = self._clock.now_ms()
+        expiries = context.expiries
+        while expiries:
+            event = expiries[0]
+            if not event.future.done():
+                if event.deadline_ms > now_ms:
+                    context.expiry_handle = self._clock.call_later(
+                        event.deadline_ms - now_ms, lambda: self._expire_parked(context)
+                    )
+                    return
+                event.expire()
+            expiries.popleft()
+
+    def _forget_expiries(self, context: _PartitionContext) -> None:
+        """Drop finished writes from both ends of the expiry queue; disarm it when empty."""
+        expiries = context.expiries
+        while expiries and expiries[0].future.done():
+            expiries.popleft()
+        while expiries and expiries[-1].future.done():
+            expiries.pop()
+        if not expiries and context.expiry_handle is not None:
+            context.expiry_handle.cancel()
+            context.expiry_handle = None
+
+    def _open_batch(self, context: _PartitionContext) -> _Batch:
+        context.batch_epoch += 1
+        batch = _Batch(context.last_written_offset, context.batch_epoch)
+        cast(SnapshotRegistry, context.registry).set_epoch(batch.base_offset)
+        linger_ms = self._config.append_linger_ms
+        if linger_ms < 0:
+            context.queue.append(_FlushEvent(batch.epoch))
+            self._wake(context)
+        elif linger_ms > 0:
+            batch.linger_handle = self._clock.call_later(
+                linger_ms, lambda: self._on_linger_expired(context, batch)
+            )
+        context.open_batch = batch
+        return batch
+
+    def _on_linger_expired(self, context: _PartitionContext, batch: _Batch) -> None:
+        if context.open_batch is batch:
+            batch.linger_handle = None
+            self._flush(context)
+
+    def _flush(self, context: _PartitionContext) -> None:
+        """Send the open batch to the writer, or, while an append is in flight, as soon
+        as it completes (the batch keeps taking records meanwhile)."""
+        batch = context.open_batch
+        if batch is None or not batch.records:
+            return
+        if context.inflight is None:
+            self._seal(context)
+        else:
+            batch.flush_due = True
+
+    def _seal(self, context: _PartitionContext) -> None:
+        """Close the open batch to new records and queue it for the writer."""
+        batch = context.open_batch
+        if batch is None:
+            return
+        context.open_batch = None
+        if batch.linger_handle is not None:
+            batch.linger_handle.cancel()
+            batch.linger_handle = None
+        if not batch.records:
+            return
+        context.last_written_offset = batch.next_offset
+        context.batch_ends.append(batch.next_offset)
+        if context.inflight is None:
+            self._start_append(context, batch)
+        else:
+            context.sealed.append(batch)
+
+    def _start_append(self, context: _PartitionContext, batch: _Batch) -> None:
+        context.inflight = batch
+        context.append_task = asyncio.get_running_loop().create_task(
+            self._append(context, batch, context.generation)
+        )
+
+    async def _append(self, context: _PartitionContext, batch: _Batch, generation: int) -> None:
+        try:
+            end_offset = await self._writer.append(context.partition, batch.records)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if generation != context.generation or (task is not None and task.cancelling()):
+                raise
+            # Cancelled inside the writer, not by the runtime: the append did not complete,
+            # and the partition must not wait for it forever.
+            self._on_append_failed(context, batch, AppendError(-1, "the append was cancelled"))
+            return
+        except Exception as error:
+            if generation == context.generation:
+                self._on_append_failed(context, batch, error)
+            return
+        if generation == context.generation:
+            self._on_append_succeeded(context, batch, end_offset)
+
+    def _on_append_succeeded(
+        self, context: _PartitionContext, batch: _Batch, end_offset: int
+    ) -> None:
+        context.inflight = None
+        context.append_task = None
+        if end_offset != batch.next_offset:
+            self._log.error(
+                "partition=%d the log and the state machine diverged: the append ended at %d "
+                "where %d was expected; reloading",
+                context.partition,
+                end_offset,
+                batch.next_offset,
+            )
+            self._fail_and_reload(context)
+            return
+        context.batches_appended += 1
+        context.records_appended += len(batch.records)
+        context.bytes_appended += batch.size_bytes
+        context.last_batch_records = len(batch.records)
+        context.last_batch_bytes = batch.size_bytes
+        self._append_next(context)
+
+    def _append_next(self, context: _PartitionContext) -> None:
+        if context.sealed:
+            self._start_append(context, context.sealed.popleft())
+            return
+        batch = context.open_batch
+        if batch is not None and batch.flush_due:
+            self._seal(context)
+
+    def _on_append_failed(
+        self, context: _PartitionContext, batch: _Batch, error: Exception
+    ) -> None:
+        context.inflight = None
+        context.append_task = None
+        context.append_failures += 1
+        base_offset = batch.base_offset
+        if base_offset < context.last_committed_offset:
+            # The high watermark covers records the log says it did not take.
+            self._log.error(
+                "partition=%d append at %d failed below the high watermark %d; reloading",
+                context.partition,
+                base_offset,
+                context.last_committed_offset,
+            )
+            self._fail_and_reload(context)
+            return
+        self._log.warning(
+            "partition=%d append of %d records at %d failed: %s; reverting to %d",
+            context.partition,
+            len(batch.records),
+            base_offset,
+            error,
+            base_offset,
+        )
+        self._drop_open_batch(context)
+        context.sealed.clear()
+        cast(SnapshotRegistry, context.registry).revert_to(base_offset)
+        context.last_written_offset = base_offset
+        batch_ends = context.batch_ends
+        while batch_ends and batch_ends[-1] > base_offset:
+            batch_ends.pop()
+        self._fail_parked_above(context, base_offset, error)
+
+    def _fail_open_batch(self, context: _PartitionContext, error: BaseException) -> None:
+        batch = context.open_batch
+        if batch is None:
+            return
+        self._drop_open_batch(context)
+        cast(SnapshotRegistry, context.registry).revert_to(batch.base_offset)
+        self._fail_parked_above(context, batch.base_offset, error)
+
+    def _drop_open_batch(self, context: _PartitionContext) -> None:
+        batch = context.open_batch
+        if batch is None:
+            return
+        context.open_batch = None
+        if batch.linger_handle is not None:
+            batch.linger_handle.cancel()
+            batch.linger_handle = None
+
+    def _fail_parked_above(
+        self, context: _PartitionContext, offset: int, error: BaseException
+    ) -> None:
+        deferred = context.deferred
+        failed: list[_WriteEvent] = []
+        while deferred and deferred[-1].offset > offset:
+            failed.append(deferred.pop())
+        for event in reversed(failed):
+            event.fail(error)
+        if context.expiries:
+            self._forget_expiries(context)
+
+    def _on_high_watermark(self, partition: int, high_watermark: int) -> None:
+        context = self._contexts.get(partition)
+        if context is None or context.state is not CoordinatorState.ACTIVE:
+            return
+        if high_watermark > context.last_written_offset:
+            # Only records this runtime wrote can commit; more means someone else wrote to
+            # the partition, or an append reported as failed landed after all.
+            self._log.error(
+                "partition=%d the high watermark %d passed the last written offset %d; reloading",
+                partition,
+                high_watermark,
+                context.last_written_offset,
+            )
+            self._fail_and_reload(context)
+            return
+        # The state can be read as of batch boundaries only (the registry's epochs), so a
+        # high watermark inside a batch commits up to the batch before it.
+        batch_ends = context.batch_ends
+        offset = context.last_committed_offset
+        while batch_ends and batch_ends[0] <= high_watermark:
+            offset = batch_ends.popleft()
+        if offset <= context.last_committed_offset:
+            return
+        context.last_committed_offset = offset
+        cast(SnapshotRegistry, context.registry).commit(offset)
+        deferred = context.deferred
+        while deferred and deferred[0].offset <= offset:
+            deferred.popleft().complete()
+        if context.expiries:
+            self._forget_expiries(context)
+
+    # Loading and unloading.
+
+    def _start_load(self, context: _PartitionContext) -> None:
+        self._transition(context, CoordinatorState.LOADING)
+        context.generation += 1
+        registry = SnapshotRegistry()
+        timer = _PartitionTimer(
+            self, context.partition, self._clock, self._config.timer_retry_backoff_ms
+        )
+        context.registry = registry
+        context.timer = timer
+        context.last_written_offset = context.last_committed_offset = 0
+        try:
+            context.shard = self._shard_builder(
+                ShardContext(context.partition, self._clock, timer, registry)
+            )
+        except Exception:
+            self._log.exception("partition=%d building the shard failed", context.partition)
+            self._fail(context, NotCoordinatorError(f"partition {context.partition} failed"))
+            return
+        context.load_task = asyncio.get_running_loop().create_task(
+            self._load(context, context.generation)
+        )
+
+    async def _load(self, context: _PartitionContext, generation: int) -> None:
+        partition = context.partition
+        shard = cast(CoordinatorShard, context.shard)
+        registry = cast(SnapshotRegistry, context.registry)
+        # Loaded records are committed already, so they need no history to revert to.
+        registry.set_tracking(False)
+
+        def replay(offset: int, key: bytes, value: bytes | None) -> None:
+            shard.replay(offset, decode_record(key, value))
+
+        try:
+            summary = await self._loader.load(partition, replay)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            if generation == context.generation:
+                self._log.exception("partition=%d load failed", partition)
+                context.load_task = None
+                self._fail(context, NotCoordinatorError(f"partition {partition} failed to load"))
+            return
+        if generation != context.generation:
+            return
+        context.load_task = None
+        registry.set_tracking(True)
+        registry.reset(summary.end_offset)
+        context.last_written_offset = context.last_committed_offset = summary.end_offset
+        try:
+            self._transition(context, CoordinatorState.ACTIVE)
+            shard.on_loaded()
+        except Exception:
+            self._log.exception("partition=%d on_loaded failed", partition)
+            self._fail(context, NotCoordinatorError(f"partition {partition} failed to load"))
+            return
+        self._log.debug(
+            "partition=%d loaded %d records (%d bytes) up to offset %d with epoch %d",
+            partition,
+            summary.records,
+            summary.bytes,
+            summary.end_offset,
+            context.epoch,
+        )
+
+    def _fail(self, context: _PartitionContext, error: BaseException) -> None:
+        self._transition(context, CoordinatorState.FAILED)
+        self._unload_shard(context, error)
+
+    def _fail_and_reload(self, context: _PartitionContext) -> None:
+        self._fail(
+            context,
+            NotCoordinatorError(f"partition {context.partition} is reloading after a divergence"),
+        )
+        self._start_load(context)
+
+    def _close_context(self, context: _PartitionContext) -> None:
+        self._transition(context, CoordinatorState.CLOSED)
+        error = NotCoordinatorError(f"partition {context.partition} was unloaded")
+        try:
+            self._unload_shard(context, error)
+        finally:
+            # Always forget the context, or the partition could never load again.
+            if self._contexts.get(context.partition) is context:
+                del self._contexts[context.partition]
+            context.closed = True
+            queue = context.queue
+            while queue:
+                queue.popleft().fail(error)
+            self._wake(context)
+
+    def _unload_shard(self, context: _PartitionContext, error: BaseException) -> None:
+        """Throw the shard away: timers, batches and parked writes go with it."""
+        context.generation += 1
+        if context.load_task is not None:
+            context.load_task.cancel()
+            context.load_task = None
+        if context.timer is not None:
+            context.timer.cancel_all()
+        if context.append_task is not None:
+            # Its outcome no longer matters: the records belong to a shard thrown away.
+            context.append_task.cancel()
+            context.append_task = None
+        self._drop_open_batch(context)
+        context.sealed.clear()
+        context.batch_ends.clear()
+        context.inflight = None
+        deferred = context.deferred
+        while deferred:
+            deferred.popleft().fail(error)
+        self._forget_expiries(context)
+        shard = context.shard
+        context.shard = None
+        if shard is not None:
+            try:
+                shard.on_unloaded()
+            except Exception:
+                self._log.exception("partition=%d on_unloaded failed", context.partition)
+
+    def _transition(self, context: _PartitionContext, state: CoordinatorState) -> None:
+        if not state.can_transition_from(context.state):
+            raise IllegalStateError(
+                f"partition {context.partition} cannot go from {context.state.name} to {state.name}"
+            )
+        self._log.debug("partition=%d %s -> %s", context.partition, context.state.name, state.name)
+        context.state = state
+        if state is not CoordinatorState.LOADING and context.state_waiters:
+            waiters, context.state_waiters = context.state_waiters, []
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    def _not_active_error(self, partition: int, context: _PartitionContext | None) -> ApiError:
+        if context is not None and context.state is CoordinatorState.LOADING:
+            return CoordinatorLoadInProgressError(f"partition {partition} is loading")
+        if context is None:
+            return NotCoordinatorError(f"partition {partition} is not hosted here")
+        return NotCoordinatorError(f"partition {partition} is {context.state.name}")
+
+
+__all__ = [
+    "BATCH_OVERHEAD_BYTES",
+    "RECORD_OVERHEAD_BYTES",
+    "CoordinatorRuntime",
+    "CoordinatorState",
+    "IllegalStateError",
+    "PartitionStats",
+    "RuntimeConfig",
+]

@@ -1,0 +1,224 @@
+"""An in-memory coordinator log, for tests and the simulator.
+
+It is Kafka's `InMemoryPartitionWriter` test fake in asyncio form: each partition is a list
+of records with an end offset and a high watermark. With `auto_commit` an append commits at
+once (the high watermark moves to the end and the listener hears of it before `append`
+returns, as a durable writer does); without it the test moves the high watermark by hand
+with `commit`, which is how runtime tests hold responses parked. Faults are injected per
+partition: failed appends, appends held in flight, failed loads, and truncation of the
+uncommitted tail (what a Kafka leader does after a failed replication).
+
+The loader reads committed records only, from offset 0 up to the high watermark.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Sequence
+
+from coordinator_server.storage.api import (
+    AppendError,
+    HighWatermarkListener,
+    LoadError,
+    LoadSummary,
+    RawRecord,
+    RecordSink,
+)
+
+_UNKNOWN_TOPIC_OR_PARTITION = 3
+
+
+class InMemoryPartitionWriter:
+    """Appends to in-memory partitions; the high watermark moves by itself or by hand."""
+
+    def __init__(self, num_partitions: int, *, auto_commit: bool = True) -> None:
+        if num_partitions < 1:
+            raise ValueError(f"num_partitions must be at least 1, got {num_partitions}")
+        self._num_partitions = num_partitions
+        self._auto_commit = auto_commit
+        self._entries: list[list[RawRecord]] = [[] for _ in range(num_partitions)]
+        self._high_watermarks = [0] * num_partitions
+        # (base_offset, record count) of every stored append, per partition.
+        self._batches: list[list[tuple[int, int]]] = [[] for _ in range(num_partitions)]
+        self._failures: list[deque[tuple[int, str]]] = [deque() for _ in range(num_partitions)]
+        self._listener: HighWatermarkListener | None = None
+        # Set when appends may go on; an Event so that a cancelled append does not cancel
+        # the others waiting with it.
+        self._resumed = asyncio.Event()
+        self._resumed.set()
+        self._append_calls = [0] * num_partitions
+
+    @property
+    def num_partitions(self) -> int:
+        return self._num_partitions
+
+    @property
+    def auto_commit(self) -> bool:
+        return self._auto_commit
+
+    # PartitionWriter.
+
+    async def append(self, partition: int, records: Sequence[RawRecord]) -> int:
+        if not 0 <= partition < self._num_partitions:
+            raise AppendError(_UNKNOWN_TOPIC_OR_PARTITION, f"no partition {partition}")
+        self._append_calls[partition] += 1
+        await self._resumed.wait()
+        failures = self._failures[partition]
+        if failures:
+            error_code, message = failures.popleft()
+            raise AppendError(error_code, message)
+        entries = self._entries[partition]
+        self._batches[partition].append((len(entries), len(records)))
+        entries.extend(records)
+        end_offset = len(entries)
+        if self._auto_commit:
+            self._set_high_watermark(partition, end_offset)
+        return end_offset
+
+    def register_listener(self, listener: HighWatermarkListener) -> None:
+        self._listener = listener
+
+    def high_watermark(self, partition: int) -> int:
+        return self._high_watermarks[self._check(partition)]
+
+    # Test controls.
+
+    def commit(self, partition: int, offset: int | None = None) -> None:
+        """Move the high watermark to `offset` (None: the end) and tell the listener."""
+        self._check(partition)
+        end_offset = len(self._entries[partition])
+        target = end_offset if offset is None else offset
+        if not self._high_watermarks[partition] <= target <= end_offset:
+            raise ValueError(
+                f"high watermark of partition {partition} cannot move to {target}: it is "
+                f"{self._high_watermarks[partition]} and the end is {end_offset}"
+            )
+        self._set_high_watermark(partition, target)
+
+    def inject_append_failure(
+        self, partition: int, error_code: int, message: str = "injected", count: int = 1
+    ) -> None:
+        """Make the next `count` appends to `partition` raise AppendError, storing nothing."""
+        self._check(partition)
+        self._failures[partition].extend((error_code, message) for _ in range(count))
+
+    def pause_appends(self) -> None:
+        """Hold every append (of every partition) in flight until `resume_appends`."""
+        self._resumed.clear()
+
+    def resume_appends(self) -> None:
+        self._resumed.set()
+
+    def truncate(self, partition: int, offset: int) -> None:
+        """Drop the uncommitted entries at and above `offset`."""
+        self._check(partition)
+        if offset < self._high_watermarks[partition]:
+            raise ValueError(
+                f"cannot truncate partition {partition} to {offset} below its high watermark "
+                f"{self._high_watermarks[partition]}"
+            )
+        del self._entries[partition][offset:]
+        batches = self._batches[partition]
+        kept = [(base, count) for base, count in batches if base < offset]
+        if kept:
+            base, count = kept[-1]
+            kept[-1] = (base, min(count, offset - base))
+        batches[:] = kept
+
+    def entries(self, partition: int) -> list[RawRecord]:
+        return list(self._entries[self._check(partition)])
+
+    def end_offset(self, partition: int) -> int:
+        return len(self._entries[self._check(partition)])
+
+    def batches(self, partition: int) -> list[tuple[int, int]]:
+        """(base_offset, record count) of every append stored in `partition`, oldest first."""
+        return list(self._batches[self._check(partition)])
+
+    def append_calls(self, partition: int) -> int:
+        """Appends attempted on `partition`, failed and in-flight ones included."""
+        return self._append_calls[self._check(partition)]
+
+    def _set_high_watermark(self, partition: int, offset: int) -> None:
+        if offset == self._high_watermarks[partition]:
+            return
+        self._high_watermarks[partition] = offset
+        if self._listener is not None:
+            self._listener(partition, offset)
+
+    def _check(self, partition: int) -> int:
+        if not 0 <= partition < self._num_partitions:
+            raise ValueError(f"no partition {partition} (the log has {self._num_partitions})")
+        return partition
+
+
+class InMemoryLoader:
+    """Reads an InMemoryPartitionWriter's committed records back."""
+
+    def __init__(self, writer: InMemoryPartitionWriter) -> None:
+        self._writer = writer
+        self._failures = [0] * writer.num_partitions
+        self._resumed = asyncio.Event()
+        self._resumed.set()
+
+    async def load(self, partition: int, sink: RecordSink) -> LoadSummary:
+        writer = self._writer
+        if not 0 <= partition < writer.num_partitions:
+            raise LoadError(f"no partition {partition}")
+        await self._resumed.wait()
+        if self._failures[partition]:
+            self._failures[partition] -= 1
+            raise LoadError(f"injected load failure on partition {partition}")
+        end_offset = writer.high_watermark(partition)
+        total_bytes = 0
+        for offset, (key, value) in enumerate(writer.entries(partition)[:end_offset]):
+            total_bytes += len(key) + (0 if value is None else len(value))
+            sink(offset, key, value)
+        return LoadSummary(
+            start_offset=0, end_offset=end_offset, records=end_offset, bytes=total_bytes
+        )
+
+    def inject_load_failure(self, partition: int, count: int = 1) -> None:
+        """Make the next `count` loads of `partition` raise LoadError."""
+        if not 0 <= partition < self._writer.num_partitions:
+            raise ValueError(f"no partition {partition}")
+        self._failures[partition] += count
+
+    def pause_loads(self) -> None:
+        """Hold every load before it reads anything, until `resume_loads`."""
+        self._resumed.clear()
+
+    def resume_loads(self) -> None:
+        self._resumed.set()
+
+
+class InMemoryLog:
+    """A CoordinatorLog kept in memory: its writer and a loader over the same partitions."""
+
+    def __init__(self, num_partitions: int, *, auto_commit: bool = True) -> None:
+        self._writer = InMemoryPartitionWriter(num_partitions, auto_commit=auto_commit)
+        self._loader = InMemoryLoader(self._writer)
+
+    @property
+    def num_partitions(self) -> int:
+        return self._writer.num_partitions
+
+    @property
+    def writer(self) -> InMemoryPartitionWriter:
+        return self._writer
+
+    @property
+    def loader(self) -> InMemoryLoader:
+        return self._loader
+
+    async def start(self) -> None:
+        """Nothing to connect to or create."""
+
+    async def close(self) -> None:
+        """Lets appends held by `pause_appends` go on, so nothing waits forever."""
+        self._writer.resume_appends()
+        self._loader.resume_loads()
+
+
+__all__ = ["InMemoryLoader", "InMemoryLog", "InMemoryPartitionWriter"]

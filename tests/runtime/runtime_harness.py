@@ -1,0 +1,212 @@
+"""A runtime on an in-memory log and a manual clock, with a small key-value shard.
+
+`KeyValueShard` stores key -> int in a TimelineDict; its writes emit OffsetCommit records
+(group = the key, offset = the value; a tombstone deletes). The log does not commit by itself
+(`auto_commit=False`): a test moves the high watermark with `commit`, so responses stay
+parked until it does. `settle` lets the event loop run until the runtime has nothing left to
+do that needs no clock or commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from coordinator_server.records import (
+    CoordinatorRecord,
+    OffsetCommitKey,
+    OffsetCommitValue,
+    encode_record,
+    new_offset_commit_record,
+    new_offset_commit_tombstone_record,
+)
+from coordinator_server.runtime.api import CoordinatorResult, ShardContext
+from coordinator_server.runtime.clock import ManualClock
+from coordinator_server.runtime.runtime import (
+    BATCH_OVERHEAD_BYTES,
+    RECORD_OVERHEAD_BYTES,
+    CoordinatorRuntime,
+    RuntimeConfig,
+)
+from coordinator_server.storage.memory import InMemoryLog
+from coordinator_server.timeline import TimelineDict
+
+TOPIC = "t"
+
+
+def put_record(key: str, value: int) -> CoordinatorRecord:
+    return new_offset_commit_record(key, TOPIC, 0, value, 0, "", 0)
+
+
+def delete_record(key: str) -> CoordinatorRecord:
+    return new_offset_commit_tombstone_record(key, TOPIC, 0)
+
+
+def record_bytes(record: CoordinatorRecord) -> int:
+    """What a record counts for against max_batch_bytes."""
+    key, value = encode_record(record)
+    return len(key) + (0 if value is None else len(value)) + RECORD_OVERHEAD_BYTES
+
+
+def batch_bytes_for(*records: CoordinatorRecord) -> int:
+    """The smallest max_batch_bytes that holds exactly these records."""
+    return BATCH_OVERHEAD_BYTES + sum(record_bytes(record) for record in records)
+
+
+class KeyValueShard:
+    """key -> int over a TimelineDict; each write emits one OffsetCommit record per key."""
+
+    def __init__(self, context: ShardContext) -> None:
+        self.context = context
+        self.store: TimelineDict[str, int] = TimelineDict(context.snapshot_registry)
+        self.replayed: list[tuple[int, str]] = []
+        self.fail_replay_of: set[str] = set()
+        self.loaded = 0
+        self.unloaded = 0
+        self.on_loaded_hook: Callable[[KeyValueShard], None] | None = None
+
+    def replay(self, offset: int, record: CoordinatorRecord) -> None:
+        key = record.key
+        assert isinstance(key, OffsetCommitKey)
+        if key.group in self.fail_replay_of:
+            raise RuntimeError(f"cannot replay {key.group}")
+        self.replayed.append((offset, key.group))
+        if record.value is None:
+            self.store.pop(key.group)
+        else:
+            assert isinstance(record.value, OffsetCommitValue)
+            self.store[key.group] = record.value.offset
+
+    def on_loaded(self) -> None:
+        self.loaded += 1
+        if self.on_loaded_hook is not None:
+            self.on_loaded_hook(self)
+
+    def on_unloaded(self) -> None:
+        self.unloaded += 1
+
+    def committed(self, offset: int) -> dict[str, int]:
+        return dict(self.store.items_at(offset))
+
+    def latest(self) -> dict[str, int]:
+        return dict(self.store.items())
+
+
+def put(key: str, value: int, response: Any = None) -> Callable[[KeyValueShard], Any]:
+    """A write operation storing key=value, answering `response` (default "put key=value")."""
+    answer = f"put {key}={value}" if response is None else response
+
+    def op(shard: KeyValueShard) -> CoordinatorResult[Any]:
+        return CoordinatorResult([put_record(key, value)], answer)
+
+    return op
+
+
+def put_many(
+    items: dict[str, int], *, atomic: bool = False, response: Any = "ok"
+) -> Callable[[KeyValueShard], CoordinatorResult[Any]]:
+    def op(shard: KeyValueShard) -> CoordinatorResult[Any]:
+        return CoordinatorResult(
+            [put_record(k, v) for k, v in items.items()], response, atomic=atomic
+        )
+
+    return op
+
+
+def get_latest(key: str) -> Callable[[KeyValueShard], CoordinatorResult[int | None]]:
+    """A write operation with no records: reads the latest state, answers after pending writes."""
+
+    def op(shard: KeyValueShard) -> CoordinatorResult[int | None]:
+        return CoordinatorResult((), shard.store.get(key))
+
+    return op
+
+
+def get_committed(key: str) -> Callable[[KeyValueShard, int], int | None]:
+    def op(shard: KeyValueShard, offset: int) -> int | None:
+        return shard.store.get_at(key, offset)
+
+    return op
+
+
+async def settle(rounds: int = 50) -> None:
+    """Let the loop run the runtime's tasks (drain, append, load) to quiescence."""
+    for _ in range(rounds):
+        await asyncio.sleep(0)
+
+
+class Harness:
+    def __init__(
+        self,
+        *,
+        num_partitions: int = 3,
+        config: RuntimeConfig | None = None,
+        auto_commit: bool = False,
+    ) -> None:
+        self.log = InMemoryLog(num_partitions, auto_commit=auto_commit)
+        self.writer = self.log.writer
+        self.loader = self.log.loader
+        self.clock = ManualClock(start_ms=1_000)
+        self.config = config or RuntimeConfig()
+        self.shards: dict[int, list[KeyValueShard]] = defaultdict(list)
+        # Run by the shards of a partition when they become active.
+        self.on_loaded_hooks: dict[int, Callable[[KeyValueShard], None]] = {}
+        self._written: list[asyncio.Future[Any]] = []
+        self.runtime: CoordinatorRuntime[KeyValueShard] = CoordinatorRuntime(
+            shard_builder=self._build,
+            writer=self.writer,
+            loader=self.loader,
+            clock=self.clock,
+            config=self.config,
+        )
+
+    def _build(self, context: ShardContext) -> KeyValueShard:
+        shard = KeyValueShard(context)
+        shard.on_loaded_hook = self.on_loaded_hooks.get(context.partition)
+        self.shards[context.partition].append(shard)
+        return shard
+
+    def shard(self, partition: int = 0) -> KeyValueShard:
+        """The newest shard built for `partition`."""
+        return self.shards[partition][-1]
+
+    async def load(self, partition: int = 0, epoch: int = 0) -> KeyValueShard:
+        self.runtime.schedule_load(partition, epoch)
+        await self.runtime.wait_loaded(partition)
+        return self.shard(partition)
+
+    def write(
+        self, partition: int, op: Callable[[KeyValueShard], Any], **kwargs: Any
+    ) -> asyncio.Future[Any]:
+        future = self.runtime.schedule_write("test-write", partition, op, **kwargs)
+        self._written.append(future)
+        return future
+
+    def put(self, partition: int, key: str, value: int, **kwargs: Any) -> asyncio.Future[Any]:
+        return self.write(partition, put(key, value), **kwargs)
+
+    async def read(self, partition: int, key: str) -> int | None:
+        value: int | None = await self.runtime.schedule_read(
+            "test-read", partition, get_committed(key)
+        )
+        return value
+
+    def commit(self, partition: int = 0, offset: int | None = None) -> None:
+        self.writer.commit(partition, offset)
+
+    def committed_state(self, partition: int = 0) -> dict[str, int]:
+        offset = self.runtime.last_committed_offset(partition)
+        assert offset is not None
+        return self.shard(partition).committed(offset)
+
+    async def close(self) -> None:
+        self.runtime.close()
+        self.writer.resume_appends()
+        self.loader.resume_loads()
+        await settle()
+        # Writes a test left waiting fail at close; their errors are expected, not news.
+        for future in self._written:
+            if future.done() and not future.cancelled():
+                future.exception()
