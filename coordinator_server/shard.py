@@ -53,6 +53,9 @@ class GroupCoordinatorShard:
         else:
             raise ValueError(f"unknown record key {key!r} at offset {offset}")
 
+    def apply(self, update: object) -> None:
+        raise ValueError(f"unknown in-memory update {update!r}")
+
     def on_loaded(self) -> None:
         """Nothing to re-arm yet: offsets have no timers until expiration is served."""
 

@@ -8,6 +8,11 @@ write epoch is E (the log offset at which the batch being written starts) rememb
 value it replaced. A read "as of offset C" ignores changes of epochs >= C, `revert_to(O)`
 undoes changes of epochs >= O, and `commit(C)` forgets the history below C.
 
+Some changes belong to no batch (in-memory updates made while no batch is open): they are
+part of the state *at* offset O, the log's end. They sit half a step below O: visible as of
+O, kept by `revert_to(O)`, forgotten by `commit(O)`. Internally epochs are doubled so that
+half step is an integer.
+
 Pure: no I/O, no clock.
 """
 
@@ -45,6 +50,7 @@ class SnapshotRegistry:
 
     @property
     def epoch(self) -> int:
+        """The internal epoch: twice the batch offset, minus one for `set_epoch_at`."""
         return self._epoch
 
     @property
@@ -57,8 +63,16 @@ class SnapshotRegistry:
 
     def set_epoch(self, offset: int) -> None:
         """Changes from now on belong to the batch that starts at `offset`."""
-        assert offset >= self._epoch, f"epoch went back from {self._epoch} to {offset}"
-        self._epoch = offset
+        self._set(2 * offset)
+
+    def set_epoch_at(self, offset: int) -> None:
+        """Changes from now on belong to the state at `offset` (no batch is open): visible as
+        of `offset` and kept when a batch starting at `offset` is reverted."""
+        self._set(2 * offset - 1)
+
+    def _set(self, epoch: int) -> None:
+        assert epoch >= self._epoch, f"epoch went back from {self._epoch} to {epoch}"
+        self._epoch = epoch
 
     def set_tracking(self, tracking: bool) -> None:
         """Loading replays committed records only, so it needs no history."""
@@ -68,7 +82,7 @@ class SnapshotRegistry:
     def reset(self, offset: int) -> None:
         """Start over at `offset` with everything committed (after a load)."""
         assert not self._changes, "reset with uncommitted changes"
-        self._epoch = offset
+        self._epoch = 2 * offset - 1
         self._committed_offset = offset
 
     def commit(self, offset: int) -> None:
@@ -76,7 +90,8 @@ class SnapshotRegistry:
         assert offset >= self._committed_offset, "the committed offset went back"
         self._committed_offset = offset
         changes = self._changes
-        while changes and changes[0][0] < offset:
+        bound = 2 * offset
+        while changes and changes[0][0] < bound:
             epoch, collection, key = changes.popleft()
             collection._forget(key, epoch)
 
@@ -84,10 +99,12 @@ class SnapshotRegistry:
         """Undo every change of an epoch at or above `offset`, newest first."""
         assert offset >= self._committed_offset, "cannot revert below the committed offset"
         changes = self._changes
-        while changes and changes[-1][0] >= offset:
+        bound = 2 * offset
+        while changes and changes[-1][0] >= bound:
             epoch, collection, key = changes.pop()
             collection._undo(key, epoch)
-        self._epoch = offset
+        # What comes next starts at `offset`: a batch there, or changes at it.
+        self._epoch = bound - 1
 
     def _record(self, collection: TimelineDict[object, object], key: object) -> None:
         self._changes.append((self._epoch, collection, key))
@@ -146,8 +163,9 @@ class TimelineDict(Generic[K, V]):
         """The value as of `offset`: changes of epochs >= offset are not visible."""
         history = self._history.get(key)
         if history is not None:
+            bound = 2 * offset
             for epoch, before in history:
-                if epoch >= offset:
+                if epoch >= bound:
                     return None if before is MISSING else cast(V, before)
         return self._data.get(key)
 

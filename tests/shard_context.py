@@ -1,9 +1,10 @@
 """A test context for the pure layers, in the manner of Kafka's GroupMetadataManagerTestContext.
 
 It calls a handler on a real shard, replays the records it returns at the next log offsets
-(as the runtime does), keeps every record written as the "log", moves a fake clock that
-fires timers as write operations, and can commit, revert, or throw the shard away and
-rebuild it from the log.
+and applies its in-memory updates (as the runtime does), keeps every record written as the
+"log", delivers completions to parked callers' handles, moves a fake clock that fires
+timers as write operations, and can commit, fail an append (revert), or throw the shard
+away and rebuild it from the log.
 """
 
 from __future__ import annotations
@@ -14,7 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from coordinator_server.records import CoordinatorRecord, decode_record, encode_record
-from coordinator_server.runtime.api import CoordinatorResult, ShardContext, TimeoutOperation
+from coordinator_server.runtime.api import (
+    CoordinatorResult,
+    ResponseHandle,
+    ShardContext,
+    TimeoutOperation,
+)
 from coordinator_server.shard import GroupCoordinatorShard, ShardConfig
 from coordinator_server.timeline import SnapshotRegistry
 
@@ -94,6 +100,31 @@ class MockTimer:
         return result
 
 
+class Parked:
+    """What a test holds for a parked caller: its response once some operation gives it."""
+
+    def __init__(self) -> None:
+        self.handle = ResponseHandle(self)
+        self.done = False
+        self.response: Any = None
+        self.completions = 0
+
+    def complete(self, response: object) -> None:
+        self.completions += 1
+        if not self.done:
+            self.done = True
+            self.response = response
+
+    def __repr__(self) -> str:
+        return f"Parked(done={self.done}, response={self.response!r})"
+
+
+def parked_of(handle: ResponseHandle) -> Parked:
+    sink = handle.sink
+    assert isinstance(sink, Parked)
+    return sink
+
+
 class ShardTestContext:
     def __init__(self, config: ShardConfig | None = None) -> None:
         self.config = config or ShardConfig()
@@ -114,8 +145,7 @@ class ShardTestContext:
 
     def write(self, operation: Callable[[GroupCoordinatorShard], CoordinatorResult[T]]) -> T:
         """Run a write operation and replay its records, as the runtime does."""
-        result = operation(self.shard)
-        self.replay_all(result.records)
+        result = self.write_result(operation)
         assert result.response is not None
         return result.response
 
@@ -123,17 +153,61 @@ class ShardTestContext:
         self, operation: Callable[[GroupCoordinatorShard], CoordinatorResult[T]]
     ) -> CoordinatorResult[T]:
         result = operation(self.shard)
-        self.replay_all(result.records)
+        self.apply_result(result)
+        return result
+
+    def write_parkable(
+        self,
+        operation: Callable[[GroupCoordinatorShard, ResponseHandle], CoordinatorResult[Any]],
+    ) -> Parked:
+        """Run a parkable write: its response is either given now or parked for later."""
+        parked = Parked()
+        result = operation(self.shard, parked.handle)
+        self.apply_result(result)
+        if not result.park:
+            parked.complete(result.response)
+        return parked
+
+    def apply_result(self, result: CoordinatorResult[Any]) -> None:
+        """What the runtime does with a result whose append succeeds."""
+        if result.records:
+            self.registry.set_epoch(self.end_offset)
+            for record in result.records:
+                offset = self.end_offset
+                self.log.append(encode_record(record))
+                if result.replay_records:
+                    self.shard.replay(offset, record)
+        elif result.updates:
+            self.registry.set_epoch_at(self.end_offset)
+        for update in result.updates:
+            self.shard.apply(update)
+        for handle, response in result.completions:
+            parked_of(handle).complete(response)
+
+    def fail_append(
+        self,
+        operation: Callable[[GroupCoordinatorShard], CoordinatorResult[Any]],
+        error: Exception,
+    ) -> CoordinatorResult[Any]:
+        """Run a write whose append fails: its changes are reverted and its completions get
+        the error; its on_append_failure operation then runs."""
+        base = self.end_offset
+        result = operation(self.shard)
+        self.registry.set_epoch(base)
+        for record in result.records:
+            if result.replay_records:
+                self.shard.replay(self.end_offset, record)
+        for update in result.updates:
+            self.shard.apply(update)
+        self.registry.revert_to(base)
+        for handle, _ in result.completions:
+            parked_of(handle).complete(error)
+        if result.on_append_failure is not None:
+            self.apply_result(result.on_append_failure())
         return result
 
     def replay_all(self, records: Any) -> None:
-        if not records:
-            return
-        self.registry.set_epoch(self.end_offset)
-        for record in records:
-            offset = self.end_offset
-            self.log.append(encode_record(record))
-            self.shard.replay(offset, record)
+        self.apply_result(CoordinatorResult(records=list(records)))
 
     def commit(self) -> None:
         """The log commits everything written so far."""
@@ -145,13 +219,15 @@ class ShardTestContext:
         del self.log[offset:]
 
     def sleep(self, ms: int) -> list[CoordinatorResult[Any]]:
-        """Move time on and run the timers that expire, replaying their records."""
+        """Move time on and run the timers that expire, in deadline order, replaying their
+        results; timers that those operations arm and that are already due run too."""
         self.clock.advance(ms)
         results = []
-        for timeout in self.timer.pop_expired():
-            result = timeout.operation()
-            self.replay_all(result.records)
-            results.append(result)
+        while expired := self.timer.pop_expired():
+            for timeout in expired:
+                result = timeout.operation()
+                self.apply_result(result)
+                results.append(result)
         return results
 
     def reload(self) -> None:

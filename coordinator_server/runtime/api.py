@@ -17,6 +17,25 @@ T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 
 
+class ResponseHandle:
+    """A caller whose response comes later, from another operation.
+
+    A parkable write operation (JoinGroup waiting for the join phase to end, a follower's
+    SyncGroup waiting for the leader) gets the handle of its own caller, may keep it in the
+    shard's state and answer with `park=True`; a later operation's result completes it
+    through `completions`. The pure layers only store and pass handles around; whoever
+    created one (the runtime, or a test context) knows how to complete it.
+    """
+
+    __slots__ = ("sink",)
+
+    def __init__(self, sink: object) -> None:
+        self.sink = sink
+
+    def __repr__(self) -> str:
+        return f"ResponseHandle({id(self):#x})"
+
+
 @dataclass(slots=True)
 class CoordinatorResult(Generic[T]):
     """What a write operation returns: records to append and the response to give once
@@ -26,11 +45,31 @@ class CoordinatorResult(Generic[T]):
     (the only place state changes), appends them, and completes the caller's future with
     `response` once the log's high watermark has passed them. `atomic` asks for all the
     records to land in one batch.
+
+    - `updates`: in-memory state changes that are not logged (a classic group's members
+      and their parked requests between two GroupMetadata records). The runtime applies
+      them through `shard.apply` right after the records, under the same snapshot epoch,
+      so a failed append reverts them with the records.
+    - `replay_records=False`: the records are only appended; `updates` already carry the
+      state they describe.
+    - `park`: the caller's response comes later through a completion of its handle
+      (parkable writes only); `response` is ignored.
+    - `completions`: (handle, response or ApiError) pairs delivered once this result's
+      records (or, with none, every pending write) are committed; a failed append fails
+      them with its error instead.
+    - `on_append_failure`: a write operation the runtime runs after reverting, when the
+      append of these records fails (a SyncGroup whose assignment could not be persisted
+      starts a new rebalance).
     """
 
     records: Sequence[CoordinatorRecord] = ()
     response: T | None = None
     atomic: bool = False
+    updates: Sequence[object] = ()
+    replay_records: bool = True
+    park: bool = False
+    completions: Sequence[tuple[ResponseHandle, object]] = ()
+    on_append_failure: Callable[[], CoordinatorResult[Any]] | None = None
 
 
 class Clock(Protocol):
@@ -95,6 +134,10 @@ class CoordinatorShard(Protocol):
 
     def replay(self, offset: int, record: CoordinatorRecord) -> None:
         """Apply one record (live write or load) to the state: the only place it changes."""
+        ...
+
+    def apply(self, update: object) -> None:
+        """Apply one in-memory update of a CoordinatorResult (never logged)."""
         ...
 
     def on_loaded(self) -> None:
