@@ -64,6 +64,7 @@ from coordinator_server.records import CoordinatorRecord, decode_record, encode_
 from coordinator_server.runtime.api import (
     CoordinatorResult,
     CoordinatorShard,
+    ResponseHandle,
     ShardBuilder,
     ShardContext,
     TimeoutOperation,
@@ -216,12 +217,16 @@ class _WriteEvent:
     """A queued write operation, and later the parked caller waiting for its commit."""
 
     __slots__ = (
+        "completions",
         "deadline_ms",
         "future",
         "name",
         "offset",
+        "on_failure",
         "op",
+        "park",
         "response",
+        "settled",
         "timeout_handle",
         "timeout_ms",
     )
@@ -242,34 +247,86 @@ class _WriteEvent:
         self.deadline_ms = 0
         # Set only for a timeout other than the default (see CoordinatorRuntime._park).
         self.timeout_handle: Cancellable | None = None
+        # From the operation's result: whether its caller waits for a later completion,
+        # the parked callers it answers, and what to run if its append fails.
+        self.park = False
+        self.completions: Sequence[tuple[ResponseHandle, object]] = ()
+        self.on_failure: TimeoutOperation | None = None
+        # Committed (or failed): nothing more to wait for, even if the caller stays parked.
+        self.settled = False
 
     def run(self, runtime: CoordinatorRuntime[Any], context: _PartitionContext) -> None:
         runtime._run_write(context, self)
 
     def complete(self) -> None:
+        self.settled = True
         handle = self.timeout_handle
         if handle is not None:
             self.timeout_handle = None
             handle.cancel()
-        if not self.future.done():
+        if not self.park and not self.future.done():
             self.future.set_result(self.response)
+        if self.completions:
+            deliver_completions(self.completions)
 
     def fail(self, error: BaseException) -> None:
+        self.settled = True
         handle = self.timeout_handle
         if handle is not None:
             self.timeout_handle = None
             handle.cancel()
         if not self.future.done():
             self.future.set_exception(error)
+        for parked, _ in self.completions:
+            _ParkedCaller.of(parked).fail(error)
 
     def expire(self) -> None:
         # The records stay where they are: the append may still land or fail later, and
-        # only the caller stops waiting.
+        # only the caller stops waiting. A parked caller's own wait is not bounded by the
+        # write timeout (a JoinGroup may wait a whole rebalance timeout), only its commit.
         self.timeout_handle = None
-        if not self.future.done():
+        if not self.settled and not self.future.done():
             self.future.set_exception(
                 RequestTimedOutError(f"{self.name} timed out after {self.timeout_ms}ms")
             )
+
+    @property
+    def finished(self) -> bool:
+        return self.settled or self.future.done()
+
+
+class _ParkedCaller:
+    """The caller behind a ResponseHandle: a future and the partition that parked it."""
+
+    __slots__ = ("future", "parked")
+
+    def __init__(self, future: asyncio.Future[Any], parked: set[_ParkedCaller]) -> None:
+        self.future = future
+        self.parked = parked
+        parked.add(self)
+
+    @staticmethod
+    def of(handle: ResponseHandle) -> _ParkedCaller:
+        sink = handle.sink
+        assert isinstance(sink, _ParkedCaller), f"not a runtime handle: {handle!r}"
+        return sink
+
+    def complete(self, response: object) -> None:
+        self.parked.discard(self)
+        if self.future.done():
+            return
+        if isinstance(response, BaseException):
+            self.future.set_exception(response)
+        else:
+            self.future.set_result(response)
+
+    def fail(self, error: BaseException) -> None:
+        self.complete(error)
+
+
+def deliver_completions(completions: Sequence[tuple[ResponseHandle, object]]) -> None:
+    for handle, response in completions:
+        _ParkedCaller.of(handle).complete(response)
 
 
 class _FlushEvent:
@@ -479,6 +536,7 @@ class _PartitionContext:
         "last_written_offset",
         "load_task",
         "open_batch",
+        "parked_callers",
         "partition",
         "queue",
         "records_appended",
@@ -522,6 +580,8 @@ class _PartitionContext:
         self.expiries: deque[_WriteEvent] = deque()
         self.expiry_handle: Cancellable | None = None
         self.state_waiters: list[asyncio.Future[None]] = []
+        # Callers of parkable writes still waiting for a completion.
+        self.parked_callers: set[_ParkedCaller] = set()
         self.batches_appended = 0
         self.records_appended = 0
         self.bytes_appended = 0
@@ -714,6 +774,17 @@ class CoordinatorRuntime(Generic[S]):
         if context is None or context.state is not CoordinatorState.ACTIVE:
             future.set_exception(self._not_active_error(partition, context))
             return future
+        return self._enqueue_write(context, name, op, future, timeout_ms)
+
+    def _enqueue_write(
+        self,
+        context: _PartitionContext,
+        name: str,
+        op: Callable[[S], CoordinatorResult[T]],
+        future: asyncio.Future[T],
+        timeout_ms: int | None,
+    ) -> asyncio.Future[T]:
+        partition = context.partition
         if self._closing:
             future.set_exception(CoordinatorNotAvailableError("the coordinator is shutting down"))
             return future
@@ -739,6 +810,32 @@ class CoordinatorRuntime(Generic[S]):
             if not wakeup.done():
                 wakeup.set_result(None)
         return future
+
+    def schedule_parkable_write(
+        self,
+        name: str,
+        partition: int,
+        op: Callable[[S, ResponseHandle], CoordinatorResult[T]],
+        *,
+        timeout_ms: int | None = None,
+    ) -> asyncio.Future[T]:
+        """Like `schedule_write`, for an operation that may park its caller.
+
+        `op` also gets the caller's ResponseHandle. When its result says `park`, the future
+        is completed later, by the completion of that handle in another operation's result
+        (or fails with NOT_COORDINATOR when the partition unloads, or with the append's
+        error when the records of the operation that parked it fail).
+        """
+        context = self._contexts.get(partition)
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        if context is None or context.state is not CoordinatorState.ACTIVE:
+            future.set_exception(self._not_active_error(partition, context))
+            return future
+        handle = ResponseHandle(_ParkedCaller(future, context.parked_callers))
+        future.add_done_callback(lambda _: context.parked_callers.discard(_ParkedCaller.of(handle)))
+        return self._enqueue_write(
+            context, name, lambda shard: op(shard, handle), future, timeout_ms
+        )
 
     def schedule_read(
         self, name: str, partition: int, op: Callable[[S, int], T]
@@ -855,15 +952,46 @@ class CoordinatorRuntime(Generic[S]):
             future.set_exception(UnknownServerError(f"{event.name} failed: {error!r}"))
             return
         event.response = result.response
+        event.park = result.park
+        event.completions = result.completions
+        event.on_failure = result.on_append_failure
         if raw is None:
             batch = context.open_batch
+            if result.updates and not self._apply_updates(context, event, result.updates):
+                return
             pending_end = context.last_written_offset if batch is None else batch.next_offset
             if pending_end <= context.last_committed_offset:
-                future.set_result(result.response)
+                event.complete()
             else:
                 self._park(context, event, pending_end)
             return
-        self._append_records(context, event, records, raw, result.atomic)
+        self._append_records(
+            context, event, records, raw, result.atomic, result.replay_records, result.updates
+        )
+
+    def _apply_updates(
+        self, context: _PartitionContext, event: _WriteEvent, updates: Sequence[object]
+    ) -> bool:
+        """Apply a result's in-memory updates; False (and the partition reloads) if the
+        shard rejects one, since such a bug leaves the state unknown."""
+        registry = cast(SnapshotRegistry, context.registry)
+        if context.open_batch is None:
+            # No batch to belong to: the updates are part of the state at the log's end.
+            registry.set_epoch_at(context.last_written_offset)
+        shard = cast(CoordinatorShard, context.shard)
+        try:
+            for update in updates:
+                shard.apply(update)
+        except Exception as error:
+            self._log.exception(
+                "partition=%d applying the updates of %s failed; reloading",
+                context.partition,
+                event.name,
+            )
+            event.fail(UnknownServerError(f"{event.name} failed: {error!r}"))
+            self._fail_and_reload(context)
+            return False
+        return True
 
     def _append_records(
         self,
@@ -872,6 +1000,8 @@ class CoordinatorRuntime(Generic[S]):
         records: Sequence[CoordinatorRecord],
         raw: list[RawRecord],
         atomic: bool,
+        replay_records: bool = True,
+        updates: Sequence[object] = (),
     ) -> None:
         max_bytes = self._config.max_batch_bytes
         sizes = [
@@ -885,7 +1015,7 @@ class CoordinatorRuntime(Generic[S]):
             needed = max(sizes)
             what = f"a record of {needed} bytes"
         if needed + BATCH_OVERHEAD_BYTES > max_bytes:
-            event.future.set_exception(
+            event.fail(
                 MessageTooLargeError(f"{event.name}: {what} cannot fit a {max_bytes}-byte batch")
             )
             return
@@ -903,10 +1033,13 @@ class CoordinatorRuntime(Generic[S]):
                     self._seal(context)
                     batch = self._open_batch(context)
                 offset = batch.next_offset
-                shard.replay(offset, record)
+                if replay_records:
+                    shard.replay(offset, record)
                 batch.records.append(raw_record)
                 batch.size_bytes += size
                 batch.next_offset = offset + 1
+            for update in updates:
+                shard.apply(update)
         except Exception as error:
             # A replay should never fail; when it does (a bug), nothing of the open batch
             # can be trusted, so the whole batch goes, as in Kafka.
@@ -916,7 +1049,7 @@ class CoordinatorRuntime(Generic[S]):
                 event.name,
             )
             failure = error if isinstance(error, ApiError) else UnknownServerError(repr(error))
-            event.future.set_exception(failure)
+            event.fail(failure)
             self._fail_open_batch(context, failure)
             return
         self._park(context, event, batch.next_offset)
@@ -948,7 +1081,7 @@ class CoordinatorRuntime(Generic[S]):
         expiries = context.expiries
         while expiries:
             event = expiries[0]
-            if not event.future.done():
+            if not event.finished:
                 if event.deadline_ms > now_ms:
                     context.expiry_handle = self._clock.call_later(
                         event.deadline_ms - now_ms, lambda: self._expire_parked(context)
@@ -960,9 +1093,9 @@ class CoordinatorRuntime(Generic[S]):
     def _forget_expiries(self, context: _PartitionContext) -> None:
         """Drop finished writes from both ends of the expiry queue; disarm it when empty."""
         expiries = context.expiries
-        while expiries and expiries[0].future.done():
+        while expiries and expiries[0].finished:
             expiries.popleft()
-        while expiries and expiries[-1].future.done():
+        while expiries and expiries[-1].finished:
             expiries.pop()
         if not expiries and context.expiry_handle is not None:
             context.expiry_handle.cancel()
@@ -1133,6 +1266,25 @@ class CoordinatorRuntime(Generic[S]):
             event.fail(error)
         if context.expiries:
             self._forget_expiries(context)
+        for event in reversed(failed):
+            on_failure = event.on_failure
+            if on_failure is not None and context.state is CoordinatorState.ACTIVE:
+                self._schedule_follow_up(context, event.name, on_failure)
+
+    def _schedule_follow_up(
+        self, context: _PartitionContext, name: str, operation: TimeoutOperation
+    ) -> None:
+        """Run what an operation asked for in case its append failed (after the revert)."""
+        follow_up = self.schedule_write(
+            f"{name}:after-append-failure", context.partition, lambda _shard: operation()
+        )
+        follow_up.add_done_callback(self._log_follow_up_failure)
+
+    def _log_follow_up_failure(self, future: asyncio.Future[Any]) -> None:
+        if not future.cancelled() and future.exception() is not None:
+            self._log.warning(
+                "an operation run after a failed append failed: %s", future.exception()
+            )
 
     def _on_high_watermark(self, partition: int, high_watermark: int) -> None:
         context = self._contexts.get(partition)
@@ -1277,6 +1429,9 @@ class CoordinatorRuntime(Generic[S]):
         while deferred:
             deferred.popleft().fail(error)
         self._forget_expiries(context)
+        for parked in list(context.parked_callers):
+            parked.fail(error)
+        context.parked_callers.clear()
         shard = context.shard
         context.shard = None
         if shard is not None:

@@ -79,6 +79,16 @@ class KeyValueShard:
             assert isinstance(record.value, OffsetCommitValue)
             self.store[key.group] = record.value.offset
 
+    def apply(self, update: object) -> None:
+        """In-memory updates: ("set", key, value) or ("del", key), never logged."""
+        assert isinstance(update, tuple)
+        if update[0] == "set":
+            self.store[update[1]] = update[2]
+        elif update[0] == "del":
+            self.store.pop(update[1])
+        else:
+            raise ValueError(f"bad update {update!r}")
+
     def on_loaded(self) -> None:
         self.loaded += 1
         if self.on_loaded_hook is not None:
