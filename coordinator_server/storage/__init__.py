@@ -1,1 +1,54 @@
+"""The coordinator log: its interfaces and its implementations.
 
+`KafkaLog` is imported on first use, so that code needing only the interfaces (the
+runtime, the pure layers' tests) does not pay for importing aiokafka.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from coordinator_server.storage.api import (
+    AppendError,
+    CoordinatorLoader,
+    CoordinatorLog,
+    HighWatermarkListener,
+    LoadError,
+    LoadSummary,
+    PartitionWriter,
+    RawRecord,
+    RecordSink,
+)
+from coordinator_server.storage.memory import InMemoryLog
+from coordinator_server.storage.sqlite import PartitionCountMismatchError, SqliteLog, SqliteLogError
+
+if TYPE_CHECKING:
+    from coordinator_server.storage.kafka import KafkaLog, KafkaLogError
+
+__all__ = [
+    "AppendError",
+    "CoordinatorLoader",
+    "CoordinatorLog",
+    "HighWatermarkListener",
+    "InMemoryLog",
+    "KafkaLog",
+    "KafkaLogError",
+    "LoadError",
+    "LoadSummary",
+    "PartitionCountMismatchError",
+    "PartitionWriter",
+    "RawRecord",
+    "RecordSink",
+    "SqliteLog",
+    "SqliteLogError",
+]
+
+_LAZY_FROM_KAFKA = frozenset({"KafkaLog", "KafkaLogError"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY_FROM_KAFKA:
+        from coordinator_server.storage import kafka
+
+        return getattr(kafka, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

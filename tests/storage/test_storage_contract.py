@@ -1,0 +1,280 @@
+"""The CoordinatorLog contract, run against every implementation.
+
+Each test gets `open_log`, which starts a new log over the implementation's storage (the
+same SQLite file, the same Kafka topic, or a fresh in-memory log) and closes it at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from coordinator_server.storage import (
+    AppendError,
+    CoordinatorLog,
+    InMemoryLog,
+    LoadError,
+    LoadSummary,
+    RawRecord,
+    SqliteLog,
+)
+from coordinator_server.storage.kafka import KafkaLog
+
+pytestmark = pytest.mark.timeout(120)
+
+Loaded = list[tuple[int, bytes, bytes | None]]
+OpenLog = Callable[..., Awaitable[CoordinatorLog]]
+
+
+@dataclass(frozen=True)
+class Implementation:
+    name: str
+    new_log: Callable[[int], CoordinatorLog]
+
+
+def _build(request: pytest.FixtureRequest, tmp_path: Path) -> Implementation:
+    if request.param == "memory":
+        return Implementation("memory", lambda n: InMemoryLog(n))
+    if request.param == "sqlite":
+        path = tmp_path / "log" / "coordinator.db"
+        return Implementation("sqlite", lambda n: SqliteLog(path, n))
+    broker = request.getfixturevalue("kafka_broker")
+    topic = request.getfixturevalue("unique_topic")
+    return Implementation(
+        "kafka", lambda n: KafkaLog(broker.bootstrap, topic, n, 1, request_timeout_ms=5000)
+    )
+
+
+@pytest.fixture(params=["memory", "sqlite", pytest.param("kafka", marks=pytest.mark.kafka)])
+def implementation(request: pytest.FixtureRequest, tmp_path: Path) -> Implementation:
+    return _build(request, tmp_path)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("kafka", marks=pytest.mark.kafka)])
+def durable_implementation(request: pytest.FixtureRequest, tmp_path: Path) -> Implementation:
+    """The implementations whose log outlives the object that wrote it."""
+    return _build(request, tmp_path)
+
+
+@pytest.fixture
+async def open_durable_log(durable_implementation: Implementation) -> AsyncIterator[OpenLog]:
+    async with _opener(durable_implementation) as open_log:
+        yield open_log
+
+
+@contextlib.asynccontextmanager
+async def _opener(implementation: Implementation) -> AsyncIterator[OpenLog]:
+    logs: list[CoordinatorLog] = []
+
+    async def open_log(num_partitions: int = 3) -> CoordinatorLog:
+        log = implementation.new_log(num_partitions)
+        logs.append(log)
+        await log.start()
+        return log
+
+    try:
+        yield open_log
+    finally:
+        for log in reversed(logs):
+            await log.close()
+
+
+@pytest.fixture
+async def open_log(implementation: Implementation) -> AsyncIterator[OpenLog]:
+    async with _opener(implementation) as open_log:
+        yield open_log
+
+
+async def load(log: CoordinatorLog, partition: int) -> tuple[Loaded, LoadSummary]:
+    loaded: Loaded = []
+    summary = await log.loader.load(partition, lambda o, k, v: loaded.append((o, k, v)))
+    return loaded, summary
+
+
+def numbered(records: Sequence[RawRecord], base_offset: int = 0) -> Loaded:
+    return [(base_offset + i, key, value) for i, (key, value) in enumerate(records)]
+
+
+def payload_bytes(records: Sequence[RawRecord]) -> int:
+    return sum(len(key) + (len(value) if value is not None else 0) for key, value in records)
+
+
+async def test_appends_return_consecutive_end_offsets(open_log: OpenLog) -> None:
+    log = await open_log()
+    assert await log.writer.append(0, [(b"a", b"1"), (b"b", b"2"), (b"c", b"3")]) == 3
+    assert await log.writer.append(0, [(b"d", b"4"), (b"e", None)]) == 5
+    assert await log.writer.append(0, [(b"f", b"6")]) == 6
+    assert log.writer.high_watermark(0) == 6
+
+
+async def test_a_fresh_log_is_empty(open_log: OpenLog) -> None:
+    log = await open_log(num_partitions=4)
+    assert log.num_partitions == 4
+    assert [log.writer.high_watermark(p) for p in range(4)] == [0, 0, 0, 0]
+
+
+async def test_partitions_are_independent(open_log: OpenLog) -> None:
+    log = await open_log()
+    zero = [(b"zero-%d" % i, b"value") for i in range(4)]
+    two = [(b"two-%d" % i, b"value") for i in range(2)]
+    assert await log.writer.append(0, zero) == 4
+    assert await log.writer.append(2, two) == 2
+    assert await log.writer.append(0, zero[:1]) == 5
+
+    assert (await load(log, 0))[0] == numbered([*zero, *zero[:1]])
+    assert (await load(log, 1))[0] == []
+    assert (await load(log, 2))[0] == numbered(two)
+    assert [log.writer.high_watermark(p) for p in range(3)] == [5, 0, 2]
+
+
+async def test_the_listener_hears_of_each_commit_before_append_returns(open_log: OpenLog) -> None:
+    log = await open_log()
+    heard: list[tuple[int, int]] = []
+    log.writer.register_listener(lambda partition, offset: heard.append((partition, offset)))
+
+    await log.writer.append(1, [(b"a", b"1"), (b"b", b"2")])
+    assert heard == [(1, 2)]
+    await log.writer.append(0, [(b"c", b"3")])
+    await log.writer.append(1, [(b"d", None)])
+    assert heard == [(1, 2), (0, 1), (1, 3)]
+
+
+async def test_a_new_listener_replaces_the_earlier_one(open_log: OpenLog) -> None:
+    log = await open_log()
+    first: list[tuple[int, int]] = []
+    second: list[tuple[int, int]] = []
+    log.writer.register_listener(lambda p, o: first.append((p, o)))
+    await log.writer.append(0, [(b"a", b"1")])
+    log.writer.register_listener(lambda p, o: second.append((p, o)))
+    await log.writer.append(0, [(b"b", b"2")])
+    assert first == [(0, 1)]
+    assert second == [(0, 2)]
+
+
+async def test_load_returns_the_records_in_order_with_tombstones(open_log: OpenLog) -> None:
+    log = await open_log()
+    first: list[RawRecord] = [(b"group-a", b"meta-1"), (b"offset-a-t-0", b"10")]
+    second: list[RawRecord] = [(b"offset-a-t-0", None), (b"group-a", b"meta-2")]
+    third: list[RawRecord] = [(b"group-a", None)]
+    for batch in (first, second, third):
+        await log.writer.append(1, batch)
+
+    loaded, summary = await load(log, 1)
+
+    everything = [*first, *second, *third]
+    assert loaded == numbered(everything)
+    assert summary == LoadSummary(
+        start_offset=0, end_offset=5, records=5, bytes=payload_bytes(everything)
+    )
+
+
+async def test_an_empty_partition_loads_as_nothing_quickly(open_log: OpenLog) -> None:
+    log = await open_log()
+    await log.writer.append(0, [(b"elsewhere", b"1")])
+    started = time.monotonic()
+    loaded, summary = await load(log, 2)
+    elapsed = time.monotonic() - started
+    assert loaded == []
+    assert (summary.start_offset, summary.end_offset, summary.records) == (0, 0, 0)
+    assert elapsed < 2.0
+
+
+async def test_a_partition_loads_again_with_the_same_result(open_log: OpenLog) -> None:
+    log = await open_log()
+    records = [(b"k%d" % i, b"v%d" % i) for i in range(20)]
+    await log.writer.append(0, records)
+    first = await load(log, 0)
+    second = await load(log, 0)
+    assert first == second
+    assert first[0] == numbered(records)
+
+
+async def test_concurrent_loads_of_different_partitions(open_log: OpenLog) -> None:
+    log = await open_log(num_partitions=6)
+    expected: dict[int, list[RawRecord]] = {}
+    for partition in range(6):
+        expected[partition] = [(b"p%d-k%d" % (partition, i), b"v") for i in range(partition * 7)]
+        if expected[partition]:
+            await log.writer.append(partition, expected[partition])
+
+    results = await asyncio.gather(*(load(log, p) for p in range(6)))
+
+    for partition, (loaded, summary) in enumerate(results):
+        assert loaded == numbered(expected[partition])
+        assert summary.end_offset == len(expected[partition])
+
+
+async def test_a_reopened_log_loads_what_was_appended_before(open_durable_log: OpenLog) -> None:
+    open_log = open_durable_log
+    log = await open_log()
+    zero = [(b"k%d" % i, b"v%d" % i) for i in range(10)]
+    two: list[RawRecord] = [(b"x", b"1"), (b"x", None)]
+    await log.writer.append(0, zero[:4])
+    await log.writer.append(0, zero[4:])
+    await log.writer.append(2, two)
+    await log.close()
+
+    reopened = await open_log()
+
+    assert (await load(reopened, 0))[0] == numbered(zero)
+    assert (await load(reopened, 1))[0] == []
+    assert (await load(reopened, 2))[0] == numbered(two)
+    assert reopened.writer.high_watermark(0) == 10
+    # Appends carry on from the end of what is there.
+    assert await reopened.writer.append(2, [(b"y", b"2")]) == 3
+    assert (await load(reopened, 2))[0] == numbered([*two, (b"y", b"2")])
+
+
+async def test_a_batch_of_thousands_of_records(open_log: OpenLog) -> None:
+    log = await open_log()
+    await log.writer.append(1, [(b"before", b"0")])
+    records = [(b"group-%05d" % i, b"value-%05d-" % i + b"x" * 80) for i in range(5000)]
+    assert await log.writer.append(1, records) == 5001
+    loaded, summary = await load(log, 1)
+    assert loaded == numbered([(b"before", b"0"), *records])
+    assert summary.records == 5001
+
+
+async def test_keys_and_values_are_arbitrary_bytes(open_log: OpenLog) -> None:
+    log = await open_log()
+    every_byte = bytes(range(256))
+    records: list[RawRecord] = [
+        (b"", b"an empty key"),
+        (b"an empty value", b""),
+        (b"a tombstone", None),
+        (every_byte, every_byte[::-1]),
+        (b"\x00", b"\x00\x00"),
+        ("non-ascii \u00e9\u4e2d".encode(), "\U0001f600".encode()),
+        (b"large", bytes(range(256)) * 400),
+    ]
+    await log.writer.append(0, records)
+    loaded, summary = await load(log, 0)
+    assert loaded == numbered(records)
+    # b"" and None stay apart: an empty value is not a tombstone.
+    assert loaded[1][2] == b""
+    assert loaded[2][2] is None
+    assert summary.bytes == payload_bytes(records)
+
+
+async def test_an_unknown_partition_is_refused(open_log: OpenLog) -> None:
+    log = await open_log(num_partitions=2)
+    with pytest.raises(AppendError) as raised:
+        await log.writer.append(2, [(b"k", b"v")])
+    assert raised.value.error_code == 3
+    with pytest.raises(LoadError):
+        await log.loader.load(5, lambda o, k, v: None)
+    with pytest.raises(AppendError):
+        await log.writer.append(-1, [(b"k", b"v")])
+
+
+async def test_close_twice(open_log: OpenLog) -> None:
+    log = await open_log()
+    await log.writer.append(0, [(b"k", b"v")])
+    await log.close()
+    await log.close()
