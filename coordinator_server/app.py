@@ -7,11 +7,22 @@ import logging
 import signal
 import time
 
+from prometheus_client import CollectorRegistry
+
 from coordinator_server import __version__
 from coordinator_server.config import CoordinatorConfig
+from coordinator_server.groups.manager import GroupsConfig
+from coordinator_server.metrics import (
+    CoordinatorCollector,
+    GroupMetrics,
+    RuntimeMetrics,
+    ServerMetrics,
+    Snapshot,
+)
 from coordinator_server.offsets.manager import OffsetsConfig
-from coordinator_server.runtime.clock import SystemClock
-from coordinator_server.runtime.runtime import CoordinatorRuntime, RuntimeConfig
+from coordinator_server.runtime.clock import RuntimeClock, SystemClock
+from coordinator_server.runtime.runtime import CoordinatorRuntime, CoordinatorState, RuntimeConfig
+from coordinator_server.server.http import OperatorHttpServer, Probe
 from coordinator_server.server.listener import CoordinatorServer, ServerConfig, ServerState, bind
 from coordinator_server.service import GroupCoordinatorService, NodeAddress
 from coordinator_server.shard import GroupCoordinatorShard, ShardConfig
@@ -48,14 +59,27 @@ def describe_log(config: CoordinatorConfig) -> str:
 
 
 class CoordinatorApp:
-    def __init__(self, config: CoordinatorConfig, log: CoordinatorLog | None = None) -> None:
-        """`log` replaces the one the settings name (tests use an in-memory log)."""
+    def __init__(
+        self,
+        config: CoordinatorConfig,
+        log: CoordinatorLog | None = None,
+        clock: RuntimeClock | None = None,
+    ) -> None:
+        """`log` replaces the one the settings name and `clock` the system clock (tests use
+        an in-memory log and a manual clock)."""
         self.config = config
+        self.clock = clock or SystemClock()
         self.log: CoordinatorLog | None = log
         self.runtime: CoordinatorRuntime[GroupCoordinatorShard] | None = None
         self.service: GroupCoordinatorService | None = None
         self.server: CoordinatorServer | None = None
         self.address: tuple[str, int] | None = None
+        self.metrics_port: int | None = None
+        self.server_metrics = ServerMetrics()
+        self.runtime_metrics = RuntimeMetrics()
+        self.group_metrics = GroupMetrics()
+        self.http: OperatorHttpServer | None = None
+        self.started_monotonic = time.monotonic()
         self._stop = asyncio.Event()
 
     async def start(self) -> None:
@@ -65,19 +89,30 @@ class CoordinatorApp:
         await log.start()
         num_partitions = log.num_partitions
         shard_config = ShardConfig(
-            offsets=OffsetsConfig(offset_metadata_max_bytes=config.offset_metadata_max_bytes)
+            offsets=OffsetsConfig(offset_metadata_max_bytes=config.offset_metadata_max_bytes),
+            groups=GroupsConfig(
+                initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+                min_session_timeout_ms=config.group_min_session_timeout_ms,
+                max_session_timeout_ms=config.group_max_session_timeout_ms,
+                max_size=config.group_max_size,
+                offsets_retention_ms=config.offsets_retention_minutes * 60 * 1000,
+                offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
+            ),
         )
         self.runtime = runtime = CoordinatorRuntime[GroupCoordinatorShard](
-            shard_builder=lambda context: GroupCoordinatorShard(context, shard_config),
+            shard_builder=lambda context: GroupCoordinatorShard(
+                context, shard_config, self.group_metrics
+            ),
             writer=log.writer,
             loader=log.loader,
-            clock=SystemClock(),
+            clock=self.clock,
             config=RuntimeConfig(
                 write_timeout_ms=config.offsets_commit_timeout_ms,
                 append_linger_ms=config.append_linger_ms,
                 max_batch_bytes=config.max_batch_bytes,
                 max_queued_events=config.max_queued_events,
             ),
+            observer=self.runtime_metrics,
         )
         server_config = ServerConfig(
             host=config.host,
@@ -98,9 +133,13 @@ class CoordinatorApp:
             server_config,
             service.handlers,
             lambda code, message: service.api_versions_response(code, message).to_body(),
+            self.server_metrics,
         )
         self.server = server = CoordinatorServer(state)
-        await server.start(sock)
+        await server.start(sock, config.ssl_context())
+        if config.metrics_port >= 0:
+            self.http = self._operator_http()
+            self.metrics_port = await self.http.start(config.host, config.metrics_port)
 
         # ApiVersions and FindCoordinator answer at once; group requests get
         # COORDINATOR_LOAD_IN_PROGRESS until their partition is ACTIVE.
@@ -108,14 +147,102 @@ class CoordinatorApp:
             runtime.schedule_load(partition, LOAD_EPOCH)
         await asyncio.gather(*(runtime.wait_loaded(p) for p in range(num_partitions)))
         logger.info(
-            "coordinator-server %s ready on %s:%d (%d partitions loaded in %.2f s, log: %s)",
+            "coordinator-server %s ready on %s:%d (%d partitions loaded in %.2f s, log: %s, "
+            "metrics: %s)",
             __version__,
             host,
             port,
             num_partitions,
             time.monotonic() - started,
             describe_log(config),
+            "off" if self.metrics_port is None else f"http://{host}:{self.metrics_port}/metrics",
         )
+
+    def _operator_http(self) -> OperatorHttpServer:
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(
+            CoordinatorCollector(
+                self.server_metrics,
+                self.runtime_metrics,
+                self.group_metrics,
+                self.snapshot,
+                __version__,
+            )
+        )
+        return OperatorHttpServer(registry, self.readiness, self.status)
+
+    def _partition_states(self) -> dict[int, str]:
+        runtime = self.runtime
+        if runtime is None:
+            return {}
+        return {p: state.name for p, state in sorted(runtime.partitions().items())}
+
+    def _group_counts(self) -> tuple[dict[str, int], int]:
+        """Groups by state and members, over every ACTIVE partition."""
+        runtime = self.runtime
+        by_state: dict[str, int] = {}
+        members = 0
+        if runtime is None:
+            return by_state, members
+        for partition, state in runtime.partitions().items():
+            if state is not CoordinatorState.ACTIVE:
+                continue
+            shard = runtime.shard(partition)
+            if shard is None:
+                continue
+            for name, count in shard.groups.count_by_state().items():
+                by_state[name] = by_state.get(name, 0) + count
+            members += shard.groups.num_members()
+        return by_state, members
+
+    def snapshot(self) -> Snapshot:
+        runtime = self.runtime
+        server = self.server
+        partitions: dict[str, int] = {}
+        queue_depth = 0
+        uncommitted: dict[int, int] = {}
+        if runtime is not None:
+            for partition, state in runtime.partitions().items():
+                partitions[state.name] = partitions.get(state.name, 0) + 1
+                stats = runtime.partition_stats(partition)
+                if stats is not None:
+                    queue_depth += stats.queued_events
+                    uncommitted[partition] = stats.last_written_offset - stats.last_committed_offset
+        groups, members = self._group_counts()
+        return Snapshot(
+            requests_in_flight=0 if server is None else server.state.requests_in_flight(),
+            connections_open=0 if server is None else len(server.state.connections),
+            partitions_by_state=partitions,
+            queue_depth=queue_depth,
+            uncommitted_offsets=uncommitted,
+            groups_by_state=groups,
+            members=members,
+        )
+
+    def readiness(self) -> Probe:
+        """Ready when every partition this node owns is ACTIVE."""
+        states = self._partition_states()
+        expected = self.log.num_partitions if self.log is not None else 0
+        not_active = {p: s for p, s in states.items() if s != CoordinatorState.ACTIVE.name}
+        ok = len(states) == expected > 0 and not not_active and not self._stop.is_set()
+        return Probe(ok, {"ready": ok, "partitions": len(states), "not_active": not_active})
+
+    def status(self) -> dict[str, object]:
+        groups, members = self._group_counts()
+        states = self._partition_states()
+        return {
+            "version": __version__,
+            "uptime_s": round(time.monotonic() - self.started_monotonic, 3),
+            "address": None if self.address is None else f"{self.address[0]}:{self.address[1]}",
+            "log": describe_log(self.config),
+            "partitions": {str(p): s for p, s in states.items()},
+            "partitions_by_state": {
+                s: list(states.values()).count(s) for s in set(states.values())
+            },
+            "groups_by_state": groups,
+            "members": members,
+            "connections": 0 if self.server is None else len(self.server.state.connections),
+        }
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -145,6 +272,9 @@ class CoordinatorApp:
         if self.server is not None:
             await self.server.close()
             self.server = None
+        if self.http is not None:
+            await self.http.close()
+            self.http = None
         if self.log is not None:
             await self.log.close()
             self.log = None

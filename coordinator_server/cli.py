@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
+import re
 import sys
+import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
@@ -59,12 +62,39 @@ def load_config(args: argparse.Namespace) -> CoordinatorConfig:
     return CoordinatorConfig(**given)
 
 
-def configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per line. Lines about a log partition ("partition=N" in the text, as
+    the runtime and storage write them) carry it as a field, for filtering by partition."""
+
+    _PARTITION = re.compile(r"\bpartition=(\d+)")
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        entry: dict[str, object] = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "message": message,
+        }
+        partition = getattr(record, "partition", None)
+        if partition is None and (match := self._PARTITION.search(message)):
+            partition = int(match.group(1))
+        if partition is not None:
+            entry["partition"] = partition
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False)
+
+
+def configure_logging(level: str, log_format: str = "text") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if log_format == "json":
+        formatter: logging.Formatter = JsonLogFormatter()
+        formatter.converter = time.gmtime
+    else:
+        formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler.setFormatter(formatter)
+    logging.basicConfig(level=level, handlers=[handler], force=True)
     # aiokafka reports every retry at WARNING; its errors still reach us as exceptions.
     logging.getLogger("aiokafka").setLevel(max(logging.getLevelName(level), logging.ERROR))
 
@@ -95,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             config = load_config(args)
         except ValidationError as exc:
             parser.exit(2, f"coordinator-server: invalid settings:\n{exc}\n")
-        configure_logging(config.log_level)
+        configure_logging(config.log_level, config.log_format)
         try:
             serve(config)
         except KeyboardInterrupt:

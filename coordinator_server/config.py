@@ -7,6 +7,7 @@ Kafka's group and offset settings keep their Kafka names (`offsets.commit.timeou
 
 from __future__ import annotations
 
+import ssl
 from pathlib import Path
 from typing import Literal
 
@@ -32,6 +33,22 @@ class CoordinatorConfig(BaseSettings):
     max_connections: int = Field(10000, ge=1, description="Open connections beyond are refused.")
     max_inflight_requests: int = Field(
         1024, ge=1, description="Requests in flight per connection before it stops reading."
+    )
+    metrics_port: int = Field(
+        9095,
+        ge=-1,
+        le=65535,
+        description="HTTP port of /metrics, /healthz, /readyz, /status "
+        "(0: any free port; -1: off).",
+    )
+    log_format: Literal["text", "json"] = Field(
+        "text", description="Log lines as plain text or as JSON objects."
+    )
+    tls_certfile: Path | None = Field(
+        None, description="PEM certificate (chain) to serve TLS with; absent: plain TCP."
+    )
+    tls_keyfile: Path | None = Field(
+        None, description="PEM private key of --tls-certfile (if not in the same file)."
     )
     shutdown_timeout_ms: int = Field(
         10000, ge=0, description="How long SIGTERM waits for in-flight requests and writes."
@@ -90,7 +107,17 @@ class CoordinatorConfig(BaseSettings):
     def _check_ranges(self) -> CoordinatorConfig:
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             raise ValueError("group-min-session-timeout-ms exceeds group-max-session-timeout-ms")
+        if self.tls_keyfile is not None and self.tls_certfile is None:
+            raise ValueError("tls-keyfile needs tls-certfile")
         return self
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The server's TLS context, or None for plain TCP."""
+        if self.tls_certfile is None:
+            return None
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(self.tls_certfile, self.tls_keyfile)
+        return context
 
     @property
     def advertised(self) -> str:

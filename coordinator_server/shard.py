@@ -1,13 +1,21 @@
 """GroupCoordinatorShard: the state machine of one partition of the coordinator log.
 
-It composes the managers and owns the single `replay` dispatch on record type, the one
-path through which both live writes and loads change the state.
+It composes the managers and owns the single `replay` dispatch on record type and `apply`
+dispatch on update type, the only paths through which live writes and loads change the
+state. Operations that span both managers (DeleteGroups, the offset expiration job) live
+here, as in Kafka's GroupCoordinatorShard.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from coordinator_server.groups.manager import (
+    ClassicGroupUpdate,
+    GroupCoordinatorMetricsShard,
+    GroupMetadataManager,
+    GroupsConfig,
+)
 from coordinator_server.offsets.manager import OffsetMetadataManager, OffsetsConfig
 from coordinator_server.records import (
     CoordinatorRecord,
@@ -16,25 +24,33 @@ from coordinator_server.records import (
     OffsetCommitKey,
     OffsetCommitValue,
 )
-from coordinator_server.runtime.api import ShardContext
-from coordinator_server.timeline import TimelineDict
+from coordinator_server.runtime.api import CoordinatorResult, ShardContext
+from protocol.errors import ErrorCode
+from protocol.messages import DeleteGroupsResponseResult
+
+GROUP_EXPIRATION_KEY = "expire-group-metadata"
 
 
 @dataclass(frozen=True, slots=True)
 class ShardConfig:
     offsets: OffsetsConfig = field(default_factory=OffsetsConfig)
+    groups: GroupsConfig = field(default_factory=GroupsConfig)
 
 
 class GroupCoordinatorShard:
-    def __init__(self, context: ShardContext, config: ShardConfig) -> None:
+    def __init__(
+        self,
+        context: ShardContext,
+        config: ShardConfig,
+        metrics: GroupCoordinatorMetricsShard | None = None,
+    ) -> None:
         self.context = context
-        self.offsets = OffsetMetadataManager(
-            context.snapshot_registry, context.clock, config.offsets
+        self.config = config
+        self.groups = GroupMetadataManager(
+            context.snapshot_registry, context.clock, context.timer, config.groups, metrics
         )
-        # Group metadata records as last written, per group. Group membership itself (the
-        # classic protocol's state machine) is rebuilt from these by the group manager.
-        self.group_metadata: TimelineDict[str, GroupMetadataValue] = TimelineDict(
-            context.snapshot_registry
+        self.offsets = OffsetMetadataManager(
+            context.snapshot_registry, context.clock, config.offsets, self.groups
         )
 
     def replay(self, offset: int, record: CoordinatorRecord) -> None:
@@ -46,18 +62,59 @@ class GroupCoordinatorShard:
         elif type(key) is GroupMetadataKey:
             value = record.value
             assert value is None or type(value) is GroupMetadataValue
-            if value is None:
-                self.group_metadata.pop(key.group)
-            else:
-                self.group_metadata[key.group] = value
+            self.groups.replay(key, value)
         else:
             raise ValueError(f"unknown record key {key!r} at offset {offset}")
 
     def apply(self, update: object) -> None:
-        raise ValueError(f"unknown in-memory update {update!r}")
+        if type(update) is ClassicGroupUpdate:
+            self.groups.apply(update)
+        else:
+            raise ValueError(f"unknown in-memory update {update!r}")
 
     def on_loaded(self) -> None:
-        """Nothing to re-arm yet: offsets have no timers until expiration is served."""
+        self.groups.on_loaded()
+        self._schedule_group_metadata_expiration()
 
     def on_unloaded(self) -> None:
-        """Nothing held outside the timeline state."""
+        # The runtime fails every parked caller of the partition with NOT_COORDINATOR.
+        self.groups.on_unloaded()
+
+    # Operations over both managers.
+
+    def delete_groups(
+        self, group_ids: list[str]
+    ) -> CoordinatorResult[list[DeleteGroupsResponseResult]]:
+        """Kafka's DeleteGroups: an Empty group goes with all its offsets."""
+        records: list[CoordinatorRecord] = []
+        results: list[DeleteGroupsResponseResult] = []
+        for group_id in group_ids:
+            error = self.groups.validate_delete_group(group_id)
+            if error is not None:
+                results.append(DeleteGroupsResponseResult(group_id=group_id, error_code=error.code))
+                continue
+            self.offsets.delete_all_offsets(group_id, records)
+            self.groups.create_group_tombstone_records(group_id, records)
+            results.append(DeleteGroupsResponseResult(group_id=group_id, error_code=ErrorCode.NONE))
+        return CoordinatorResult(records, results)
+
+    def cleanup_group_metadata(self) -> CoordinatorResult[None]:
+        """The periodic offset expiration job: expired offsets are tombstoned, and an Empty
+        group left without offsets is deleted."""
+        records: list[CoordinatorRecord] = []
+        retention_ms = self.config.groups.offsets_retention_ms
+        for group_id in self.groups.group_ids():
+            if self.offsets.cleanup_expired_offsets(group_id, retention_ms, records):
+                self.groups.maybe_delete_group(group_id, records)
+        self._schedule_group_metadata_expiration()
+        return CoordinatorResult(records)
+
+    def _schedule_group_metadata_expiration(self) -> None:
+        interval_ms = self.config.groups.offsets_retention_check_interval_ms
+        self.context.timer.schedule(
+            GROUP_EXPIRATION_KEY,
+            interval_ms,
+            self.cleanup_group_metadata,
+            retry=True,
+            retry_backoff_ms=interval_ms,
+        )

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 READY = re.compile(r"ready on (?P<host>[0-9.]+):(?P<port>\d+)")
+METRICS = re.compile(r"metrics: http://[0-9.]+:(?P<port>\d+)/metrics")
 
 
 class ServerProcess:
@@ -23,11 +24,14 @@ class ServerProcess:
         self.lines: list[str] = []
         self.host = ""
         self.port = 0
+        self.metrics_port = 0
         self._ready = threading.Event()
 
     def start(self, timeout: float = 60) -> ServerProcess:
+        # Tests run servers side by side: any free metrics port unless the test picks one.
+        args = self.args if "--metrics-port" in self.args else [*self.args, "--metrics-port", "0"]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "coordinator_server", "serve", *self.args],
+            [sys.executable, "-m", "coordinator_server", "serve", *args],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
@@ -49,6 +53,8 @@ class ServerProcess:
             match = READY.search(line)
             if match and not self._ready.is_set():
                 self.host, self.port = match["host"], int(match["port"])
+                metrics = METRICS.search(line)
+                self.metrics_port = int(metrics["port"]) if metrics else 0
                 self._ready.set()
 
     @property

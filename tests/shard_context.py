@@ -206,6 +206,18 @@ class ShardTestContext:
             self.apply_result(result.on_append_failure())
         return result
 
+    def fail_append_parkable(
+        self,
+        operation: Callable[[GroupCoordinatorShard, ResponseHandle], CoordinatorResult[Any]],
+        error: Exception,
+    ) -> Parked:
+        """A parkable write whose append fails: as `fail_append`, and its own caller gets the
+        error too (the runtime fails the caller of a failed write, parked or not)."""
+        parked = Parked()
+        self.fail_append(lambda shard: operation(shard, parked.handle), error)
+        parked.complete(error)
+        return parked
+
     def replay_all(self, records: Any) -> None:
         self.apply_result(CoordinatorResult(records=list(records)))
 

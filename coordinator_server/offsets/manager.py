@@ -3,27 +3,35 @@
 Pure, like Kafka's class of the same name: request handlers read the state and return
 records plus a response; `replay` is the only method that changes the state. Offsets live in
 timeline collections, so reads can be answered as of the committed offset and a failed
-append is undone by the runtime.
+append is undone by the runtime. Group membership is the GroupMetadataManager's: it
+validates commits of group members and says which topics a group subscribes to.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from coordinator_server.groups.classic import ClassicGroupState
+from coordinator_server.groups.manager import GroupMetadataManager, RequestContext
 from coordinator_server.records import (
     CoordinatorRecord,
     OffsetCommitKey,
     OffsetCommitValue,
     new_offset_commit_record,
+    new_offset_commit_tombstone_record,
 )
 from coordinator_server.runtime.api import Clock, CoordinatorResult
 from coordinator_server.timeline import SnapshotRegistry, TimelineDict
-from protocol.errors import ApiError, ErrorCode, GroupIdNotFoundError, UnknownMemberIdError
+from protocol.errors import ErrorCode
 from protocol.messages import (
     OffsetCommitRequest,
     OffsetCommitResponse,
     OffsetCommitResponsePartition,
     OffsetCommitResponseTopic,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
+    OffsetDeleteResponsePartition,
+    OffsetDeleteResponseTopic,
     OffsetFetchRequestGroup,
     OffsetFetchResponseGroup,
     OffsetFetchResponsePartition,
@@ -47,10 +55,17 @@ def _metadata_length(metadata: str) -> int:
 
 
 class OffsetMetadataManager:
-    def __init__(self, registry: SnapshotRegistry, clock: Clock, config: OffsetsConfig) -> None:
+    def __init__(
+        self,
+        registry: SnapshotRegistry,
+        clock: Clock,
+        config: OffsetsConfig,
+        groups: GroupMetadataManager,
+    ) -> None:
         self._registry = registry
         self._clock = clock
         self._config = config
+        self._groups = groups
         # group -> (topic, partition) -> committed offset. The inner dicts are timeline
         # collections; the outer dict only indexes them and is pruned lazily.
         self._offsets: dict[str, TimelineDict[TopicPartition, OffsetCommitValue]] = {}
@@ -59,13 +74,24 @@ class OffsetMetadataManager:
     # Request handlers (read state, emit records).
 
     def commit_offset(
-        self, request: OffsetCommitRequest
+        self, request: OffsetCommitRequest, ctx: RequestContext | None = None
     ) -> CoordinatorResult[OffsetCommitResponse]:
+        """Kafka's OffsetCommit (v9+ semantics): a member of a group must be the group's at
+        its generation; a negative generation is a simple commit, allowed while the group
+        has no members and creating the group when it does not exist (when its records are
+        replayed). `ctx` is the caller's, as for the group handlers; a classic commit does
+        not need it."""
         group_id = request.group_id
         assert group_id is not None, "the service answers a missing group id"
-        error = self._validate_simple_commit(group_id, request)
+        error = self._groups.validate_offset_commit(
+            group_id,
+            request.member_id,
+            request.group_instance_id,
+            request.generation_id_or_member_epoch,
+        )
         if error is not None:
             return CoordinatorResult(response=commit_error_response(request, error.code))
+        self._groups.rearm_heartbeat_on_commit(group_id, request.member_id)
 
         now_ms = self._clock.now_ms()
         max_bytes = self._config.offset_metadata_max_bytes
@@ -96,25 +122,8 @@ class OffsetMetadataManager:
                     )
                 )
             topics.append(OffsetCommitResponseTopic(name=topic.name, partitions=partitions))
+        self._groups.metrics.offset_commits += len(records)
         return CoordinatorResult(records, OffsetCommitResponse(topics=topics))
-
-    def _validate_simple_commit(
-        self, group_id: str, request: OffsetCommitRequest
-    ) -> ApiError | None:
-        """Kafka's checks for a commit to a group that has no members.
-
-        Group membership is the group manager's (a later piece of work); until then every
-        group is memberless. A generation below zero is a simple commit (an admin client or
-        a consumer that assigns partitions itself) and creates the group if needed. A
-        generation of zero or more claims membership: of an unknown group that is
-        GROUP_ID_NOT_FOUND (OffsetCommit v9+ semantics), of a known memberless group
-        UNKNOWN_MEMBER_ID.
-        """
-        if request.generation_id_or_member_epoch < 0:
-            return None
-        if not self.group_exists(group_id):
-            return GroupIdNotFoundError(f"group {group_id!r} does not exist")
-        return UnknownMemberIdError(f"member {request.member_id!r} is not in group {group_id!r}")
 
     def fetch_offsets(
         self, request: OffsetFetchRequestGroup, committed_offset: int | None
@@ -122,7 +131,13 @@ class OffsetMetadataManager:
         """Offsets as of `committed_offset` (None: the latest state, for require_stable)."""
         group_id = request.group_id
         assert group_id is not None, "the service answers a missing group id"
-        offsets = self._offsets.get(group_id)
+        group = self._groups.group(group_id, committed_offset)
+        # An unknown or Dead group has no offsets to show: -1 per requested partition.
+        offsets = (
+            None
+            if group is None or group.state is ClassicGroupState.DEAD
+            else self._offsets.get(group_id)
+        )
 
         def lookup(key: TopicPartition) -> OffsetCommitValue | None:
             if offsets is None:
@@ -170,6 +185,8 @@ class OffsetMetadataManager:
                 offsets.pop((key.topic, key.partition))
                 self._maybe_empty.add(key.group)
             return
+        # Offsets of a group that does not exist are a consumer's that only stores them.
+        self._groups.ensure_simple_group(key.group)
         if offsets is None:
             offsets = self._offsets[key.group] = TimelineDict(self._registry)
         offsets[(key.topic, key.partition)] = value
@@ -182,6 +199,85 @@ class OffsetMetadataManager:
                 self._maybe_empty.discard(group)
             elif len(offsets):
                 self._maybe_empty.discard(group)
+
+    def delete_offsets(
+        self, request: OffsetDeleteRequest
+    ) -> CoordinatorResult[OffsetDeleteResponse]:
+        """Kafka's OffsetDelete: the group must exist; a group with members only if it uses
+        the "consumer" protocol, and never for a topic it subscribes to."""
+        group_id = request.group_id
+        assert group_id, "the service answers a missing or empty group id"
+        group = self._groups.group(group_id)
+        if group is None or group.state is ClassicGroupState.DEAD:
+            return CoordinatorResult(
+                response=OffsetDeleteResponse(error_code=ErrorCode.GROUP_ID_NOT_FOUND)
+            )
+        error = group.validate_offset_delete()
+        if error is not None:
+            return CoordinatorResult(response=OffsetDeleteResponse(error_code=error.code))
+        offsets = self._offsets.get(group_id)
+        records: list[CoordinatorRecord] = []
+        topics: list[OffsetDeleteResponseTopic] = []
+        for topic in request.topics:
+            subscribed = group.is_subscribed_to_topic(topic.name)
+            partitions: list[OffsetDeleteResponsePartition] = []
+            for partition in topic.partitions:
+                index = partition.partition_index
+                if subscribed:
+                    code = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+                else:
+                    code = ErrorCode.NONE
+                    if offsets is not None and (topic.name, index) in offsets:
+                        records.append(
+                            new_offset_commit_tombstone_record(group_id, topic.name, index)
+                        )
+                partitions.append(
+                    OffsetDeleteResponsePartition(partition_index=index, error_code=code)
+                )
+            topics.append(OffsetDeleteResponseTopic(name=topic.name, partitions=partitions))
+        return CoordinatorResult(
+            records, OffsetDeleteResponse(error_code=ErrorCode.NONE, topics=topics)
+        )
+
+    def delete_all_offsets(self, group_id: str, records: list[CoordinatorRecord]) -> int:
+        """Tombstones for every committed offset of the group (DeleteGroups)."""
+        offsets = self._offsets.get(group_id)
+        if offsets is None:
+            return 0
+        before = len(records)
+        records.extend(
+            new_offset_commit_tombstone_record(group_id, topic, partition)
+            for topic, partition in sorted(offsets.keys())
+        )
+        return len(records) - before
+
+    def cleanup_expired_offsets(
+        self, group_id: str, offsets_retention_ms: int, records: list[CoordinatorRecord]
+    ) -> bool:
+        """Tombstones for the group's expired offsets, by Kafka's rules: only offsets of
+        topics the group does not subscribe to, when the group's expiration condition says
+        so. True when the group has no offset left afterwards."""
+        offsets = self._offsets.get(group_id)
+        if offsets is None or not len(offsets):
+            return True
+        group = self._groups.group(group_id)
+        if group is None:
+            return False
+        condition = group.offset_expiration_condition()
+        if condition is None:
+            return False
+        now_ms = self._clock.now_ms()
+        before = len(records)
+        all_expired = True
+        for (topic, partition), value in sorted(offsets.items()):
+            if not group.is_subscribed_to_topic(topic) and condition.is_offset_expired(
+                value, now_ms, offsets_retention_ms
+            ):
+                records.append(new_offset_commit_tombstone_record(group_id, topic, partition))
+            else:
+                all_expired = False
+        self._groups.metrics.offsets_expired += len(records) - before
+        return all_expired
 
     # Views for other parts of the shard and for tests.
 

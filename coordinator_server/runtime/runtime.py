@@ -54,11 +54,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 from coordinator_server.records import CoordinatorRecord, decode_record, encode_record
 from coordinator_server.runtime.api import (
@@ -88,6 +89,34 @@ from protocol.errors import (
 )
 
 S = TypeVar("S", bound=CoordinatorShard)
+
+
+class RuntimeObserver(Protocol):
+    """Where the runtime reports what metrics are made of (see coordinator_server.metrics)."""
+
+    def batch_appended(self, records: int, size_bytes: int, seconds: float) -> None: ...
+
+    def append_failed(self) -> None: ...
+
+    def event_queued(self, seconds: float) -> None: ...
+
+    def partition_loaded(self, seconds: float, records: int) -> None: ...
+
+
+class _NoObserver:
+    def batch_appended(self, records: int, size_bytes: int, seconds: float) -> None:
+        pass
+
+    def append_failed(self) -> None:
+        pass
+
+    def event_queued(self, seconds: float) -> None:
+        pass
+
+    def partition_loaded(self, seconds: float, records: int) -> None:
+        pass
+
+
 T = TypeVar("T")
 
 BATCH_OVERHEAD_BYTES = 61
@@ -225,6 +254,7 @@ class _WriteEvent:
         "on_failure",
         "op",
         "park",
+        "queued_at",
         "response",
         "settled",
         "timeout_handle",
@@ -242,6 +272,7 @@ class _WriteEvent:
         self.op = op
         self.future = future
         self.timeout_ms = timeout_ms
+        self.queued_at = time.perf_counter()
         self.response: Any = None
         self.offset = 0
         self.deadline_ms = 0
@@ -602,6 +633,7 @@ class CoordinatorRuntime(Generic[S]):
         clock: RuntimeClock,
         config: RuntimeConfig = RuntimeConfig(),
         logger: logging.Logger | None = None,
+        observer: RuntimeObserver | None = None,
     ) -> None:
         self._shard_builder = shard_builder
         self._writer = writer
@@ -609,6 +641,7 @@ class CoordinatorRuntime(Generic[S]):
         self._clock = clock
         self._config = config
         self._log = logger or logging.getLogger(__name__)
+        self._observer: RuntimeObserver = observer or _NoObserver()
         self._contexts: dict[int, _PartitionContext] = {}
         self._closing = False
         self._closed = False
@@ -862,6 +895,14 @@ class CoordinatorRuntime(Generic[S]):
 
     # Counters.
 
+    def shard(self, partition: int) -> S | None:
+        """The partition's shard while it is ACTIVE, for gauges read at scrape time (its
+        latest state, committed or not)."""
+        context = self._contexts.get(partition)
+        if context is None or context.state is not CoordinatorState.ACTIVE:
+            return None
+        return cast(S, context.shard)
+
     def partition_stats(self, partition: int) -> PartitionStats | None:
         context = self._contexts.get(partition)
         if context is None:
@@ -933,6 +974,7 @@ class CoordinatorRuntime(Generic[S]):
     # Writes.
 
     def _run_write(self, context: _PartitionContext, event: _WriteEvent) -> None:
+        self._observer.event_queued(time.perf_counter() - event.queued_at)
         future = event.future
         if future.done():
             # The caller gave up before the operation ran.
@@ -1157,6 +1199,7 @@ class CoordinatorRuntime(Generic[S]):
         )
 
     async def _append(self, context: _PartitionContext, batch: _Batch, generation: int) -> None:
+        started = time.perf_counter()
         try:
             end_offset = await self._writer.append(context.partition, batch.records)
         except asyncio.CancelledError:
@@ -1168,9 +1211,13 @@ class CoordinatorRuntime(Generic[S]):
             self._on_append_failed(context, batch, AppendError(-1, "the append was cancelled"))
             return
         except Exception as error:
+            self._observer.append_failed()
             if generation == context.generation:
                 self._on_append_failed(context, batch, error)
             return
+        self._observer.batch_appended(
+            len(batch.records), batch.size_bytes, time.perf_counter() - started
+        )
         if generation == context.generation:
             self._on_append_succeeded(context, batch, end_offset)
 
@@ -1351,6 +1398,7 @@ class CoordinatorRuntime(Generic[S]):
         def replay(offset: int, key: bytes, value: bytes | None) -> None:
             shard.replay(offset, decode_record(key, value))
 
+        started = time.perf_counter()
         try:
             summary = await self._loader.load(partition, replay)
         except asyncio.CancelledError:
@@ -1364,6 +1412,7 @@ class CoordinatorRuntime(Generic[S]):
         if generation != context.generation:
             return
         context.load_task = None
+        self._observer.partition_loaded(time.perf_counter() - started, summary.records)
         registry.set_tracking(True)
         registry.reset(summary.end_offset)
         context.last_written_offset = context.last_committed_offset = summary.end_offset

@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from time import perf_counter
 from typing import TYPE_CHECKING, cast
 
+from coordinator_server.service import RequestContext
 from protocol.api_keys import ApiKey
 from protocol.envelope import EnvelopeError, RequestHeader, decode_request, encode_response
 from protocol.errors import ApiError, ErrorCode, UnsupportedVersionError
@@ -25,12 +27,30 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+def response_error_code(body: dict[str, object]) -> int:
+    """The error a response reports, for metrics: its top-level error code, or for
+    OffsetCommit (which has none) the first partition's."""
+    code = body.get("error_code")
+    if isinstance(code, int):
+        return code
+    topics = body.get("topics")
+    if isinstance(topics, list) and topics:
+        partitions = topics[0].get("partitions") if isinstance(topics[0], dict) else None
+        if isinstance(partitions, list) and partitions and isinstance(partitions[0], dict):
+            first = partitions[0].get("error_code")
+            if isinstance(first, int):
+                return first
+    return 0
+
+
 class CoordinatorConnection(asyncio.Protocol):
     def __init__(self, state: ServerState) -> None:
         self._state = state
         self._decoder = FrameDecoder(state.config.max_frame_bytes)
         self._transport: asyncio.Transport | None = None
         self._peer = "?"
+        self._client_host = "/"
+        self._context = RequestContext("", "/")
         # Requests dispatched and not yet answered, and frames waiting for room.
         self._inflight = 0
         self._waiting: deque[bytes] = deque()
@@ -52,9 +72,12 @@ class CoordinatorConnection(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self._peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        # Kafka's form of a member's client host.
+        self._client_host = f"/{peer[0]}" if isinstance(peer, tuple) else "/"
+        self._context = RequestContext("", self._client_host)
         state = self._state
         if state.draining or len(state.connections) >= state.config.max_connections:
-            state.connections_refused += 1
+            state.metrics.connections_refused += 1
             logger.warning(
                 "refusing connection from %s: %d open", self._peer, len(state.connections)
             )
@@ -109,16 +132,16 @@ class CoordinatorConnection(asyncio.Protocol):
         except EnvelopeError as exc:
             self._protocol_violation(str(exc))
             return
+        started = perf_counter()
         state = self._state
-        state.requests_received += 1
         handler = state.handlers.get(header.api_key)
         try:
             request = parse_request(header, body)
         except UnsupportedVersionError as exc:
-            self._respond(header, self._unsupported(header, exc))
+            self._respond(header, self._unsupported(header, exc), started)
             return
         except ApiError as exc:
-            self._respond(header, error_body(exc.code, exc.message))
+            self._respond(header, error_body(exc.code, exc.message), started)
             return
         if handler is None:
             self._respond(
@@ -127,19 +150,23 @@ class CoordinatorConnection(asyncio.Protocol):
                     ErrorCode.UNSUPPORTED_VERSION,
                     f"api_key {header.api_key} is not served by this coordinator",
                 ),
+                started,
             )
             return
+        context = self._context
+        if context.client_id != (header.client_id or ""):
+            context = self._context = RequestContext(header.client_id or "", self._client_host)
         try:
-            reply = handler(request)
+            reply = handler(request, context)
         except Exception:
             logger.exception("handler for api_key %d failed", header.api_key)
-            self._respond(header, error_body(ErrorCode.UNKNOWN_SERVER_ERROR, None))
+            self._respond(header, error_body(ErrorCode.UNKNOWN_SERVER_ERROR, None), started)
             return
         if isinstance(reply, Message):
-            self._respond(header, reply.to_body())
+            self._respond(header, reply.to_body(), started)
             return
         self._inflight += 1
-        reply.add_done_callback(lambda done: self._reply_done(header, done))
+        reply.add_done_callback(lambda done: self._reply_done(header, done, started))
 
     def _unsupported(self, header: RequestHeader, exc: ApiError) -> dict[str, object]:
         if header.api_key == ApiKey.API_VERSIONS:
@@ -148,7 +175,9 @@ class CoordinatorConnection(asyncio.Protocol):
             return self._state.api_versions_body(ErrorCode.UNSUPPORTED_VERSION, exc.message)
         return error_body(ErrorCode.UNSUPPORTED_VERSION, exc.message)
 
-    def _reply_done(self, header: RequestHeader, done: asyncio.Future[Message]) -> None:
+    def _reply_done(
+        self, header: RequestHeader, done: asyncio.Future[Message], started: float
+    ) -> None:
         self._inflight -= 1
         if done.cancelled():
             body = error_body(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the request was cancelled")
@@ -157,7 +186,7 @@ class CoordinatorConnection(asyncio.Protocol):
             body = error_body(ErrorCode.UNKNOWN_SERVER_ERROR, None)
         else:
             body = done.result().to_body()
-        self._respond(header, body)
+        self._respond(header, body, started)
         if self._waiting:
             self._admit_waiting()
         self._update_reading()
@@ -166,7 +195,10 @@ class CoordinatorConnection(asyncio.Protocol):
 
     # Responses.
 
-    def _respond(self, header: RequestHeader, body: dict[str, object]) -> None:
+    def _respond(self, header: RequestHeader, body: dict[str, object], started: float) -> None:
+        self._state.metrics.request_done(
+            header.api_key, response_error_code(body), perf_counter() - started
+        )
         if self._closed:
             return
         self._outgoing.append(encode_frame(encode_response(header.correlation_id, body)))
@@ -203,7 +235,7 @@ class CoordinatorConnection(asyncio.Protocol):
             transport.resume_reading()
 
     def _protocol_violation(self, reason: str) -> None:
-        self._state.malformed_frames += 1
+        self._state.metrics.malformed_frames += 1
         logger.warning("closing connection from %s: %s", self._peer, reason)
         self.abort()
 

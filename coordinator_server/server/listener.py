@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from coordinator_server.metrics import ServerMetrics
 from coordinator_server.server.connection import CoordinatorConnection
 from coordinator_server.service import Handler
 from protocol.errors import ErrorCode
@@ -33,15 +35,14 @@ class ServerState:
         config: ServerConfig,
         handlers: Mapping[int, Handler],
         api_versions_body: Callable[[ErrorCode, str | None], dict[str, object]],
+        metrics: ServerMetrics | None = None,
     ) -> None:
         self.config = config
         self.handlers = handlers
         self.api_versions_body = api_versions_body
         self.connections: set[CoordinatorConnection] = set()
         self.draining = False
-        self.connections_refused = 0
-        self.malformed_frames = 0
-        self.requests_received = 0
+        self.metrics = metrics or ServerMetrics()
         self._idle = asyncio.Event()
 
     def connection_idle(self, connection: CoordinatorConnection) -> None:
@@ -50,6 +51,9 @@ class ServerState:
 
     def connection_closed(self, connection: CoordinatorConnection) -> None:
         self.connection_idle(connection)
+
+    def requests_in_flight(self) -> int:
+        return sum(connection.inflight for connection in self.connections)
 
     async def wait_idle(self) -> None:
         if all(c.inflight == 0 for c in self.connections):
@@ -78,11 +82,11 @@ class CoordinatorServer:
         self.state = state
         self._server: asyncio.Server | None = None
 
-    async def start(self, sock: socket.socket) -> None:
+    async def start(self, sock: socket.socket, ssl_context: ssl.SSLContext | None = None) -> None:
         """Serve on a socket from `bind` (bound first, so the port is known before)."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: CoordinatorConnection(self.state), sock=sock, backlog=1024
+            lambda: CoordinatorConnection(self.state), sock=sock, backlog=1024, ssl=ssl_context
         )
 
     async def drain(self, timeout_s: float) -> bool:

@@ -30,6 +30,7 @@ PARTITIONS = 4
 
 @asynccontextmanager
 async def serve(log: InMemoryLog | None = None, **settings: Any) -> AsyncIterator[CoordinatorApp]:
+    settings.setdefault("metrics_port", -1)
     config = CoordinatorConfig(port=0, offsets_topic_partitions=PARTITIONS, **settings)
     app = CoordinatorApp(config, log=log or InMemoryLog(PARTITIONS))
     await app.start()
@@ -277,7 +278,7 @@ async def test_connections_over_the_limit_are_refused() -> None:
         assert (await second.call(ApiKey.API_VERSIONS, {}))["error_code"] == 0
         async with connect(app) as third:
             assert await third.closed_by_server()
-        assert app.server is not None and app.server.state.connections_refused == 1
+        assert app.server is not None and app.server.state.metrics.connections_refused == 1
         await second.close()
         await until(lambda: app.server is not None and len(app.server.state.connections) == 1)
         async with connect(app) as fourth:
@@ -306,7 +307,7 @@ async def test_in_flight_requests_per_connection_are_bounded() -> None:
 async def test_shutdown_answers_the_requests_in_flight() -> None:
     log = InMemoryLog(PARTITIONS, auto_commit=False)
     partition = partition_for("g", PARTITIONS)
-    config = CoordinatorConfig(port=0, offsets_topic_partitions=PARTITIONS)
+    config = CoordinatorConfig(port=0, offsets_topic_partitions=PARTITIONS, metrics_port=-1)
     app = CoordinatorApp(config, log=log)
     await app.start()
     assert app.address is not None
