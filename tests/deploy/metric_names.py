@@ -1,0 +1,97 @@
+"""The metric families coordinator-server exports: the one list that the dashboard, the alert
+rules, deploy/README.md and the test of a running server's /metrics are all checked against.
+
+A test in this folder imports it as `metric_names`; a test elsewhere under tests/ imports it as
+`deploy.metric_names` (tests/ is on sys.path through tests/conftest.py).
+
+Names are as PromQL sees them: counters with their `_total`, histograms without a suffix
+(their series are `_bucket`, `_sum` and `_count`). prometheus_client's text parser reports a
+counter's family without `_total`; its samples keep it. No family is labelled by group or
+member id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+MetricType = Literal["counter", "gauge", "histogram"]
+
+HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
+
+GROUP_STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
+PARTITION_STATES = ("INITIAL", "LOADING", "ACTIVE", "FAILED", "CLOSED")
+
+
+@dataclass(frozen=True)
+class MetricFamily:
+    name: str
+    type: MetricType
+    labels: tuple[str, ...] = ()
+
+
+EXPORTED_METRICS: tuple[MetricFamily, ...] = (
+    MetricFamily("coordinator_build_info", "gauge", ("version",)),
+    # Requests.
+    MetricFamily("coordinator_requests_total", "counter", ("api", "error")),
+    MetricFamily("coordinator_request_duration_seconds", "histogram", ("api",)),
+    MetricFamily("coordinator_requests_in_flight", "gauge"),
+    # Connections.
+    MetricFamily("coordinator_connections_open", "gauge"),
+    MetricFamily("coordinator_connections_refused_total", "counter"),
+    MetricFamily("coordinator_malformed_frames_total", "counter"),
+    # Groups.
+    MetricFamily("coordinator_groups", "gauge", ("state",)),
+    MetricFamily("coordinator_group_members", "gauge"),
+    MetricFamily("coordinator_rebalances_total", "counter"),
+    MetricFamily("coordinator_rebalance_duration_seconds", "histogram"),
+    # Offsets.
+    MetricFamily("coordinator_offset_commits_total", "counter"),
+    MetricFamily("coordinator_offsets_expired_total", "counter"),
+    # Log partitions.
+    MetricFamily("coordinator_partitions", "gauge", ("state",)),
+    MetricFamily("coordinator_partition_load_duration_seconds", "histogram"),
+    MetricFamily("coordinator_partition_load_records_total", "counter"),
+    # Event queues.
+    MetricFamily("coordinator_event_queue_depth", "gauge"),
+    MetricFamily("coordinator_event_queue_time_seconds", "histogram"),
+    # Log writes.
+    MetricFamily("coordinator_write_batch_records", "histogram"),
+    MetricFamily("coordinator_write_batch_bytes", "histogram"),
+    MetricFamily("coordinator_append_duration_seconds", "histogram"),
+    MetricFamily("coordinator_append_failures_total", "counter"),
+    MetricFamily("coordinator_uncommitted_offsets", "gauge", ("partition",)),
+)
+
+METRICS_BY_NAME: dict[str, MetricFamily] = {family.name: family for family in EXPORTED_METRICS}
+
+# Values a label takes where the set is closed, by (family, label). `api` and `error` are
+# Kafka's names (protocol/api_keys.py, protocol/errors.py, "NONE" for success), `partition` a
+# log partition number, `version` free.
+LABEL_VALUES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("coordinator_groups", "state"): GROUP_STATES,
+    ("coordinator_partitions", "state"): PARTITION_STATES,
+}
+
+
+def series_names() -> dict[str, MetricFamily]:
+    """Every series name a scrape can show (`_bucket`/`_sum`/`_count` for histograms), mapped to
+    its family."""
+    names: dict[str, MetricFamily] = {}
+    for family in EXPORTED_METRICS:
+        if family.type == "histogram":
+            for suffix in HISTOGRAM_SUFFIXES:
+                names[family.name + suffix] = family
+        else:
+            names[family.name] = family
+    return names
+
+
+def family_of(series: str) -> str:
+    """The family name of a series name: a histogram's suffix stripped, anything else as is."""
+    for suffix in HISTOGRAM_SUFFIXES:
+        base = series.removesuffix(suffix)
+        family = METRICS_BY_NAME.get(base)
+        if base != series and family is not None and family.type == "histogram":
+            return base
+    return series

@@ -1,0 +1,188 @@
+"""deploy/docker-compose.yml: the compose specification's schema (check-jsonschema's vendored
+copy, no network), and the wiring between its services, Prometheus and Grafana that the schema
+cannot see."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deploy_support import (
+    ALERT_RULES,
+    COMPOSE_FILE,
+    DASHBOARD,
+    DEPLOY,
+    GRAFANA_PROVISIONING,
+    PROMETHEUS_CONFIG,
+    REPO_ROOT,
+    SCRAPE_JOB,
+    interpolate_defaults,
+    load_yaml,
+    run_tool,
+    settings_from_env,
+)
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return load_yaml(COMPOSE_FILE)
+
+
+@pytest.fixture(scope="module")
+def services(compose: dict[str, Any]) -> dict[str, Any]:
+    return compose["services"]
+
+
+def environment(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment", {})
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) for item in env)
+    return {key: str(interpolate_defaults(value)) for key, value in env.items()}
+
+
+def bind_mounts(service: dict[str, Any]) -> dict[str, Path]:
+    """container path -> host path of the service's bind mounts (relative to deploy/)."""
+    mounts = {}
+    for volume in service.get("volumes", []):
+        source, target, *_ = volume.split(":")
+        if source.startswith("."):
+            mounts[target] = (COMPOSE_FILE.parent / source).resolve()
+    return mounts
+
+
+def duration_seconds(text: str) -> float:
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+    return sum(float(number) * units[unit] for number, unit in re.findall(r"(\d+)(ms|s|m|h)", text))
+
+
+def test_compose_file_matches_the_compose_spec() -> None:
+    result = run_tool(
+        "check_jsonschema", "--builtin-schema", "vendor.compose-spec", str(COMPOSE_FILE)
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_compose_schema_check_really_checks(tmp_path: Path) -> None:
+    """A control: a misspelt service key fails the same call."""
+    broken = tmp_path / "docker-compose.yml"
+    broken.write_text("services:\n  app:\n    imagee: busybox:1.36\n", encoding="utf-8")
+    result = run_tool("check_jsonschema", "--builtin-schema", "vendor.compose-spec", str(broken))
+    assert result.returncode != 0
+    assert "imagee" in result.stdout + result.stderr
+
+
+def test_images_are_pinned(services: dict[str, Any]) -> None:
+    for name, service in services.items():
+        image = service["image"]
+        repository, _, tag = image.rpartition(":")
+        assert repository and "/" not in tag, f"{name}: {image} has no tag"
+        assert tag != "latest" and re.search(r"\d+\.\d+", tag), f"{name}: {image} is not pinned"
+    assert services["kafka"]["image"].startswith("apache/kafka:")
+    assert services["prometheus"]["image"].startswith("prom/prometheus:")
+    assert services["grafana"]["image"].startswith("grafana/grafana:")
+
+
+def test_kafka_runs_single_node_kraft(services: dict[str, Any]) -> None:
+    kafka = services["kafka"]
+    env = environment(kafka)
+    assert set(env["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}
+    assert "ZOOKEEPER" not in " ".join(env)
+    voters = env["KAFKA_CONTROLLER_QUORUM_VOTERS"].split(",")
+    assert voters == [f"{env['KAFKA_NODE_ID']}@{kafka['hostname']}:29093"]
+    listeners = dict(item.split("://") for item in env["KAFKA_LISTENERS"].split(","))
+    assert env["KAFKA_CONTROLLER_LISTENER_NAMES"] in listeners
+    assert env["KAFKA_INTER_BROKER_LISTENER_NAME"] in listeners
+    assert env["CLUSTER_ID"]
+    assert "healthcheck" in kafka and kafka["healthcheck"]["test"][0] == "CMD"
+
+
+def test_coordinator_is_built_from_the_dockerfile_and_waits_for_kafka(
+    services: dict[str, Any],
+) -> None:
+    coordinator = services["coordinator"]
+    build = coordinator["build"]
+    context = (COMPOSE_FILE.parent / build["context"]).resolve()
+    assert context == REPO_ROOT
+    assert (context / build.get("dockerfile", "Dockerfile")).is_file()
+    assert coordinator["depends_on"]["kafka"]["condition"] == "service_healthy"
+
+
+def test_coordinator_settings_reach_kafka_from_another_container(
+    services: dict[str, Any],
+) -> None:
+    settings = settings_from_env(environment(services["coordinator"]))
+    assert settings.offsets_topic_replication_factor == 1, "one broker: one replica"
+    kafka = services["kafka"]
+    kafka_env = environment(kafka)
+    advertised = {
+        address.split("://")[1] for address in kafka_env["KAFKA_ADVERTISED_LISTENERS"].split(",")
+    }
+    assert settings.bootstrap_servers is not None
+    for server in settings.bootstrap_servers.split(","):
+        host, _, _ = server.partition(":")
+        assert host in ("kafka", kafka.get("hostname")), f"{server}: not the kafka service"
+        assert server in advertised, f"{server} is not an advertised listener: {advertised}"
+
+
+def test_coordinator_gets_time_for_a_graceful_shutdown(services: dict[str, Any]) -> None:
+    coordinator = services["coordinator"]
+    settings = settings_from_env(environment(coordinator))
+    grace = duration_seconds(coordinator["stop_grace_period"])
+    assert grace * 1000 > settings.shutdown_timeout_ms
+
+
+def test_coordinator_ports_are_published(services: dict[str, Any]) -> None:
+    settings = settings_from_env(environment(services["coordinator"]))
+    published = {port.split(":")[-1] for port in services["coordinator"]["ports"]}
+    assert {str(settings.port), str(settings.metrics_port)} <= published
+
+
+def test_bind_mounts_exist(services: dict[str, Any]) -> None:
+    for name, service in services.items():
+        for target, source in bind_mounts(service).items():
+            assert source.exists(), f"{name}: {source} (mounted at {target}) is missing"
+            assert source.is_relative_to(DEPLOY), f"{name}: mounts {source} from outside deploy/"
+
+
+def test_prometheus_scrapes_the_coordinator_and_loads_the_rules(
+    services: dict[str, Any],
+) -> None:
+    prometheus = services["prometheus"]
+    mounts = bind_mounts(prometheus)
+    assert mounts["/etc/prometheus/prometheus.yml"] == PROMETHEUS_CONFIG
+    config = load_yaml(PROMETHEUS_CONFIG)
+    for rule_file in config["rule_files"]:
+        assert mounts.get(rule_file) == ALERT_RULES, f"{rule_file} is not mounted from alerts.yml"
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    settings = settings_from_env(environment(services["coordinator"]))
+    targets = [t for group in jobs[SCRAPE_JOB]["static_configs"] for t in group["targets"]]
+    assert targets == [f"coordinator:{settings.metrics_port}"]
+    assert jobs[SCRAPE_JOB].get("metrics_path", "/metrics") == "/metrics"
+
+
+def test_grafana_provisions_the_datasource_and_the_dashboard(services: dict[str, Any]) -> None:
+    grafana = services["grafana"]
+    mounts = bind_mounts(grafana)
+    assert mounts["/etc/grafana/provisioning"] == GRAFANA_PROVISIONING
+    datasources = load_yaml(GRAFANA_PROVISIONING / "datasources" / "prometheus.yml")
+    (datasource,) = datasources["datasources"]
+    assert datasource["type"] == "prometheus"
+    assert datasource["url"] == "http://prometheus:9090"
+    assert "prometheus" in services
+
+    providers = load_yaml(GRAFANA_PROVISIONING / "dashboards" / "coordinator.yml")["providers"]
+    (provider,) = providers
+    dashboards_dir = provider["options"]["path"]
+    assert mounts[dashboards_dir] == DASHBOARD.parent
+    home = environment(grafana)["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert home == f"{dashboards_dir}/{DASHBOARD.name}"
+
+
+def test_scrape_interval_matches_grafana_time_interval() -> None:
+    """Grafana sizes $__rate_interval from timeInterval; it must be the scrape interval."""
+    config = load_yaml(PROMETHEUS_CONFIG)
+    datasources = load_yaml(GRAFANA_PROVISIONING / "datasources" / "prometheus.yml")
+    (datasource,) = datasources["datasources"]
+    assert datasource["jsonData"]["timeInterval"] == config["global"]["scrape_interval"]

@@ -1,0 +1,191 @@
+"""deploy/kubernetes/: every manifest against the Kubernetes API schemas bundled with
+kubernetes-validate (strict: unknown fields fail; no cluster, no network), and the wiring
+between the manifests, the ConfigMap's settings and the image that the schemas cannot see."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import kubernetes_validate
+import pytest
+from deploy_support import DOCKERFILE, KUBERNETES_DIR, load_yaml_documents, settings_from_env
+
+from coordinator_server.config import CoordinatorConfig
+
+# The Kubernetes version the manifests are checked against: a release kubernetes-validate
+# ships schemas for (pyproject's dev extra asks for a kubernetes-validate that has it).
+KUBERNETES_VERSION = "1.33"
+
+MANIFESTS = sorted(KUBERNETES_DIR.glob("*.yaml"))
+
+
+def documents() -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (f"{path.name}:{document['kind']}/{document['metadata']['name']}", document)
+        for path in MANIFESTS
+        for document in load_yaml_documents(path)
+    ]
+
+
+def resources(kind: str) -> list[dict[str, Any]]:
+    return [document for _, document in documents() if document["kind"] == kind]
+
+
+def one(kind: str) -> dict[str, Any]:
+    (resource,) = resources(kind)
+    return resource
+
+
+@pytest.fixture(scope="module")
+def workload() -> dict[str, Any]:
+    found = resources("StatefulSet") + resources("Deployment")
+    assert len(found) == 1, "one workload"
+    return found[0]
+
+
+@pytest.fixture(scope="module")
+def pod(workload: dict[str, Any]) -> dict[str, Any]:
+    return workload["spec"]["template"]
+
+
+@pytest.fixture(scope="module")
+def container(pod: dict[str, Any]) -> dict[str, Any]:
+    (container,) = pod["spec"]["containers"]
+    return container
+
+
+@pytest.fixture(scope="module")
+def settings() -> CoordinatorConfig:
+    return settings_from_env(one("ConfigMap")["data"])
+
+
+def test_there_are_manifests() -> None:
+    assert MANIFESTS
+    kinds = sorted(document["kind"] for _, document in documents())
+    assert kinds == ["ConfigMap", "PodDisruptionBudget", "Service", "Service", "StatefulSet"]
+
+
+@pytest.mark.parametrize(("where", "document"), documents(), ids=[w for w, _ in documents()])
+def test_manifest_is_valid(where: str, document: dict[str, Any]) -> None:
+    # SchemaNotFoundError (an unknown kind or apiVersion) fails the test too.
+    kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+
+
+def test_strict_validation_really_checks() -> None:
+    """A control: a misspelt field fails the same call."""
+    broken = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "x"},
+        "dta": {"a": "b"},
+    }
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, KUBERNETES_VERSION, strict=True)
+
+
+def test_one_replica(workload: dict[str, Any]) -> None:
+    # A single node owns every partition: a second replica would be a second writer.
+    assert workload["spec"]["replicas"] == 1
+    if workload["kind"] == "StatefulSet":
+        headless = [s for s in resources("Service") if s["spec"].get("clusterIP") == "None"]
+        assert [s["metadata"]["name"] for s in headless] == [workload["spec"]["serviceName"]]
+
+
+def test_selectors_match_the_pod(workload: dict[str, Any], pod: dict[str, Any]) -> None:
+    labels = pod["metadata"]["labels"]
+    assert workload["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    for service in resources("Service"):
+        assert service["spec"]["selector"].items() <= labels.items()
+    budget = one("PodDisruptionBudget")
+    assert budget["spec"]["selector"]["matchLabels"].items() <= labels.items()
+
+
+def test_settings_come_from_the_configmap(
+    container: dict[str, Any], settings: CoordinatorConfig
+) -> None:
+    refs = [source["configMapRef"]["name"] for source in container["envFrom"]]
+    assert refs == [one("ConfigMap")["metadata"]["name"]]
+    assert settings.host == "0.0.0.0"
+    assert settings.bootstrap_servers, "the Kafka log: state must outlive the pod"
+    assert settings.advertised_host in {s["metadata"]["name"] for s in resources("Service")}
+
+
+def test_ports_agree(container: dict[str, Any], settings: CoordinatorConfig) -> None:
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    assert ports == {"coordinator": settings.port, "metrics": settings.metrics_port}
+    for service in resources("Service"):
+        for port in service["spec"]["ports"]:
+            assert port["targetPort"] in ports, f"{service['metadata']['name']}: {port}"
+            assert port["port"] == ports[port["targetPort"]]
+
+
+def test_probes(container: dict[str, Any]) -> None:
+    def http_get(probe: str) -> tuple[str, str]:
+        action = container[probe]["httpGet"]
+        return action["path"], action["port"]
+
+    assert http_get("livenessProbe") == ("/healthz", "metrics")
+    assert http_get("readinessProbe") == ("/readyz", "metrics")
+    assert http_get("startupProbe") == ("/healthz", "metrics")
+
+
+def test_resources_requested_and_limited(container: dict[str, Any]) -> None:
+    for bound in ("requests", "limits"):
+        assert {"cpu", "memory"} <= container["resources"][bound].keys(), bound
+
+
+def test_runs_as_the_image_user_without_privileges(
+    pod: dict[str, Any], container: dict[str, Any]
+) -> None:
+    security = pod["spec"]["securityContext"]
+    assert security["runAsNonRoot"] is True
+    dockerfile = DOCKERFILE.read_text(encoding="utf-8")
+    uid = re.search(r"^ARG UID=(\d+)$", dockerfile, re.MULTILINE)
+    gid = re.search(r"^ARG GID=(\d+)$", dockerfile, re.MULTILINE)
+    assert uid and gid
+    assert security["runAsUser"] == int(uid.group(1))
+    assert security["runAsGroup"] == int(gid.group(1))
+    context = container["securityContext"]
+    assert context["allowPrivilegeEscalation"] is False
+    assert context["readOnlyRootFilesystem"] is True
+    assert context["capabilities"]["drop"] == ["ALL"]
+
+
+def test_writable_paths_are_volumes(container: dict[str, Any]) -> None:
+    """With a read-only root filesystem, the data dir the image sets must be a mount."""
+    data_dir = re.search(r"COORDINATOR_DATA_DIR=(\S+)", DOCKERFILE.read_text(encoding="utf-8"))
+    assert data_dir
+    mounts = {mount["mountPath"] for mount in container["volumeMounts"]}
+    assert data_dir.group(1) in mounts
+
+
+def test_prometheus_scrape_annotations(pod: dict[str, Any], settings: CoordinatorConfig) -> None:
+    annotations = pod["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == str(settings.metrics_port)
+    assert annotations["prometheus.io/path"] == "/metrics"
+
+
+def test_grace_period_outlasts_the_shutdown_timeout(
+    pod: dict[str, Any], settings: CoordinatorConfig
+) -> None:
+    assert pod["spec"]["terminationGracePeriodSeconds"] * 1000 > settings.shutdown_timeout_ms
+
+
+def test_no_service_links(pod: dict[str, Any]) -> None:
+    """Service links inject COORDINATOR_SERVER_* variables, which look like settings."""
+    assert pod["spec"]["enableServiceLinks"] is False
+
+
+def test_image_is_tagged(container: dict[str, Any]) -> None:
+    _, _, tag = container["image"].rpartition(":")
+    assert tag and tag != "latest"
+    assert container["args"] == ["serve"]
+
+
+def test_manifests_are_plain_files() -> None:
+    """`kubectl apply -f deploy/kubernetes/` applies every file there: no kustomization or
+    other non-resource YAML may sit beside them."""
+    for path in KUBERNETES_DIR.iterdir():
+        assert path.suffix == ".yaml", f"{path.name}: kubectl would try to apply it"
