@@ -27,12 +27,15 @@ from coordinator_server.server.listener import CoordinatorServer, ServerConfig, 
 from coordinator_server.service import GroupCoordinatorService, NodeAddress
 from coordinator_server.shard import GroupCoordinatorShard, ShardConfig
 from coordinator_server.storage.api import CoordinatorLog
+from protocol.errors import NotCoordinatorError
 
 logger = logging.getLogger("coordinator_server")
 
-# The epoch of every partition this process loads. A single node owns all partitions for
-# the life of the process, so one epoch suffices; a new process starts over.
+# The epoch of every partition this process loads first. A single node owns all partitions
+# for the life of the process; a failed load is retried with the next epoch, as Kafka retries
+# a load with a higher leader epoch.
 LOAD_EPOCH = 1
+LOAD_RETRY_BACKOFF_S = (0.5, 1.0, 2.0, 5.0)
 
 
 def build_log(config: CoordinatorConfig) -> CoordinatorLog:
@@ -143,9 +146,7 @@ class CoordinatorApp:
 
         # ApiVersions and FindCoordinator answer at once; group requests get
         # COORDINATOR_LOAD_IN_PROGRESS until their partition is ACTIVE.
-        for partition in range(num_partitions):
-            runtime.schedule_load(partition, LOAD_EPOCH)
-        await asyncio.gather(*(runtime.wait_loaded(p) for p in range(num_partitions)))
+        await asyncio.gather(*(self._load(runtime, p) for p in range(num_partitions)))
         logger.info(
             "coordinator-server %s ready on %s:%d (%d partitions loaded in %.2f s, log: %s, "
             "metrics: %s)",
@@ -157,6 +158,28 @@ class CoordinatorApp:
             describe_log(config),
             "off" if self.metrics_port is None else f"http://{host}:{self.metrics_port}/metrics",
         )
+
+    async def _load(
+        self, runtime: CoordinatorRuntime[GroupCoordinatorShard], partition: int
+    ) -> None:
+        """Load a partition, retrying with a higher epoch while the log cannot be read (a
+        broker that is not up yet): requests for its groups get COORDINATOR_LOAD_IN_PROGRESS
+        or NOT_COORDINATOR meanwhile and /readyz says so."""
+        epoch = LOAD_EPOCH
+        while True:
+            runtime.schedule_load(partition, epoch)
+            try:
+                await runtime.wait_loaded(partition)
+                return
+            except NotCoordinatorError:
+                backoff = LOAD_RETRY_BACKOFF_S[
+                    min(epoch - LOAD_EPOCH, len(LOAD_RETRY_BACKOFF_S) - 1)
+                ]
+                logger.warning(
+                    "partition=%d could not be loaded; retrying in %.1f s", partition, backoff
+                )
+                await asyncio.sleep(backoff)
+                epoch += 1
 
     def _operator_http(self) -> OperatorHttpServer:
         registry = CollectorRegistry(auto_describe=False)

@@ -324,3 +324,14 @@ async def test_shutdown_answers_the_requests_in_flight() -> None:
         assert await client.closed_by_server()
     finally:
         await client.close()
+
+
+async def test_a_partition_that_fails_to_load_is_retried_until_it_loads() -> None:
+    log = InMemoryLog(PARTITIONS)
+    partition = partition_for("g", PARTITIONS)
+    log.loader.inject_load_failure(partition, count=2)
+    async with serve(log) as app, connect(app) as client:
+        assert app.runtime is not None
+        assert app.runtime.partition_state(partition) is not None
+        response = await client.call(ApiKey.OFFSET_COMMIT, commit_body("g", {("t", 0): 1}))
+        assert commit_errors(response) == {("t", 0): 0}
