@@ -1,0 +1,998 @@
+"""`CoordinatorClient`: the asyncio client of the wire contract.
+
+Theory of operation. A call names a group (most APIs) or none (ApiVersions, ListGroups,
+FindCoordinator). A group's coordinator is found with FindCoordinator, sent to a bootstrap
+server, and cached per group; every request for that group goes to the cached node over
+one pipelined `Connection` per server address, opened on first use and opened again after
+it is lost.
+
+Each call has one deadline (`timeout_ms`, by default the client's `request_timeout_ms`)
+covering discovery, connecting, retries and the wait for the answer. Within it the client
+retries, after an exponential back-off with jitter, on:
+
+- COORDINATOR_LOAD_IN_PROGRESS (14) and REQUEST_TIMED_OUT (7): same coordinator;
+- COORDINATOR_NOT_AVAILABLE (15) and NOT_COORDINATOR (16): the cached coordinator is
+  dropped and looked up again (Kafka's `markCoordinatorUnknown`);
+- a lost connection: the request is sent again on a new one.
+
+The deadline passing while a request is out raises `RequestTimeoutError`; passing during a
+back-off raises the last error seen. Every other error code comes back in the response
+(the typed methods) or is raised as its `protocol.errors` class (`raise_on_error`, and the
+helpers). Closing the client fails every call still running with `ClientClosedError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Final, TypeVar
+
+from aiokafka.structs import OffsetAndMetadata, TopicPartition
+
+from coordinator_server.client.backoff import ExponentialBackoff
+from coordinator_server.client.connection import Connection
+from coordinator_server.client.errors import (
+    ClientClosedError,
+    ConnectionClosedError,
+    OffsetCommitError,
+    OffsetDeleteError,
+    RequestTimeoutError,
+)
+from protocol.errors import ErrorCode, error_for_code
+from protocol.framing import DEFAULT_MAX_FRAME_BYTES
+from protocol.messages import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DeleteGroupsResponseResult,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    DescribeGroupsResponseGroup,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupRequestMember,
+    LeaveGroupResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+    ListGroupsResponseGroup,
+    Message,
+    OffsetCommitRequest,
+    OffsetCommitRequestPartition,
+    OffsetCommitRequestTopic,
+    OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteRequestPartition,
+    OffsetDeleteRequestTopic,
+    OffsetDeleteResponse,
+    OffsetFetchRequest,
+    OffsetFetchRequestGroup,
+    OffsetFetchRequestTopic,
+    OffsetFetchResponse,
+    OffsetFetchResponseGroup,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+
+__all__ = ["CoordinatorClient", "Node", "build_ssl_context", "parse_bootstrap"]
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R", bound=Message)
+T = TypeVar("T")
+
+# Answers that mean "try again": the first two on the same coordinator, the last two after
+# looking the coordinator up again.
+_RETRY_SAME_NODE: Final = frozenset(
+    {ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.REQUEST_TIMED_OUT}
+)
+_RETRY_REDISCOVER: Final = frozenset(
+    {ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR}
+)
+_RETRY_CODES: Final = _RETRY_SAME_NODE | _RETRY_REDISCOVER
+
+# Kafka's JOIN_GROUP_TIMEOUT_LAPSE: a JoinGroup may be parked for the whole rebalance
+# timeout, so its own timeout is that plus a margin.
+JOIN_GROUP_TIMEOUT_LAPSE_MS: Final = 5000
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A coordinator server as FindCoordinator names it (bootstrap servers have id -1)."""
+
+    node_id: int
+    host: str
+    port: int
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return (self.host, self.port)
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port} (id: {self.node_id})"
+
+
+def parse_bootstrap(bootstrap: str | Sequence[str]) -> list[tuple[str, int]]:
+    """ "host:port[,host:port...]" (or a list of "host:port") as (host, port) pairs.
+
+    IPv6 hosts go in brackets: "[::1]:9094".
+
+    Raises:
+        ValueError: empty, or an entry without a valid port.
+    """
+    entries = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
+    addresses = []
+    for raw in entries:
+        entry = raw.strip()
+        if not entry:
+            continue
+        host, sep, port_text = entry.rpartition(":")
+        if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise ValueError(f"bootstrap server {entry!r} is not host:port")
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+        addresses.append((host, int(port_text)))
+    if not addresses:
+        raise ValueError("no bootstrap server given")
+    return addresses
+
+
+def build_ssl_context(
+    cafile: str | None = None,
+    certfile: str | None = None,
+    keyfile: str | None = None,
+) -> ssl.SSLContext:
+    """A client TLS context: verifies the server against `cafile` (or the system's CAs) and
+    presents `certfile`/`keyfile` when given (mutual TLS)."""
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=cafile)
+    if certfile is not None:
+        context.load_cert_chain(certfile, keyfile)
+    return context
+
+
+class CoordinatorClient:
+    """An asyncio client for coordinator-server.
+
+    Args:
+        bootstrap: "host:port[,host:port]" of one or more servers to discover coordinators
+            through.
+        client_id: sent in every request header.
+        request_timeout_ms: the default deadline of a call, retries included (Kafka's
+            `request.timeout.ms`; JoinGroup gets at least its rebalance timeout plus 5 s).
+        retry_backoff_ms, retry_backoff_max_ms: the back-off before the first retry and
+            its cap (Kafka's `retry.backoff.ms` / `retry.backoff.max.ms`); 20% jitter.
+        connect_timeout_ms: how long opening one connection may take.
+        max_in_flight_requests: requests awaiting an answer per connection; more wait.
+        max_frame_bytes: the largest frame sent or accepted (the contract's 8 MiB default).
+        ssl_context: TLS to use; or build one from `ssl_cafile` (CAs to trust; default:
+            the system's), `ssl_certfile` and `ssl_keyfile` (a client certificate), when
+            `ssl_cafile` or `ssl_certfile` is given.
+        ssl_server_hostname: the name to verify the server certificate against (default:
+            the host connected to).
+        coordinator_cache_size: how many groups' coordinators to remember.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        *,
+        client_id: str | None = "coordinator-client",
+        request_timeout_ms: int = 30_000,
+        retry_backoff_ms: int = 100,
+        retry_backoff_max_ms: int = 1_000,
+        connect_timeout_ms: int = 10_000,
+        max_in_flight_requests: int = 256,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        ssl_context: ssl.SSLContext | None = None,
+        ssl_cafile: str | None = None,
+        ssl_certfile: str | None = None,
+        ssl_keyfile: str | None = None,
+        ssl_server_hostname: str | None = None,
+        coordinator_cache_size: int = 10_000,
+    ) -> None:
+        if request_timeout_ms <= 0 or connect_timeout_ms <= 0:
+            raise ValueError("timeouts must be positive")
+        if coordinator_cache_size < 1:
+            raise ValueError("coordinator_cache_size must be at least 1")
+        self.bootstrap_servers = parse_bootstrap(bootstrap)
+        self.client_id = client_id
+        self.request_timeout_ms = request_timeout_ms
+        self.connect_timeout_ms = connect_timeout_ms
+        self.max_in_flight_requests = max_in_flight_requests
+        self.max_frame_bytes = max_frame_bytes
+        if ssl_context is None and (ssl_cafile is not None or ssl_certfile is not None):
+            ssl_context = build_ssl_context(ssl_cafile, ssl_certfile, ssl_keyfile)
+        self.ssl_context = ssl_context
+        self.ssl_server_hostname = ssl_server_hostname
+        self._backoff = ExponentialBackoff(retry_backoff_ms, retry_backoff_max_ms)
+        self._coordinators: OrderedDict[str, Node] = OrderedDict()
+        self._coordinator_cache_size = coordinator_cache_size
+        self._lookups: dict[str, asyncio.Task[Node]] = {}
+        self._connections: dict[tuple[str, int], Connection] = {}
+        self._connecting: dict[tuple[str, int], asyncio.Task[Connection]] = {}
+        self._bootstrap_index = 0
+        self._closed = False
+        self._closed_event = asyncio.Event()
+
+    # Life cycle
+
+    async def start(self) -> None:
+        """Check that a bootstrap server answers (ApiVersions). Optional: connections are
+        otherwise opened on first use."""
+        await self.api_versions()
+
+    async def close(self) -> None:
+        """Close every connection; every call still running fails with `ClientClosedError`.
+
+        Idempotent.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._closed_event.set()
+        for task in [*self._lookups.values(), *self._connecting.values()]:
+            task.cancel()
+        connections = list(self._connections.values())
+        self._connections.clear()
+        for connection in connections:
+            connection.close(client_closed=True)
+        for connection in connections:
+            await connection.wait_closed()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def __aenter__(self) -> CoordinatorClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # Discovery
+
+    def cached_coordinator(self, group_id: str) -> Node | None:
+        """The coordinator remembered for `group_id`, if any."""
+        return self._coordinators.get(group_id)
+
+    def forget_coordinator(self, group_id: str) -> None:
+        """Drop the cached coordinator of `group_id`; the next call looks it up again."""
+        self._coordinators.pop(group_id, None)
+
+    async def find_coordinator(self, group_id: str, *, timeout_ms: int | None = None) -> Node:
+        """The coordinator of `group_id`: from the cache, or looked up with FindCoordinator.
+
+        Concurrent lookups of one group share one request.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._timeout_s(timeout_ms)
+        return await self._coordinator_for(group_id, deadline)
+
+    async def _coordinator_for(self, group_id: str, deadline: float) -> Node:
+        self._check_open()
+        node = self._coordinators.get(group_id)
+        if node is not None:
+            self._coordinators.move_to_end(group_id)
+            return node
+        task = self._lookups.get(group_id)
+        if task is None:
+            loop = asyncio.get_running_loop()
+            task = asyncio.create_task(
+                self._lookup(group_id, loop.time() + self.request_timeout_ms / 1000),
+                name=f"coordinator lookup {group_id}",
+            )
+            self._lookups[group_id] = task
+            task.add_done_callback(lambda done: self._lookup_done(group_id, done))
+        remaining = deadline - asyncio.get_running_loop().time()
+        try:
+            async with asyncio.timeout(max(remaining, 0)):
+                return await asyncio.shield(task)
+        except TimeoutError:
+            raise RequestTimeoutError(
+                f"no coordinator found for group {group_id!r} in time"
+            ) from None
+        except asyncio.CancelledError:
+            if self._closed:
+                raise ClientClosedError("the client was closed") from None
+            raise
+
+    async def _lookup(self, group_id: str, deadline: float) -> Node:
+        def retry_code(response: FindCoordinatorResponse) -> int | None:
+            for coordinator in response.coordinators:
+                if coordinator.error_code in _RETRY_CODES:
+                    return coordinator.error_code
+            return None
+
+        response = await self._call_with_retries(
+            lambda remaining: self._send_to_bootstrap(
+                FindCoordinatorRequest(key_type=0, keys=[group_id]),
+                FindCoordinatorResponse,
+                remaining,
+            ),
+            retry_code,
+            deadline,
+            what=f"FindCoordinator({group_id!r})",
+        )
+        for coordinator in response.coordinators:
+            if coordinator.key != group_id:
+                continue
+            if coordinator.error_code != ErrorCode.NONE:
+                raise error_for_code(coordinator.error_code, coordinator.error_message)
+            node = Node(coordinator.node_id, coordinator.host, coordinator.port)
+            self._remember_coordinator(group_id, node)
+            return node
+        raise error_for_code(
+            ErrorCode.COORDINATOR_NOT_AVAILABLE, f"FindCoordinator did not answer {group_id!r}"
+        )
+
+    def _lookup_done(self, group_id: str, task: asyncio.Task[Node]) -> None:
+        if self._lookups.get(group_id) is task:
+            del self._lookups[group_id]
+        # Retrieved here so a lookup whose callers all gave up is not reported as an
+        # exception nobody saw; the callers that still wait get it from the task.
+        if not task.cancelled():
+            task.exception()
+
+    def _remember_coordinator(self, group_id: str, node: Node) -> None:
+        self._coordinators[group_id] = node
+        self._coordinators.move_to_end(group_id)
+        while len(self._coordinators) > self._coordinator_cache_size:
+            self._coordinators.popitem(last=False)
+
+    # Sending
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosedError("the client was closed")
+
+    def _timeout_s(self, timeout_ms: int | None) -> float:
+        return (self.request_timeout_ms if timeout_ms is None else timeout_ms) / 1000
+
+    async def _connection(self, address: tuple[str, int], deadline: float) -> Connection:
+        self._check_open()
+        connection = self._connections.get(address)
+        if connection is not None and not connection.closed:
+            return connection
+        task = self._connecting.get(address)
+        if task is None:
+            host, port = address
+            task = asyncio.create_task(
+                Connection.open(
+                    host,
+                    port,
+                    client_id=self.client_id,
+                    ssl_context=self.ssl_context,
+                    server_hostname=self.ssl_server_hostname,
+                    connect_timeout_s=self.connect_timeout_ms / 1000,
+                    max_in_flight_requests=self.max_in_flight_requests,
+                    max_frame_bytes=self.max_frame_bytes,
+                ),
+                name=f"coordinator-client connect {host}:{port}",
+            )
+            self._connecting[address] = task
+            task.add_done_callback(lambda done: self._connected(address, done))
+        remaining = deadline - asyncio.get_running_loop().time()
+        try:
+            async with asyncio.timeout(max(remaining, 0)):
+                return await asyncio.shield(task)
+        except TimeoutError:
+            raise RequestTimeoutError(
+                f"cannot connect to {address[0]}:{address[1]} in time"
+            ) from None
+        except asyncio.CancelledError:
+            if self._closed:
+                raise ClientClosedError("the client was closed") from None
+            raise
+
+    def _connected(self, address: tuple[str, int], task: asyncio.Task[Connection]) -> None:
+        self._connecting.pop(address, None)
+        if task.cancelled() or task.exception() is not None:
+            return
+        connection = task.result()
+        if self._closed:
+            connection.close(client_closed=True)
+            return
+        self._connections[address] = connection
+
+    async def _send(
+        self, address: tuple[str, int], request: Message, response_type: type[R], deadline: float
+    ) -> R:
+        connection = await self._connection(address, deadline)
+        remaining = deadline - asyncio.get_running_loop().time()
+        if remaining <= 0:
+            raise RequestTimeoutError(f"no time left to send to {address[0]}:{address[1]}")
+        return await connection.send(request, response_type, timeout_s=remaining)
+
+    async def _send_to_bootstrap(
+        self, request: Message, response_type: type[R], deadline: float
+    ) -> R:
+        # Servers are tried in turn: one that cannot be reached moves the next one up.
+        address = self.bootstrap_servers[self._bootstrap_index % len(self.bootstrap_servers)]
+        try:
+            return await self._send(address, request, response_type, deadline)
+        except ConnectionClosedError:
+            self._bootstrap_index += 1
+            raise
+
+    async def _sleep(self, seconds: float) -> None:
+        """Sleep, but wake (with `ClientClosedError`) as soon as the client closes."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._closed_event.wait()
+        self._check_open()
+
+    async def _call_with_retries(
+        self,
+        attempt: Callable[[float], Awaitable[R]],
+        retry_code: Callable[[R], int | None],
+        deadline: float,
+        *,
+        what: str,
+        on_retry: Callable[[int | None], None] | None = None,
+    ) -> R:
+        """Run `attempt(deadline)` until it answers without a retriable code.
+
+        `on_retry(code)` runs before each back-off, with the code or None for a lost
+        connection (so a group call can forget its coordinator).
+        """
+        loop = asyncio.get_running_loop()
+        attempts = 0
+        while True:
+            self._check_open()
+            error: BaseException
+            try:
+                response = await attempt(deadline)
+            except ConnectionClosedError as e:
+                code: int | None = None
+                error = e
+            else:
+                code = retry_code(response)
+                if code is None:
+                    return response
+                error = error_for_code(code, f"{what}: {ErrorCode(code).name}")
+            if on_retry is not None:
+                on_retry(code)
+            backoff_s = self._backoff.backoff_ms(attempts) / 1000
+            attempts += 1
+            if loop.time() + backoff_s >= deadline:
+                raise error
+            log.debug("%s failed (%r); retry %d in %.3f s", what, error, attempts, backoff_s)
+            await self._sleep(backoff_s)
+
+    async def _call_coordinator(
+        self,
+        group_id: str,
+        request: Message,
+        response_type: type[R],
+        retry_code: Callable[[R], int | None],
+        timeout_ms: int | None,
+    ) -> R:
+        """Send a group's request to its coordinator, re-discovering and retrying as the
+        module docstring says."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._timeout_s(timeout_ms)
+        node_used: list[Node] = []
+
+        async def attempt(deadline: float) -> R:
+            node = await self._coordinator_for(group_id, deadline)
+            node_used[:] = [node]
+            return await self._send(node.address, request, response_type, deadline)
+
+        def on_retry(code: int | None) -> None:
+            # Forget only the node this attempt used: a concurrent call may already have
+            # found the new one.
+            if (
+                (code is None or code in _RETRY_REDISCOVER)
+                and node_used
+                and self._coordinators.get(group_id) == node_used[0]
+            ):
+                self.forget_coordinator(group_id)
+
+        return await self._call_with_retries(
+            attempt,
+            retry_code,
+            deadline,
+            what=f"{type(request).__name__}({group_id!r})",
+            on_retry=on_retry,
+        )
+
+    # The contract's APIs, one typed method each
+
+    async def api_versions(self, *, timeout_ms: int | None = None) -> ApiVersionsResponse:
+        """ApiVersions (18) from a bootstrap server."""
+        deadline = asyncio.get_running_loop().time() + self._timeout_s(timeout_ms)
+        response = await self._call_with_retries(
+            lambda d: self._send_to_bootstrap(ApiVersionsRequest(), ApiVersionsResponse, d),
+            lambda _: None,
+            deadline,
+            what="ApiVersions",
+        )
+        _raise_for_code(response.error_code, response.error_message)
+        return response
+
+    async def find_coordinator_raw(
+        self, request: FindCoordinatorRequest, *, timeout_ms: int | None = None
+    ) -> FindCoordinatorResponse:
+        """FindCoordinator (10) as sent, from a bootstrap server; per-key errors stay in
+        the response (use `find_coordinator` for the cached, retried lookup)."""
+        deadline = asyncio.get_running_loop().time() + self._timeout_s(timeout_ms)
+        return await self._call_with_retries(
+            lambda d: self._send_to_bootstrap(request, FindCoordinatorResponse, d),
+            lambda _: None,
+            deadline,
+            what="FindCoordinator",
+        )
+
+    async def join_group(
+        self,
+        request: JoinGroupRequest,
+        *,
+        raise_on_error: bool = True,
+        timeout_ms: int | None = None,
+    ) -> JoinGroupResponse:
+        """JoinGroup (11). The server may hold it until the rebalance completes, so the
+        default timeout is at least the rebalance timeout plus 5 s.
+
+        With `raise_on_error=False` an error answer (MEMBER_ID_REQUIRED, ...) is returned
+        for the caller to read (the group member needs its member_id)."""
+        if timeout_ms is None:
+            rebalance_timeout_ms = request.rebalance_timeout_ms
+            if rebalance_timeout_ms < 0:
+                rebalance_timeout_ms = request.session_timeout_ms
+            timeout_ms = max(
+                self.request_timeout_ms, rebalance_timeout_ms + JOIN_GROUP_TIMEOUT_LAPSE_MS
+            )
+        response = await self._call_coordinator(
+            _group_of(request.group_id),
+            request,
+            JoinGroupResponse,
+            lambda r: _retriable(r.error_code),
+            timeout_ms,
+        )
+        if raise_on_error:
+            _raise_for_code(response.error_code, response.error_message)
+        return response
+
+    async def sync_group(
+        self,
+        request: SyncGroupRequest,
+        *,
+        raise_on_error: bool = True,
+        timeout_ms: int | None = None,
+    ) -> SyncGroupResponse:
+        """SyncGroup (14). A follower's SyncGroup waits for the leader's assignment."""
+        response = await self._call_coordinator(
+            _group_of(request.group_id),
+            request,
+            SyncGroupResponse,
+            lambda r: _retriable(r.error_code),
+            timeout_ms,
+        )
+        if raise_on_error:
+            _raise_for_code(response.error_code, response.error_message)
+        return response
+
+    async def heartbeat(
+        self,
+        request: HeartbeatRequest,
+        *,
+        raise_on_error: bool = True,
+        timeout_ms: int | None = None,
+    ) -> HeartbeatResponse:
+        """Heartbeat (12)."""
+        response = await self._call_coordinator(
+            _group_of(request.group_id),
+            request,
+            HeartbeatResponse,
+            lambda r: _retriable(r.error_code),
+            timeout_ms,
+        )
+        if raise_on_error:
+            _raise_for_code(response.error_code, response.error_message)
+        return response
+
+    async def leave_group(
+        self,
+        request: LeaveGroupRequest,
+        *,
+        raise_on_error: bool = True,
+        timeout_ms: int | None = None,
+    ) -> LeaveGroupResponse:
+        """LeaveGroup (13). With `raise_on_error`, a per-member error is raised too."""
+        response = await self._call_coordinator(
+            _group_of(request.group_id),
+            request,
+            LeaveGroupResponse,
+            lambda r: _retriable(r.error_code),
+            timeout_ms,
+        )
+        if raise_on_error:
+            _raise_for_code(response.error_code, response.error_message)
+            for member in response.members:
+                _raise_for_code(member.error_code, f"member {member.member_id!r}")
+        return response
+
+    async def offset_commit(
+        self, request: OffsetCommitRequest, *, timeout_ms: int | None = None
+    ) -> OffsetCommitResponse:
+        """OffsetCommit (8). Errors are per partition (as in Kafka, coordinator errors too,
+        which are retried); the others are returned in the response."""
+
+        def retry_code(response: OffsetCommitResponse) -> int | None:
+            for topic in response.topics:
+                for partition in topic.partitions:
+                    if partition.error_code in _RETRY_CODES:
+                        return partition.error_code
+            return None
+
+        return await self._call_coordinator(
+            _group_of(request.group_id), request, OffsetCommitResponse, retry_code, timeout_ms
+        )
+
+    async def offset_fetch(
+        self, request: OffsetFetchRequest, *, timeout_ms: int | None = None
+    ) -> OffsetFetchResponse:
+        """OffsetFetch (9). Each group is asked of its own coordinator (in parallel) and
+        the answers are put back in request order; group errors stay in the response."""
+
+        async def fetch_one(group: OffsetFetchRequestGroup) -> OffsetFetchResponseGroup:
+            response = await self._call_coordinator(
+                group.group_id or "",
+                OffsetFetchRequest(groups=[group], require_stable=request.require_stable),
+                OffsetFetchResponse,
+                lambda r: _first_retriable(g.error_code for g in r.groups),
+                timeout_ms,
+            )
+            return _single(response.groups, "OffsetFetch")
+
+        groups = await _gather_all(fetch_one(group) for group in request.groups)
+        return OffsetFetchResponse(groups=groups)
+
+    async def describe_groups(
+        self, request: DescribeGroupsRequest, *, timeout_ms: int | None = None
+    ) -> DescribeGroupsResponse:
+        """DescribeGroups (15), each group asked of its own coordinator; group errors
+        (GROUP_ID_NOT_FOUND, ...) stay in the response."""
+
+        async def describe_one(group_id: str | None) -> DescribeGroupsResponseGroup:
+            response = await self._call_coordinator(
+                group_id or "",
+                DescribeGroupsRequest(groups=[group_id]),
+                DescribeGroupsResponse,
+                lambda r: _first_retriable(g.error_code for g in r.groups),
+                timeout_ms,
+            )
+            return _single(response.groups, "DescribeGroups")
+
+        groups = await _gather_all(describe_one(group_id) for group_id in request.groups)
+        return DescribeGroupsResponse(groups=groups)
+
+    async def list_groups(
+        self, request: ListGroupsRequest | None = None, *, timeout_ms: int | None = None
+    ) -> ListGroupsResponse:
+        """ListGroups (16), asked of every bootstrap server (each lists the groups it
+        coordinates) and merged; a group listed twice is listed once. If a server answers
+        an error, that answer is returned (`list_all_groups` raises it)."""
+        request = request or ListGroupsRequest()
+        deadline = asyncio.get_running_loop().time() + self._timeout_s(timeout_ms)
+
+        async def list_on(address: tuple[str, int]) -> ListGroupsResponse:
+            return await self._call_with_retries(
+                lambda d: self._send(address, request, ListGroupsResponse, d),
+                lambda r: _retriable(r.error_code),
+                deadline,
+                what=f"ListGroups({address[0]}:{address[1]})",
+            )
+
+        responses = await _gather_all(list_on(address) for address in self.bootstrap_servers)
+        seen: dict[str, ListGroupsResponseGroup] = {}
+        for response in responses:
+            if response.error_code != ErrorCode.NONE:
+                return response
+            for group in response.groups:
+                seen.setdefault(group.group_id, group)
+        return ListGroupsResponse(groups=list(seen.values()))
+
+    async def delete_groups(
+        self, request: DeleteGroupsRequest, *, timeout_ms: int | None = None
+    ) -> DeleteGroupsResponse:
+        """DeleteGroups (42), each group sent to its own coordinator; per-group errors
+        (NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND, ...) stay in the response."""
+
+        async def delete_one(group_id: str | None) -> DeleteGroupsResponseResult:
+            response = await self._call_coordinator(
+                group_id or "",
+                DeleteGroupsRequest(groups_names=[group_id]),
+                DeleteGroupsResponse,
+                lambda r: _first_retriable(result.error_code for result in r.results),
+                timeout_ms,
+            )
+            return _single(response.results, "DeleteGroups")
+
+        results = await _gather_all(delete_one(group_id) for group_id in request.groups_names)
+        return DeleteGroupsResponse(results=results)
+
+    async def offset_delete(
+        self,
+        request: OffsetDeleteRequest,
+        *,
+        raise_on_error: bool = True,
+        timeout_ms: int | None = None,
+    ) -> OffsetDeleteResponse:
+        """OffsetDelete (47). With `raise_on_error`, a top-level error is raised;
+        per-partition errors stay in the response (`delete_offsets` raises them)."""
+        response = await self._call_coordinator(
+            _group_of(request.group_id),
+            request,
+            OffsetDeleteResponse,
+            lambda r: _retriable(r.error_code),
+            timeout_ms,
+        )
+        if raise_on_error:
+            _raise_for_code(response.error_code, response.error_message)
+        return response
+
+    # Helpers in Kafka's terms
+
+    async def commit_offsets(
+        self,
+        group_id: str,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
+        *,
+        generation: int = -1,
+        member_id: str = "",
+        group_instance_id: str | None = None,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """Commit `offsets` for `group_id`.
+
+        With the defaults (generation -1, empty member_id) it is a simple commit, which the
+        server accepts only while the group has no members; a member commits with its
+        generation and member id.
+
+        Raises:
+            OffsetCommitError: one or more partitions were refused; `errors` maps each
+                such partition to its Kafka error (ILLEGAL_GENERATION,
+                OFFSET_METADATA_TOO_LARGE, ...). The others were committed.
+        """
+        request = OffsetCommitRequest(
+            group_id=group_id,
+            generation_id_or_member_epoch=generation,
+            member_id=member_id,
+            group_instance_id=group_instance_id,
+            topics=_commit_topics(offsets),
+        )
+        response = await self.offset_commit(request, timeout_ms=timeout_ms)
+        errors = {
+            TopicPartition(topic.name, partition.partition_index): error_for_code(
+                partition.error_code
+            )
+            for topic in response.topics
+            for partition in topic.partitions
+            if partition.error_code != ErrorCode.NONE
+        }
+        if errors:
+            raise OffsetCommitError(f"commit for group {group_id!r} failed", errors)
+
+    async def fetch_offsets(
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartition] | None = None,
+        *,
+        require_stable: bool = False,
+        timeout_ms: int | None = None,
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """The committed offsets of `group_id`: of `partitions`, or of every partition
+        with a commit when None. A partition without a commit is left out.
+
+        Raises:
+            ApiError: the group's error (GROUP_AUTHORIZATION_FAILED, ...) or a partition's.
+        """
+        topics: list[OffsetFetchRequestTopic] | None = None
+        if partitions is not None:
+            by_topic: dict[str, list[int]] = {}
+            for tp in partitions:
+                by_topic.setdefault(tp.topic, []).append(tp.partition)
+            topics = [
+                OffsetFetchRequestTopic(name=name, partition_indexes=sorted(indexes))
+                for name, indexes in by_topic.items()
+            ]
+        response = await self.offset_fetch(
+            OffsetFetchRequest(
+                groups=[OffsetFetchRequestGroup(group_id=group_id, topics=topics)],
+                require_stable=require_stable,
+            ),
+            timeout_ms=timeout_ms,
+        )
+        group = _single(response.groups, "OffsetFetch")
+        _raise_for_code(group.error_code, f"group {group_id!r}")
+        result: dict[TopicPartition, OffsetAndMetadata] = {}
+        for topic in group.topics:
+            for partition in topic.partitions:
+                tp = TopicPartition(topic.name, partition.partition_index)
+                _raise_for_code(partition.error_code, f"{tp.topic}-{tp.partition}")
+                if partition.committed_offset >= 0:
+                    result[tp] = OffsetAndMetadata(
+                        partition.committed_offset, partition.metadata or ""
+                    )
+        return result
+
+    async def describe_group(
+        self, group_id: str, *, timeout_ms: int | None = None
+    ) -> DescribeGroupsResponseGroup:
+        """One group's description.
+
+        Raises:
+            ApiError: the group's error (GROUP_ID_NOT_FOUND for a group that does not
+                exist, as in Kafka's newest DescribeGroups).
+        """
+        response = await self.describe_groups(
+            DescribeGroupsRequest(groups=[group_id]), timeout_ms=timeout_ms
+        )
+        group = _single(response.groups, "DescribeGroups")
+        _raise_for_code(group.error_code, f"group {group_id!r}")
+        return group
+
+    async def list_all_groups(
+        self,
+        *,
+        states_filter: Collection[str] = (),
+        types_filter: Collection[str] = (),
+        timeout_ms: int | None = None,
+    ) -> list[ListGroupsResponseGroup]:
+        """Every group the bootstrap servers coordinate, optionally filtered by state
+        ("Stable", "Empty", ...) and type ("classic")."""
+        response = await self.list_groups(
+            ListGroupsRequest(states_filter=list(states_filter), types_filter=list(types_filter)),
+            timeout_ms=timeout_ms,
+        )
+        _raise_for_code(response.error_code, response.error_message)
+        return sorted(response.groups, key=lambda group: group.group_id)
+
+    async def delete_group(self, group_id: str, *, timeout_ms: int | None = None) -> None:
+        """Delete a group with no members and its offsets.
+
+        Raises:
+            ApiError: NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND, ...
+        """
+        response = await self.delete_groups(
+            DeleteGroupsRequest(groups_names=[group_id]), timeout_ms=timeout_ms
+        )
+        result = _single(response.results, "DeleteGroups")
+        _raise_for_code(result.error_code, f"group {group_id!r}")
+
+    async def delete_offsets(
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartition],
+        *,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """Delete the committed offsets of `partitions`.
+
+        Raises:
+            ApiError: the request's error (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, ...).
+            OffsetDeleteError: some partitions were refused (GROUP_SUBSCRIBED_TO_TOPIC:
+                a member subscribes to the topic); `errors` names them.
+        """
+        by_topic: dict[str, list[int]] = {}
+        for tp in partitions:
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        request = OffsetDeleteRequest(
+            group_id=group_id,
+            topics=[
+                OffsetDeleteRequestTopic(
+                    name=name,
+                    partitions=[
+                        OffsetDeleteRequestPartition(partition_index=index)
+                        for index in sorted(indexes)
+                    ],
+                )
+                for name, indexes in by_topic.items()
+            ],
+        )
+        response = await self.offset_delete(request, timeout_ms=timeout_ms)
+        errors = {
+            TopicPartition(topic.name, partition.partition_index): error_for_code(
+                partition.error_code
+            )
+            for topic in response.topics
+            for partition in topic.partitions
+            if partition.error_code != ErrorCode.NONE
+        }
+        if errors:
+            raise OffsetDeleteError(f"offset delete for group {group_id!r} failed", errors)
+
+    async def leave(
+        self,
+        group_id: str,
+        members: Sequence[LeaveGroupRequestMember],
+        *,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """Remove `members` from `group_id` (LeaveGroup), raising any error."""
+        await self.leave_group(
+            LeaveGroupRequest(group_id=group_id, members=list(members)), timeout_ms=timeout_ms
+        )
+
+
+def _group_of(group_id: str | None) -> str:
+    # A missing group id is sent as is (the server answers INVALID_GROUP_ID); any
+    # coordinator can say so, so it is routed like the empty id.
+    return group_id or ""
+
+
+def _retriable(code: int) -> int | None:
+    return code if code in _RETRY_CODES else None
+
+
+def _first_retriable(codes: Iterable[int]) -> int | None:
+    for code in codes:
+        if code in _RETRY_CODES:
+            return code
+    return None
+
+
+def _raise_for_code(code: int, message: str | None = None) -> None:
+    if code != ErrorCode.NONE:
+        raise error_for_code(code, message)
+
+
+def _single(items: Sequence[T], api: str) -> T:
+    if len(items) != 1:
+        raise error_for_code(
+            ErrorCode.UNKNOWN_SERVER_ERROR, f"{api} answered {len(items)} items for one"
+        )
+    return items[0]
+
+
+async def _gather_all(awaitables: Iterable[Awaitable[T]]) -> list[T]:
+    """Await all; on the first failure cancel the rest and raise it."""
+    tasks = [asyncio.ensure_future(awaitable) for awaitable in awaitables]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+def _commit_topics(
+    offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
+) -> list[OffsetCommitRequestTopic]:
+    by_topic: dict[str, list[OffsetCommitRequestPartition]] = {}
+    for tp, value in sorted(offsets.items()):
+        if isinstance(value, OffsetAndMetadata):
+            offset, metadata = value.offset, value.metadata
+        else:
+            offset, metadata = value, ""
+        if offset < 0:
+            raise ValueError(f"offset for {tp.topic}-{tp.partition} must be >= 0, not {offset}")
+        by_topic.setdefault(tp.topic, []).append(
+            OffsetCommitRequestPartition(
+                partition_index=tp.partition,
+                committed_offset=offset,
+                committed_metadata=metadata,
+            )
+        )
+    return [
+        OffsetCommitRequestTopic(name=name, partitions=partitions)
+        for name, partitions in by_topic.items()
+    ]
