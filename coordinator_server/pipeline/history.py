@@ -1,0 +1,404 @@
+"""`analyze history`: what the log says happened to every group over time.
+
+Tables (each a function of the decoded log, written as Parquet by `write_history`):
+
+- `commits`: every offset commit, with the offset it replaced and by how much it moved.
+- `commit_rate`: commits per group per time bucket.
+- `regressions`: commits that moved an offset backwards, with who was in the group then:
+  the member assigned that partition in the generation in force, or no member at all (a
+  commit to an empty group: an admin tool's reset or a consumer without a group).
+- `rebalances`: one row per generation of each group (a completed rebalance; generation 0
+  is a group not yet through one), with its members and who joined and left since the
+  previous one.
+- `rebalance_summary`: rebalances per group, and how often.
+- `idle_groups`: groups that exist at the end of the log and have had no commit for longer
+  than a threshold.
+- `lag` and `lag_over_time` (given the data cluster): log-end offset minus committed offset
+  per group, topic and partition, now and at points in time. A partition's end at a past
+  time is the first offset whose record is at least that recent (a search over the record
+  timestamps Fetch returns), its end now the high watermark Fetch reports.
+
+A commit's time is the coordinator's `commit_timestamp`; a rebalance's is the log time of
+the first record of its generation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from coordinator_server.pipeline.decode import GROUP_METADATA, OFFSET_COMMIT
+from coordinator_server.pipeline.state import final_groups, final_offsets
+
+__all__ = [
+    "HistoryOptions",
+    "HistoryTables",
+    "commit_rate",
+    "commits",
+    "compute_history",
+    "consumer_lag",
+    "idle_groups",
+    "rebalance_summary",
+    "rebalances",
+    "regressions",
+    "write_history",
+]
+
+NO_MEMBER: Final = "(no member: a commit to an empty group)"
+# Tables partitioned by the day of their events; the others are small and written whole.
+PARTITIONED_BY_DATE: Final = ("commits", "commit_rate", "rebalances", "lag_over_time")
+
+
+@dataclass(frozen=True)
+class HistoryOptions:
+    bucket: str = "1 minute"
+    idle_threshold_ms: int = 3_600_000
+    # "now" for idleness and current lag; default: the time of the run.
+    as_of_ms: int | None = None
+    kafka_bootstrap_servers: str | None = None
+    kafka_options: dict[str, Any] | None = None
+    lag_points: int = 12
+
+    def as_of(self) -> int:
+        if self.as_of_ms is not None:
+            return self.as_of_ms
+        return int(datetime.datetime.now(datetime.UTC).timestamp() * 1000)
+
+
+@dataclass
+class HistoryTables:
+    tables: dict[str, DataFrame]
+
+    def __getitem__(self, name: str) -> DataFrame:
+        return self.tables[name]
+
+
+def commits(log: DataFrame) -> DataFrame:
+    """Every offset commit, with the previous value of its key (a delete in between
+    leaves no previous offset)."""
+    keyed = log.filter(F.col("record_type") == OFFSET_COMMIT)
+    order = Window.partitionBy("group", "topic", "partition").orderBy("log_partition", "log_offset")
+    return (
+        keyed.select(
+            "group",
+            "topic",
+            "partition",
+            "committed_offset",
+            "leader_epoch",
+            "metadata",
+            "commit_timestamp",
+            "log_partition",
+            "log_offset",
+            "log_timestamp",
+            "tombstone",
+            F.lag("committed_offset").over(order).alias("previous_offset"),
+            F.lag("commit_timestamp").over(order).alias("previous_commit_timestamp"),
+        )
+        .filter(~F.col("tombstone"))
+        .drop("tombstone")
+        .withColumn("moved_by", F.col("committed_offset") - F.col("previous_offset"))
+        .withColumn("date", F.to_date("commit_timestamp"))
+    )
+
+
+def commit_rate(commit_rows: DataFrame, bucket: str) -> DataFrame:
+    return (
+        commit_rows.groupBy("group", F.window("commit_timestamp", bucket).alias("bucket"))
+        .agg(
+            F.count(F.lit(1)).alias("commits"),
+            F.countDistinct("topic", "partition").alias("partitions"),
+        )
+        .select(
+            "group",
+            F.col("bucket.start").alias("bucket_start"),
+            F.col("bucket.end").alias("bucket_end"),
+            "commits",
+            "partitions",
+            F.to_date("bucket.start").alias("date"),
+        )
+    )
+
+
+def _generations(log: DataFrame) -> DataFrame:
+    """One row per generation of each group: its first record's time and its last record's
+    content (the join's record comes first, the leader's assignments after it)."""
+    # Generation 0 is a group created and not yet through a rebalance.
+    records = log.filter(
+        (F.col("record_type") == GROUP_METADATA) & ~F.col("tombstone") & (F.col("generation") > 0)
+    )
+    content = F.struct("protocol_type", "protocol", "leader", "members")
+    return records.groupBy("group", "generation").agg(
+        F.min(F.struct("log_partition", "log_offset")).alias("first_position"),
+        F.min("log_timestamp").alias("timestamp"),
+        F.max_by(content, F.struct("log_partition", "log_offset")).alias("content"),
+        F.max_by("log_partition", "log_offset").alias("log_partition"),
+    )
+
+
+def rebalances(log: DataFrame) -> DataFrame:
+    """Each completed rebalance (a new generation), in the order of the log."""
+    generations = _generations(log)
+    order = Window.partitionBy("group").orderBy("first_position")
+    member_ids = F.transform(F.col("content.members"), lambda m: m["member_id"])
+    with_ids = generations.select(
+        "group",
+        "generation",
+        "timestamp",
+        "first_position",
+        F.col("content.protocol_type").alias("protocol_type"),
+        F.col("content.protocol").alias("protocol"),
+        F.col("content.leader").alias("leader"),
+        F.array_sort(member_ids).alias("member_ids"),
+        F.size("content.members").alias("member_count"),
+        F.col("first_position.log_partition").alias("log_partition"),
+        F.col("first_position.log_offset").alias("log_offset"),
+    )
+    previous_ids = F.lag("member_ids").over(order)
+    return (
+        with_ids.withColumn("previous_generation", F.lag("generation").over(order))
+        .withColumn("previous_ids", F.coalesce(previous_ids, F.array().cast("array<string>")))
+        .withColumn("joined", F.array_except("member_ids", "previous_ids"))
+        .withColumn("left", F.array_except("previous_ids", "member_ids"))
+        .withColumn(
+            "since_previous_ms",
+            (F.unix_millis("timestamp") - F.unix_millis(F.lag("timestamp").over(order))),
+        )
+        .drop("previous_ids", "first_position")
+        .withColumn("date", F.to_date("timestamp"))
+    )
+
+
+def rebalance_summary(rebalance_rows: DataFrame) -> DataFrame:
+    span_hours = (F.unix_millis(F.max("timestamp")) - F.unix_millis(F.min("timestamp"))) / 3.6e6
+    return (
+        rebalance_rows.groupBy("group")
+        .agg(
+            F.count(F.lit(1)).alias("rebalances"),
+            F.min("generation").alias("first_generation"),
+            F.max_by("generation", "log_offset").alias("last_generation"),
+            F.min("timestamp").alias("first_rebalance"),
+            F.max("timestamp").alias("last_rebalance"),
+            span_hours.alias("span_hours"),
+            F.size(F.array_distinct(F.flatten(F.collect_list("member_ids")))).alias(
+                "distinct_members"
+            ),
+            F.max("member_count").alias("max_members"),
+        )
+        .withColumn(
+            "rebalances_per_hour",
+            F.when(F.col("span_hours") > 0, (F.col("rebalances") - 1) / F.col("span_hours")),
+        )
+    )
+
+
+def regressions(log: DataFrame, commit_rows: DataFrame) -> DataFrame:
+    """Commits that moved an offset backwards, and who was in the group at the time."""
+    backwards = commit_rows.filter(F.col("moved_by") < 0).alias("r")
+    group_records = (
+        log.filter(F.col("record_type") == GROUP_METADATA)
+        .select(
+            "group",
+            "log_partition",
+            F.col("log_offset").alias("g_offset"),
+            "generation",
+            "members",
+            "tombstone",
+        )
+        .alias("g")
+    )
+    # The group's latest record before the commit: same log partition (a group's records
+    # all live in one), lower offset.
+    candidates = backwards.join(
+        group_records,
+        (F.col("r.group") == F.col("g.group"))
+        & (F.col("r.log_partition") == F.col("g.log_partition"))
+        & (F.col("g.g_offset") < F.col("r.log_offset")),
+        "left",
+    )
+    state_then = candidates.groupBy(*[F.col(f"r.{c}") for c in backwards.columns]).agg(
+        F.max_by(F.struct("g.generation", "g.members", "g.tombstone"), F.col("g.g_offset")).alias(
+            "then"
+        )
+    )
+    assigned = F.filter(
+        F.coalesce(F.col("then.members"), F.array()),
+        lambda m: F.exists(
+            F.coalesce(m["assignment"], F.array()),
+            lambda tp: (
+                (tp["topic"] == F.col("topic"))
+                & F.array_contains(tp["partitions"], F.col("partition"))
+            ),
+        ),
+    )
+    owner = F.get(assigned, 0)
+    members_then = F.size(F.coalesce(F.col("then.members"), F.array()))
+    return state_then.select(
+        "group",
+        "topic",
+        "partition",
+        "previous_offset",
+        "committed_offset",
+        "moved_by",
+        "previous_commit_timestamp",
+        "commit_timestamp",
+        F.when(~F.col("then.tombstone"), F.col("then.generation")).alias("generation"),
+        members_then.alias("members_then"),
+        F.when(owner.isNotNull(), owner["member_id"])
+        .when(members_then == 0, F.lit(NO_MEMBER))
+        .alias("committed_by"),
+        owner["client_id"].alias("client_id"),
+        owner["client_host"].alias("client_host"),
+        F.col("metadata").alias("commit_metadata"),
+        "log_partition",
+        "log_offset",
+    )
+
+
+def idle_groups(log: DataFrame, commit_rows: DataFrame, options: HistoryOptions) -> DataFrame:
+    """Groups alive at the end of the log without a commit for longer than the threshold
+    (a group that never committed counts from its first record)."""
+    as_of_ms = options.as_of()
+    last = commit_rows.groupBy("group").agg(F.max("commit_timestamp").alias("last_commit"))
+    first_seen = log.groupBy("group").agg(F.min("log_timestamp").alias("first_seen"))
+    since = F.coalesce("last_commit", "first_seen")
+    idle_ms = F.lit(as_of_ms) - F.unix_millis(since)
+    return (
+        final_groups(log)
+        .select("group", "state", "protocol_type")
+        .join(last, "group", "left")
+        .join(first_seen, "group", "left")
+        .select(
+            "group",
+            "state",
+            "protocol_type",
+            "last_commit",
+            "first_seen",
+            idle_ms.alias("idle_ms"),
+            F.timestamp_millis(F.lit(as_of_ms)).alias("as_of"),
+        )
+        .filter(F.col("idle_ms") > options.idle_threshold_ms)
+    )
+
+
+async def _log_ends(
+    bootstrap: str,
+    partitions: Sequence[tuple[str, int]],
+    times_ms: Sequence[int],
+    kafka_options: dict[str, Any],
+) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int, int], int]]:
+    from aiokafka.structs import TopicPartition
+
+    from coordinator_server.client.kafka_log import KafkaLogReader
+
+    async with KafkaLogReader(bootstrap, **kafka_options) as reader:
+        counts = await reader.partition_counts({topic for topic, _ in partitions})
+        existing = [
+            TopicPartition(topic, partition)
+            for topic, partition in partitions
+            if partition < counts.get(topic, 0)
+        ]
+        now = await reader.end_offsets(existing)
+        at_times: dict[tuple[str, int, int], int] = {}
+        for time_ms in times_ms:
+            found = await reader.offsets_for_time(existing, time_ms)
+            for tp, offset in found.items():
+                at_times[(tp.topic, tp.partition, time_ms)] = offset
+    return {(tp.topic, tp.partition): offset for tp, offset in now.items()}, at_times
+
+
+def consumer_lag(
+    spark: SparkSession, log: DataFrame, commit_rows: DataFrame, options: HistoryOptions
+) -> tuple[DataFrame, DataFrame]:
+    """(lag now, lag at `lag_points` times from the first commit to now), per group, topic
+    and partition, from the data cluster's log-end offsets."""
+    assert options.kafka_bootstrap_servers is not None
+    committed = final_offsets(log).select("group", "topic", "partition", "committed_offset")
+    partitions = sorted(
+        (row.topic, row.partition)
+        for row in committed.select("topic", "partition").distinct().collect()
+    )
+    as_of_ms = options.as_of()
+    first = commit_rows.agg(F.min("commit_timestamp")).first()
+    first_ms = int(first[0].timestamp() * 1000) if first and first[0] is not None else as_of_ms
+    points = max(options.lag_points, 0)
+    times = (
+        [first_ms + (as_of_ms - first_ms) * i // max(points - 1, 1) for i in range(points)]
+        if points
+        else []
+    )
+    ends_now, ends_at = asyncio.run(
+        _log_ends(options.kafka_bootstrap_servers, partitions, times, options.kafka_options or {})
+    )
+    ends = spark.createDataFrame(
+        [(topic, partition, end) for (topic, partition), end in ends_now.items()],
+        "topic string, partition int, log_end_offset long",
+    )
+    lag_now = (
+        committed.join(ends, ["topic", "partition"], "left")
+        .withColumn("lag", F.col("log_end_offset") - F.col("committed_offset"))
+        .withColumn("as_of", F.timestamp_millis(F.lit(as_of_ms)))
+        .select("group", "topic", "partition", "committed_offset", "log_end_offset", "lag", "as_of")
+    )
+    ends_then = spark.createDataFrame(
+        [(topic, partition, time_ms, end) for (topic, partition, time_ms), end in ends_at.items()],
+        "topic string, partition int, time_ms long, log_end_offset long",
+    ).withColumn("time", F.timestamp_millis("time_ms"))
+    # The committed offset at each time: the group's latest commit at or before it.
+    commits_then = (
+        ends_then.alias("e")
+        .join(
+            commit_rows.alias("c"),
+            (F.col("e.topic") == F.col("c.topic"))
+            & (F.col("e.partition") == F.col("c.partition"))
+            & (F.col("c.commit_timestamp") <= F.col("e.time")),
+        )
+        .groupBy("c.group", "e.topic", "e.partition", "e.time", "e.log_end_offset")
+        .agg(F.max_by("c.committed_offset", "c.log_offset").alias("committed_offset"))
+    )
+    lag_over_time = commits_then.select(
+        "group",
+        "topic",
+        "partition",
+        "time",
+        "committed_offset",
+        "log_end_offset",
+        (F.col("log_end_offset") - F.col("committed_offset")).alias("lag"),
+        F.to_date("time").alias("date"),
+    )
+    return lag_now, lag_over_time
+
+
+def compute_history(spark: SparkSession, log: DataFrame, options: HistoryOptions) -> HistoryTables:
+    commit_rows = commits(log).cache()
+    rebalance_rows = rebalances(log).cache()
+    tables = {
+        "commits": commit_rows,
+        "commit_rate": commit_rate(commit_rows, options.bucket),
+        "regressions": regressions(log, commit_rows),
+        "rebalances": rebalance_rows,
+        "rebalance_summary": rebalance_summary(rebalance_rows),
+        "idle_groups": idle_groups(log, commit_rows, options),
+    }
+    if options.kafka_bootstrap_servers:
+        tables["lag"], tables["lag_over_time"] = consumer_lag(spark, log, commit_rows, options)
+    return HistoryTables(tables)
+
+
+def write_history(history: HistoryTables, output: str) -> dict[str, str]:
+    """Each table as Parquet under `output` (a directory or a URI Spark can write, such as
+    `hdfs:///...` or `s3a://...`; the event tables partitioned by date)."""
+    written = {}
+    for name, frame in history.tables.items():
+        path = f"{output.rstrip('/')}/{name}"
+        writer = frame.write.mode("overwrite")
+        if name in PARTITIONED_BY_DATE:
+            writer = writer.partitionBy("date")
+        writer.parquet(path)
+        written[name] = path
+    return written

@@ -1,0 +1,140 @@
+"""Decoding the log's records into the pipeline's typed rows (no Spark session needed)."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+
+from coordinator_server.pipeline.decode import (
+    ARROW_SCHEMA,
+    SCHEMA,
+    RecordBatchBuilder,
+    decode_batches,
+    decode_row,
+)
+from coordinator_server.records import (
+    GroupMemberValue,
+    GroupMetadataValue,
+    RecordFormatError,
+    encode_record,
+    new_group_metadata_record,
+    new_group_metadata_tombstone_record,
+    new_offset_commit_record,
+    new_offset_commit_tombstone_record,
+)
+from protocol.consumer import (
+    ConsumerProtocolAssignment,
+    ConsumerProtocolSubscription,
+    TopicPartitions,
+)
+
+COLUMNS = SCHEMA.fieldNames()
+
+
+def row_of(record: object, *, partition: int = 3, offset: int = 41) -> dict[str, object]:
+    key, value = encode_record(record)  # type: ignore[arg-type]
+    return dict(
+        zip(COLUMNS, decode_row(partition, offset, 1_764_000_000_123, key, value), strict=True)
+    )
+
+
+def test_arrow_schema_is_sparks_own_mapping_of_the_schema() -> None:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    assert to_arrow_schema(SCHEMA, timezone="UTC").equals(ARROW_SCHEMA)
+
+
+def test_offset_commit_fills_the_offset_columns_and_the_log_position() -> None:
+    row = row_of(
+        new_offset_commit_record(
+            "g", "orders", 7, 42, 5, "meta", 1_764_000_000_000, 1_764_000_100_000
+        )
+    )
+    assert row["record_type"] == "offset_commit"
+    assert (row["group"], row["topic"], row["partition"]) == ("g", "orders", 7)
+    assert (row["committed_offset"], row["leader_epoch"], row["metadata"]) == (42, 5, "meta")
+    # Arrow takes timestamps in microseconds.
+    assert row["commit_timestamp"] == 1_764_000_000_000_000
+    assert row["expire_timestamp"] == 1_764_000_100_000_000
+    assert (row["log_partition"], row["log_offset"], row["log_timestamp"]) == (
+        3,
+        41,
+        1_764_000_000_123_000,
+    )
+    assert row["tombstone"] is False
+    assert row["generation"] is None and row["members"] is None
+
+
+def test_offset_commit_tombstone_keeps_its_key_only() -> None:
+    row = row_of(new_offset_commit_tombstone_record("g", "orders", 7))
+    assert (row["record_type"], row["group"], row["topic"], row["partition"]) == (
+        "offset_commit",
+        "g",
+        "orders",
+        7,
+    )
+    assert row["tombstone"] is True
+    assert row["committed_offset"] is None and row["commit_timestamp"] is None
+
+
+def test_consumer_group_metadata_decodes_subscriptions_and_assignments() -> None:
+    member = GroupMemberValue(
+        "m-1", "instance-1", "client-1", "/10.0.0.1", 30_000, 10_000,
+        ConsumerProtocolSubscription(["orders", "refunds"]).encode(),
+        ConsumerProtocolAssignment([TopicPartitions("orders", [0, 2])]).encode(),
+    )  # fmt: skip
+    value = GroupMetadataValue("consumer", 4, "range", "m-1", 1_764_000_000_000, (member,))
+    row = row_of(new_group_metadata_record("g", value))
+    assert row["record_type"] == "group_metadata"
+    assert (row["generation"], row["protocol_type"], row["protocol"], row["leader"]) == (
+        4,
+        "consumer",
+        "range",
+        "m-1",
+    )
+    assert row["topic"] is None and row["committed_offset"] is None
+    (decoded,) = row["members"]  # type: ignore[misc]
+    assert decoded["member_id"] == "m-1" and decoded["group_instance_id"] == "instance-1"
+    assert decoded["subscribed_topics"] == ["orders", "refunds"]
+    assert decoded["assignment"] == [{"topic": "orders", "partitions": [0, 2]}]
+    assert decoded["assignment_bytes"] == member.assignment
+
+
+def test_other_protocol_types_stay_opaque() -> None:
+    member = GroupMemberValue("m", None, "c", "/h", 1, 1, b"\x01\x02", b"\x03")
+    row = row_of(
+        new_group_metadata_record(
+            "g", GroupMetadataValue("connect", 1, "sessioned", "m", -1, (member,))
+        )
+    )
+    (decoded,) = row["members"]  # type: ignore[misc]
+    assert decoded["subscribed_topics"] is None and decoded["assignment"] is None
+    assert decoded["subscription_bytes"] == b"\x01\x02"
+    assert row["state_timestamp"] is None  # -1: unknown
+
+
+def test_group_tombstone() -> None:
+    row = row_of(new_group_metadata_tombstone_record("g"))
+    assert (row["record_type"], row["tombstone"], row["members"]) == ("group_metadata", True, None)
+
+
+def test_unknown_record_types_are_rejected_with_their_position() -> None:
+    with pytest.raises(RecordFormatError, match="log partition 3, offset 41"):
+        decode_row(3, 41, 0, msgpack.packb([9, 0, "g"]), msgpack.packb([0]))
+
+
+def test_batches_hold_every_row_in_order() -> None:
+    records = [
+        (
+            offset,
+            1_000 + offset,
+            *encode_record(new_offset_commit_record("g", "t", 0, offset, -1, "", 5)),
+        )
+        for offset in range(25)
+    ]
+    batches = list(decode_batches(2, records, batch_rows=10))
+    assert [batch.num_rows for batch in batches] == [10, 10, 5]
+    assert all(batch.schema.equals(ARROW_SCHEMA) for batch in batches)
+    offsets = [value for batch in batches for value in batch.column("committed_offset").to_pylist()]
+    assert offsets == list(range(25))
+    assert len(RecordBatchBuilder()) == 0

@@ -1,0 +1,200 @@
+"""The pipeline over the embedded SQLite log of a real server process: the data source, the
+history, the audit against the live server (whose file is locked, so read through a
+snapshot), the command line, the streaming reader and the benchmark."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pipeline_checks import GROUPS, check_history, check_idle, final_offsets_of
+from pipeline_scenario import ExpectedHistory, produce_known_history, server_group_args
+from server_process import ServerProcess
+
+from coordinator_server.cli import main as coordinator_main
+from coordinator_server.pipeline.audit import run_audit
+from coordinator_server.pipeline.history import HistoryOptions, compute_history
+from coordinator_server.pipeline.logs import LogInUseError, SqliteLogFile, readable
+from coordinator_server.pipeline.session import read_log, read_log_stream
+from coordinator_server.pipeline.state import final_offsets
+from coordinator_server.records import encode_record, new_offset_commit_record
+
+pytestmark = [pytest.mark.slow]
+
+TOPIC = "orders"
+
+
+@pytest.fixture(scope="module")
+def served(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[ServerProcess, ExpectedHistory, Path]]:
+    data_dir = tmp_path_factory.mktemp("sqlite-log")
+    with ServerProcess(server_group_args("--data-dir", str(data_dir))) as process:
+        expected = asyncio.run(produce_known_history(process, TOPIC))
+        yield process, expected, data_dir
+
+
+def location_of(data_dir: Path) -> SqliteLogFile:
+    return SqliteLogFile(str(data_dir / "coordinator.db"))
+
+
+def test_a_running_servers_log_is_read_through_a_snapshot(
+    spark: Any, served: tuple[ServerProcess, ExpectedHistory, Path]
+) -> None:
+    _, expected, data_dir = served
+    with pytest.raises(LogInUseError):
+        location_of(data_dir).end_offsets()
+    with readable(location_of(data_dir)) as location:
+        ends = location.end_offsets()
+        log = read_log(spark, location)
+        counts = {
+            row.record_type: row["count"] for row in log.groupBy("record_type").count().collect()
+        }
+        assert sum(counts.values()) == sum(ends.values())
+        commits = sum(len(rows) for rows in expected.commits.values())
+        assert counts["offset_commit"] == commits
+        # The group's creation (generation 0), then one record per generation: the
+        # leader's assignments, or the group left empty.
+        assert counts["group_metadata"] == 1 + len(expected.rebalances["orders-app"])
+        assert final_offsets_of(final_offsets(log).collect()) == expected.final_offsets
+        # One Spark partition per log partition.
+        assert log.rdd.getNumPartitions() == len(ends)
+
+
+def test_history_finds_exactly_the_commits_regressions_and_rebalances(
+    spark: Any, served: tuple[ServerProcess, ExpectedHistory, Path]
+) -> None:
+    _, expected, data_dir = served
+    with readable(location_of(data_dir)) as location:
+        log = read_log(spark, location).cache()
+        history = compute_history(spark, log, HistoryOptions(idle_threshold_ms=3_600_000))
+        check_history(history, expected)
+        check_idle(history, set())
+        two_hours_later = int(datetime.datetime.now(datetime.UTC).timestamp() * 1000) + 7_200_000
+        later = compute_history(
+            spark, log, HistoryOptions(idle_threshold_ms=3_600_000, as_of_ms=two_hours_later)
+        )
+        check_idle(later, GROUPS)
+        log.unpersist()
+
+
+async def test_audit_of_the_live_server_finds_no_mismatch(
+    spark: Any, served: tuple[ServerProcess, ExpectedHistory, Path], tmp_path: Path
+) -> None:
+    process, _, data_dir = served
+    result = await asyncio.to_thread(
+        run_audit, spark, location_of(data_dir), f"{process.host}:{process.port}", tmp_path
+    )
+    assert (result.mismatches, result.changed_during_audit, result.unreachable) == (0, 0, 0)
+    assert (result.groups_in_log, result.offsets_in_log) == (2, 6)
+    assert result.rows == []
+    assert (tmp_path / "audit.json").exists()
+
+
+async def test_command_line_history_writes_partitioned_parquet_and_a_self_contained_report(
+    spark: Any,
+    served: tuple[ServerProcess, ExpectedHistory, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _, expected, data_dir = served
+    output = tmp_path / "history"
+    code = await asyncio.to_thread(
+        coordinator_main,
+        ["analyze", "history", "--data-dir", str(data_dir), "--output", str(output),
+         "--bucket", "10 seconds"],
+    )  # fmt: skip
+    assert code == 0, capsys.readouterr()
+    for table in ("commits", "commit_rate", "regressions", "rebalances", "rebalance_summary",
+                  "idle_groups"):  # fmt: skip
+        assert list((output / table).glob("**/*.parquet")), table
+    # Event tables are partitioned by day.
+    assert list((output / "commits").glob("date=*"))
+    assert spark.read.parquet(str(output / "commits")).count() == sum(
+        len(rows) for rows in expected.commits.values()
+    )
+    page = (output / "report.html").read_text()
+    images = re.findall(r'<img alt="([^"]+)" src="data:image/png;base64,', page)
+    assert images == ["commits", "rebalances", "regressions"]
+    # Self-contained: nothing is fetched from elsewhere.
+    assert not re.search(r'(src|href)="(?!data:)', page)
+    assert "orders-app" in page and "No lag" in page
+
+
+async def test_command_line_audit_exits_zero_on_a_consistent_server(
+    spark: Any,
+    served: tuple[ServerProcess, ExpectedHistory, Path],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    process, _, data_dir = served
+    code = await asyncio.to_thread(
+        coordinator_main,
+        ["analyze", "audit", "--data-dir", str(data_dir), "--server",
+         f"{process.host}:{process.port}"],
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "0 mismatches" in out
+
+
+async def write_commits(path: Path, offsets: range) -> None:
+    from coordinator_server.storage.sqlite import SqliteLog
+
+    log = SqliteLog(path, 2)
+    await log.start()
+    try:
+        for offset in offsets:
+            record = new_offset_commit_record("g", "t", 0, offset, -1, "", 1_764_000_000_000)
+            await log.append(offset % 2, [encode_record(record)])
+    finally:
+        await log.close()
+
+
+def test_streaming_reads_only_what_is_new_since_the_last_run(spark: Any, tmp_path: Path) -> None:
+    db = tmp_path / "coordinator.db"
+    asyncio.run(write_commits(db, range(10)))
+    checkpoint, sink = tmp_path / "checkpoint", tmp_path / "sink"
+
+    def run_once() -> int:
+        query = (
+            read_log_stream(spark, SqliteLogFile(str(db)))
+            .writeStream.format("parquet")
+            .option("checkpointLocation", str(checkpoint))
+            .option("path", str(sink))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(120)
+        return sum(progress["numInputRows"] for progress in query.recentProgress)
+
+    assert run_once() == 10
+    asyncio.run(write_commits(db, range(10, 15)))
+    assert run_once() == 5
+    assert run_once() == 0
+    offsets = sorted(row.committed_offset for row in spark.read.parquet(str(sink)).collect())
+    assert offsets == list(range(15))
+
+
+def test_benchmark_command_reports_rows_per_second(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = coordinator_main(["analyze", "bench", "--records", "20000", "--data-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "log: 20000 records in 8 partitions (SQLite)" in out
+    assert re.search(r"read \+ decode: [0-9.]+ s, [0-9,]+ rows/s", out)
+    assert re.search(r"read \+ decode \+ aggregate .* [0-9,]+ rows/s", out)
+
+
+def test_the_spark_submit_entry_point_takes_the_same_arguments(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from coordinator_server.pipeline.main import run
+
+    assert run(["bench", "--records", "2000", "--data-dir", str(tmp_path)]) == 0
+    assert "log: 2000 records" in capsys.readouterr().out
