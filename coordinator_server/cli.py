@@ -14,8 +14,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from coordinator_server import __version__
+from coordinator_server import __version__, admin, bench
 from coordinator_server.config import CoordinatorConfig
+from coordinator_server.pipeline import cli as analyze
 
 
 def _add_config_options(parser: argparse.ArgumentParser) -> None:
@@ -48,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
         "COORDINATOR_<OPTION> (upper case, dashes as underscores); options win.",
     )
     _add_config_options(serve)
+    analyze.add_parser(commands)
+    admin.add_parser(commands)
+    bench.add_parser(commands)
     return parser
 
 
@@ -131,5 +135,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         except KeyboardInterrupt:
             return 130
         return 0
+    if args.command == "groups":
+        return admin.main(args)
+    if args.command == "bench":
+        return bench.main(args)
+    if args.command == "analyze":
+        return analyze.main(args)
     parser.error(f"unknown command {args.command}")
     return 2

@@ -82,3 +82,18 @@ def test_serve_logs_one_ready_line_with_its_address_and_reads_the_environment(
         assert re.search(rf"ready on 127\.0\.0\.1:{server.port}\b", ready[0])
         assert "3 partitions" in ready[0]
     assert (tmp_path / "d" / "coordinator.db").exists()
+
+
+def test_the_readme_test_command_is_exactly_what_ci_runs() -> None:
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text()
+    blocks = re.findall(r"```sh\n(.*?)\n```", readme, flags=re.S)
+    (test_command,) = [b for b in blocks if ".venv/bin/pytest" in b]
+    ci_lines = (root / ".ci" / "run").read_text().splitlines()
+    assert test_command in ci_lines
+
+
+def test_the_readme_lists_every_setting() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    for name in CoordinatorConfig.model_fields:
+        assert f"--{name.replace('_', '-')}" in readme, name

