@@ -17,6 +17,7 @@ a restarted static member gets the same partitions back.
 from __future__ import annotations
 
 import itertools
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -105,7 +106,7 @@ class Assignor(Protocol):
         ...
 
 
-class AbstractAssignor:
+class AbstractAssignor(ABC):
     """Base for assignors that only map partitions (Kafka's AbstractPartitionAssignor):
     subclasses implement `assign_partitions`; no user data."""
 
@@ -119,10 +120,11 @@ class AbstractAssignor:
             member_id: Assignment(tuple(assigned.get(member_id, ()))) for member_id in subscriptions
         }
 
+    @abstractmethod
     def assign_partitions(
         self, partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription]
     ) -> dict[str, list[TopicPartition]]:
-        raise NotImplementedError
+        """Each member's partitions."""
 
     def subscription_user_data(self, topics: Set[str]) -> bytes | None:
         return None

@@ -19,6 +19,7 @@ import shutil
 import sqlite3
 import tempfile
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,27 +54,28 @@ class LogInUseError(RuntimeError):
     """The SQLite log is locked by a running server."""
 
 
-class LogLocation:
+class LogLocation(ABC):
     """Where a coordinator log is, and how to read it (picklable: it travels to executors)."""
 
+    @abstractmethod
     def describe(self) -> str:
-        raise NotImplementedError
+        """Where the log is, for messages."""
 
+    @abstractmethod
     def end_offsets(self) -> dict[int, int]:
         """Every partition's end offset (the offset the next record will get)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def start_offsets(self) -> dict[int, int]:
         """Every partition's first readable offset."""
-        raise NotImplementedError
 
     def offsets(self) -> tuple[dict[int, int], dict[int, int]]:
         """(start_offsets, end_offsets) at once."""
         return self.start_offsets(), self.end_offsets()
 
+    @abstractmethod
     def read(self, partition: int, start: int, end: int) -> Iterator[RawLogRecord]:
         """The records of `partition` at offsets in [start, end), in offset order."""
-        raise NotImplementedError
 
 
 @dataclass(frozen=True)
