@@ -66,6 +66,9 @@ Handler: TypeAlias = Callable[[Message, RequestContext], Reply]
 
 SERVER_NAME = "coordinator-server"
 
+# Group ids whose partition is remembered; past it the memory starts over.
+_PARTITION_CACHE_SIZE = 100_000
+
 
 @dataclass(frozen=True, slots=True)
 class NodeAddress:
@@ -118,10 +121,15 @@ def map_operation_error(
     return ErrorCode.UNKNOWN_SERVER_ERROR, None
 
 
-def _chain(
-    source: asyncio.Future[M], on_error: Callable[[BaseException], Message]
-) -> asyncio.Future[Message]:
-    """A future of the response that completes with an error response instead of failing."""
+def _chain(source: asyncio.Future[M], on_error: Callable[[BaseException], Message]) -> Reply:
+    """The response, or a future of it that completes with an error response instead of
+    failing. A write that completed while it was scheduled (the runtime runs it at once when
+    its partition is idle) is answered without a future at all."""
+    if source.done():
+        if source.cancelled():
+            return on_error(asyncio.CancelledError())
+        error = source.exception()
+        return source.result() if error is None else on_error(error)
     return _recover(cast("asyncio.Future[Message]", source), on_error)
 
 
@@ -138,6 +146,7 @@ class GroupCoordinatorService:
         self._num_partitions = num_partitions
         self._node = node
         self._server_version = server_version
+        self._partitions: dict[str, int] = {}
         self.handlers: dict[int, Handler] = {
             ApiKey.API_VERSIONS: _typed(ApiVersionsRequest, self.api_versions),
             ApiKey.FIND_COORDINATOR: _typed(FindCoordinatorRequest, self.find_coordinator),
@@ -158,7 +167,15 @@ class GroupCoordinatorService:
         return self._num_partitions
 
     def partition_for(self, group_id: str) -> int:
-        return partition_for(group_id, self._num_partitions)
+        # Java's string hash runs in Python, a character at a time, and the same groups come
+        # back with every heartbeat and commit: remember the answers.
+        partitions = self._partitions
+        partition = partitions.get(group_id)
+        if partition is None:
+            if len(partitions) >= _PARTITION_CACHE_SIZE:
+                partitions.clear()
+            partition = partitions[group_id] = partition_for(group_id, self._num_partitions)
+        return partition
 
     # ApiVersions and FindCoordinator answer at once, even while partitions load.
 
@@ -238,23 +255,15 @@ class GroupCoordinatorService:
         return _chain(future, lambda exc: error(*map_operation_error("sync-group", exc)))
 
     def heartbeat(self, request: HeartbeatRequest, ctx: RequestContext) -> Reply:
-        if not request.group_id:
+        group_id = request.group_id
+        if not group_id:
             return HeartbeatResponse(error_code=ErrorCode.INVALID_GROUP_ID)
-
-        def on_error(exc: BaseException) -> Message:
-            code, message = map_operation_error("heartbeat", exc)
-            if code is ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
-                # Kafka answers a heartbeat to a loading partition with NONE: the member
-                # keeps its session and the group is rebuilt once loaded.
-                code, message = ErrorCode.NONE, None
-            return HeartbeatResponse(error_code=code, error_message=message)
-
         future = self._runtime.schedule_write(
             "classic-group-heartbeat",
-            self.partition_for(request.group_id),
+            self.partition_for(group_id),
             lambda shard: shard.groups.heartbeat(ctx, request),
         )
-        return _chain(future, on_error)
+        return _chain(future, _heartbeat_error)
 
     def leave_group(self, request: LeaveGroupRequest, ctx: RequestContext) -> Reply:
         if not request.group_id:
@@ -449,12 +458,20 @@ class GroupCoordinatorService:
         return _gather(loop, parts, combine)
 
 
-def _typed(request_type: type[M], method: Callable[[M, RequestContext], Reply]) -> Handler:
-    def handler(request: Message, ctx: RequestContext) -> Reply:
-        assert isinstance(request, request_type)
-        return method(request, ctx)
+def _heartbeat_error(exc: BaseException) -> Message:
+    code, message = map_operation_error("heartbeat", exc)
+    if code is ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+        # Kafka answers a heartbeat to a loading partition with NONE: the member keeps its
+        # session and the group is rebuilt once loaded.
+        code, message = ErrorCode.NONE, None
+    return HeartbeatResponse(error_code=code, error_message=message)
 
-    return handler
+
+def _typed(request_type: type[M], method: Callable[[M, RequestContext], Reply]) -> Handler:
+    """`method` as a handler of any message. The server gives it only `request_type`'s
+    (parse_request builds the type registered for the handler's api key), so no wrapper
+    checks the type again on every request; `request_type` documents the pairing."""
+    return cast(Handler, method)
 
 
 def _done(loop: asyncio.AbstractEventLoop, value: R) -> asyncio.Future[R]:

@@ -23,6 +23,8 @@ from coordinator_server.records import (
     GroupMetadataValue,
     OffsetCommitKey,
     OffsetCommitValue,
+    decode_offset_commit,
+    decode_record,
 )
 from coordinator_server.runtime.api import CoordinatorResult, ShardContext
 from protocol.errors import ErrorCode
@@ -58,13 +60,22 @@ class GroupCoordinatorShard:
         if type(key) is OffsetCommitKey:
             value = record.value
             assert value is None or type(value) is OffsetCommitValue
-            self.offsets.replay(key, value)
+            self.offsets.replay_commit(key.group, key.topic, key.partition, value)
         elif type(key) is GroupMetadataKey:
             value = record.value
             assert value is None or type(value) is GroupMetadataValue
             self.groups.replay(key, value)
         else:
             raise ValueError(f"unknown record key {key!r} at offset {offset}")
+
+    def replay_encoded(self, offset: int, key: bytes, value: bytes | None) -> None:
+        """`replay` of a record as the log holds it (the runtime's sink while loading):
+        offset commits skip the record and key objects that `decode_record` builds."""
+        commit = decode_offset_commit(key, value)
+        if commit is None:
+            self.replay(offset, decode_record(key, value))
+        else:
+            self.offsets.replay_commit(*commit)
 
     def apply(self, update: object) -> None:
         if type(update) is ClassicGroupUpdate:

@@ -148,8 +148,21 @@ class TimelineDict(Generic[K, V]):
         return iter(self._data.items())
 
     def __setitem__(self, key: K, value: V) -> None:
-        self._remember(key)
-        self._data[key] = value
+        # _remember, inline: every write of every offset comes through here.
+        registry = self._registry
+        if registry._tracking:
+            epoch = registry._epoch
+            data = self._data
+            history = self._history.get(key)
+            if history is None:
+                self._history[key] = [(epoch, data.get(key, MISSING))]
+                registry._changes.append((epoch, cast("TimelineDict[object, object]", self), key))
+            elif history[-1][0] != epoch:
+                history.append((epoch, data.get(key, MISSING)))
+                registry._changes.append((epoch, cast("TimelineDict[object, object]", self), key))
+            data[key] = value
+        else:
+            self._data[key] = value
 
     def pop(self, key: K) -> V | None:
         if key not in self._data:

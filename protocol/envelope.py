@@ -22,8 +22,10 @@ __all__ = [
     "RequestHeader",
     "decode_request",
     "decode_response",
+    "encode_body",
     "encode_request",
     "encode_response",
+    "encode_response_of",
 ]
 
 _INT16_MIN: Final = -(2**15)
@@ -74,6 +76,18 @@ def decode_request(payload: bytes) -> tuple[RequestHeader, object]:
     if type(value) is not list or len(value) != 5:
         raise EnvelopeError("a request must be a 5-element array")
     api_key, api_version, correlation_id, client_id, body = value
+    # The well-formed header, checked inline (once per request); the checks below name the
+    # field that is wrong.
+    if (
+        type(api_key) is int
+        and type(api_version) is int
+        and type(correlation_id) is int
+        and _INT16_MIN <= api_key <= _INT16_MAX
+        and _INT16_MIN <= api_version <= _INT16_MAX
+        and _INT32_MIN <= correlation_id <= _INT32_MAX
+        and (client_id is None or type(client_id) is str)
+    ):
+        return RequestHeader(api_key, api_version, correlation_id, client_id), body
     if not _is_int_in(api_key, _INT16_MIN, _INT16_MAX):
         raise EnvelopeError("api_key must be an int16")
     if not _is_int_in(api_version, _INT16_MIN, _INT16_MAX):
@@ -97,6 +111,20 @@ def encode_response(correlation_id: int, body: Mapping[str, object]) -> bytes:
     """The payload (without the frame length) of a response."""
     payload: bytes = _msgpack.packer.pack([correlation_id, body])
     return payload
+
+
+def encode_body(body: Mapping[str, object]) -> bytes:
+    """A response body alone, for `encode_response_of`: a body the server sends again and
+    again (the same heartbeat answer) is encoded once."""
+    data: bytes = _msgpack.packer.pack(body)
+    return data
+
+
+def encode_response_of(correlation_id: int, encoded_body: bytes) -> bytes:
+    """`encode_response(correlation_id, body)` for a body `encode_body` encoded already:
+    the same bytes (a msgpack array of two is 0x92 and the two values)."""
+    correlation: bytes = _msgpack.packer.pack(correlation_id)
+    return b"\x92" + correlation + encoded_body
 
 
 def decode_response(payload: bytes) -> tuple[int, dict[str, object]]:

@@ -90,6 +90,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     how.add_argument("--load-topics", type=int, default=10, help="topics per group (load)")
     how.add_argument("--load-partitions", type=int, default=100, help="partitions per topic (load)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.add_argument("--json-file", metavar="PATH", help="also write the JSON document to PATH")
     return parser
 
 

@@ -135,7 +135,8 @@ def ratio_row(ours: dict[str, Any], peer: dict[str, Any], columns: list[str]) ->
     for column in columns:
         a, b = ours.get(column), peer.get(column)
         if isinstance(a, int | float) and isinstance(b, int | float) and b:
-            row[column] = round(a / b, 3)
+            # Three significant digits: a ratio may be far below 1 (rebalance times).
+            row[column] = float(f"{a / b:.3g}")
     return row
 
 
@@ -411,6 +412,9 @@ def run(args: argparse.Namespace) -> int:
         document.update(await _main(args))
 
     run_async(main)
+    if args.json_file:
+        with open(args.json_file, "w", encoding="utf-8") as out:
+            out.write(to_json(document) + "\n")
     if args.json:
         print(to_json(document))
         return 0

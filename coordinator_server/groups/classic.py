@@ -209,6 +209,11 @@ class ClassicGroup:
     subscribed_topics: frozenset[str] | None = None
     # When the current (or last) rebalance started, for the rebalance duration metric.
     rebalance_started_ms: int | None = None
+    # Protocol name -> how many members support it: derived from `members`, computed on first
+    # use and carried over by the changes that add, remove or replace one member, so that the
+    # N-th member's join costs O(its protocols), not O(N) (a join of 1,000 members at once
+    # would otherwise be quadratic). None: not computed yet. Never mutated once set.
+    protocol_counts_cache: dict[str, int] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def create(cls, group_id: str, now_ms: int) -> ClassicGroup:
@@ -341,10 +346,36 @@ class ClassicGroup:
     def uses_consumer_group_protocol(self) -> bool:
         return self.protocol_type == CONSUMER_PROTOCOL_TYPE
 
-    def _protocol_counts(self) -> Counter[str]:
-        counts: Counter[str] = Counter()
-        for member in self.members.values():
-            counts.update(member.protocol_names())
+    def _protocol_counts(self) -> dict[str, int]:
+        counts = self.protocol_counts_cache
+        if counts is None:
+            counts = {}
+            for member in self.members.values():
+                for name in member.protocol_names():
+                    counts[name] = counts.get(name, 0) + 1
+            # A cache of a value derived from immutable fields: setting it changes nothing
+            # anyone can observe.
+            object.__setattr__(self, "protocol_counts_cache", counts)
+        return counts
+
+    def _counts_with(
+        self, added: Iterable[ClassicGroupMember], removed: Iterable[ClassicGroupMember]
+    ) -> dict[str, int] | None:
+        """The protocol counts after a change of a few members (None: compute them later)."""
+        counts = self.protocol_counts_cache
+        if counts is None:
+            return None
+        counts = dict(counts)
+        for member in removed:
+            for name in member.protocol_names():
+                left = counts[name] - 1
+                if left:
+                    counts[name] = left
+                else:
+                    del counts[name]
+        for member in added:
+            for name in member.protocol_names():
+                counts[name] = counts.get(name, 0) + 1
         return counts
 
     def candidate_protocols(self) -> set[str]:
@@ -476,6 +507,10 @@ class ClassicGroup:
     # Changes: each returns the new snapshot.
 
     def _replace(self, **changes: object) -> ClassicGroup:
+        if "members" in changes and "protocol_counts_cache" not in changes:
+            changes["protocol_counts_cache"] = None
+        elif "members" not in changes:
+            changes["protocol_counts_cache"] = self.protocol_counts_cache
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
     def transition_to(self, state: ClassicGroupState, now_ms: int) -> ClassicGroup:
@@ -511,12 +546,16 @@ class ClassicGroup:
         static_members = self.static_members
         if member.group_instance_id is not None:
             static_members = {**static_members, member.group_instance_id: member.member_id}
+        replaced = self.members.get(member.member_id)
         return self._replace(
             protocol_type=protocol_type,
             leader_id=self.leader_id if self.leader_id is not None else member.member_id,
             members=members,
             static_members=static_members,
             pending_join_members=self.pending_join_members - {member.member_id},
+            protocol_counts_cache=self._counts_with(
+                (member,), () if replaced is None else (replaced,)
+            ),
         )
 
     def remove_members(self, member_ids: Iterable[str]) -> ClassicGroup:
@@ -547,6 +586,9 @@ class ClassicGroup:
             leader_id=leader_id,
             pending_join_members=self.pending_join_members - ids,
             pending_sync_members=self.pending_sync_members - ids,
+            protocol_counts_cache=self._counts_with(
+                (), [m for mid, m in self.members.items() if mid in ids]
+            ),
         )
 
     def remove_member(self, member_id: str) -> ClassicGroup:
@@ -560,10 +602,15 @@ class ClassicGroup:
 
     def update_member(self, member: ClassicGroupMember) -> ClassicGroup:
         """Put a changed member in place of the one with its id, keeping the order."""
-        assert member.member_id in self.members
+        previous = self.members[member.member_id]
         members = dict(self.members)
         members[member.member_id] = member
-        return self._replace(members=members)
+        counts = (
+            self.protocol_counts_cache
+            if previous.protocols == member.protocols
+            else self._counts_with((member,), (previous,))
+        )
+        return self._replace(members=members, protocol_counts_cache=counts)
 
     def update_members(
         self, change: Callable[[ClassicGroupMember], ClassicGroupMember]
@@ -579,6 +626,7 @@ class ClassicGroup:
         members = {mid: m for mid, m in self.members.items() if mid != old_member_id}
         members[new_member.member_id] = new_member
         return self._replace(
+            protocol_counts_cache=self._counts_with((new_member,), (self.members[old_member_id],)),
             members=members,
             static_members={**self.static_members, group_instance_id: new_member.member_id},
             leader_id=new_member.member_id if self.is_leader(old_member_id) else self.leader_id,

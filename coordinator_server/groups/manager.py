@@ -1185,5 +1185,15 @@ class GroupMetadataManager:
         )
 
 
+# A heartbeat's result is one of a few values, each the same every time: made once, shared
+# (nothing changes a result or a response once made).
+_heartbeat_results: dict[ErrorCode, CoordinatorResult[HeartbeatResponse]] = {}
+
+
 def _heartbeat(code: ErrorCode) -> CoordinatorResult[HeartbeatResponse]:
-    return CoordinatorResult(response=HeartbeatResponse(error_code=code))
+    result = _heartbeat_results.get(code)
+    if result is None:
+        result = _heartbeat_results[code] = CoordinatorResult(
+            response=HeartbeatResponse(error_code=code)
+        )
+    return result

@@ -170,6 +170,11 @@ class RuntimeConfig:
         max_queued_events: the most events queued per partition; past it writes fail with
             COORDINATOR_NOT_AVAILABLE.
         timer_retry_backoff_ms: the default delay before a failed retrying timer runs again.
+        run_when_idle: a write scheduled while its partition has nothing queued or running
+            runs at once, in the caller's call, instead of waiting for the drain task (the
+            order is the same; a write that needs no append completes before
+            `schedule_write` returns). Off, every write goes through the queue, which tests
+            of the queue itself rely on.
     """
 
     write_timeout_ms: int = 5000
@@ -177,6 +182,7 @@ class RuntimeConfig:
     max_batch_bytes: int = 1048576
     max_queued_events: int = 10000
     timer_retry_backoff_ms: int = 500
+    run_when_idle: bool = False
 
     def __post_init__(self) -> None:
         if self.write_timeout_ms <= 0:
@@ -403,15 +409,23 @@ _SKIPPED: CoordinatorResult[Any] = CoordinatorResult()
 
 
 class _TimerTask:
-    __slots__ = ("handle", "key", "operation", "retry", "retry_backoff_ms")
+    __slots__ = ("due_ms", "fired", "handle", "key", "operation", "retry", "retry_backoff_ms")
 
     def __init__(
-        self, key: str, operation: TimeoutOperation, retry: bool, retry_backoff_ms: int
+        self,
+        key: str,
+        operation: TimeoutOperation,
+        retry: bool,
+        retry_backoff_ms: int,
+        due_ms: int,
     ) -> None:
         self.key = key
         self.operation = operation
         self.retry = retry
         self.retry_backoff_ms = retry_backoff_ms
+        self.due_ms = due_ms
+        # Its operation was handed to the partition's queue: a new schedule needs a new task.
+        self.fired = False
         self.handle: Cancellable | None = None
 
 
@@ -420,6 +434,12 @@ class _PartitionTimer:
 
     A timer stays scheduled until its operation runs on the partition's queue; if the key
     was rescheduled or cancelled while the operation was queued, the stale one does nothing.
+
+    Pushing a timer later (a member's session timer, re-armed by every heartbeat) keeps the
+    clock callback already armed and only moves the due time: when the callback comes, it
+    arms another for what is left. A heartbeat then costs an assignment instead of a cancel
+    and a new clock callback, and a session that keeps heartbeating costs one callback per
+    session timeout.
     """
 
     __slots__ = ("_clock", "_closed", "_default_backoff_ms", "_partition", "_runtime", "_tasks")
@@ -450,10 +470,18 @@ class _PartitionTimer:
         if self._closed:
             return
         backoff_ms = self._default_backoff_ms if retry_backoff_ms is None else retry_backoff_ms
-        task = _TimerTask(key, operation, retry, backoff_ms)
+        due_ms = self._clock.now_ms() + max(delay_ms, 0)
         previous = self._tasks.get(key)
-        if previous is not None and previous.handle is not None:
-            previous.handle.cancel()
+        if previous is not None:
+            if not previous.fired and previous.handle is not None and previous.due_ms <= due_ms:
+                previous.operation = operation
+                previous.retry = retry
+                previous.retry_backoff_ms = backoff_ms
+                previous.due_ms = due_ms
+                return
+            if previous.handle is not None:
+                previous.handle.cancel()
+        task = _TimerTask(key, operation, retry, backoff_ms, due_ms)
         self._tasks[key] = task
         task.handle = self._clock.call_later(delay_ms, lambda: self._expire(task))
 
@@ -491,6 +519,12 @@ class _PartitionTimer:
     def _expire(self, task: _TimerTask) -> None:
         if self._tasks.get(task.key) is not task:
             return
+        remaining_ms = task.due_ms - self._clock.now_ms()
+        if remaining_ms > 0:
+            # Pushed later since this callback was armed.
+            task.handle = self._clock.call_later(remaining_ms, lambda: self._expire(task))
+            return
+        task.fired = True
         future = self._runtime.schedule_write(
             f"timer:{task.key}", self._partition, lambda _shard: self._run(task)
         )
@@ -561,6 +595,7 @@ class _PartitionContext:
         "expiry_handle",
         "generation",
         "inflight",
+        "inline",
         "last_batch_bytes",
         "last_batch_records",
         "last_committed_offset",
@@ -572,6 +607,7 @@ class _PartitionContext:
         "queue",
         "records_appended",
         "registry",
+        "running",
         "sealed",
         "shard",
         "state",
@@ -591,6 +627,10 @@ class _PartitionContext:
         self.registry: SnapshotRegistry | None = None
         self.timer: _PartitionTimer | None = None
         self.queue: deque[_Event] = deque()
+        # An event is running: one scheduled meanwhile (a follow-up) must wait its turn.
+        self.running = False
+        # The running event was not queued: it runs from the scheduler's own call.
+        self.inline = False
         self.wakeup: asyncio.Future[None] | None = None
         self.drain_task: asyncio.Task[None] | None = None
         self.closed = False
@@ -829,14 +869,20 @@ class CoordinatorRuntime(Generic[S]):
                 )
             )
             return future
-        queue.append(
-            _WriteEvent(
-                name,
-                op,
-                future,
-                self._config.write_timeout_ms if timeout_ms is None else timeout_ms,
-            )
+        event = _WriteEvent(
+            name, op, future, self._config.write_timeout_ms if timeout_ms is None else timeout_ms
         )
+        if not queue and not context.running and self._config.run_when_idle:
+            # Nothing queued and nothing running: the drain task would run this event next
+            # anyway, so run it now and spare the queue, the wake-up and a loop iteration. A
+            # write that needs no append then completes before this returns.
+            context.inline = True
+            try:
+                self._run_event(context, event)
+            finally:
+                context.inline = False
+            return future
+        queue.append(event)
         wakeup = context.wakeup
         if wakeup is not None:
             context.wakeup = None
@@ -945,7 +991,6 @@ class CoordinatorRuntime(Generic[S]):
     async def _drain(self, context: _PartitionContext) -> None:
         queue = context.queue
         loop = asyncio.get_running_loop()
-        log = self._log
         while not context.closed:
             if not queue:
                 wakeup = loop.create_future()
@@ -955,14 +1000,19 @@ class CoordinatorRuntime(Generic[S]):
             for _ in range(_EVENTS_PER_SLICE):
                 if not queue or context.closed:
                     break
-                event = queue.popleft()
-                try:
-                    event.run(self, context)
-                except Exception as error:
-                    log.exception("partition=%d event %r failed", context.partition, event)
-                    event.fail(UnknownServerError(f"internal error: {error!r}"))
+                self._run_event(context, queue.popleft())
             else:
                 await asyncio.sleep(0)
+
+    def _run_event(self, context: _PartitionContext, event: _Event) -> None:
+        context.running = True
+        try:
+            event.run(self, context)
+        except Exception as error:
+            self._log.exception("partition=%d event %r failed", context.partition, event)
+            event.fail(UnknownServerError(f"internal error: {error!r}"))
+        finally:
+            context.running = False
 
     def _wake(self, context: _PartitionContext) -> None:
         wakeup = context.wakeup
@@ -1132,14 +1182,20 @@ class CoordinatorRuntime(Generic[S]):
                 event.expire()
             expiries.popleft()
 
-    def _forget_expiries(self, context: _PartitionContext) -> None:
-        """Drop finished writes from both ends of the expiry queue; disarm it when empty."""
+    def _forget_expiries(self, context: _PartitionContext, *, disarm: bool = False) -> None:
+        """Drop finished writes from both ends of the expiry queue.
+
+        An emptied queue keeps its clock callback armed (unless `disarm`, for an unload):
+        the next write parked within the timeout needs none of its own, and a callback that
+        finds the queue empty does nothing. Cancelling and arming one per batch cost as much
+        as the rest of the batch's bookkeeping.
+        """
         expiries = context.expiries
         while expiries and expiries[0].finished:
             expiries.popleft()
         while expiries and expiries[-1].finished:
             expiries.pop()
-        if not expiries and context.expiry_handle is not None:
+        if disarm and not expiries and context.expiry_handle is not None:
             context.expiry_handle.cancel()
             context.expiry_handle = None
 
@@ -1149,14 +1205,25 @@ class CoordinatorRuntime(Generic[S]):
         cast(SnapshotRegistry, context.registry).set_epoch(batch.base_offset)
         linger_ms = self._config.append_linger_ms
         if linger_ms < 0:
-            context.queue.append(_FlushEvent(batch.epoch))
-            self._wake(context)
+            if context.inline:
+                # Run outside the queue (see _enqueue_write): the writes that arrive in this
+                # turn of the event loop run inline too and join the batch; it flushes once
+                # they are done, when the flush event queued at the end of the turn runs.
+                asyncio.get_running_loop().call_soon(self._queue_flush, context, batch.epoch)
+            else:
+                self._queue_flush(context, batch.epoch)
         elif linger_ms > 0:
             batch.linger_handle = self._clock.call_later(
                 linger_ms, lambda: self._on_linger_expired(context, batch)
             )
         context.open_batch = batch
         return batch
+
+    def _queue_flush(self, context: _PartitionContext, batch_epoch: int) -> None:
+        if context.closed:
+            return
+        context.queue.append(_FlushEvent(batch_epoch))
+        self._wake(context)
 
     def _on_linger_expired(self, context: _PartitionContext, batch: _Batch) -> None:
         if context.open_batch is batch:
@@ -1398,9 +1465,13 @@ class CoordinatorRuntime(Generic[S]):
         def replay(offset: int, key: bytes, value: bytes | None) -> None:
             shard.replay(offset, decode_record(key, value))
 
+        # A shard may take records as the log holds them and decode them its own way,
+        # cheaper than a record object each (GroupCoordinatorShard does, for offsets).
+        sink = getattr(shard, "replay_encoded", None) or replay
+
         started = time.perf_counter()
         try:
-            summary = await self._loader.load(partition, replay)
+            summary = await self._loader.load(partition, sink)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -1477,7 +1548,7 @@ class CoordinatorRuntime(Generic[S]):
         deferred = context.deferred
         while deferred:
             deferred.popleft().fail(error)
-        self._forget_expiries(context)
+        self._forget_expiries(context, disarm=True)
         for parked in list(context.parked_callers):
             parked.fail(error)
         context.parked_callers.clear()

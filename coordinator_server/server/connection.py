@@ -16,7 +16,14 @@ from typing import TYPE_CHECKING, cast
 
 from coordinator_server.service import RequestContext
 from protocol.api_keys import ApiKey
-from protocol.envelope import EnvelopeError, RequestHeader, decode_request, encode_response
+from protocol.envelope import (
+    EnvelopeError,
+    RequestHeader,
+    decode_request,
+    encode_body,
+    encode_response,
+    encode_response_of,
+)
 from protocol.errors import ApiError, ErrorCode, UnsupportedVersionError
 from protocol.framing import FrameDecoder, FrameError, encode_frame
 from protocol.messages import Message, error_body, parse_request
@@ -58,6 +65,9 @@ class CoordinatorConnection(asyncio.Protocol):
         self._writing_paused = False
         # Responses ready to go out in the next write.
         self._outgoing: list[bytes] = []
+        # The last response model answered with, and its (error code, encoded body).
+        self._last_message: Message | None = None
+        self._last_encoding: tuple[int, bytes] = (0, b"")
         self._flush_scheduled = False
         self._closed = False
 
@@ -163,7 +173,10 @@ class CoordinatorConnection(asyncio.Protocol):
             self._respond(header, error_body(ErrorCode.UNKNOWN_SERVER_ERROR, None), started)
             return
         if isinstance(reply, Message):
-            self._respond(header, reply.to_body(), started)
+            self._respond_with(header, reply, started)
+            return
+        if reply.done():
+            self._reply_done(header, reply, started, counted=False)
             return
         self._inflight += 1
         reply.add_done_callback(lambda done: self._reply_done(header, done, started))
@@ -176,17 +189,27 @@ class CoordinatorConnection(asyncio.Protocol):
         return error_body(ErrorCode.UNSUPPORTED_VERSION, exc.message)
 
     def _reply_done(
-        self, header: RequestHeader, done: asyncio.Future[Message], started: float
+        self,
+        header: RequestHeader,
+        done: asyncio.Future[Message],
+        started: float,
+        *,
+        counted: bool = True,
     ) -> None:
-        self._inflight -= 1
         if done.cancelled():
-            body = error_body(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the request was cancelled")
+            self._respond(
+                header,
+                error_body(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the request was cancelled"),
+                started,
+            )
         elif done.exception() is not None:
             logger.error("request api_key %d failed", header.api_key, exc_info=done.exception())
-            body = error_body(ErrorCode.UNKNOWN_SERVER_ERROR, None)
+            self._respond(header, error_body(ErrorCode.UNKNOWN_SERVER_ERROR, None), started)
         else:
-            body = done.result().to_body()
-        self._respond(header, body, started)
+            self._respond_with(header, done.result(), started)
+        if not counted:
+            return
+        self._inflight -= 1
         if self._waiting:
             self._admit_waiting()
         self._update_reading()
@@ -194,6 +217,27 @@ class CoordinatorConnection(asyncio.Protocol):
             self._state.connection_idle(self)
 
     # Responses.
+
+    def _respond_with(self, header: RequestHeader, message: Message, started: float) -> None:
+        """Answer with a response model. The last one's encoding is kept: responses that are
+        shared values (a heartbeat's answer is one of a few) are encoded once, not once per
+        request."""
+        if message is self._last_message:
+            code, encoded = self._last_encoding
+        else:
+            body = message.to_body()
+            code = response_error_code(body)
+            encoded = encode_body(body)
+            # Holding the message keeps its identity from being reused by another object.
+            self._last_message = message
+            self._last_encoding = (code, encoded)
+        self._state.metrics.request_done(header.api_key, code, perf_counter() - started)
+        if self._closed:
+            return
+        self._outgoing.append(encode_frame(encode_response_of(header.correlation_id, encoded)))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
 
     def _respond(self, header: RequestHeader, body: dict[str, object], started: float) -> None:
         self._state.metrics.request_done(

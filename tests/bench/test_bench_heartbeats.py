@@ -1,0 +1,75 @@
+"""`bench heartbeats` against a running server (--bootstrap) and a peer (--peer-bootstrap)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from bench_support import assert_common_shape, rows_of, run_bench
+from kafka_broker import KafkaBroker
+from server_process import ServerProcess
+
+pytestmark = pytest.mark.kafka
+
+
+@pytest.fixture
+def server(kafka_broker: KafkaBroker, tmp_path: Path) -> Iterator[ServerProcess]:
+    # A topic of its own, so that it does not meet other tests' servers on the broker.
+    with ServerProcess(
+        [
+            "--port", "0",
+            "--bootstrap-servers", kafka_broker.bootstrap,
+            "--offsets-topic", f"__bench_heartbeats_{tmp_path.name}",
+            "--offsets-topic-partitions", "4",
+            "--offsets-topic-replication-factor", "1",
+        ]
+    ) as process:  # fmt: skip
+        yield process
+
+
+def assert_heartbeat_row(row: dict[str, object]) -> None:
+    assert row["members"] == 12
+    assert isinstance(row["requests"], int) and row["requests"] > 0
+    assert isinstance(row["requests_per_s"], float) and row["requests_per_s"] > 0
+    assert isinstance(row["p50_ms"], float) and isinstance(row["p999_ms"], float)
+    assert 0 < row["p50_ms"] <= row["p999_ms"]
+    assert row["errors"] == 0
+    assert row["expired"] == 0
+
+
+def test_heartbeats_attached_to_a_running_server(server: ServerProcess) -> None:
+    document = run_bench(
+        "heartbeats",
+        "--bootstrap", f"{server.host}:{server.port}",
+        "--members", "12",
+        "--groups", "3",
+        "--inflight", "8",
+        "--connections", "2",
+    )  # fmt: skip
+    assert_common_shape(document)
+    (row,) = rows_of(document, "heartbeats", "ours")
+    assert_heartbeat_row(row)
+    assert rows_of(document, "heartbeats", "peer") == []
+    assert any(check["target"].startswith("heartbeats: no member") for check in document["targets"])
+
+
+@pytest.mark.slow
+def test_heartbeats_side_by_side_with_the_peer(
+    server: ServerProcess, kafka_broker: KafkaBroker
+) -> None:
+    # The peer's groups form on its rebalance timers: seconds per group.
+    document = run_bench(
+        "heartbeats",
+        "--bootstrap", f"{server.host}:{server.port}",
+        "--peer-bootstrap", kafka_broker.bootstrap,
+        "--members", "12",
+        "--groups", "3",
+        "--inflight", "8",
+        "--connections", "2",
+    )  # fmt: skip
+    for target in ("ours", "peer"):
+        (row,) = rows_of(document, "heartbeats", target)
+        assert_heartbeat_row(row)
+    (ratio,) = rows_of(document, "heartbeats", "ours/peer")
+    assert ratio["requests_per_s"] > 0
