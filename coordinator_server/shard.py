@@ -74,8 +74,9 @@ class GroupCoordinatorShard:
         commit = decode_offset_commit(key, value)
         if commit is None:
             self.replay(offset, decode_record(key, value))
-        else:
-            self.offsets.replay_commit(*commit)
+            return
+        group, topic, partition, commit_value = commit
+        self.offsets.replay_commit(group, topic, partition, commit_value)
 
     def apply(self, update: object) -> None:
         if type(update) is ClassicGroupUpdate:

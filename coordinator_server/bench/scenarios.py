@@ -118,18 +118,44 @@ async def run_member(target: Target, group: str, member: Member, timeouts: Timeo
     raise BenchError(f"{target.name}: member {member.index} of {group} never settled")
 
 
+# While a group forms, members that hold an assignment keep heartbeating, as clients do, so
+# that they hear of a rebalance that later members start (a member that stopped would hold up
+# the join phase until its rebalance timeout). Often, to measure the coordinator and not a
+# client's heartbeat timer.
+HEARTBEAT_INTERVAL_S = 0.02
+
+
 async def settle(
     target: Target, group: str, members: list[Member], pending: list[Member], timeouts: Timeouts
 ) -> float:
     """Run `pending` members until every member of the group holds an assignment of the same
-    generation (checked with one heartbeat each); the time the last one got its assignment."""
-    while pending:
-        await asyncio.gather(*(run_member(target, group, m, timeouts) for m in pending))
-        codes = await asyncio.gather(
-            *(target.heartbeat(m.index, group, m.generation_id, m.member_id) for m in members)
-        )
-        pending = [m for m, code in zip(members, codes, strict=True) if code != 0]
-    return max(m.synced_at for m in members)
+    generation (each one's heartbeat answers NONE); the time the last one got its assignment.
+    A member whose heartbeat answers otherwise joins again."""
+    joining = {
+        m.index: asyncio.ensure_future(run_member(target, group, m, timeouts)) for m in pending
+    }
+    try:
+        while True:
+            running = [task for task in joining.values() if not task.done()]
+            if running:
+                await asyncio.wait(running, timeout=HEARTBEAT_INTERVAL_S)
+            for task in joining.values():
+                if task.done():
+                    task.result()
+            idle = [m for m in members if m.index not in joining or joining[m.index].done()]
+            codes = await asyncio.gather(
+                *(target.heartbeat(m.index, group, m.generation_id, m.member_id) for m in idle)
+            )
+            for member, code in zip(idle, codes, strict=True):
+                if code != 0:
+                    joining[member.index] = asyncio.ensure_future(
+                        run_member(target, group, member, timeouts)
+                    )
+            if len(idle) == len(members) and not any(codes):
+                return max(m.synced_at for m in members)
+    finally:
+        for task in joining.values():
+            task.cancel()
 
 
 async def form_group(

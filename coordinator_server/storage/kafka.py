@@ -75,6 +75,12 @@ APPEND_TIMEOUT_MARGIN_S = 1.0
 PRODUCE_REQUEST_OVERHEAD_BYTES = 64 * 1024
 
 
+def _ignore_outcome(task: asyncio.Future[Any]) -> None:
+    """A warm-up's failure is the first load's to report (it tries again)."""
+    if not task.cancelled():
+        task.exception()
+
+
 class KafkaLogError(Exception):
     """The topic cannot be created or described."""
 
@@ -142,6 +148,7 @@ class KafkaLog:
         self._load_slots = asyncio.Semaphore(max_concurrent_loads)
         self._loader_lock = asyncio.Lock()
         self._load_client: AIOKafkaClient | None = None
+        self._loader_warmup: asyncio.Future[AIOKafkaClient] | None = None
         # Loads in progress now, and the most there have been at once (for tests).
         self.loads_running = 0
         self.most_loads_running = 0
@@ -186,6 +193,9 @@ class KafkaLog:
                 max_batch_size=self._max_batch_bytes,
                 max_request_size=self._max_batch_bytes + PRODUCE_REQUEST_OVERHEAD_BYTES,
             )
+            # The loads that follow a start need the loader's client: connect it meanwhile.
+            self._loader_warmup = asyncio.ensure_future(self._loader())
+            self._loader_warmup.add_done_callback(_ignore_outcome)
             try:
                 await producer.start()
             except BaseException:
@@ -202,6 +212,15 @@ class KafkaLog:
             return
         self._closed = True
         producer, self._producer = self._producer, None
+        warmup, self._loader_warmup = self._loader_warmup, None
+        if warmup is not None and not warmup.done():
+            # Let it finish rather than cancel it: aiokafka leaves the connection of a
+            # bootstrap cancelled midway open. It ends by itself within the request timeout.
+            await asyncio.wait({warmup}, timeout=self._request_timeout_ms / 1000)
+            if not warmup.done():
+                warmup.cancel()
+                with contextlib.suppress(BaseException):
+                    await warmup
         client, self._load_client = self._load_client, None
         if client is not None:
             with contextlib.suppress(Exception):
