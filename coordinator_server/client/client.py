@@ -31,7 +31,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Final, TypeVar
+from typing import Final, Protocol, TypeVar, cast
 
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
 
@@ -90,6 +90,14 @@ __all__ = ["CoordinatorClient", "Node", "build_ssl_context", "parse_bootstrap"]
 log = logging.getLogger(__name__)
 
 R = TypeVar("R", bound=Message)
+RT = TypeVar("RT", bound=Message)
+
+
+class _TopLevelError(Protocol):
+    error_code: int
+    error_message: str | None
+
+
 T = TypeVar("T")
 
 # Answers that mean "try again": the first two on the same coordinator, the last two after
@@ -539,6 +547,28 @@ class CoordinatorClient:
             what="FindCoordinator",
         )
 
+    async def _group_request(
+        self,
+        group_id: str | None,
+        request: Message,
+        response_type: type[RT],
+        timeout_ms: int | None,
+        raise_on_error: bool,
+    ) -> RT:
+        """A group API whose answer has a top-level error code: retried on the retriable
+        ones, raised (when asked) on the others."""
+        response = await self._call_coordinator(
+            _group_of(group_id),
+            request,
+            response_type,
+            lambda r: _retriable(cast(_TopLevelError, r).error_code),
+            timeout_ms,
+        )
+        if raise_on_error:
+            answer = cast(_TopLevelError, response)
+            _raise_for_code(answer.error_code, answer.error_message)
+        return response
+
     async def join_group(
         self,
         request: JoinGroupRequest,
@@ -558,16 +588,9 @@ class CoordinatorClient:
             timeout_ms = max(
                 self.request_timeout_ms, rebalance_timeout_ms + JOIN_GROUP_TIMEOUT_LAPSE_MS
             )
-        response = await self._call_coordinator(
-            _group_of(request.group_id),
-            request,
-            JoinGroupResponse,
-            lambda r: _retriable(r.error_code),
-            timeout_ms,
+        return await self._group_request(
+            request.group_id, request, JoinGroupResponse, timeout_ms, raise_on_error
         )
-        if raise_on_error:
-            _raise_for_code(response.error_code, response.error_message)
-        return response
 
     async def sync_group(
         self,
@@ -577,16 +600,9 @@ class CoordinatorClient:
         timeout_ms: int | None = None,
     ) -> SyncGroupResponse:
         """SyncGroup (14). A follower's SyncGroup waits for the leader's assignment."""
-        response = await self._call_coordinator(
-            _group_of(request.group_id),
-            request,
-            SyncGroupResponse,
-            lambda r: _retriable(r.error_code),
-            timeout_ms,
+        return await self._group_request(
+            request.group_id, request, SyncGroupResponse, timeout_ms, raise_on_error
         )
-        if raise_on_error:
-            _raise_for_code(response.error_code, response.error_message)
-        return response
 
     async def heartbeat(
         self,
@@ -596,16 +612,9 @@ class CoordinatorClient:
         timeout_ms: int | None = None,
     ) -> HeartbeatResponse:
         """Heartbeat (12)."""
-        response = await self._call_coordinator(
-            _group_of(request.group_id),
-            request,
-            HeartbeatResponse,
-            lambda r: _retriable(r.error_code),
-            timeout_ms,
+        return await self._group_request(
+            request.group_id, request, HeartbeatResponse, timeout_ms, raise_on_error
         )
-        if raise_on_error:
-            _raise_for_code(response.error_code, response.error_message)
-        return response
 
     async def leave_group(
         self,
@@ -615,15 +624,10 @@ class CoordinatorClient:
         timeout_ms: int | None = None,
     ) -> LeaveGroupResponse:
         """LeaveGroup (13). With `raise_on_error`, a per-member error is raised too."""
-        response = await self._call_coordinator(
-            _group_of(request.group_id),
-            request,
-            LeaveGroupResponse,
-            lambda r: _retriable(r.error_code),
-            timeout_ms,
+        response = await self._group_request(
+            request.group_id, request, LeaveGroupResponse, timeout_ms, raise_on_error
         )
         if raise_on_error:
-            _raise_for_code(response.error_code, response.error_message)
             for member in response.members:
                 _raise_for_code(member.error_code, f"member {member.member_id!r}")
         return response

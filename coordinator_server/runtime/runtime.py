@@ -1246,10 +1246,7 @@ class CoordinatorRuntime(Generic[S]):
         batch = context.open_batch
         if batch is None:
             return
-        context.open_batch = None
-        if batch.linger_handle is not None:
-            batch.linger_handle.cancel()
-            batch.linger_handle = None
+        self._drop_open_batch(context)
         if not batch.records:
             return
         context.last_written_offset = batch.next_offset
