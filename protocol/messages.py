@@ -113,6 +113,8 @@ class Message(BaseModel):
     """A request or response body, or an item nested in one."""
 
     model_config = ConfigDict(strict=True, extra="ignore")
+    # Set on top-level requests and responses only (nested items have no API key).
+    API_KEY: ClassVar[ApiKey]
 
     def to_body(self) -> dict[str, object]:
         """The wire map: every field present, None as nil, bytes as bytes, items as maps."""

@@ -182,7 +182,7 @@ class Connection:
             ClientClosedError: the client closed it.
         """
         self._raise_if_closed()
-        api_key = int(request.API_KEY)  # type: ignore[attr-defined]
+        api_key = int(request.API_KEY)
         loop = asyncio.get_running_loop()
         correlation_id: int | None = None
         try:
