@@ -14,6 +14,8 @@ from protocol.envelope import (
     decode_response,
     encode_request,
     encode_response,
+    split_request,
+    split_response,
 )
 from protocol.errors import ApiError, ErrorCode, ProtocolError, error_for_code, exception_class
 from protocol.framing import (
@@ -174,5 +176,7 @@ __all__ = [
     "parse_request",
     "parse_response",
     "partition_for",
+    "split_request",
+    "split_response",
     "version_range",
 ]

@@ -1,16 +1,20 @@
-"""The msgpack settings every part of the contract shares.
+"""Strict msgpack for plain values: the "consumer" embedded protocol and the bodies that
+`protocol.envelope.decode_request`/`decode_response` hand to tools and tests.
+
+(Envelopes and messages go through msgspec instead, see `protocol.envelope`: it decodes a
+body straight into its message type, which these plain values would only slow down.)
 
 Decoding is strict so that a hostile payload cannot make us allocate more than it sent or
 build objects the contract does not have: every declared length is bounded by the data's
 own size, ext types (msgpack's timestamp included) are refused, strings must be valid
 UTF-8 and map keys must be str or bytes. Encoding goes through one module-level `Packer`
-(bytes as bin, str as str) so the hot path builds no option objects; a Packer is not
+(bytes as bin, str as str) so a call builds no option objects; a Packer is not
 thread-safe, which is fine for the event loop's thread.
 """
 
 from __future__ import annotations
 
-from typing import NoReturn
+from typing import Final, NoReturn
 
 import msgpack
 
@@ -55,3 +59,25 @@ def unpack(data: bytes) -> object:
     except msgpack.UnpackException as e:
         # Some of msgpack's errors (OutOfData) are not ValueErrors.
         raise ValueError(str(e) or type(e).__name__) from e
+
+
+def _kinds() -> tuple[str, ...]:
+    kinds = ["int"] * 0x80 + ["dict"] * 0x10 + ["list"] * 0x10 + ["str"] * 0x20
+    kinds += ["nil", "invalid", "bool", "bool", "bytes", "bytes", "bytes"]  # 0xc0 to 0xc6
+    kinds += ["ext"] * 3 + ["float"] * 2 + ["int"] * 8 + ["ext"] * 5  # 0xc7 to 0xd8
+    kinds += ["str"] * 3 + ["list"] * 2 + ["dict"] * 2 + ["int"] * 0x20  # 0xd9 to 0xff
+    assert len(kinds) == 0x100
+    return tuple(kinds)
+
+
+# The kind of msgpack value each first byte starts, by the names of the Python types
+# msgpack decodes them to ("nil" for None; "ext" for the ext types the contract refuses).
+_KIND_BY_FIRST_BYTE: Final = _kinds()
+
+
+def kind_of(encoded: bytes) -> str:
+    """The kind of the msgpack value `encoded` starts with, read from its first byte
+    alone: "dict", "list", "str", "bytes", "int", "float", "bool", "nil", "ext", or
+    "invalid" (0xc1, a byte msgpack never uses) and "empty" for no bytes at all."""
+    view = memoryview(encoded)
+    return _KIND_BY_FIRST_BYTE[view[0]] if len(view) else "empty"

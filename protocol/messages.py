@@ -1,20 +1,28 @@
-"""The bodies of every request and response of the contract, as pydantic models.
+"""The bodies of every request and response of the contract, as msgspec Structs.
 
 One class per message and per nested item, named after Kafka's generated message classes
 (`JoinGroupRequest`, `JoinGroupRequestProtocol`, ...) with PROTOCOL.md's field names.
 Validation is strict because msgpack hands over exact types: a str where an int belongs,
-a bool posing as an int or a number outside Kafka's int16/int32/int64 range is a bad
-request, not something to coerce. Unknown fields are ignored, as the contract requires.
+a bool posing as an int, a str where bin belongs (or bin where a str belongs) or a number
+outside Kafka's int8/int16/int32/int64 range is a bad request, not something to coerce.
+Unknown fields are ignored, as the contract requires: they are skipped without being
+built, whatever they hold.
 
 Requests: what a request cannot do without is required; a field Kafka's JSON schema makes
 nullable or gives a default is optional with Kafka's default. `group_id` is always
 optional, even though every such request needs one, because Kafka answers a missing group
 id with INVALID_GROUP_ID (the service's call), not INVALID_REQUEST (this module's).
 
-Responses: every field has Kafka's default, so a handler names only what it sets, and
-`to_body` always writes every field (the contract: "an absent value is nil").
+Responses: every field has Kafka's default, so a handler names only what it sets, and the
+wire form always has every field (the contract: "an absent value is nil"). A message is
+encoded as it is, by `protocol.envelope.encode_body`; `to_body` gives the same map as plain
+values for callers that want one.
 
-`parse_request` is the server's entry point: header + raw body -> request model, raising
+A Struct does not validate what its constructor is given, only what it decodes: messages a
+handler builds are trusted to use the declared types.
+
+`parse_request` is the server's entry point: header + the body's msgpack bytes (from
+`protocol.envelope.split_request`) -> request message, in one pass, raising
 `UnsupportedVersionError` or `InvalidRequestError`, both answered on the open connection.
 `parse_response` is the client's.
 """
@@ -23,12 +31,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Annotated, ClassVar, Final, cast
+from typing import Annotated, ClassVar, Final, Self, TypeAlias, cast
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+import msgspec
 
+from protocol import _msgpack
 from protocol.api_keys import ApiKey, api_name, version_range
-from protocol.envelope import RequestHeader
+from protocol.envelope import MSGPACK_ERRORS, EnvelopeError, RequestHeader
 from protocol.errors import (
     ErrorCode,
     InvalidRequestError,
@@ -99,51 +108,67 @@ __all__ = [
     "parse_response",
 ]
 
-Int8 = Annotated[int, Field(ge=-(2**7), le=2**7 - 1)]
-Int16 = Annotated[int, Field(ge=-(2**15), le=2**15 - 1)]
-Int32 = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
-Int64 = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
+Int8: TypeAlias = Annotated[int, msgspec.Meta(ge=-(2**7), le=2**7 - 1)]
+Int16: TypeAlias = Annotated[int, msgspec.Meta(ge=-(2**15), le=2**15 - 1)]
+Int32: TypeAlias = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
+Int64: TypeAlias = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 
 
 class InvalidResponseError(ProtocolError):
     """A response body that does not match its API's response schema."""
 
 
-class Message(BaseModel):
-    """A request or response body, or an item nested in one."""
+class Message(msgspec.Struct, kw_only=True, gc=False):
+    """A request or response body, or an item nested in one.
 
-    model_config = ConfigDict(strict=True, extra="ignore")
+    Every subclass is `kw_only=True` (msgspec applies it per class), so fields are named
+    at construction and a required field may follow one with a default.
+
+    `gc=False` (inherited): the cyclic garbage collector does not track messages. They hold
+    only scalars and lists of other messages, built top-down, so they cannot form a cycle,
+    and a request decodes about 10% faster with fewer collections triggered. A field that
+    could hold an arbitrary object would have to give this up.
+    """
+
     # Set on top-level requests and responses only (nested items have no API key).
     API_KEY: ClassVar[ApiKey]
 
     def to_body(self) -> dict[str, object]:
-        """The wire map: every field present, None as nil, bytes as bytes, items as maps."""
-        # The serializer directly: model_dump() costs about twice as much per call, and
-        # response encoding is on the hot path.
-        return cast("dict[str, object]", self.__pydantic_serializer__.to_python(self))
+        """The wire map as plain values: every field present, None as nil, bytes as bytes,
+        items as maps, error codes as plain ints."""
+        return cast("dict[str, object]", msgspec.to_builtins(self, builtin_types=(bytes,)))
+
+    def replace(self, **changes: object) -> Self:
+        """A copy with `changes` applied; the message itself is left as it was."""
+        return msgspec.structs.replace(self, **changes)
+
+    def reported_error_code(self) -> int:
+        """The error a response reports: its top-level error code, 0 for one without."""
+        code = getattr(self, "error_code", 0)
+        return code if type(code) is int else int(code)
 
 
 # ApiVersions (18)
 
 
-class ApiVersionsRequest(Message):
+class ApiVersionsRequest(Message, kw_only=True):
     """No fields in v0 of the contract."""
 
     API_KEY: ClassVar[ApiKey] = ApiKey.API_VERSIONS
 
 
-class ApiVersionsResponseKey(Message):
+class ApiVersionsResponseKey(Message, kw_only=True):
     api_key: Int16 = 0
     min_version: Int16 = 0
     max_version: Int16 = 0
 
 
-class ApiVersionsResponse(Message):
+class ApiVersionsResponse(Message, kw_only=True):
     API_KEY: ClassVar[ApiKey] = ApiKey.API_VERSIONS
 
     error_code: Int16 = 0
     error_message: str | None = None
-    api_keys: list[ApiVersionsResponseKey] = Field(default_factory=list)
+    api_keys: list[ApiVersionsResponseKey] = msgspec.field(default_factory=list)
     server_name: str = ""
     server_version: str = ""
 
@@ -151,7 +176,7 @@ class ApiVersionsResponse(Message):
 # FindCoordinator (10)
 
 
-class FindCoordinatorRequest(Message):
+class FindCoordinatorRequest(Message, kw_only=True):
     API_KEY: ClassVar[ApiKey] = ApiKey.FIND_COORDINATOR
 
     # 0: the keys are group ids; 1: transactional ids.
@@ -159,7 +184,7 @@ class FindCoordinatorRequest(Message):
     keys: list[str]
 
 
-class FindCoordinatorResponseCoordinator(Message):
+class FindCoordinatorResponseCoordinator(Message, kw_only=True):
     key: str = ""
     # -1, "" and -1 are Kafka's "no node" (Node.noNode()), what an error answer carries.
     node_id: Int32 = -1
@@ -169,21 +194,21 @@ class FindCoordinatorResponseCoordinator(Message):
     error_message: str | None = None
 
 
-class FindCoordinatorResponse(Message):
+class FindCoordinatorResponse(Message, kw_only=True):
     API_KEY: ClassVar[ApiKey] = ApiKey.FIND_COORDINATOR
 
-    coordinators: list[FindCoordinatorResponseCoordinator] = Field(default_factory=list)
+    coordinators: list[FindCoordinatorResponseCoordinator] = msgspec.field(default_factory=list)
 
 
 # JoinGroup (11)
 
 
-class JoinGroupRequestProtocol(Message):
+class JoinGroupRequestProtocol(Message, kw_only=True):
     name: str
     metadata: bytes
 
 
-class JoinGroupRequest(Message):
+class JoinGroupRequest(Message, kw_only=True):
     API_KEY: ClassVar[ApiKey] = ApiKey.JOIN_GROUP
 
     group_id: str | None = None
@@ -197,13 +222,13 @@ class JoinGroupRequest(Message):
     reason: str | None = None
 
 
-class JoinGroupResponseMember(Message):
+class JoinGroupResponseMember(Message, kw_only=True):
     member_id: str = ""
     group_instance_id: str | None = None
     metadata: bytes = b""
 
 
-class JoinGroupResponse(Message):
+class JoinGroupResponse(Message, kw_only=True):
     API_KEY: ClassVar[ApiKey] = ApiKey.JOIN_GROUP
 
     error_code: Int16 = 0
@@ -214,18 +239,18 @@ class JoinGroupResponse(Message):
     leader: str = ""
     skip_assignment: bool = False
     member_id: str = ""
-    members: list[JoinGroupResponseMember] = Field(default_factory=list)
+    members: list[JoinGroupResponseMember] = msgspec.field(default_factory=list)
 
 
 # SyncGroup (14)
 
 
-class SyncGroupRequestAssignment(Message):
+class SyncGroupRequestAssignment(Message, kw_only=True):
     member_id: str
     assignment: bytes
 
 
-class SyncGroupRequest(Message):
+class SyncGroupRequest(Message, kw_only=True):
     API_KEY: ClassVar[ApiKey] = ApiKey.SYNC_GROUP
 
     group_id: str | None = None
@@ -235,10 +260,10 @@ class SyncGroupRequest(Message):
     protocol_type: str | None = None
     protocol_name: str | None = None
     # Only the leader sends assignments; followers send none.
-    assignments: list[SyncGroupRequestAssignment] = Field(default_factory=list)
+    assignments: list[SyncGroupRequestAssignment] = msgspec.field(default_factory=list)
 
 
-class SyncGroupResponse(Message):
+class SyncGroupResponse(Message, kw_only=True):
     API_KEY: ClassVar[ApiKey] = ApiKey.SYNC_GROUP
 
     error_code: Int16 = 0
@@ -251,7 +276,7 @@ class SyncGroupResponse(Message):
 # Heartbeat (12)
 
 
-class HeartbeatRequest(Message):
+class HeartbeatRequest(Message, kw_only=True):
     API_KEY: ClassVar[ApiKey] = ApiKey.HEARTBEAT
 
     group_id: str | None = None
@@ -260,7 +285,7 @@ class HeartbeatRequest(Message):
     group_instance_id: str | None = None
 
 
-class HeartbeatResponse(Message):
+class HeartbeatResponse(Message, kw_only=True):
     API_KEY: ClassVar[ApiKey] = ApiKey.HEARTBEAT
 
     error_code: Int16 = 0
@@ -270,49 +295,49 @@ class HeartbeatResponse(Message):
 # LeaveGroup (13)
 
 
-class LeaveGroupRequestMember(Message):
+class LeaveGroupRequestMember(Message, kw_only=True):
     member_id: str
     group_instance_id: str | None = None
     reason: str | None = None
 
 
-class LeaveGroupRequest(Message):
+class LeaveGroupRequest(Message, kw_only=True):
     API_KEY: ClassVar[ApiKey] = ApiKey.LEAVE_GROUP
 
     group_id: str | None = None
     members: list[LeaveGroupRequestMember]
 
 
-class LeaveGroupResponseMember(Message):
+class LeaveGroupResponseMember(Message, kw_only=True):
     member_id: str = ""
     group_instance_id: str | None = None
     error_code: Int16 = 0
 
 
-class LeaveGroupResponse(Message):
+class LeaveGroupResponse(Message, kw_only=True):
     API_KEY: ClassVar[ApiKey] = ApiKey.LEAVE_GROUP
 
     error_code: Int16 = 0
     error_message: str | None = None
-    members: list[LeaveGroupResponseMember] = Field(default_factory=list)
+    members: list[LeaveGroupResponseMember] = msgspec.field(default_factory=list)
 
 
 # OffsetCommit (8)
 
 
-class OffsetCommitRequestPartition(Message):
+class OffsetCommitRequestPartition(Message, kw_only=True):
     partition_index: Int32
     committed_offset: Int64
     committed_leader_epoch: Int32 = -1
     committed_metadata: str | None = None
 
 
-class OffsetCommitRequestTopic(Message):
+class OffsetCommitRequestTopic(Message, kw_only=True):
     name: str
     partitions: list[OffsetCommitRequestPartition]
 
 
-class OffsetCommitRequest(Message):
+class OffsetCommitRequest(Message, kw_only=True):
     API_KEY: ClassVar[ApiKey] = ApiKey.OFFSET_COMMIT
 
     group_id: str | None = None
@@ -323,31 +348,40 @@ class OffsetCommitRequest(Message):
     topics: list[OffsetCommitRequestTopic]
 
 
-class OffsetCommitResponsePartition(Message):
+class OffsetCommitResponsePartition(Message, kw_only=True):
     partition_index: Int32 = 0
     error_code: Int16 = 0
 
 
-class OffsetCommitResponseTopic(Message):
+class OffsetCommitResponseTopic(Message, kw_only=True):
     name: str = ""
-    partitions: list[OffsetCommitResponsePartition] = Field(default_factory=list)
+    partitions: list[OffsetCommitResponsePartition] = msgspec.field(default_factory=list)
 
 
-class OffsetCommitResponse(Message):
+class OffsetCommitResponse(Message, kw_only=True):
     API_KEY: ClassVar[ApiKey] = ApiKey.OFFSET_COMMIT
 
-    topics: list[OffsetCommitResponseTopic] = Field(default_factory=list)
+    topics: list[OffsetCommitResponseTopic] = msgspec.field(default_factory=list)
+
+    def reported_error_code(self) -> int:
+        """The first partition's error code: OffsetCommit has no top-level one, and a
+        commit that fails usually fails for every partition alike."""
+        for topic in self.topics:
+            for partition in topic.partitions:
+                code = partition.error_code
+                return code if type(code) is int else int(code)
+        return 0
 
 
 # OffsetFetch (9)
 
 
-class OffsetFetchRequestTopic(Message):
+class OffsetFetchRequestTopic(Message, kw_only=True):
     name: str
     partition_indexes: list[Int32]
 
 
-class OffsetFetchRequestGroup(Message):
+class OffsetFetchRequestGroup(Message, kw_only=True):
     group_id: str | None = None
     # member_id and member_epoch matter only to consumer-protocol groups (KIP-848); the
     # contract's classic groups ignore them.
@@ -357,14 +391,14 @@ class OffsetFetchRequestGroup(Message):
     topics: list[OffsetFetchRequestTopic] | None = None
 
 
-class OffsetFetchRequest(Message):
+class OffsetFetchRequest(Message, kw_only=True):
     API_KEY: ClassVar[ApiKey] = ApiKey.OFFSET_FETCH
 
     groups: list[OffsetFetchRequestGroup]
     require_stable: bool = False
 
 
-class OffsetFetchResponsePartition(Message):
+class OffsetFetchResponsePartition(Message, kw_only=True):
     partition_index: Int32 = 0
     # -1: no committed offset for this partition.
     committed_offset: Int64 = -1
@@ -373,34 +407,34 @@ class OffsetFetchResponsePartition(Message):
     error_code: Int16 = 0
 
 
-class OffsetFetchResponseTopic(Message):
+class OffsetFetchResponseTopic(Message, kw_only=True):
     name: str = ""
-    partitions: list[OffsetFetchResponsePartition] = Field(default_factory=list)
+    partitions: list[OffsetFetchResponsePartition] = msgspec.field(default_factory=list)
 
 
-class OffsetFetchResponseGroup(Message):
+class OffsetFetchResponseGroup(Message, kw_only=True):
     group_id: str = ""
     error_code: Int16 = 0
-    topics: list[OffsetFetchResponseTopic] = Field(default_factory=list)
+    topics: list[OffsetFetchResponseTopic] = msgspec.field(default_factory=list)
 
 
-class OffsetFetchResponse(Message):
+class OffsetFetchResponse(Message, kw_only=True):
     API_KEY: ClassVar[ApiKey] = ApiKey.OFFSET_FETCH
 
-    groups: list[OffsetFetchResponseGroup] = Field(default_factory=list)
+    groups: list[OffsetFetchResponseGroup] = msgspec.field(default_factory=list)
 
 
 # DescribeGroups (15)
 
 
-class DescribeGroupsRequest(Message):
+class DescribeGroupsRequest(Message, kw_only=True):
     API_KEY: ClassVar[ApiKey] = ApiKey.DESCRIBE_GROUPS
 
     # Items may be nil so the service can answer INVALID_GROUP_ID for that group alone.
     groups: list[str | None]
 
 
-class DescribeGroupsResponseMember(Message):
+class DescribeGroupsResponseMember(Message, kw_only=True):
     member_id: str = ""
     group_instance_id: str | None = None
     client_id: str = ""
@@ -409,103 +443,103 @@ class DescribeGroupsResponseMember(Message):
     member_assignment: bytes = b""
 
 
-class DescribeGroupsResponseGroup(Message):
+class DescribeGroupsResponseGroup(Message, kw_only=True):
     error_code: Int16 = 0
     group_id: str = ""
     group_state: str = ""
     protocol_type: str = ""
     protocol_data: str = ""
-    members: list[DescribeGroupsResponseMember] = Field(default_factory=list)
+    members: list[DescribeGroupsResponseMember] = msgspec.field(default_factory=list)
 
 
-class DescribeGroupsResponse(Message):
+class DescribeGroupsResponse(Message, kw_only=True):
     API_KEY: ClassVar[ApiKey] = ApiKey.DESCRIBE_GROUPS
 
-    groups: list[DescribeGroupsResponseGroup] = Field(default_factory=list)
+    groups: list[DescribeGroupsResponseGroup] = msgspec.field(default_factory=list)
 
 
 # ListGroups (16)
 
 
-class ListGroupsRequest(Message):
+class ListGroupsRequest(Message, kw_only=True):
     API_KEY: ClassVar[ApiKey] = ApiKey.LIST_GROUPS
 
     # Empty means no filter.
-    states_filter: list[str] = Field(default_factory=list)
-    types_filter: list[str] = Field(default_factory=list)
+    states_filter: list[str] = msgspec.field(default_factory=list)
+    types_filter: list[str] = msgspec.field(default_factory=list)
 
 
-class ListGroupsResponseGroup(Message):
+class ListGroupsResponseGroup(Message, kw_only=True):
     group_id: str = ""
     protocol_type: str = ""
     group_state: str = ""
     group_type: str = ""
 
 
-class ListGroupsResponse(Message):
+class ListGroupsResponse(Message, kw_only=True):
     API_KEY: ClassVar[ApiKey] = ApiKey.LIST_GROUPS
 
     error_code: Int16 = 0
     error_message: str | None = None
-    groups: list[ListGroupsResponseGroup] = Field(default_factory=list)
+    groups: list[ListGroupsResponseGroup] = msgspec.field(default_factory=list)
 
 
 # DeleteGroups (42)
 
 
-class DeleteGroupsRequest(Message):
+class DeleteGroupsRequest(Message, kw_only=True):
     API_KEY: ClassVar[ApiKey] = ApiKey.DELETE_GROUPS
 
     # Items may be nil so the service can answer INVALID_GROUP_ID for that group alone.
     groups_names: list[str | None]
 
 
-class DeleteGroupsResponseResult(Message):
+class DeleteGroupsResponseResult(Message, kw_only=True):
     group_id: str = ""
     error_code: Int16 = 0
 
 
-class DeleteGroupsResponse(Message):
+class DeleteGroupsResponse(Message, kw_only=True):
     API_KEY: ClassVar[ApiKey] = ApiKey.DELETE_GROUPS
 
-    results: list[DeleteGroupsResponseResult] = Field(default_factory=list)
+    results: list[DeleteGroupsResponseResult] = msgspec.field(default_factory=list)
 
 
 # OffsetDelete (47)
 
 
-class OffsetDeleteRequestPartition(Message):
+class OffsetDeleteRequestPartition(Message, kw_only=True):
     partition_index: Int32
 
 
-class OffsetDeleteRequestTopic(Message):
+class OffsetDeleteRequestTopic(Message, kw_only=True):
     name: str
     partitions: list[OffsetDeleteRequestPartition]
 
 
-class OffsetDeleteRequest(Message):
+class OffsetDeleteRequest(Message, kw_only=True):
     API_KEY: ClassVar[ApiKey] = ApiKey.OFFSET_DELETE
 
     group_id: str | None = None
     topics: list[OffsetDeleteRequestTopic]
 
 
-class OffsetDeleteResponsePartition(Message):
+class OffsetDeleteResponsePartition(Message, kw_only=True):
     partition_index: Int32 = 0
     error_code: Int16 = 0
 
 
-class OffsetDeleteResponseTopic(Message):
+class OffsetDeleteResponseTopic(Message, kw_only=True):
     name: str = ""
-    partitions: list[OffsetDeleteResponsePartition] = Field(default_factory=list)
+    partitions: list[OffsetDeleteResponsePartition] = msgspec.field(default_factory=list)
 
 
-class OffsetDeleteResponse(Message):
+class OffsetDeleteResponse(Message, kw_only=True):
     API_KEY: ClassVar[ApiKey] = ApiKey.OFFSET_DELETE
 
     error_code: Int16 = 0
     error_message: str | None = None
-    topics: list[OffsetDeleteResponseTopic] = Field(default_factory=list)
+    topics: list[OffsetDeleteResponseTopic] = msgspec.field(default_factory=list)
 
 
 # Registries
@@ -534,16 +568,40 @@ RESPONSE_TYPES: Final[Mapping[tuple[int, int], type[Message]]] = MappingProxyTyp
     {(response.API_KEY.value, 0): response for _, response in _MESSAGE_PAIRS}
 )
 
+# One decoder per message type, built once: a decoder compiles its type's schema, so
+# the per-request cost is the decoding alone.
+_REQUEST_DECODERS: Final[Mapping[tuple[int, int], msgspec.msgpack.Decoder[Message]]] = (
+    MappingProxyType({key: msgspec.msgpack.Decoder(cls) for key, cls in REQUEST_TYPES.items()})
+)
+_RESPONSE_DECODERS: Final[Mapping[tuple[int, int], msgspec.msgpack.Decoder[Message]]] = (
+    MappingProxyType({key: msgspec.msgpack.Decoder(cls) for key, cls in RESPONSE_TYPES.items()})
+)
+# Responses whose schema has no top-level error_code, where a top-level error (the answer
+# to a request the server could not parse) would be ignored as an unknown field.
+_WITHOUT_TOP_LEVEL_ERROR: Final = frozenset(
+    key for key, cls in RESPONSE_TYPES.items() if "error_code" not in cls.__struct_fields__
+)
 
-def _describe(error: ValidationError) -> str:
-    """One line naming the first problem's field path, e.g. "topics.0.name: Field required".
 
-    Only the first problem: a client fixes one at a time, and an answer must stay small
-    whatever the body held.
+class _TopLevelError(msgspec.Struct):
+    error_code: object = None
+    error_message: object = None
+
+
+_TOP_LEVEL_ERROR: Final = msgspec.msgpack.Decoder(_TopLevelError)
+
+
+def _describe(error: msgspec.ValidationError, body: bytes) -> str:
+    """One line naming the problem and the path of the field it is in, e.g.
+    "Expected `int`, got `str` - at `$.topics[0].partitions[3].committed_offset`".
+
+    msgspec stops at the first problem: a client fixes one at a time, and an answer must
+    stay small whatever the body held.
     """
-    first = error.errors(include_url=False, include_context=False, include_input=False)[0]
-    path = ".".join(str(part) for part in first["loc"])
-    return f"{path}: {first['msg']}" if path else first["msg"]
+    kind = _msgpack.kind_of(body)
+    if kind != "dict":
+        return f"body: expected a map, got {kind}"
+    return str(error)
 
 
 def _unsupported(api_key: int, api_version: int) -> UnsupportedVersionError:
@@ -556,59 +614,70 @@ def _unsupported(api_key: int, api_version: int) -> UnsupportedVersionError:
     )
 
 
-def _type_name(value: object) -> str:
-    return "nil" if value is None else type(value).__name__
+def parse_request(header: RequestHeader, body: msgspec.Raw | bytes) -> Message:
+    """Decode and validate a request body against its API's schema, in one pass.
 
-
-def parse_request(header: RequestHeader, body: object) -> Message:
-    """Validate a request body against its API's schema.
+    Args:
+        header: the request's header.
+        body: the body's msgpack bytes, as `protocol.envelope.split_request` returns them.
 
     Returns:
         An instance of `REQUEST_TYPES[(header.api_key, header.api_version)]`.
 
     Raises:
         UnsupportedVersionError: the contract has no such (api_key, api_version).
-        InvalidRequestError: the body is not a map or fails validation; the message names
-            the first offending field.
+        InvalidRequestError: the body is not a map or fails validation (a missing required
+            field, a wrong type, an ext value, a value out of range, a map key that is not
+            a str); the message names the first offending field.
+        EnvelopeError: a str the schema reads is not valid UTF-8, or `body` is not one
+            well-formed msgpack value (which `split_request` has ruled out already): bytes
+            that are not msgpack end the connection, as the contract says.
     """
-    message_type = REQUEST_TYPES.get((header.api_key, header.api_version))
-    if message_type is None:
+    decoder = _REQUEST_DECODERS.get((header.api_key, header.api_version))
+    if decoder is None:
         raise _unsupported(header.api_key, header.api_version)
-    if type(body) is not dict:
-        raise InvalidRequestError(f"body: expected a map, got {_type_name(body)}")
     try:
-        return message_type.model_validate(body)
-    except ValidationError as e:
-        raise InvalidRequestError(_describe(e)) from None
+        return decoder.decode(body)
+    except msgspec.ValidationError as e:
+        raise InvalidRequestError(_describe(e, body)) from None
+    except MSGPACK_ERRORS as e:
+        raise EnvelopeError(f"invalid msgpack: {str(e) or type(e).__name__}") from None
 
 
-def parse_response(api_key: int, api_version: int, body: object) -> Message:
-    """Validate a response body against its API's schema (the client's side).
+def parse_response(api_key: int, api_version: int, body: msgspec.Raw | bytes) -> Message:
+    """Decode and validate a response body against its API's schema (the client's side).
 
     A server that cannot parse a request answers `{"error_code", "error_message"}` at the
     top level whatever the API (INVALID_REQUEST, UNSUPPORTED_VERSION). For an API whose
     response has no top-level error_code that error would vanish among the ignored
     fields, so it is raised instead.
 
+    Args:
+        api_key, api_version: the request's, which the response answers.
+        body: the body's msgpack bytes, as `protocol.envelope.split_response` returns them.
+
     Raises:
         UnsupportedVersionError: the contract has no such (api_key, api_version).
         ApiError: a top-level error the response schema has no place for.
-        InvalidResponseError: the body is not a map or fails validation.
+        InvalidResponseError: the body is not a map, fails validation, or is not valid
+            msgpack.
     """
-    message_type = RESPONSE_TYPES.get((api_key, api_version))
-    if message_type is None:
+    key = (api_key, api_version)
+    decoder = _RESPONSE_DECODERS.get(key)
+    if decoder is None:
         raise _unsupported(api_key, api_version)
-    if type(body) is not dict:
-        raise InvalidResponseError(f"body: expected a map, got {_type_name(body)}")
-    if "error_code" not in message_type.model_fields:
-        code = body.get("error_code")
-        if type(code) is int and code != ErrorCode.NONE:
-            message = body.get("error_message")
-            raise error_for_code(code, message if type(message) is str else None)
     try:
-        return message_type.model_validate(body)
-    except ValidationError as e:
-        raise InvalidResponseError(_describe(e)) from None
+        if key in _WITHOUT_TOP_LEVEL_ERROR:
+            top = _TOP_LEVEL_ERROR.decode(body)
+            code = top.error_code
+            if type(code) is int and code != ErrorCode.NONE:
+                message = top.error_message
+                raise error_for_code(code, message if type(message) is str else None)
+        return decoder.decode(body)
+    except msgspec.ValidationError as e:
+        raise InvalidResponseError(_describe(e, body)) from None
+    except MSGPACK_ERRORS as e:
+        raise InvalidResponseError(f"invalid msgpack: {str(e) or type(e).__name__}") from None
 
 
 def error_body(code: ErrorCode, message: str | None) -> dict[str, object]:

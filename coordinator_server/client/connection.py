@@ -34,7 +34,7 @@ from coordinator_server.client.errors import (
     RequestTooLargeError,
 )
 from protocol.api_keys import api_name
-from protocol.envelope import RequestHeader, decode_response, encode_request
+from protocol.envelope import RequestHeader, encode_request, split_response
 from protocol.errors import ApiError, ProtocolError
 from protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
 from protocol.messages import InvalidResponseError, Message, parse_response
@@ -191,7 +191,7 @@ class Connection:
                     await self._wait_for_slot(loop)
                 correlation_id = self._take_correlation_id()
                 header = RequestHeader(api_key, api_version, correlation_id, self.client_id)
-                payload = encode_request(header, request.to_body())
+                payload = encode_request(header, request)
                 if len(payload) > self.max_frame_bytes:
                     raise RequestTooLargeError(
                         f"{api_name(api_key)} request of {len(payload)} bytes exceeds the "
@@ -355,7 +355,7 @@ class Connection:
             self.close(CloseReason.CONNECTION_BROKEN, e)
 
     def _handle_response(self, payload: bytes) -> None:
-        correlation_id, body = decode_response(payload)
+        correlation_id, body = split_response(payload)
         entry = self._pending.pop(correlation_id, None)
         if entry is None:
             if correlation_id in self._abandoned:

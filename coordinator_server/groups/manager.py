@@ -225,9 +225,7 @@ class GroupMetadataManager:
             )
         if request.rebalance_timeout_ms == -1:
             # JoinGroup v0's rule: the rebalance timeout is the session timeout.
-            request = request.model_copy(
-                update={"rebalance_timeout_ms": request.session_timeout_ms}
-            )
+            request = request.replace(rebalance_timeout_ms=request.session_timeout_ms)
 
         original = self._groups.get(group_id)
         is_unknown_member = member_id == ""

@@ -19,10 +19,10 @@ from protocol.api_keys import ApiKey
 from protocol.envelope import (
     EnvelopeError,
     RequestHeader,
-    decode_request,
     encode_body,
     encode_response,
     encode_response_of,
+    split_request,
 )
 from protocol.errors import ApiError, ErrorCode, UnsupportedVersionError
 from protocol.framing import FrameDecoder, FrameError, encode_frame
@@ -35,8 +35,9 @@ logger = logging.getLogger(__name__)
 
 
 def response_error_code(body: dict[str, object]) -> int:
-    """The error a response reports, for metrics: its top-level error code, or for
-    OffsetCommit (which has none) the first partition's."""
+    """The error a response body reports, for metrics: its top-level error code, or for
+    OffsetCommit (which has none) the first partition's. A response message answers the
+    same with `Message.reported_error_code`, without a map being built."""
     code = body.get("error_code")
     if isinstance(code, int):
         return code
@@ -138,7 +139,7 @@ class CoordinatorConnection(asyncio.Protocol):
 
     def _dispatch(self, payload: bytes) -> None:
         try:
-            header, body = decode_request(payload)
+            header, body = split_request(payload)
         except EnvelopeError as exc:
             self._protocol_violation(str(exc))
             return
@@ -152,6 +153,10 @@ class CoordinatorConnection(asyncio.Protocol):
             return
         except ApiError as exc:
             self._respond(header, error_body(exc.code, exc.message), started)
+            return
+        except EnvelopeError as exc:
+            # A str in the body that is not UTF-8: not msgpack, so the connection ends.
+            self._protocol_violation(str(exc))
             return
         if handler is None:
             self._respond(
@@ -225,9 +230,8 @@ class CoordinatorConnection(asyncio.Protocol):
         if message is self._last_message:
             code, encoded = self._last_encoding
         else:
-            body = message.to_body()
-            code = response_error_code(body)
-            encoded = encode_body(body)
+            code = message.reported_error_code()
+            encoded = encode_body(message)
             # Holding the message keeps its identity from being reused by another object.
             self._last_message = message
             self._last_encoding = (code, encoded)

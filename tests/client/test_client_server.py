@@ -69,7 +69,7 @@ def join_request(group: str, member_id: str = "", **fields: object) -> JoinGroup
         ],
     }
     values.update(fields)
-    return JoinGroupRequest.model_validate(values)
+    return JoinGroupRequest(**values)
 
 
 async def test_simple_commits_fetches_and_deletes(server: ServerProcess) -> None:

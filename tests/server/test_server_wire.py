@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import msgpack
+import msgspec
 import pytest
 from wire_client import (
     WireClient,
@@ -123,6 +124,36 @@ async def test_invalid_bodies_get_invalid_request_and_the_connection_stays_open(
         assert out_of_range["error_code"] == ErrorCode.INVALID_REQUEST
         ok = await client.call(ApiKey.OFFSET_COMMIT, commit_body("g", {("t", 0): 1}))
         assert commit_errors(ok) == {("t", 0): 0}
+
+
+async def test_an_ext_value_is_judged_by_the_body_validation() -> None:
+    ext = msgspec.msgpack.Ext(5, b"x")
+    timestamp = msgspec.msgpack.Ext(-1, b"\x00\x00\x00\x01")
+    async with serve() as app, connect(app) as client:
+        # Where the schema reads it, an ext value is a wrong type.
+        body = commit_body("g", {("t", 0): 1})
+        body["topics"][0]["partitions"][0]["committed_offset"] = timestamp
+        wrong_type = await client.call(ApiKey.OFFSET_COMMIT, body)
+        assert wrong_type["error_code"] == ErrorCode.INVALID_REQUEST
+        assert "committed_offset" in wrong_type["error_message"]
+        # Inside an unknown field it is ignored, like everything an unknown field holds.
+        body = commit_body("g", {("t", 0): 1})
+        body["future_field"] = {"at": timestamp, "items": [ext], 7: ext}
+        ok = await client.call(ApiKey.OFFSET_COMMIT, body)
+        assert commit_errors(ok) == {("t", 0): 0}
+
+
+async def test_a_str_that_is_not_utf8_closes_the_connection() -> None:
+    async with serve() as app, connect(app) as good, connect(app) as bad:
+        payload = (
+            b"\x95\x0c\x00\x01\xc0"  # Heartbeat, version 0, correlation id 1, no client id
+            b"\x83\xa8group_id\xa2\xff\xfe"  # a group id that is not UTF-8
+            b"\xadgeneration_id\x01\xa9member_id\xa1m"
+        )
+        bad.send_raw(struct.pack(">I", len(payload)) + payload)
+        assert await bad.closed_by_server()
+        assert app.server is not None and app.server.state.metrics.malformed_frames == 1
+        assert (await good.call(ApiKey.API_VERSIONS, {}))["error_code"] == 0
 
 
 async def test_missing_group_id_is_invalid_group_id() -> None:
