@@ -13,14 +13,19 @@ part of the state *at* offset O, the log's end. They sit half a step below O: vi
 O, kept by `revert_to(O)`, forgotten by `commit(O)`. Internally epochs are doubled so that
 half step is an integer.
 
+History is kept per epoch rather than per key: a collection changed during an epoch holds
+one dict of the values its keys had before the epoch's first change of each, and the
+registry one entry per collection and epoch. A batch of offset commits changes many keys of
+one collection in one epoch; committing it then forgets one dict, not every key one by one.
+
 Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
-from typing import Generic, TypeVar, cast
+from collections.abc import Iterator, Sequence
+from typing import Any, Generic, TypeVar, cast
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -45,8 +50,9 @@ class SnapshotRegistry:
         self._epoch = 0
         self._committed_offset = 0
         self._tracking = True
-        # (epoch, collection, key), in the order the changes were made; epochs never decrease.
-        self._changes: deque[tuple[int, TimelineDict[object, object], object]] = deque()
+        # (epoch, collection) for each collection changed in each uncommitted epoch, in the
+        # order of the collection's first change in the epoch; epochs never decrease.
+        self._changes: deque[tuple[int, TimelineDict[Any, Any]]] = deque()
 
     @property
     def epoch(self) -> int:
@@ -59,6 +65,7 @@ class SnapshotRegistry:
 
     @property
     def uncommitted_changes(self) -> int:
+        """Collections changed, counted once per uncommitted epoch that changed them."""
         return len(self._changes)
 
     def set_epoch(self, offset: int) -> None:
@@ -92,8 +99,8 @@ class SnapshotRegistry:
         changes = self._changes
         bound = 2 * offset
         while changes and changes[0][0] < bound:
-            epoch, collection, key = changes.popleft()
-            collection._forget(key, epoch)
+            epoch, collection = changes.popleft()
+            collection._forget_oldest(epoch)
 
     def revert_to(self, offset: int) -> None:
         """Undo every change of an epoch at or above `offset`, newest first."""
@@ -101,25 +108,23 @@ class SnapshotRegistry:
         changes = self._changes
         bound = 2 * offset
         while changes and changes[-1][0] >= bound:
-            epoch, collection, key = changes.pop()
-            collection._undo(key, epoch)
+            epoch, collection = changes.pop()
+            collection._undo_newest(epoch)
         # What comes next starts at `offset`: a batch there, or changes at it.
         self._epoch = bound - 1
-
-    def _record(self, collection: TimelineDict[object, object], key: object) -> None:
-        self._changes.append((self._epoch, collection, key))
 
 
 class TimelineDict(Generic[K, V]):
     """A dict whose past values, back to the committed offset, stay readable."""
 
-    __slots__ = ("_data", "_history", "_registry")
+    __slots__ = ("_data", "_epochs", "_registry")
 
     def __init__(self, registry: SnapshotRegistry) -> None:
         self._registry = registry
         self._data: dict[K, V] = {}
-        # key -> [(epoch, the value before the first change of that epoch)], oldest first.
-        self._history: dict[K, list[tuple[int, V | _Missing]]] = {}
+        # (epoch, {key: its value before the epoch's first change of it, or MISSING}), one
+        # per uncommitted epoch that changed this dict, oldest first.
+        self._epochs: list[tuple[int, dict[K, V | _Missing]]] = []
 
     # Latest state (what write operations read).
 
@@ -148,90 +153,112 @@ class TimelineDict(Generic[K, V]):
         return iter(self._data.items())
 
     def __setitem__(self, key: K, value: V) -> None:
-        # _remember, inline: every write of every offset comes through here.
+        # _before_values and the remembering, inline: most changes come through here.
         registry = self._registry
         if registry._tracking:
             epoch = registry._epoch
-            data = self._data
-            history = self._history.get(key)
-            if history is None:
-                self._history[key] = [(epoch, data.get(key, MISSING))]
-                registry._changes.append((epoch, cast("TimelineDict[object, object]", self), key))
-            elif history[-1][0] != epoch:
-                history.append((epoch, data.get(key, MISSING)))
-                registry._changes.append((epoch, cast("TimelineDict[object, object]", self), key))
-            data[key] = value
-        else:
-            self._data[key] = value
+            epochs = self._epochs
+            if epochs and epochs[-1][0] == epoch:
+                before = epochs[-1][1]
+                if key not in before:
+                    before[key] = self._data.get(key, MISSING)
+            else:
+                epochs.append((epoch, {key: self._data.get(key, MISSING)}))
+                registry._changes.append((epoch, self))
+        self._data[key] = value
+
+    def set_all(self, items: Sequence[tuple[K, V]]) -> None:
+        """`self[key] = value` for each pair, in order (a later pair of a key wins), with one
+        look-up of the epoch's history for them all."""
+        registry = self._registry
+        data = self._data
+        if registry._tracking and items:
+            get = data.get
+            epoch = registry._epoch
+            epochs = self._epochs
+            if epochs and epochs[-1][0] == epoch:
+                before = epochs[-1][1]
+                for key, _ in items:
+                    if key not in before:
+                        before[key] = get(key, MISSING)
+            else:
+                # The first change of this dict in the epoch: every key's value is the one
+                # before it (a key given twice reads the same value twice).
+                epochs.append((epoch, {key: get(key, MISSING) for key, _ in items}))
+                registry._changes.append((epoch, self))
+        data.update(items)
 
     def pop(self, key: K) -> V | None:
-        if key not in self._data:
+        data = self._data
+        if key not in data:
             return None
-        self._remember(key)
-        return self._data.pop(key)
+        if self._registry._tracking:
+            before = self._before_values()
+            if key not in before:
+                before[key] = data[key]
+        return data.pop(key)
 
     # State as of an offset (what read operations see).
 
     def get_at(self, key: K, offset: int) -> V | None:
         """The value as of `offset`: changes of epochs >= offset are not visible."""
-        history = self._history.get(key)
-        if history is not None:
-            bound = 2 * offset
-            for epoch, before in history:
-                if epoch >= bound:
-                    return None if before is MISSING else cast(V, before)
+        bound = 2 * offset
+        for epoch, before in self._epochs:
+            if epoch >= bound and key in before:
+                value = before[key]
+                return None if value is MISSING else cast(V, value)
         return self._data.get(key)
 
     def items_at(self, offset: int) -> Iterator[tuple[K, V]]:
-        if not self._history:
+        bound = 2 * offset
+        changed: dict[K, V | _Missing] = {}
+        for epoch, before in self._epochs:
+            if epoch >= bound:
+                for key, value in before.items():
+                    # The earliest epoch's value of a key is the one as of `offset`.
+                    changed.setdefault(key, value)
+        if not changed:
             yield from self._data.items()
             return
-        for key in self._data:
-            value = self.get_at(key, offset)
-            if value is not None:
-                yield key, value
-        for key in self._history:
-            if key not in self._data:
-                value = self.get_at(key, offset)
-                if value is not None:
-                    yield key, value
+        for key, value in self._data.items():
+            old = changed.pop(key, value)
+            if old is not MISSING:
+                yield key, cast(V, old)
+        # Keys deleted since `offset`.
+        for key, old in changed.items():
+            if old is not MISSING:
+                yield key, cast(V, old)
 
     def is_empty_everywhere(self) -> bool:
         """Empty now and at every uncommitted point in the past."""
-        return not self._data and not self._history
+        return not self._data and not self._epochs
 
     # History kept for the registry.
 
-    def _remember(self, key: K) -> None:
+    def _before_values(self) -> dict[K, V | _Missing]:
+        """The current epoch's values-before, registering the epoch on its first change."""
         registry = self._registry
-        if not registry._tracking:
-            return
         epoch = registry._epoch
-        history = self._history.get(key)
-        if history is None:
-            self._history[key] = [(epoch, self._data.get(key, MISSING))]
-        elif history[-1][0] == epoch:
-            return
-        else:
-            history.append((epoch, self._data.get(key, MISSING)))
-        registry._record(cast("TimelineDict[object, object]", self), key)
+        epochs = self._epochs
+        if epochs:
+            last_epoch, before = epochs[-1]
+            if last_epoch == epoch:
+                return before
+        before = {}
+        epochs.append((epoch, before))
+        registry._changes.append((epoch, self))
+        return before
 
-    def _forget(self, key: object, epoch: int) -> None:
-        k = cast(K, key)
-        history = self._history[k]
-        assert history[0][0] == epoch
-        del history[0]
-        if not history:
-            del self._history[k]
+    def _forget_oldest(self, epoch: int) -> None:
+        forgotten, _ = self._epochs.pop(0)
+        assert forgotten == epoch
 
-    def _undo(self, key: object, epoch: int) -> None:
-        k = cast(K, key)
-        history = self._history[k]
-        last_epoch, before = history.pop()
-        assert last_epoch == epoch
-        if not history:
-            del self._history[k]
-        if before is MISSING:
-            self._data.pop(k, None)
-        else:
-            self._data[k] = cast(V, before)
+    def _undo_newest(self, epoch: int) -> None:
+        undone, before = self._epochs.pop()
+        assert undone == epoch
+        data = self._data
+        for key, value in before.items():
+            if value is MISSING:
+                data.pop(key, None)
+            else:
+                data[key] = cast(V, value)

@@ -170,7 +170,15 @@ class ShardTestContext:
 
     def apply_result(self, result: CoordinatorResult[Any]) -> None:
         """What the runtime does with a result whose append succeeds."""
-        if result.records:
+        encoded = result.encoded
+        if encoded is not None and encoded.records:
+            assert not result.records, "records or encoded records, not both"
+            base = self.end_offset
+            self.registry.set_epoch(base)
+            self.log.extend(encoded.records)
+            if result.replay_records:
+                encoded.replay(base, 0, len(encoded.records))
+        elif result.records:
             self.registry.set_epoch(self.end_offset)
             for record in result.records:
                 offset = self.end_offset
@@ -194,9 +202,11 @@ class ShardTestContext:
         base = self.end_offset
         result = operation(self.shard)
         self.registry.set_epoch(base)
-        for record in result.records:
-            if result.replay_records:
-                self.shard.replay(self.end_offset, record)
+        if result.replay_records:
+            for offset, record in enumerate(result.records, base):
+                self.shard.replay(offset, record)
+            if result.encoded is not None:
+                result.encoded.replay(base, 0, len(result.encoded.records))
         for update in result.updates:
             self.shard.apply(update)
         self.registry.revert_to(base)
@@ -247,8 +257,9 @@ class ShardTestContext:
         self.commit()
         self._build()
         self.registry.set_tracking(False)
+        # The runtime's load hands the shard the records as the log holds them.
         for offset, (key, value) in enumerate(self.log):
-            self.shard.replay(offset, decode_record(key, value))
+            self.shard.replay_encoded(offset, key, value)
         self.registry.reset(self.end_offset)
         self.registry.set_tracking(True)
         self.shard.on_loaded()

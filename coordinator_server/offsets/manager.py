@@ -17,10 +17,10 @@ from coordinator_server.records import (
     CoordinatorRecord,
     OffsetCommitKey,
     OffsetCommitValue,
-    new_offset_commit_record,
+    encode_offset_commits,
     new_offset_commit_tombstone_record,
 )
-from coordinator_server.runtime.api import Clock, CoordinatorResult
+from coordinator_server.runtime.api import Clock, CoordinatorResult, EncodedRecords
 from coordinator_server.timeline import SnapshotRegistry, TimelineDict
 from protocol.errors import ErrorCode
 from protocol.messages import (
@@ -96,31 +96,59 @@ class OffsetMetadataManager:
 
         now_ms = self._clock.now_ms()
         max_bytes = self._config.offset_metadata_max_bytes
-        records: list[CoordinatorRecord] = []
-        topics: list[OffsetCommitResponseTopic] = []
+        # A string of n code points is at most 2n UTF-16 units long: metadata this short is
+        # within the limit without counting.
+        short_enough = max_bytes // 2
+        topic_names = self._topic_names
+        commits: list[tuple[TopicPartition, OffsetCommitValue]] = []
+        shape: list[tuple[str, tuple[int, ...]]] = []
+        too_large = False
         for topic in request.topics:
-            partitions: list[OffsetCommitResponsePartition] = []
+            # Offsets of many groups name the same few topics: one str per topic name
+            # instead of one per offset (a million loaded offsets take tens of MB less).
+            name = topic_names.get(topic.name, topic.name)
+            accepted = len(commits)
+            indexes: list[int] = []
             for partition in topic.partitions:
+                index = partition.partition_index
+                indexes.append(index)
                 metadata = partition.committed_metadata or ""
-                if _metadata_length(metadata) > max_bytes:
-                    code = ErrorCode.OFFSET_METADATA_TOO_LARGE
-                else:
-                    code = ErrorCode.NONE
-                    records.append(
-                        new_offset_commit_record(
-                            group_id,
-                            topic.name,
-                            partition.partition_index,
+                if len(metadata) > short_enough and _metadata_length(metadata) > max_bytes:
+                    too_large = True
+                    continue
+                commits.append(
+                    (
+                        (name, index),
+                        OffsetCommitValue(
                             partition.committed_offset,
                             partition.committed_leader_epoch,
                             metadata,
                             now_ms,
-                        )
+                        ),
                     )
-                partitions.append(_partition_answer(partition.partition_index, code))
-            topics.append(OffsetCommitResponseTopic(name=topic.name, partitions=partitions))
-        self._groups.metrics.offset_commits += len(records)
-        return CoordinatorResult(records, OffsetCommitResponse(topics=topics))
+                )
+            if len(commits) > accepted:
+                # Only names that offsets will hold are kept.
+                topic_names.setdefault(name, name)
+            shape.append((name, tuple(indexes)))
+        response = (
+            _answer_each_partition(request, max_bytes)
+            if too_large
+            else _all_committed_answer(tuple(shape))
+        )
+        if not commits:
+            return CoordinatorResult(response=response)
+        self._groups.metrics.offset_commits += len(commits)
+
+        def replay(offset: int, start: int, stop: int) -> None:
+            self._replay_commits(
+                group_id, commits if start == 0 and stop == len(commits) else commits[start:stop]
+            )
+
+        return CoordinatorResult(
+            response=response,
+            encoded=EncodedRecords(encode_offset_commits(group_id, commits), replay),
+        )
 
     def fetch_offsets(
         self, request: OffsetFetchRequestGroup, committed_offset: int | None
@@ -195,6 +223,19 @@ class OffsetMetadataManager:
         # Offsets of many groups name the same few topics: one str per topic name instead of
         # one per offset (a million loaded offsets take tens of MB less).
         offsets[(self._topic_names.setdefault(topic, topic), partition)] = value
+
+    def _replay_commits(
+        self, group: str, commits: list[tuple[TopicPartition, OffsetCommitValue]]
+    ) -> None:
+        """`replay_commit` of each of a group's commits, in order, in one go: what the
+        replay of an OffsetCommit's encoded records does."""
+        if self._maybe_empty:
+            self._prune()
+        self._groups.ensure_simple_group(group)
+        offsets = self._offsets.get(group)
+        if offsets is None:
+            offsets = self._offsets[group] = TimelineDict(self._registry)
+        offsets.set_all(commits)
 
     def _prune(self) -> None:
         for group in list(self._maybe_empty):
@@ -314,10 +355,19 @@ def _fetched(partition: int, value: OffsetCommitValue | None) -> OffsetFetchResp
     )
 
 
+def _metadata_too_large(metadata: str | None, max_bytes: int) -> bool:
+    return _metadata_length(metadata or "") > max_bytes
+
+
 # Answers are values nobody changes once made, and the same few are made again and again (a
-# partition committed without error): share them rather than validate a new one each time.
+# partition committed without error, a commit of the same partitions as the last one):
+# share them rather than validate a new one each time. A shared response also lets a
+# connection reuse the encoding of the last response it sent.
 _ANSWERS_KEPT = 65536
 _partition_answers: dict[tuple[int, ErrorCode], OffsetCommitResponsePartition] = {}
+_RESPONSES_KEPT = 4096
+_RESPONSE_MAX_PARTITIONS = 256
+_all_committed_answers: dict[tuple[tuple[str, tuple[int, ...]], ...], OffsetCommitResponse] = {}
 
 
 def _partition_answer(partition_index: int, code: ErrorCode) -> OffsetCommitResponsePartition:
@@ -329,6 +379,50 @@ def _partition_answer(partition_index: int, code: ErrorCode) -> OffsetCommitResp
             partition_index=partition_index, error_code=code
         )
     return answer
+
+
+def _all_committed_answer(shape: tuple[tuple[str, tuple[int, ...]], ...]) -> OffsetCommitResponse:
+    """The answer to a commit of every partition of `shape`, (topic, partition indexes) in
+    the request's order, without error."""
+    response = _all_committed_answers.get(shape)
+    if response is not None:
+        return response
+    response = OffsetCommitResponse(
+        topics=[
+            OffsetCommitResponseTopic(
+                name=name,
+                partitions=[_partition_answer(index, ErrorCode.NONE) for index in indexes],
+            )
+            for name, indexes in shape
+        ]
+    )
+    # Answers to commits of many partitions are not kept: they are rarely the same twice.
+    if sum(len(indexes) for _, indexes in shape) <= _RESPONSE_MAX_PARTITIONS:
+        if len(_all_committed_answers) >= _RESPONSES_KEPT:
+            _all_committed_answers.clear()
+        _all_committed_answers[shape] = response
+    return response
+
+
+def _answer_each_partition(request: OffsetCommitRequest, max_bytes: int) -> OffsetCommitResponse:
+    """The answer to a commit some of whose partitions have metadata over the limit."""
+    return OffsetCommitResponse(
+        topics=[
+            OffsetCommitResponseTopic(
+                name=topic.name,
+                partitions=[
+                    _partition_answer(
+                        p.partition_index,
+                        ErrorCode.OFFSET_METADATA_TOO_LARGE
+                        if _metadata_too_large(p.committed_metadata, max_bytes)
+                        else ErrorCode.NONE,
+                    )
+                    for p in topic.partitions
+                ],
+            )
+            for topic in request.topics
+        ]
+    )
 
 
 def commit_error_response(request: OffsetCommitRequest, code: ErrorCode) -> OffsetCommitResponse:

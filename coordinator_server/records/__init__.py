@@ -8,11 +8,13 @@ reference for tools outside the server.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, TypeAlias
 
 import msgpack
+import msgspec
 
 
 class RecordType(IntEnum):
@@ -31,10 +33,10 @@ class RecordFormatError(ValueError):
     """A key or value that is not in the documented format."""
 
 
-# The record types are values: nothing changes one once it is made. They are not declared
-# frozen only because a frozen dataclass costs three to four times as much to build (each
-# field goes through object.__setattr__), and a commit builds three per partition, a load
-# three per record; they still hash and compare by value.
+# The record types are values: nothing changes one once it is made. The dataclasses among
+# them are not declared frozen only because a frozen dataclass costs three to four times as
+# much to build (each field goes through object.__setattr__), and a load builds them for
+# every record; they still hash and compare by value.
 
 
 @dataclass(slots=True, unsafe_hash=True)
@@ -44,8 +46,12 @@ class OffsetCommitKey:
     partition: int
 
 
-@dataclass(slots=True, unsafe_hash=True)
-class OffsetCommitValue:
+class OffsetCommitValue(msgspec.Struct, frozen=True, gc=False):
+    """A committed offset. The state holds one per offset, and every commit builds one per
+    partition and every load one per record: a Struct is built in C (a third of a slotted
+    dataclass's time), takes 16 bytes less, and stays out of the cyclic garbage collector's
+    way (it holds only numbers and a string, so it can be in no cycle)."""
+
     offset: int
     leader_epoch: int
     metadata: str
@@ -132,6 +138,9 @@ _pack = _packer.pack
 # Plain ints: reading an enum member's value goes through a descriptor, on every record.
 _OFFSET_COMMIT_KEY_TYPE = int(RecordType.OFFSET_COMMIT)
 _GROUP_METADATA_KEY_TYPE = int(RecordType.GROUP_METADATA)
+# msgpack's header of an array of five elements (fixarray: 0x90 | length).
+_FIXARRAY_5 = b"\x95"
+_encode = msgspec.msgpack.Encoder().encode
 
 
 def _packb(fields: tuple[Any, ...]) -> bytes:
@@ -208,6 +217,46 @@ def encode_record(record: CoordinatorRecord) -> tuple[bytes, bytes | None]:
             ),
         )
     return encode_key(key), encode_value(value)
+
+
+def encode_offset_commits(
+    group: str, commits: Sequence[tuple[tuple[str, int], OffsetCommitValue]]
+) -> list[tuple[bytes, bytes | None]]:
+    """The encoded records of a group's offset commits, given as ((topic, partition),
+    value) pairs: exactly what `encode_record` makes of their records, in one loop.
+
+    An OffsetCommit writes a record per partition; the keys of a topic's partitions share
+    everything up to the partition, so that part is encoded once per topic. msgspec's
+    encoder writes the same msgpack as msgpack's packer (the smallest encoding of every
+    integer and string) in a third of the time.
+    """
+    encode = _encode
+    encoded: list[tuple[bytes, bytes | None]] = []
+    append = encoded.append
+    last_topic: str | None = None
+    prefix = b""
+    for (topic, partition), value in commits:
+        if topic != last_topic:
+            # A key is an array of five: the array of its first four elements, under the
+            # header of an array of five, then the partition.
+            prefix = _FIXARRAY_5 + encode((_OFFSET_COMMIT_KEY_TYPE, KEY_VERSION, group, topic))[1:]
+            last_topic = topic
+        append(
+            (
+                prefix + encode(partition),
+                encode(
+                    (
+                        OFFSET_COMMIT_VALUE_VERSION,
+                        value.offset,
+                        value.leader_epoch,
+                        value.metadata,
+                        value.commit_timestamp_ms,
+                        value.expire_timestamp_ms,
+                    )
+                ),
+            )
+        )
+    return encoded
 
 
 def _unpack(data: bytes) -> Any:
@@ -393,6 +442,7 @@ __all__ = [
     "decode_record",
     "decode_value",
     "encode_key",
+    "encode_offset_commits",
     "encode_record",
     "encode_value",
     "new_group_metadata_record",

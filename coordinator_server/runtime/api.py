@@ -36,6 +36,45 @@ class ResponseHandle:
         return f"ResponseHandle({id(self):#x})"
 
 
+EncodedRecord = tuple[bytes, bytes | None]
+"""A record as the log holds it: key bytes and value bytes, or None for a tombstone."""
+
+EncodedReplay = Callable[[int, int, int], None]
+"""`replay(offset, start, stop)`: replay records start..stop-1, the first at `offset`."""
+
+
+class EncodedRecords:
+    """Records a write operation encoded itself, with the replay of any run of them.
+
+    A write that emits many records of one kind (an OffsetCommit, one record per partition)
+    can encode them in one tight loop and replay them in one call, instead of building a
+    record object each for the runtime to encode and dispatch one at a time. The operation
+    owes the runtime two things:
+
+    - `records[i]` are the exact bytes the log holds for the i-th record (the documented
+      format: a load decodes them like any other record);
+    - `replay(offset, start, stop)` changes the shard exactly as `CoordinatorShard.replay`
+      of records start..stop-1, decoded from those bytes, at offsets `offset`,
+      `offset + 1`, ... would, one after the other. So a load of the log rebuilds the
+      state the live path built.
+
+    The runtime calls `replay` right after the operation returns, under the snapshot epoch of
+    the batch the records land in: once for all of them, or once per batch, in order, when
+    a write that is not atomic spills into a new batch. Each record is replayed once. The
+    changes are then tracked like any replay's: reverted with the batch when its append
+    fails, invisible to reads until the batch is committed.
+    """
+
+    __slots__ = ("records", "replay")
+
+    def __init__(self, records: Sequence[EncodedRecord], replay: EncodedReplay) -> None:
+        self.records = records
+        self.replay = replay
+
+    def __repr__(self) -> str:
+        return f"EncodedRecords({len(self.records)} records)"
+
+
 @dataclass(slots=True)
 class CoordinatorResult(Generic[T]):
     """What a write operation returns: records to append and the response to give once
@@ -46,6 +85,9 @@ class CoordinatorResult(Generic[T]):
     `response` once the log's high watermark has passed them. `atomic` asks for all the
     records to land in one batch.
 
+    - `encoded`: the records already encoded, with their replay (see EncodedRecords),
+      instead of `records`; a result carries one or the other. Everything said of
+      `records` here holds for them.
     - `updates`: in-memory state changes that are not logged (a classic group's members
       and their parked requests between two GroupMetadata records). The runtime applies
       them through `shard.apply` right after the records, under the same snapshot epoch,
@@ -70,6 +112,7 @@ class CoordinatorResult(Generic[T]):
     park: bool = False
     completions: Sequence[tuple[ResponseHandle, object]] = ()
     on_append_failure: Callable[[], CoordinatorResult[Any]] | None = None
+    encoded: EncodedRecords | None = None
 
 
 class Clock(Protocol):

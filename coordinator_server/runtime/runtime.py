@@ -15,6 +15,11 @@ future completes with the response. A write that returns no records is a read of
 state: it completes at once when nothing is pending, else once every pending write is
 committed, so a caller never sees state that could still be rolled back.
 
+An operation may also return its records already encoded, with a replay of its own for any
+run of them (`CoordinatorResult.encoded`, see `EncodedRecords`): the runtime then appends the
+bytes as they are and calls that replay once per batch the records land in, in place of one
+`shard.replay` per record object. Everything else (parking, batching, revert) is the same.
+
 Batches. Records of consecutive operations share one open batch. The open batch is flushed
 (handed to the writer) by the linger policy: adaptively (the default) by a flush event queued
 at the end of the queue when the batch opens, so it goes out once the operations already
@@ -65,6 +70,7 @@ from coordinator_server.records import CoordinatorRecord, decode_record, encode_
 from coordinator_server.runtime.api import (
     CoordinatorResult,
     CoordinatorShard,
+    EncodedReplay,
     ResponseHandle,
     ShardBuilder,
     ShardContext,
@@ -124,6 +130,25 @@ BATCH_OVERHEAD_BYTES = 61
 
 RECORD_OVERHEAD_BYTES = 21
 """Most bytes a record takes besides its key and value (Kafka's DefaultRecord varints)."""
+
+
+def _replay_each(shard: CoordinatorShard, records: Sequence[CoordinatorRecord]) -> EncodedReplay:
+    """The replay of record objects: one `shard.replay` each."""
+
+    def replay(offset: int, start: int, stop: int) -> None:
+        for index in range(start, stop):
+            shard.replay(offset + index - start, records[index])
+
+    return replay
+
+
+def _record_sizes(raw: Sequence[RawRecord]) -> list[int]:
+    """What each record counts for against a batch's size."""
+    return [
+        len(key) + (0 if value is None else len(value)) + RECORD_OVERHEAD_BYTES
+        for key, value in raw
+    ]
+
 
 # The drain task yields to the loop after this many events, so that one busy partition
 # cannot hold up the others, the connections and the append completions for long.
@@ -1032,10 +1057,22 @@ class CoordinatorRuntime(Generic[S]):
         if context.state is not CoordinatorState.ACTIVE:
             future.set_exception(self._not_active_error(context.partition, context))
             return
+        shard = cast(CoordinatorShard, context.shard)
         try:
-            result = event.op(context.shard)
-            records = result.records
-            raw = [encode_record(record) for record in records] if records else None
+            result = event.op(shard)
+            encoded = result.encoded
+            replay: EncodedReplay | None
+            if encoded is not None:
+                if result.records:
+                    raise ValueError("a result carries records or encoded records, not both")
+                raw = encoded.records
+                replay = encoded.replay
+            elif result.records:
+                raw = [encode_record(record) for record in result.records]
+                replay = _replay_each(shard, result.records)
+            else:
+                raw = ()
+                replay = None
         except ApiError as error:
             future.set_exception(error)
             return
@@ -1047,7 +1084,7 @@ class CoordinatorRuntime(Generic[S]):
         event.park = result.park
         event.completions = result.completions
         event.on_failure = result.on_append_failure
-        if raw is None:
+        if not raw:
             batch = context.open_batch
             if result.updates and not self._apply_updates(context, event, result.updates):
                 return
@@ -1058,7 +1095,12 @@ class CoordinatorRuntime(Generic[S]):
                 self._park(context, event, pending_end)
             return
         self._append_records(
-            context, event, records, raw, result.atomic, result.replay_records, result.updates
+            context,
+            event,
+            raw,
+            replay if result.replay_records else None,
+            result.atomic,
+            result.updates,
         )
 
     def _apply_updates(
@@ -1089,47 +1131,75 @@ class CoordinatorRuntime(Generic[S]):
         self,
         context: _PartitionContext,
         event: _WriteEvent,
-        records: Sequence[CoordinatorRecord],
-        raw: list[RawRecord],
+        raw: Sequence[RawRecord],
+        replay: EncodedReplay | None,
         atomic: bool,
-        replay_records: bool = True,
         updates: Sequence[object] = (),
     ) -> None:
+        """Replay the records into the shard (unless `replay` is None) and add them to the
+        open batch, opening and sealing batches as they fill up."""
         max_bytes = self._config.max_batch_bytes
-        sizes = [
-            len(key) + (0 if value is None else len(value)) + RECORD_OVERHEAD_BYTES
-            for key, value in raw
-        ]
-        if atomic:
-            needed = sum(sizes)
-            what = f"{len(sizes)} records of {needed} bytes"
-        else:
-            needed = max(sizes)
-            what = f"a record of {needed} bytes"
-        if needed + BATCH_OVERHEAD_BYTES > max_bytes:
-            event.fail(
-                MessageTooLargeError(f"{event.name}: {what} cannot fit a {max_bytes}-byte batch")
-            )
-            return
+        count = len(raw)
+        remaining = RECORD_OVERHEAD_BYTES * count
+        for key, value in raw:
+            remaining += len(key) if value is None else len(key) + len(value)
+        # Record sizes one by one only when the records cannot all go in one batch.
+        sizes: list[int] | None = None
+        if remaining + BATCH_OVERHEAD_BYTES > max_bytes:
+            too_large: str | None
+            if atomic:
+                too_large = f"{count} records of {remaining} bytes"
+            else:
+                sizes = _record_sizes(raw)
+                largest = max(sizes)
+                fits = largest + BATCH_OVERHEAD_BYTES <= max_bytes
+                too_large = None if fits else f"a record of {largest} bytes"
+            if too_large is not None:
+                event.fail(
+                    MessageTooLargeError(
+                        f"{event.name}: {too_large} cannot fit a {max_bytes}-byte batch"
+                    )
+                )
+                return
         batch = context.open_batch
-        if atomic and batch is not None and batch.size_bytes + needed > max_bytes:
+        if atomic and batch is not None and batch.size_bytes + remaining > max_bytes:
             self._seal(context)
             batch = None
         if batch is None:
             batch = self._open_batch(context)
         shard = cast(CoordinatorShard, context.shard)
         try:
-            for record, raw_record, size in zip(records, raw, sizes, strict=True):
-                if batch.size_bytes + size > max_bytes:
-                    # Only a non-atomic write gets here: its records go on in a new batch.
-                    self._seal(context)
-                    batch = self._open_batch(context)
-                offset = batch.next_offset
-                if replay_records:
-                    shard.replay(offset, record)
-                batch.records.append(raw_record)
-                batch.size_bytes += size
-                batch.next_offset = offset + 1
+            start = 0
+            while True:
+                if batch.size_bytes + remaining <= max_bytes:
+                    stop = count
+                    size = remaining
+                else:
+                    # Only a write that is not atomic gets here: the records that do not fit
+                    # go on in a new batch (each fits an empty one).
+                    if sizes is None:
+                        sizes = _record_sizes(raw)
+                    stop = start
+                    size = 0
+                    while batch.size_bytes + size + sizes[stop] <= max_bytes:
+                        size += sizes[stop]
+                        stop += 1
+                if stop > start:
+                    offset = batch.next_offset
+                    if replay is not None:
+                        replay(offset, start, stop)
+                    if start == 0 and stop == count:
+                        batch.records.extend(raw)
+                    else:
+                        batch.records.extend(raw[start:stop])
+                    batch.size_bytes += size
+                    batch.next_offset = offset + stop - start
+                if stop == count:
+                    break
+                remaining -= size
+                start = stop
+                self._seal(context)
+                batch = self._open_batch(context)
             for update in updates:
                 shard.apply(update)
         except Exception as error:

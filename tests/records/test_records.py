@@ -17,6 +17,7 @@ from coordinator_server.records import (
     RecordFormatError,
     decode_record,
     encode_key,
+    encode_offset_commits,
     encode_record,
     new_group_metadata_record,
     new_group_metadata_tombstone_record,
@@ -152,3 +153,52 @@ def test_compacting_the_log_keeps_the_state_it_replays_to(
                 assert full.shard.offsets.committed_offset(
                     g, t, p
                 ) == small.shard.offsets.committed_offset(g, t, p)
+
+
+# Any text msgpack can carry (no lone surrogates), of lengths across every str header.
+_texts = st.one_of(
+    st.text(st.characters(blacklist_categories=("Cs",)), max_size=40),
+    st.sampled_from(["", "x" * 31, "x" * 32, "é" * 200, "x" * 70_000]),
+)
+# Integers of every msgpack integer encoding, and their edges.
+_ints = st.one_of(
+    st.integers(-(2**63), 2**64 - 1),
+    st.sampled_from(
+        [
+            *(0, 127, 128, 255, 256, 65535, 65536, 2**32 - 1, 2**32, 2**63 - 1),
+            *(-1, -32, -33, -128, -129, -32768, -32769, -(2**31), -(2**31) - 1, -(2**63)),
+        ]
+    ),
+)
+
+
+@given(
+    group=_texts,
+    commits=st.lists(
+        st.tuples(
+            st.sampled_from(["t", "orders", "ü" * 20]),
+            _ints,
+            st.builds(
+                OffsetCommitValue,
+                _ints,
+                _ints,
+                _texts,
+                _ints,
+                st.none() | _ints,
+            ),
+        ),
+        max_size=12,
+    ),
+)
+def test_encoded_offset_commits_are_the_bytes_of_their_records(
+    group: str, commits: list[tuple[str, int, OffsetCommitValue]]
+) -> None:
+    encoded = encode_offset_commits(
+        group, [((topic, partition), value) for topic, partition, value in commits]
+    )
+    records = [
+        CoordinatorRecord(OffsetCommitKey(group, topic, partition), value)
+        for topic, partition, value in commits
+    ]
+    assert encoded == [encode_record(record) for record in records]
+    assert [decode_record(key, value) for key, value in encoded] == records

@@ -1,10 +1,11 @@
 """A runtime on an in-memory log and a manual clock, with a small key-value shard.
 
 `KeyValueShard` stores key -> int in a TimelineDict; its writes emit OffsetCommit records
-(group = the key, offset = the value; a tombstone deletes). The log does not commit by itself
-(`auto_commit=False`): a test moves the high watermark with `commit`, so responses stay
-parked until it does. `settle` lets the event loop run until the runtime has nothing left to
-do that needs no clock or commit.
+(group = the key, offset = the value; a tombstone deletes), as record objects or, with
+`encoded=True`, as EncodedRecords whose replay sets runs of keys in one go. The log does
+not commit by itself (`auto_commit=False`): a test moves the high watermark with `commit`,
+so responses stay parked until it does. `settle` lets the event loop run until the runtime
+has nothing left to do that needs no clock or commit.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from coordinator_server.records import (
     new_offset_commit_record,
     new_offset_commit_tombstone_record,
 )
-from coordinator_server.runtime.api import CoordinatorResult, ShardContext
+from coordinator_server.runtime.api import CoordinatorResult, EncodedRecords, ShardContext
 from coordinator_server.runtime.clock import ManualClock
 from coordinator_server.runtime.runtime import (
     BATCH_OVERHEAD_BYTES,
@@ -62,6 +63,8 @@ class KeyValueShard:
         self.context = context
         self.store: TimelineDict[str, int] = TimelineDict(context.snapshot_registry)
         self.replayed: list[tuple[int, str]] = []
+        # (offset, start, stop, the registry's epoch) of each replay of encoded records.
+        self.encoded_replays: list[tuple[int, int, int, int]] = []
         self.fail_replay_of: set[str] = set()
         self.loaded = 0
         self.unloaded = 0
@@ -78,6 +81,32 @@ class KeyValueShard:
         else:
             assert isinstance(record.value, OffsetCommitValue)
             self.store[key.group] = record.value.offset
+
+    def encode(self, records: list[CoordinatorRecord]) -> EncodedRecords:
+        """The records as EncodedRecords: their bytes, and a replay that sets each run of
+        puts with one `set_all` (a tombstone pops its key)."""
+        registry = self.context.snapshot_registry
+
+        def replay(offset: int, start: int, stop: int) -> None:
+            self.encoded_replays.append((offset, start, stop, registry.epoch))
+            puts: list[tuple[str, int]] = []
+            for index in range(start, stop):
+                record = records[index]
+                key = record.key
+                assert isinstance(key, OffsetCommitKey)
+                if key.group in self.fail_replay_of:
+                    raise RuntimeError(f"cannot replay {key.group}")
+                self.replayed.append((offset + index - start, key.group))
+                if record.value is None:
+                    self.store.set_all(puts)
+                    puts = []
+                    self.store.pop(key.group)
+                else:
+                    assert isinstance(record.value, OffsetCommitValue)
+                    puts.append((key.group, record.value.offset))
+            self.store.set_all(puts)
+
+        return EncodedRecords([encode_record(record) for record in records], replay)
 
     def apply(self, update: object) -> None:
         """In-memory updates: ("set", key, value) or ("del", key), never logged."""
@@ -115,12 +144,17 @@ def put(key: str, value: int, response: Any = None) -> Callable[[KeyValueShard],
 
 
 def put_many(
-    items: dict[str, int], *, atomic: bool = False, response: Any = "ok"
+    items: dict[str, int], *, atomic: bool = False, response: Any = "ok", encoded: bool = False
 ) -> Callable[[KeyValueShard], CoordinatorResult[Any]]:
+    """A write operation storing every key=value, as record objects or encoded records."""
+
     def op(shard: KeyValueShard) -> CoordinatorResult[Any]:
-        return CoordinatorResult(
-            [put_record(k, v) for k, v in items.items()], response, atomic=atomic
-        )
+        records = [put_record(k, v) for k, v in items.items()]
+        if encoded:
+            return CoordinatorResult(
+                response=response, atomic=atomic, encoded=shard.encode(records)
+            )
+        return CoordinatorResult(records, response, atomic=atomic)
 
     return op
 

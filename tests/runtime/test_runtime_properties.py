@@ -12,21 +12,44 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from runtime_harness import Harness, delete_record, get_latest, put, put_record, settle
+from runtime_harness import (
+    Harness,
+    batch_bytes_for,
+    delete_record,
+    get_latest,
+    put,
+    put_many,
+    put_record,
+    settle,
+)
 
 from coordinator_server.records import OffsetCommitValue, decode_record, encode_record
 from coordinator_server.runtime.api import CoordinatorResult
-from coordinator_server.runtime.runtime import CoordinatorState, RuntimeConfig
+from coordinator_server.runtime.runtime import (
+    BATCH_OVERHEAD_BYTES,
+    RECORD_OVERHEAD_BYTES,
+    CoordinatorState,
+    RuntimeConfig,
+)
 from coordinator_server.storage.api import RawRecord
 
 PARTITIONS = (0, 1)
 KEYS = ("a", "b", "c")
+TWO = (put_record("a", 0), put_record("b", 0))
 
 actions = st.one_of(
     st.tuples(
         st.just("put"), st.sampled_from(PARTITIONS), st.sampled_from(KEYS), st.integers(0, 9)
     ),
     st.tuples(st.just("delete"), st.sampled_from(PARTITIONS), st.sampled_from(KEYS)),
+    # Several keys in one write, as record objects or encoded, atomic or not.
+    st.tuples(
+        st.just("put_many"),
+        st.sampled_from(PARTITIONS),
+        st.dictionaries(st.sampled_from(KEYS), st.integers(0, 9), min_size=1),
+        st.booleans(),
+        st.booleans(),
+    ),
     st.tuples(st.just("read_latest"), st.sampled_from(PARTITIONS), st.sampled_from(KEYS)),
     st.tuples(st.just("settle")),
     st.tuples(st.just("commit"), st.sampled_from(PARTITIONS), st.floats(0, 1)),
@@ -52,6 +75,11 @@ def replay_log(entries: list[RawRecord]) -> dict[str, int]:
     return state
 
 
+def raw_record_bytes(record: RawRecord) -> int:
+    key, value = record
+    return len(key) + (0 if value is None else len(value)) + RECORD_OVERHEAD_BYTES
+
+
 def check_reads_see_the_committed_log(h: Harness) -> None:
     for partition in PARTITIONS:
         if h.runtime.partition_state(partition) is not CoordinatorState.ACTIVE:
@@ -70,9 +98,12 @@ def delete(key: str) -> Any:
     return op
 
 
-async def scenario(steps: list[tuple[Any, ...]], linger_ms: int) -> None:
+async def scenario(steps: list[tuple[Any, ...]], linger_ms: int, max_batch_bytes: int) -> None:
     h = Harness(
-        num_partitions=2, config=RuntimeConfig(write_timeout_ms=100, append_linger_ms=linger_ms)
+        num_partitions=2,
+        config=RuntimeConfig(
+            write_timeout_ms=100, append_linger_ms=linger_ms, max_batch_bytes=max_batch_bytes
+        ),
     )
     for partition in PARTITIONS:
         await h.load(partition)
@@ -85,6 +116,8 @@ async def scenario(steps: list[tuple[Any, ...]], linger_ms: int) -> None:
             futures.append(h.write(step[1], put(step[2], step[3])))
         elif kind == "delete":
             futures.append(h.write(step[1], delete(step[2])))
+        elif kind == "put_many":
+            futures.append(h.write(step[1], put_many(step[2], atomic=step[3], encoded=step[4])))
         elif kind == "read_latest":
             futures.append(h.write(step[1], get_latest(step[2])))
         elif kind == "settle":
@@ -135,6 +168,11 @@ async def scenario(steps: list[tuple[Any, ...]], linger_ms: int) -> None:
         end_offset = h.writer.end_offset(partition)
         assert h.writer.high_watermark(partition) == end_offset
         assert h.runtime.last_committed_offset(partition) == end_offset
+        # No append was larger than a batch may be.
+        entries = h.writer.entries(partition)
+        for base, count in h.writer.batches(partition):
+            batch = entries[base : base + count]
+            assert BATCH_OVERHEAD_BYTES + sum(map(raw_record_bytes, batch)) <= max_batch_bytes
 
     for partition in PARTITIONS:
         await h.runtime.wait_loaded(partition)
@@ -149,8 +187,13 @@ async def scenario(steps: list[tuple[Any, ...]], linger_ms: int) -> None:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(steps=st.lists(actions, max_size=40), linger_ms=st.sampled_from([-1, 0, 20]))
+@given(
+    steps=st.lists(actions, max_size=40),
+    linger_ms=st.sampled_from([-1, 0, 20]),
+    # The default, or room for two records: writes of several keys then span batches.
+    max_batch_bytes=st.sampled_from([RuntimeConfig().max_batch_bytes, batch_bytes_for(*TWO)]),
+)
 def test_reads_match_the_committed_log_whatever_happens(
-    steps: list[tuple[Any, ...]], linger_ms: int
+    steps: list[tuple[Any, ...]], linger_ms: int, max_batch_bytes: int
 ) -> None:
-    asyncio.run(scenario(steps, linger_ms))
+    asyncio.run(scenario(steps, linger_ms, max_batch_bytes))
