@@ -50,6 +50,7 @@ def build_log(config: CoordinatorConfig) -> CoordinatorLog:
             config.offsets_topic_replication_factor,
             request_timeout_ms=config.offsets_commit_timeout_ms,
             max_batch_bytes=config.max_batch_bytes,
+            max_inflight_produce_requests=config.max_inflight_produce_requests,
         )
     from coordinator_server.storage.sqlite import SqliteLog
 

@@ -72,6 +72,13 @@ class CoordinatorConfig(BaseSettings):
     max_batch_bytes: int = Field(
         1024 * 1024, ge=1024, description="Largest batch of records appended at once, in bytes."
     )
+    max_inflight_produce_requests: int = Field(
+        1,
+        ge=1,
+        le=1000,
+        description="ProduceRequests on the way to one Kafka broker at once; the batches "
+        "that wait meanwhile leave together in the next one.",
+    )
     max_queued_events: int = Field(
         100000, ge=1, description="Operations queued per partition before new ones are refused."
     )

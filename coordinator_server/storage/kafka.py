@@ -1,16 +1,18 @@
-"""The coordinator log in a compacted Kafka topic, written and read through aiokafka.
+"""The coordinator log in a compacted Kafka topic.
 
 This is the production deployment and Kafka's own design: the topic plays the part of
 `__consumer_offsets`, one coordinator partition per topic partition. An append is one
-record batch produced with acks=all; the log end offset it returns is the batch's base
-offset plus its record count. A load replays a partition from its start to the high
-watermark the first Fetch response reports.
+record batch produced with acks=all (by `kafka_produce.ProduceSender`, which puts the
+batches of many partitions in one ProduceRequest); the log end offset it returns is the
+batch's base offset plus its record count. A load replays a partition from its start to the
+high watermark the first Fetch response reports. Topic administration, metadata and loads
+go through aiokafka.
 
 Limits to know about:
 - Without an idempotent producer, a produce request that timed out on our side may still
-  have been written, and aiokafka's retries can write a batch twice. Either way the log
-  then ends somewhere other than where the caller expects; the runtime detects that from
-  the offset the next append returns (Kafka's log/state divergence check) and reloads.
+  have been written. The log then ends somewhere other than where the caller expects; the
+  runtime detects that from the offset the next append returns (Kafka's log/state
+  divergence check) and reloads.
 - `high_watermark(partition)` is what this process last learned: from its own appends,
   or from the Fetch responses of a load. It is 0 for a partition it has not touched.
 """
@@ -20,21 +22,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
-from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.client import AIOKafkaClient
-from aiokafka.errors import (
-    BrokerResponseError,
-    KafkaConnectionError,
-    KafkaError,
-    KafkaTimeoutError,
-    NodeNotReadyError,
-)
+from aiokafka.errors import KafkaError
 from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.protocol.offset import OffsetRequest
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.memory_records import MemoryRecords
 
 from coordinator_server.storage.api import (
@@ -45,8 +43,9 @@ from coordinator_server.storage.api import (
     RawRecord,
     RecordSink,
 )
+from coordinator_server.storage.kafka_produce import Leader, ProduceSender
 
-__all__ = ["KafkaLog", "KafkaLogError", "append_error_from", "offsets_topic_configs"]
+__all__ = ["KafkaLog", "KafkaLogError", "offsets_topic_configs"]
 
 log = logging.getLogger(__name__)
 
@@ -66,13 +65,15 @@ LOAD_FETCH_MAX_BYTES = 16 * 1024 * 1024
 LOAD_FETCH_MAX_WAIT_MS = 20
 # ListOffsets' "earliest" timestamp.
 EARLIEST_OFFSET = -2
-# aiokafka fails a batch itself once it is request_timeout_ms old, and then the batch is
-# gone for good. Our own limit comes a little later, as a backstop for a send stuck
-# elsewhere (metadata, a full queue), so that a timeout seldom leaves behind a batch that
-# may still be written.
-APPEND_TIMEOUT_MARGIN_S = 1.0
 # Room for the request and batch headers around a batch of max_batch_bytes.
 PRODUCE_REQUEST_OVERHEAD_BYTES = 64 * 1024
+# Record batches as a producer without idempotence writes them: magic 2, no compression,
+# not transactional, no producer id, epoch or sequence.
+BATCH_MAGIC = 2
+NO_COMPRESSION = 0
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
 
 
 def _ignore_outcome(task: asyncio.Future[Any]) -> None:
@@ -93,22 +94,6 @@ def offsets_topic_configs() -> dict[str, str]:
     }
 
 
-def append_error_from(error: BaseException) -> AppendError:
-    """The AppendError that describes an aiokafka (or timeout) failure."""
-    if isinstance(error, AppendError):
-        return error
-    if isinstance(error, BrokerResponseError) and isinstance(error.errno, int):
-        return AppendError(error.errno, f"produce failed: {error!r}")
-    # A broker that cannot be reached surfaces as a connection error once aiokafka's
-    # retries have expired; to the caller it is the same as a timeout (Kafka's Java
-    # producer reports it as one), and a retry elsewhere may succeed.
-    if isinstance(
-        error, KafkaTimeoutError | KafkaConnectionError | NodeNotReadyError | TimeoutError
-    ):
-        return AppendError(REQUEST_TIMED_OUT, f"produce timed out: {error!r}")
-    return AppendError(UNKNOWN_SERVER_ERROR, f"produce failed: {error!r}")
-
-
 class KafkaLog:
     """A CoordinatorLog (and its PartitionWriter and CoordinatorLoader) in a Kafka topic."""
 
@@ -123,6 +108,7 @@ class KafkaLog:
         client_id: str = "coordinator-server",
         max_batch_bytes: int = 1_048_576,
         max_concurrent_loads: int = 16,
+        max_inflight_produce_requests: int = 1,
     ) -> None:
         if num_partitions < 1:
             raise ValueError(f"num_partitions must be at least 1, got {num_partitions}")
@@ -130,6 +116,11 @@ class KafkaLog:
             raise ValueError(f"replication_factor must be at least 1, got {replication_factor}")
         if max_concurrent_loads < 1:
             raise ValueError(f"max_concurrent_loads must be at least 1, got {max_concurrent_loads}")
+        if max_inflight_produce_requests < 1:
+            raise ValueError(
+                "max_inflight_produce_requests must be at least 1, "
+                f"got {max_inflight_produce_requests}"
+            )
         if request_timeout_ms <= LOAD_FETCH_MAX_WAIT_MS:
             raise ValueError(f"request_timeout_ms must exceed {LOAD_FETCH_MAX_WAIT_MS}")
         self._bootstrap_servers = bootstrap_servers
@@ -140,7 +131,8 @@ class KafkaLog:
         self._request_timeout_ms = request_timeout_ms
         self._client_id = client_id
         self._max_batch_bytes = max_batch_bytes
-        self._producer: AIOKafkaProducer | None = None
+        self._max_inflight_produce_requests = max_inflight_produce_requests
+        self._sender: ProduceSender | None = None
         self._started = False
         self._closed = False
         self._listener: HighWatermarkListener | None = None
@@ -178,31 +170,19 @@ class KafkaLog:
         self._started = True
         try:
             self._num_partitions = await self._ensure_topic()
-            producer = AIOKafkaProducer(
-                bootstrap_servers=self._bootstrap_servers,
-                client_id=self._client_id,
-                acks="all",
-                # tansu cannot answer InitProducerId v0, which aiokafka's idempotent
-                # producer needs. Ordering does not depend on it: the runtime is the one
-                # writer of a partition with one append in flight, and aiokafka sends one
-                # batch per partition at a time.
-                enable_idempotence=False,
-                linger_ms=0,
-                compression_type=None,
-                request_timeout_ms=self._request_timeout_ms,
-                max_batch_size=self._max_batch_bytes,
-                max_request_size=self._max_batch_bytes + PRODUCE_REQUEST_OVERHEAD_BYTES,
-            )
-            # The loads that follow a start need the loader's client: connect it meanwhile.
+            # Metadata for the appends and the loads that follow a start come from one client.
             self._loader_warmup = asyncio.ensure_future(self._loader())
             self._loader_warmup.add_done_callback(_ignore_outcome)
-            try:
-                await producer.start()
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    await producer.stop()
-                raise
-            self._producer = producer
+            sender = ProduceSender(
+                self._topic,
+                self._leaders,
+                client_id=self._client_id,
+                request_timeout_ms=self._request_timeout_ms,
+                max_inflight_requests=self._max_inflight_produce_requests,
+                max_request_bytes=self._max_batch_bytes + PRODUCE_REQUEST_OVERHEAD_BYTES,
+            )
+            await sender.start()
+            self._sender = sender
         except BaseException:
             await self.close()
             raise
@@ -211,7 +191,9 @@ class KafkaLog:
         if self._closed:
             return
         self._closed = True
-        producer, self._producer = self._producer, None
+        sender, self._sender = self._sender, None
+        if sender is not None:
+            await sender.close()
         warmup, self._loader_warmup = self._loader_warmup, None
         if warmup is not None and not warmup.done():
             # Let it finish rather than cancel it: aiokafka leaves the connection of a
@@ -225,10 +207,6 @@ class KafkaLog:
         if client is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(client.close(), self._request_timeout_ms / 1000)
-        if producer is not None:
-            # Bounded: with the broker gone, flushing what is queued would wait on it.
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(producer.stop(), self._request_timeout_ms / 1000)
 
     # PartitionWriter
 
@@ -244,34 +222,56 @@ class KafkaLog:
             raise AppendError(UNKNOWN_TOPIC_OR_PARTITION, f"no partition {partition}")
         if not records:
             raise ValueError("cannot append an empty batch")
-        producer = self._producer
-        if producer is None:
+        sender = self._sender
+        if sender is None:
             raise AppendError(UNKNOWN_SERVER_ERROR, "the Kafka log is not running")
-        batch = producer.create_batch()
-        for key, value in records:
-            if batch.append(key=key, value=value, timestamp=None) is None:
-                raise AppendError(
-                    MESSAGE_TOO_LARGE,
-                    f"a batch of {len(records)} records exceeds {self._max_batch_bytes} bytes",
-                )
-        batch.close()
-        if batch.size() > self._max_batch_bytes:
-            # aiokafka always takes the first record, however large.
-            raise AppendError(
-                MESSAGE_TOO_LARGE,
-                f"a batch of {batch.size()} bytes exceeds {self._max_batch_bytes} bytes",
-            )
-        try:
-            # A timeout scope, not wait_for: wait_for would wrap the send in a task of its
-            # own, one more task per append.
-            async with asyncio.timeout(self._request_timeout_ms / 1000 + APPEND_TIMEOUT_MARGIN_S):
-                delivered = await producer.send_batch(batch, self._topic, partition=partition)
-                metadata = await delivered
-        except (KafkaError, TimeoutError) as error:
-            raise append_error_from(error) from error
-        end_offset = int(metadata.offset) + len(records)
+        end_offset = await sender.submit(partition, self._batch(records), len(records))
         self._advance_high_watermark(partition, end_offset, notify=True)
         return end_offset
+
+    def _batch(self, records: Sequence[RawRecord]) -> bytes:
+        """The records as one record batch, offsets relative to its start."""
+        max_bytes = self._max_batch_bytes
+        builder = DefaultRecordBatchBuilder(
+            BATCH_MAGIC,
+            NO_COMPRESSION,
+            0,
+            NO_PRODUCER_ID,
+            NO_PRODUCER_EPOCH,
+            NO_SEQUENCE,
+            max_bytes,
+        )
+        timestamp_ms = int(time.time() * 1000)
+        for relative_offset, (key, value) in enumerate(records):
+            if builder.append(relative_offset, timestamp_ms, key, value, []) is None:
+                raise AppendError(
+                    MESSAGE_TOO_LARGE,
+                    f"a batch of {len(records)} records exceeds {max_bytes} bytes",
+                )
+        batch = bytes(builder.build())
+        if len(batch) > max_bytes:
+            # The builder always takes the first record, however large.
+            raise AppendError(
+                MESSAGE_TOO_LARGE, f"a batch of {len(batch)} bytes exceeds {max_bytes} bytes"
+            )
+        return batch
+
+    async def _leaders(self) -> dict[int, Leader]:
+        """The leader of each partition that has one, from fresh metadata."""
+        client = await self._loader()
+        await client.add_topic(self._topic)
+        await client.force_metadata_update()
+        cluster = client.cluster
+        leaders: dict[int, Leader] = {}
+        for partition in cluster.partitions_for_topic(self._topic) or ():
+            node_id = cluster.leader_for_partition(TopicPartition(self._topic, partition))
+            if node_id is None or node_id < 0:
+                continue
+            broker = cluster.broker_metadata(node_id)
+            if broker is None:
+                continue
+            leaders[partition] = Leader(int(node_id), str(broker.host), int(broker.port))
+        return leaders
 
     # CoordinatorLoader
 

@@ -12,20 +12,12 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import (
-    KafkaConnectionError,
     KafkaError,
-    KafkaTimeoutError,
-    MessageSizeTooLargeError,
-    NodeNotReadyError,
-    NotEnoughReplicasError,
-    NotLeaderForPartitionError,
-    RequestTimedOutError,
-    UnknownError,
 )
 from kafka_broker import KafkaBroker, free_port
 
 from coordinator_server.storage import AppendError, LoadError, RawRecord
-from coordinator_server.storage.kafka import KafkaLog, append_error_from, offsets_topic_configs
+from coordinator_server.storage.kafka import KafkaLog, offsets_topic_configs
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -260,23 +252,3 @@ async def test_many_partitions_load_in_parallel(
         assert log.loads_running == 0
     finally:
         await log.close()
-
-
-@pytest.mark.parametrize(
-    ("error", "code"),
-    [
-        (NotEnoughReplicasError(), 19),
-        (RequestTimedOutError(), 7),
-        (NotLeaderForPartitionError(), 6),
-        (MessageSizeTooLargeError(), 10),
-        (UnknownError(), -1),
-        (KafkaTimeoutError(), 7),
-        (KafkaConnectionError(), 7),
-        (NodeNotReadyError(), 7),
-        (TimeoutError(), 7),
-        (KafkaError(), -1),
-        (RuntimeError(), -1),
-    ],
-)
-def test_append_errors_carry_kafka_error_codes(error: BaseException, code: int) -> None:
-    assert append_error_from(error).error_code == code

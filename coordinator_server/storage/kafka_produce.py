@@ -1,0 +1,561 @@
+"""The coordinator log's appends, sent to Kafka as ProduceRequests the log writes itself.
+
+aiokafka's producer was most of the cost of a commit: its sender task, the per-batch
+futures and tasks and the request encoding in Python took about 38% of the server's time
+per ten-partition OffsetCommit. This sender does only what the log needs. Each append
+arrives as a finished record batch (built by aiokafka's C batch builder); every batch
+waiting for the same broker leaves in one ProduceRequest (acks=all), with at most
+`max_inflight_requests` requests on the way to a broker. Appends of many partitions then
+share one request, as the writes of one partition share one batch in the runtime, and one
+request costs the broker one round trip instead of one per partition.
+
+Ordering: one batch per partition is on the way at a time; a second append of the same
+partition waits for the first to finish (the runtime never sends two, but the log's
+contract does not depend on it). A batch is sent again only after an error that proves it
+was not written (the partition has no leader there, not enough replicas): a lost
+connection or a timeout leave its fate unknown, so the append fails and the runtime, which
+checks the offset of its next append, reloads the partition if it was written after all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from coordinator_server.storage.api import AppendError
+
+__all__ = ["Leader", "ProduceSender"]
+
+log = logging.getLogger(__name__)
+
+PRODUCE_API_KEY = 0
+# v3 is the first version that carries record batches (magic 2), and the oldest one Kafka
+# 4 still serves; its response has everything an append needs.
+PRODUCE_VERSION = 3
+ACKS_ALL = -1
+
+UNKNOWN_SERVER_ERROR = -1
+UNKNOWN_TOPIC_OR_PARTITION = 3
+LEADER_NOT_AVAILABLE = 5
+NOT_LEADER_OR_FOLLOWER = 6
+REQUEST_TIMED_OUT = 7
+NOT_ENOUGH_REPLICAS = 19
+# The broker refused these batches before writing them: they may go again once the
+# partition's leader is known again.
+_NOT_WRITTEN = frozenset(
+    {UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS}
+)
+# A produce response names each partition once: a few dozen bytes each. Anything this large
+# is not one of ours.
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+RECONNECT_BACKOFF_S = 0.1
+METADATA_RETRY_BACKOFF_S = 0.1
+
+_HEADER = struct.Struct(">hhih")
+_BODY_START = struct.Struct(">hhii")
+_PARTITION = struct.Struct(">ii")
+_PARTITION_RESULT = struct.Struct(">ihqq")
+_INT32 = struct.Struct(">i")
+
+
+@dataclass(frozen=True, slots=True)
+class Leader:
+    """Where a partition's leader is."""
+
+    node_id: int
+    host: str
+    port: int
+
+
+MetadataSource = Callable[[], Awaitable[dict[int, Leader]]]
+"""Returns the leader of every partition of the topic that has one."""
+
+
+class _Append:
+    __slots__ = ("batch", "count", "deadline", "future", "partition")
+
+    def __init__(
+        self,
+        partition: int,
+        batch: bytes,
+        count: int,
+        future: asyncio.Future[int],
+        deadline: float,
+    ) -> None:
+        self.partition = partition
+        self.batch = batch
+        self.count = count
+        self.future = future
+        self.deadline = deadline
+
+
+class _Request:
+    __slots__ = ("appends", "correlation_id", "deadline")
+
+    def __init__(self, correlation_id: int, appends: dict[int, _Append], deadline: float) -> None:
+        self.correlation_id = correlation_id
+        self.appends = appends
+        self.deadline = deadline
+
+
+class _Link(asyncio.Protocol):
+    """One connection to one broker: frames out, responses (in request order) back."""
+
+    def __init__(self, node: _Node) -> None:
+        self._node = node
+        self._buffer = bytearray()
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self._node.link_lost(self, exc)
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        while len(buffer) >= 4:
+            size = int.from_bytes(buffer[:4], "big", signed=True)
+            if not 4 <= size <= MAX_RESPONSE_BYTES:
+                self.abort(f"a response of {size} bytes")
+                return
+            if len(buffer) < 4 + size:
+                return
+            payload = bytes(buffer[4 : 4 + size])
+            del buffer[: 4 + size]
+            try:
+                self._node.response(self, payload)
+            except (struct.error, ValueError, IndexError, UnicodeDecodeError) as error:
+                self.abort(f"a response that cannot be read: {error!r}")
+                return
+
+    def abort(self, reason: str) -> None:
+        log.warning("closing the produce connection to %s: %s", self._node.describe(), reason)
+        if self.transport is not None:
+            self.transport.abort()
+
+
+class _Node:
+    """What is queued for one broker, what is on the way to it, and its connection."""
+
+    def __init__(self, sender: ProduceSender, leader: Leader) -> None:
+        self.sender = sender
+        self.node_id = leader.node_id
+        self.host = leader.host
+        self.port = leader.port
+        self.link: _Link | None = None
+        self.connecting: asyncio.Task[None] | None = None
+        self.pending: deque[_Append] = deque()
+        self.inflight: deque[_Request] = deque()
+
+    def describe(self) -> str:
+        return f"node {self.node_id} ({self.host}:{self.port})"
+
+    def connect(self) -> None:
+        if self.link is None and self.connecting is None and not self.sender.closed:
+            self.connecting = asyncio.get_running_loop().create_task(self._connect())
+
+    async def _connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            _, link = await asyncio.wait_for(
+                loop.create_connection(lambda: _Link(self), self.host, self.port),
+                self.sender.request_timeout_s,
+            )
+        except (OSError, TimeoutError) as error:
+            log.warning("cannot connect to %s for produce requests: %r", self.describe(), error)
+            # The leader may have moved; either way, try again shortly while anything waits.
+            await asyncio.sleep(RECONNECT_BACKOFF_S)
+            self.connecting = None
+            self.sender.refresh_metadata()
+            if self.pending:
+                self.connect()
+            return
+        self.connecting = None
+        if self.sender.closed:
+            if link.transport is not None:
+                link.transport.abort()
+            return
+        self.link = link
+        self.sender.schedule_flush()
+
+    def send(self) -> None:
+        """Send what is queued, in as few requests as the in-flight limit allows."""
+        link = self.link
+        if link is None or link.transport is None:
+            self.connect()
+            return
+        sender = self.sender
+        while self.pending and len(self.inflight) < sender.max_inflight_requests:
+            appends: dict[int, _Append] = {}
+            held: list[_Append] = []
+            size = 0
+            pending = self.pending
+            while pending:
+                append = pending[0]
+                owner = sender.busy.get(append.partition)
+                if append.partition in appends or (owner is not None and owner is not append):
+                    # One batch of a partition on the way at a time, in the order they came.
+                    held.append(pending.popleft())
+                    continue
+                if appends and size + len(append.batch) > sender.max_request_bytes:
+                    break
+                pending.popleft()
+                appends[append.partition] = append
+                sender.busy[append.partition] = append
+                size += len(append.batch)
+            pending.extendleft(reversed(held))
+            if not appends:
+                return
+            request = _Request(sender.next_correlation_id(), appends, sender.deadline())
+            self.inflight.append(request)
+            link.transport.write(sender.encode(request))
+
+    def response(self, link: _Link, payload: bytes) -> None:
+        if link is not self.link or not self.inflight:
+            raise ValueError("a response nobody asked for")
+        (correlation_id,) = _INT32.unpack_from(payload, 0)
+        request = self.inflight[0]
+        if correlation_id != request.correlation_id:
+            raise ValueError(
+                f"correlation id {correlation_id} where {request.correlation_id} was due"
+            )
+        self.inflight.popleft()
+        self.sender.finish(request, payload)
+        if self.pending:
+            self.send()
+
+    def link_lost(self, link: _Link, exc: Exception | None) -> None:
+        if link is not self.link:
+            return
+        self.link = None
+        inflight, self.inflight = self.inflight, deque()
+        if inflight:
+            log.warning(
+                "the produce connection to %s closed with %d requests unanswered: %r",
+                self.describe(),
+                len(inflight),
+                exc,
+            )
+        for request in inflight:
+            self.sender.fail_request(
+                request,
+                AppendError(
+                    REQUEST_TIMED_OUT,
+                    f"the connection to {self.describe()} closed before the broker answered",
+                ),
+            )
+        if not self.sender.closed:
+            self.sender.refresh_metadata()
+            if self.pending:
+                self.connect()
+
+    def close(self) -> None:
+        if self.connecting is not None:
+            self.connecting.cancel()
+            self.connecting = None
+        if self.link is not None and self.link.transport is not None:
+            self.link.transport.abort()
+
+
+class ProduceSender:
+    """Sends record batches to the partitions of one topic; see the module's docstring."""
+
+    def __init__(
+        self,
+        topic: str,
+        metadata: MetadataSource,
+        *,
+        client_id: str,
+        request_timeout_ms: int,
+        max_inflight_requests: int,
+        max_request_bytes: int,
+    ) -> None:
+        if max_inflight_requests < 1:
+            raise ValueError("max_inflight_requests must be at least 1")
+        self.topic = topic
+        self._topic_bytes = topic.encode()
+        self._metadata = metadata
+        self._client_id = client_id.encode()
+        self.request_timeout_ms = request_timeout_ms
+        self.request_timeout_s = request_timeout_ms / 1000
+        self.max_inflight_requests = max_inflight_requests
+        self.max_request_bytes = max_request_bytes
+        self.closed = False
+        # The append that holds each partition's one place on the way (sent, or waiting to
+        # be sent again after an error that proves it was not written).
+        self.busy: dict[int, _Append] = {}
+        self._leaders: dict[int, _Node] = {}
+        self._nodes: dict[int, _Node] = {}
+        # Appends of partitions whose leader is not known (yet, or any more).
+        self._unrouted: deque[_Append] = deque()
+        self._correlation_id = 0
+        self._flush_scheduled = False
+        self._refreshing: asyncio.Task[None] | None = None
+        self._sweep: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def start(self) -> None:
+        """Learn the partitions' leaders; a missing leader is looked up again when needed."""
+        self._loop = asyncio.get_running_loop()
+        self._route(await self._metadata())
+
+    def submit(self, partition: int, batch: bytes, count: int) -> asyncio.Future[int]:
+        """Queue one record batch of `count` records; the future gets the offset after it
+        once the broker has it (acks=all), or an AppendError."""
+        loop = self._loop
+        assert loop is not None, "start() first"
+        future: asyncio.Future[int] = loop.create_future()
+        if self.closed:
+            future.set_exception(AppendError(UNKNOWN_SERVER_ERROR, "the Kafka log is closed"))
+            return future
+        append = _Append(partition, batch, count, future, loop.time() + self.request_timeout_s)
+        node = self._leaders.get(partition)
+        if node is None:
+            self._unrouted.append(append)
+            self.refresh_metadata()
+        else:
+            node.pending.append(append)
+            self.schedule_flush()
+        if self._sweep is None:
+            self._sweep = loop.call_later(self._sweep_interval(), self._expire)
+        return future
+
+    async def close(self) -> None:
+        self.closed = True
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
+        refreshing, self._refreshing = self._refreshing, None
+        if refreshing is not None:
+            refreshing.cancel()
+            with contextlib.suppress(BaseException):
+                await refreshing
+        error = AppendError(UNKNOWN_SERVER_ERROR, "the Kafka log closed")
+        for node in self._nodes.values():
+            node.close()
+            for request in node.inflight:
+                self.fail_request(request, error)
+            node.inflight.clear()
+            for append in node.pending:
+                _fail(append, error)
+            node.pending.clear()
+        for append in self._unrouted:
+            _fail(append, error)
+        self._unrouted.clear()
+
+    # For the nodes.
+
+    def next_correlation_id(self) -> int:
+        self._correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
+        return self._correlation_id
+
+    def deadline(self) -> float:
+        loop = self._loop
+        assert loop is not None
+        return loop.time() + self.request_timeout_s
+
+    def schedule_flush(self) -> None:
+        # Appends made in the same turn of the event loop leave together.
+        if not self._flush_scheduled and self._loop is not None:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def encode(self, request: _Request) -> bytes:
+        client_id = self._client_id
+        topic = self._topic_bytes
+        parts = [
+            b"",
+            _HEADER.pack(PRODUCE_API_KEY, PRODUCE_VERSION, request.correlation_id, len(client_id)),
+            client_id,
+            # transactional_id (null), acks, timeout, one topic.
+            _BODY_START.pack(-1, ACKS_ALL, self.request_timeout_ms, 1),
+            len(topic).to_bytes(2, "big"),
+            topic,
+            _INT32.pack(len(request.appends)),
+        ]
+        for partition, append in request.appends.items():
+            parts.append(_PARTITION.pack(partition, len(append.batch)))
+            parts.append(append.batch)
+        size = sum(len(part) for part in parts)
+        parts[0] = _INT32.pack(size)
+        return b"".join(parts)
+
+    def finish(self, request: _Request, payload: bytes) -> None:
+        """Settle a request's appends from its ProduceResponse (v3)."""
+        appends = request.appends
+        position = 4
+        (topics,) = _INT32.unpack_from(payload, position)
+        position += 4
+        for _ in range(topics):
+            name_length = int.from_bytes(payload[position : position + 2], "big", signed=True)
+            position += 2 + max(name_length, 0)
+            (partitions,) = _INT32.unpack_from(payload, position)
+            position += 4
+            for _ in range(partitions):
+                partition, error_code, base_offset, _ = _PARTITION_RESULT.unpack_from(
+                    payload, position
+                )
+                position += _PARTITION_RESULT.size
+                append = appends.pop(partition, None)
+                if append is None:
+                    continue
+                if error_code == 0:
+                    self.release(append)
+                    if not append.future.done():
+                        append.future.set_result(base_offset + append.count)
+                elif error_code in _NOT_WRITTEN and not self.closed:
+                    # Keeps the partition's place: nothing of it may overtake this batch.
+                    self._reroute(append, error_code)
+                else:
+                    self.release(append)
+                    _fail(
+                        append,
+                        AppendError(
+                            error_code, f"the broker refused the batch: error {error_code}"
+                        ),
+                    )
+        for append in appends.values():
+            self.release(append)
+            _fail(
+                append,
+                AppendError(UNKNOWN_SERVER_ERROR, "the broker did not answer for the partition"),
+            )
+        appends.clear()
+
+    def fail_request(self, request: _Request, error: AppendError) -> None:
+        for append in request.appends.values():
+            self.release(append)
+            _fail(append, error)
+        request.appends.clear()
+
+    def release(self, append: _Append) -> None:
+        if self.busy.get(append.partition) is append:
+            del self.busy[append.partition]
+            # A later batch of the partition may be waiting for this one.
+            self.schedule_flush()
+
+    def refresh_metadata(self) -> None:
+        if self._refreshing is None and not self.closed and self._loop is not None:
+            self._refreshing = self._loop.create_task(self._refresh())
+
+    # Internals.
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        for node in self._nodes.values():
+            if node.pending:
+                node.send()
+
+    def _reroute(self, append: _Append, error_code: int) -> None:
+        node = self._leaders.pop(append.partition, None)
+        log.info(
+            "partition %d of %s: error %d from %s; looking up its leader again",
+            append.partition,
+            self.topic,
+            error_code,
+            "?" if node is None else node.describe(),
+        )
+        self._unrouted.append(append)
+        self.refresh_metadata()
+
+    async def _refresh(self) -> None:
+        try:
+            while not self.closed:
+                try:
+                    leaders = await asyncio.wait_for(self._metadata(), self.request_timeout_s)
+                except Exception as error:
+                    log.warning("cannot read the leaders of %s: %r", self.topic, error)
+                    await asyncio.sleep(METADATA_RETRY_BACKOFF_S)
+                    if self._unrouted:
+                        continue
+                    return
+                self._route(leaders)
+                if not self._unrouted:
+                    return
+                # Some partitions still have no leader: ask again shortly (their appends
+                # fail when their deadline passes).
+                await asyncio.sleep(METADATA_RETRY_BACKOFF_S)
+        finally:
+            if asyncio.current_task() is self._refreshing:
+                self._refreshing = None
+
+    def _route(self, leaders: dict[int, Leader]) -> None:
+        for leader in leaders.values():
+            node = self._nodes.get(leader.node_id)
+            if node is not None and (node.host, node.port) != (leader.host, leader.port):
+                # The broker moved: what was on the way to the old address is lost with it.
+                node.close()
+                node.host, node.port = leader.host, leader.port
+            elif node is None:
+                self._nodes[leader.node_id] = _Node(self, leader)
+        self._leaders = {
+            partition: self._nodes[leader.node_id] for partition, leader in leaders.items()
+        }
+        unrouted, self._unrouted = self._unrouted, deque()
+        for node in self._nodes.values():
+            # Appends queued for a broker that no longer leads their partition go elsewhere.
+            if any(self._leaders.get(a.partition) is not node for a in node.pending):
+                unrouted.extend(node.pending)
+                node.pending.clear()
+        for append in unrouted:
+            node = self._leaders.get(append.partition)
+            if node is None:
+                self._unrouted.append(append)
+            else:
+                node.pending.append(append)
+        self.schedule_flush()
+
+    def _sweep_interval(self) -> float:
+        return max(self.request_timeout_s / 8, 0.01)
+
+    def _expire(self) -> None:
+        """Fail what waited past its deadline; a broker that does not answer in time loses
+        its connection (its late answers could not be told apart from new ones)."""
+        self._sweep = None
+        loop = self._loop
+        if loop is None or self.closed:
+            return
+        now = loop.time()
+        outstanding = False
+        for node in self._nodes.values():
+            if node.inflight and node.inflight[0].deadline <= now and node.link is not None:
+                # Losing the link fails what is in flight on it.
+                node.link.abort(f"no answer within {self.request_timeout_ms} ms")
+            node.pending = _expire_appends(node.pending, now, self, self.request_timeout_ms)
+            outstanding = outstanding or bool(node.pending or node.inflight)
+        self._unrouted = _expire_appends(self._unrouted, now, self, self.request_timeout_ms)
+        if outstanding or self._unrouted:
+            self._sweep = loop.call_later(self._sweep_interval(), self._expire)
+
+
+def _timed_out(request_timeout_ms: int) -> AppendError:
+    return AppendError(REQUEST_TIMED_OUT, f"produce timed out after {request_timeout_ms} ms")
+
+
+def _expire_appends(
+    appends: deque[_Append], now: float, sender: ProduceSender, timeout_ms: int
+) -> deque[_Append]:
+    if all(append.deadline > now for append in appends):
+        return appends
+    kept: deque[_Append] = deque()
+    for append in appends:
+        if append.deadline <= now:
+            # Not on the way: never sent, or refused unwritten.
+            sender.release(append)
+            _fail(append, _timed_out(timeout_ms))
+        else:
+            kept.append(append)
+    return kept
+
+
+def _fail(append: _Append, error: AppendError) -> None:
+    if not append.future.done():
+        append.future.set_exception(error)
