@@ -14,9 +14,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from coordinator_server import __version__, admin, bench
+from coordinator_server import __version__
 from coordinator_server.config import CoordinatorConfig
-from coordinator_server.pipeline import cli as analyze
 
 
 def _add_config_options(parser: argparse.ArgumentParser) -> None:
@@ -35,7 +34,10 @@ def _add_config_options(parser: argparse.ArgumentParser) -> None:
         )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(*, tools: bool = True) -> argparse.ArgumentParser:
+    """The command line; without `tools`, `serve` alone. The other commands' modules (the
+    admin tool, the bench, the Spark pipeline) take tens of milliseconds to import, which
+    `serve` should not spend before it starts loading."""
     parser = argparse.ArgumentParser(
         prog="coordinator-server",
         description="A standalone group coordinator for Apache Kafka.",
@@ -49,9 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
         "COORDINATOR_<OPTION> (upper case, dashes as underscores); options win.",
     )
     _add_config_options(serve)
-    analyze.add_parser(commands)
-    admin.add_parser(commands)
-    bench.add_parser(commands)
+    if tools:
+        from coordinator_server import admin, bench
+        from coordinator_server.pipeline import cli as analyze
+
+        analyze.add_parser(commands)
+        admin.add_parser(commands)
+        bench.add_parser(commands)
     return parser
 
 
@@ -122,8 +128,9 @@ def serve(config: CoordinatorConfig) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(tools=not arguments or arguments[0] != "serve")
+    args = parser.parse_args(arguments)
     if args.command == "serve":
         try:
             config = load_config(args)
@@ -136,10 +143,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 130
         return 0
     if args.command == "groups":
+        from coordinator_server import admin
+
         return admin.main(args)
     if args.command == "bench":
+        from coordinator_server import bench
+
         return bench.main(args)
     if args.command == "analyze":
+        from coordinator_server.pipeline import cli as analyze
+
         return analyze.main(args)
     parser.error(f"unknown command {args.command}")
     return 2

@@ -97,3 +97,17 @@ def test_the_readme_lists_every_setting() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     for name in CoordinatorConfig.model_fields:
         assert f"--{name.replace('_', '-')}" in readme, name
+
+
+def test_serve_does_not_import_the_tools() -> None:
+    # The admin tool, the bench and the Spark pipeline cost start-up time serve never uses.
+    probe = (
+        "import sys\n"
+        "from coordinator_server.cli import build_parser\n"
+        "args = build_parser(tools=False).parse_args(['serve'])\n"
+        "assert args.command == 'serve'\n"
+        "loaded = [m for m in ('coordinator_server.admin', 'coordinator_server.bench',\n"
+        "          'coordinator_server.pipeline.cli') if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", probe], check=True, timeout=60)
