@@ -58,6 +58,7 @@ every parked or queued operation with NOT_COORDINATOR.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections import deque
@@ -607,7 +608,7 @@ class _PartitionContext:
 
     __slots__ = (
         "append_failures",
-        "append_task",
+        "append_future",
         "batch_ends",
         "batch_epoch",
         "batches_appended",
@@ -665,7 +666,7 @@ class _PartitionContext:
         self.open_batch: _Batch | None = None
         self.sealed: deque[_Batch] = deque()
         self.inflight: _Batch | None = None
-        self.append_task: asyncio.Task[None] | None = None
+        self.append_future: asyncio.Future[int] | None = None
         self.batch_epoch = 0
         # End offsets of the sealed batches not committed yet, oldest first.
         self.batch_ends: deque[int] = deque()
@@ -711,6 +712,10 @@ class CoordinatorRuntime(Generic[S]):
         self._closing = False
         self._closed = False
         writer.register_listener(self._on_high_watermark)
+        writer.register_ready_listener(self._on_writer_ready)
+        # Partitions whose batch is due but waits for the writer to have room (see
+        # PartitionWriter.backlogged), by partition.
+        self._waiting_for_writer: dict[int, _PartitionContext] = {}
 
     @property
     def config(self) -> RuntimeConfig:
@@ -1301,15 +1306,29 @@ class CoordinatorRuntime(Generic[S]):
             self._flush(context)
 
     def _flush(self, context: _PartitionContext) -> None:
-        """Send the open batch to the writer, or, while an append is in flight, as soon
-        as it completes (the batch keeps taking records meanwhile)."""
+        """Send the open batch to the writer, or, while an append is in flight or the
+        writer is backlogged, as soon as that ends (the batch keeps taking records
+        meanwhile)."""
         batch = context.open_batch
         if batch is None or not batch.records:
             return
-        if context.inflight is None:
-            self._seal(context)
-        else:
+        if context.inflight is not None:
             batch.flush_due = True
+        elif self._writer.backlogged(context.partition):
+            batch.flush_due = True
+            self._waiting_for_writer[context.partition] = context
+        else:
+            self._seal(context)
+
+    def _on_writer_ready(self) -> None:
+        waiting = self._waiting_for_writer
+        if not waiting:
+            return
+        self._waiting_for_writer = {}
+        for context in waiting.values():
+            batch = context.open_batch
+            if not context.closed and batch is not None and batch.flush_due:
+                self._flush(context)
 
     def _seal(self, context: _PartitionContext) -> None:
         """Close the open batch to new records and queue it for the writer."""
@@ -1328,38 +1347,47 @@ class CoordinatorRuntime(Generic[S]):
 
     def _start_append(self, context: _PartitionContext, batch: _Batch) -> None:
         context.inflight = batch
-        context.append_task = asyncio.get_running_loop().create_task(
-            self._append(context, batch, context.generation)
+        future = self._writer.append(context.partition, batch.records)
+        context.append_future = future
+        future.add_done_callback(
+            functools.partial(
+                self._on_append_done, context, batch, context.generation, time.perf_counter()
+            )
         )
 
-    async def _append(self, context: _PartitionContext, batch: _Batch, generation: int) -> None:
-        started = time.perf_counter()
-        try:
-            end_offset = await self._writer.append(context.partition, batch.records)
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if generation != context.generation or (task is not None and task.cancelling()):
-                raise
-            # Cancelled inside the writer, not by the runtime: the append did not complete,
-            # and the partition must not wait for it forever.
-            self._on_append_failed(context, batch, AppendError(-1, "the append was cancelled"))
+    def _on_append_done(
+        self,
+        context: _PartitionContext,
+        batch: _Batch,
+        generation: int,
+        started: float,
+        done: asyncio.Future[int],
+    ) -> None:
+        current = generation == context.generation
+        if done.cancelled():
+            if current:
+                # Cancelled inside the writer, not by the runtime: the append did not
+                # complete, and the partition must not wait for it forever.
+                self._on_append_failed(context, batch, AppendError(-1, "the append was cancelled"))
             return
-        except Exception as error:
+        error = done.exception()
+        if error is not None:
             self._observer.append_failed()
-            if generation == context.generation:
-                self._on_append_failed(context, batch, error)
+            if current:
+                failure = error if isinstance(error, Exception) else AppendError(-1, repr(error))
+                self._on_append_failed(context, batch, failure)
             return
         self._observer.batch_appended(
             len(batch.records), batch.size_bytes, time.perf_counter() - started
         )
-        if generation == context.generation:
-            self._on_append_succeeded(context, batch, end_offset)
+        if current:
+            self._on_append_succeeded(context, batch, done.result())
 
     def _on_append_succeeded(
         self, context: _PartitionContext, batch: _Batch, end_offset: int
     ) -> None:
         context.inflight = None
-        context.append_task = None
+        context.append_future = None
         if end_offset != batch.next_offset:
             self._log.error(
                 "partition=%d the log and the state machine diverged: the append ended at %d "
@@ -1383,13 +1411,13 @@ class CoordinatorRuntime(Generic[S]):
             return
         batch = context.open_batch
         if batch is not None and batch.flush_due:
-            self._seal(context)
+            self._flush(context)
 
     def _on_append_failed(
         self, context: _PartitionContext, batch: _Batch, error: Exception
     ) -> None:
         context.inflight = None
-        context.append_task = None
+        context.append_future = None
         context.append_failures += 1
         base_offset = batch.base_offset
         if base_offset < context.last_committed_offset:
@@ -1604,10 +1632,10 @@ class CoordinatorRuntime(Generic[S]):
             context.load_task = None
         if context.timer is not None:
             context.timer.cancel_all()
-        if context.append_task is not None:
+        if context.append_future is not None:
             # Its outcome no longer matters: the records belong to a shard thrown away.
-            context.append_task.cancel()
-            context.append_task = None
+            context.append_future.cancel()
+            context.append_future = None
         self._drop_open_batch(context)
         context.sealed.clear()
         context.batch_ends.clear()

@@ -12,6 +12,7 @@ SQLite transaction).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -21,6 +22,9 @@ RawRecord = tuple[bytes, bytes | None]
 
 HighWatermarkListener = Callable[[int, int], None]
 """Called with (partition, high_watermark) whenever a partition's high watermark advances."""
+
+ReadyListener = Callable[[], None]
+"""Called when appends that would have waited (see `PartitionWriter.backlogged`) can go."""
 
 RecordSink = Callable[[int, bytes, bytes | None], None]
 """Called by a loader with (offset, key, value) for each record, in offset order."""
@@ -54,13 +58,29 @@ class LoadSummary:
 class PartitionWriter(Protocol):
     """Appends batches to a partition of the log and reports its high watermark."""
 
-    async def append(self, partition: int, records: Sequence[RawRecord]) -> int:
-        """Append `records` as one batch, in order; return the log end offset after it.
+    def append(self, partition: int, records: Sequence[RawRecord]) -> asyncio.Future[int]:
+        """Start appending `records` as one batch, in order; the future gets the log end
+        offset after it.
 
-        Durable implementations return only once the batch is committed, after reporting
-        the new high watermark to the listener. Raises AppendError on failure, in which
-        case none of the batch is visible to a later load.
+        A future rather than a coroutine, so that the runtime needs no task per append.
+        Durable implementations complete it only once the batch is committed, after
+        reporting the new high watermark to the listener. It fails with AppendError when
+        the append fails, in which case none of the batch is visible to a later load (and
+        with AppendError or ValueError for a call that cannot be made: an unknown
+        partition, no records).
         """
+        ...
+
+    def backlogged(self, partition: int) -> bool:
+        """True while an append of `partition` started now would only wait behind others
+        on the way to the same place. The runtime then keeps the partition's batch open,
+        taking more records, until the ready listener is called: batches that waited leave
+        together, and larger (group commit across partitions)."""
+        ...
+
+    def register_ready_listener(self, listener: ReadyListener) -> None:
+        """Set the one callback told when backlogged appends can go (replaces any earlier
+        one)."""
         ...
 
     def register_listener(self, listener: HighWatermarkListener) -> None:

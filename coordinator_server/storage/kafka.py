@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Sequence
@@ -41,6 +42,7 @@ from coordinator_server.storage.api import (
     LoadError,
     LoadSummary,
     RawRecord,
+    ReadyListener,
     RecordSink,
 )
 from coordinator_server.storage.kafka_produce import Leader, ProduceSender
@@ -136,6 +138,7 @@ class KafkaLog:
         self._started = False
         self._closed = False
         self._listener: HighWatermarkListener | None = None
+        self._ready_listener: ReadyListener | None = None
         self._high_watermarks: dict[int, int] = {}
         self._load_slots = asyncio.Semaphore(max_concurrent_loads)
         self._loader_lock = asyncio.Lock()
@@ -181,6 +184,7 @@ class KafkaLog:
                 max_inflight_requests=self._max_inflight_produce_requests,
                 max_request_bytes=self._max_batch_bytes + PRODUCE_REQUEST_OVERHEAD_BYTES,
             )
+            sender.ready_listener = self._ready_listener
             await sender.start()
             self._sender = sender
         except BaseException:
@@ -217,17 +221,38 @@ class KafkaLog:
         self._check_partition(partition)
         return self._high_watermarks.get(partition, 0)
 
-    async def append(self, partition: int, records: Sequence[RawRecord]) -> int:
-        if not 0 <= partition < self._num_partitions:
-            raise AppendError(UNKNOWN_TOPIC_OR_PARTITION, f"no partition {partition}")
-        if not records:
-            raise ValueError("cannot append an empty batch")
+    def append(self, partition: int, records: Sequence[RawRecord]) -> asyncio.Future[int]:
+        try:
+            if not 0 <= partition < self._num_partitions:
+                raise AppendError(UNKNOWN_TOPIC_OR_PARTITION, f"no partition {partition}")
+            if not records:
+                raise ValueError("cannot append an empty batch")
+            sender = self._sender
+            if sender is None:
+                raise AppendError(UNKNOWN_SERVER_ERROR, "the Kafka log is not running")
+            batch = self._batch(records)
+        except (AppendError, ValueError) as error:
+            refused: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+            refused.set_exception(error)
+            return refused
+        future = sender.submit(partition, batch, len(records))
+        # Added before the caller's own callbacks, so the high watermark is reported
+        # before the caller hears of the append.
+        future.add_done_callback(functools.partial(self._appended, partition))
+        return future
+
+    def backlogged(self, partition: int) -> bool:
         sender = self._sender
-        if sender is None:
-            raise AppendError(UNKNOWN_SERVER_ERROR, "the Kafka log is not running")
-        end_offset = await sender.submit(partition, self._batch(records), len(records))
-        self._advance_high_watermark(partition, end_offset, notify=True)
-        return end_offset
+        return sender is not None and sender.backlogged(partition)
+
+    def register_ready_listener(self, listener: ReadyListener) -> None:
+        self._ready_listener = listener
+        if self._sender is not None:
+            self._sender.ready_listener = listener
+
+    def _appended(self, partition: int, done: asyncio.Future[int]) -> None:
+        if not done.cancelled() and done.exception() is None:
+            self._advance_high_watermark(partition, done.result(), notify=True)
 
     def _batch(self, records: Sequence[RawRecord]) -> bytes:
         """The records as one record batch, offsets relative to its start."""

@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from coordinator_server.storage.api import AppendError
+from coordinator_server.storage.api import AppendError, ReadyListener
 
 __all__ = ["Leader", "ProduceSender"]
 
@@ -228,9 +228,13 @@ class _Node:
                 f"correlation id {correlation_id} where {request.correlation_id} was due"
             )
         self.inflight.popleft()
-        self.sender.finish(request, payload)
-        if self.pending:
-            self.send()
+        sender = self.sender
+        sender.finish(request, payload)
+        # Room on the way again: the writers that held their batches for it hand them over
+        # now, and the next request leaves once the callbacks of this one's appends (which
+        # may append again) have run.
+        sender.notify_ready()
+        sender.schedule_flush()
 
     def link_lost(self, link: _Link, exc: Exception | None) -> None:
         if link is not self.link:
@@ -254,6 +258,7 @@ class _Node:
             )
         if not self.sender.closed:
             self.sender.refresh_metadata()
+            self.sender.notify_ready()
             if self.pending:
                 self.connect()
 
@@ -301,6 +306,7 @@ class ProduceSender:
         self._refreshing: asyncio.Task[None] | None = None
         self._sweep: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.ready_listener: ReadyListener | None = None
 
     async def start(self) -> None:
         """Learn the partitions' leaders; a missing leader is looked up again when needed."""
@@ -327,6 +333,20 @@ class ProduceSender:
         if self._sweep is None:
             self._sweep = loop.call_later(self._sweep_interval(), self._expire)
         return future
+
+    def backlogged(self, partition: int) -> bool:
+        """True while the partition's broker has all the requests it may have on the way:
+        a batch handed over now would wait for the next one anyway."""
+        node = self._leaders.get(partition)
+        return node is not None and len(node.inflight) >= self.max_inflight_requests
+
+    def notify_ready(self) -> None:
+        listener = self.ready_listener
+        if listener is not None:
+            try:
+                listener()
+            except Exception:
+                log.exception("the ready listener failed")
 
     async def close(self) -> None:
         self.closed = True

@@ -23,6 +23,7 @@ from coordinator_server.storage.api import (
     LoadError,
     LoadSummary,
     RawRecord,
+    ReadyListener,
     RecordSink,
 )
 
@@ -48,6 +49,8 @@ class InMemoryPartitionWriter:
         self._resumed = asyncio.Event()
         self._resumed.set()
         self._append_calls = [0] * num_partitions
+        self._backlogged = False
+        self._ready_listener: ReadyListener | None = None
 
     @property
     def num_partitions(self) -> int:
@@ -59,7 +62,16 @@ class InMemoryPartitionWriter:
 
     # PartitionWriter.
 
-    async def append(self, partition: int, records: Sequence[RawRecord]) -> int:
+    def append(self, partition: int, records: Sequence[RawRecord]) -> asyncio.Future[int]:
+        return asyncio.ensure_future(self._append(partition, records))
+
+    def backlogged(self, partition: int) -> bool:
+        return self._backlogged
+
+    def register_ready_listener(self, listener: ReadyListener) -> None:
+        self._ready_listener = listener
+
+    async def _append(self, partition: int, records: Sequence[RawRecord]) -> int:
         if not 0 <= partition < self._num_partitions:
             raise AppendError(_UNKNOWN_TOPIC_OR_PARTITION, f"no partition {partition}")
         self._append_calls[partition] += 1
@@ -95,6 +107,13 @@ class InMemoryPartitionWriter:
                 f"{self._high_watermarks[partition]} and the end is {end_offset}"
             )
         self._set_high_watermark(partition, target)
+
+    def set_backlogged(self, backlogged: bool) -> None:
+        """Report every partition as backlogged or not; clearing it tells the ready
+        listener, as a writer does when a request on the way comes back."""
+        self._backlogged = backlogged
+        if not backlogged and self._ready_listener is not None:
+            self._ready_listener()
 
     def inject_append_failure(
         self, partition: int, error_code: int, message: str = "injected", count: int = 1

@@ -34,6 +34,7 @@ from coordinator_server.storage.api import (
     LoadError,
     LoadSummary,
     RawRecord,
+    ReadyListener,
     RecordSink,
 )
 
@@ -183,7 +184,17 @@ class SqliteLog:
         self._check_partition(partition)
         return self._high_watermarks[partition]
 
-    async def append(self, partition: int, records: Sequence[RawRecord]) -> int:
+    def append(self, partition: int, records: Sequence[RawRecord]) -> asyncio.Future[int]:
+        return asyncio.ensure_future(self._append(partition, records))
+
+    def backlogged(self, partition: int) -> bool:
+        return False
+
+    def register_ready_listener(self, listener: ReadyListener) -> None:
+        # Never backlogged, so never told.
+        pass
+
+    async def _append(self, partition: int, records: Sequence[RawRecord]) -> int:
         if not 0 <= partition < self._num_partitions:
             raise AppendError(UNKNOWN_TOPIC_OR_PARTITION, f"no partition {partition}")
         if not records:

@@ -306,3 +306,41 @@ async def test_a_log_truncated_under_the_runtime_is_detected(harness: Harness) -
     await harness.runtime.wait_loaded(0)
     assert harness.shard().latest() == {}
     assert harness.runtime.last_written_offset(0) == 0
+
+
+# Group commit across partitions: while the writer is backlogged, due batches stay open.
+
+
+async def test_a_backlogged_writer_keeps_batches_open_until_it_is_ready(harness: Harness) -> None:
+    await harness.load(0)
+    await harness.load(1)
+    harness.writer.set_backlogged(True)
+    first = [harness.put(0, "a", 1), harness.put(1, "b", 1)]
+    await settle()
+    later = [harness.put(0, "c", 1), harness.put(1, "d", 1)]
+    await settle()
+    # Nothing handed over while the writer has no room; the batches kept taking records.
+    assert harness.writer.append_calls(0) == harness.writer.append_calls(1) == 0
+    harness.writer.set_backlogged(False)
+    await settle()
+    assert harness.writer.batches(0) == [(0, 2)]
+    assert harness.writer.batches(1) == [(0, 2)]
+    harness.commit(0)
+    harness.commit(1)
+    assert [await f for f in first + later] == ["put a=1", "put b=1", "put c=1", "put d=1"]
+
+
+async def test_a_full_batch_goes_even_while_the_writer_is_backlogged(
+    make_harness: Callable[..., Harness],
+) -> None:
+    h = await loaded(make_harness, max_batch_bytes=room_for(2))
+    h.writer.set_backlogged(True)
+    writes = [h.put(0, f"k{i}", 1) for i in range(3)]
+    await settle()
+    # The first two filled a batch: it went; the third waits for room.
+    assert h.writer.batches(0) == [(0, 2)]
+    h.writer.set_backlogged(False)
+    await settle()
+    assert h.writer.batches(0) == [(0, 2), (2, 1)]
+    h.commit(0)
+    assert len([await w for w in writes]) == 3

@@ -317,10 +317,10 @@ async def test_an_append_cancelled_inside_the_writer_fails_like_a_failed_append(
     stuck: asyncio.Future[int] = asyncio.get_running_loop().create_future()
     real_append = harness.writer.append
 
-    async def append(partition: int, records: Any) -> int:
+    def append(partition: int, records: Any) -> asyncio.Future[int]:
         if not stuck.done():
-            return await stuck
-        return await real_append(partition, records)
+            return stuck
+        return real_append(partition, records)
 
     harness.writer.append = append  # type: ignore[method-assign]
     lost = harness.put(0, "a", 1)

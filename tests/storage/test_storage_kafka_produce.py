@@ -316,3 +316,25 @@ async def test_a_real_broker_takes_many_partitions_in_one_request(
         assert len(loaded) == 21
     finally:
         await log.close()
+
+
+async def test_a_broker_with_its_requests_on_the_way_is_backlogged_until_one_returns(
+    scripted: Callable[[Script], ScriptedBroker],
+) -> None:
+    broker = scripted(offsets_from(lambda _: 0))
+    broker.holding = True
+    sender, _ = await started(broker)
+    told: list[bool] = []
+    sender.ready_listener = lambda: told.append(sender.backlogged(3))
+    try:
+        assert not sender.backlogged(3)
+        first = sender.submit(0, batch_of((b"k", b"v")), 1)
+        await asyncio.sleep(0.1)
+        # One request may be on the way (the default), and it is: every partition of
+        # that broker is backlogged.
+        assert sender.backlogged(0) and sender.backlogged(3)
+        broker.release()
+        assert await first == 1
+        assert told == [False]
+    finally:
+        await sender.close()
