@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TypeAlias, TypeVar, cast
+from typing import Any, TypeAlias, TypeVar, cast
 
 from coordinator_server.groups.manager import RequestContext as RequestContext
 from coordinator_server.offsets.manager import commit_error_response
@@ -61,7 +61,26 @@ logger = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=Message)
 R = TypeVar("R")
-Reply: TypeAlias = "Message | asyncio.Future[Message]"
+
+
+class PendingReply:
+    """A response still to come: `future`'s result, or where the future fails,
+    `on_error(exc)` (None: the connection answers UNKNOWN_SERVER_ERROR). The connection
+    waits on the runtime's own future this way, with no second future per request to turn
+    a failure into an error response."""
+
+    __slots__ = ("future", "on_error")
+
+    def __init__(
+        self,
+        future: asyncio.Future[Any],
+        on_error: Callable[[BaseException], Message] | None = None,
+    ) -> None:
+        self.future = future
+        self.on_error = on_error
+
+
+Reply: TypeAlias = "Message | PendingReply"
 Handler: TypeAlias = Callable[[Message, RequestContext], Reply]
 
 SERVER_NAME = "coordinator-server"
@@ -130,7 +149,7 @@ def _chain(source: asyncio.Future[M], on_error: Callable[[BaseException], Messag
             return on_error(asyncio.CancelledError())
         error = source.exception()
         return source.result() if error is None else on_error(error)
-    return _recover(cast("asyncio.Future[Message]", source), on_error)
+    return PendingReply(source, on_error)
 
 
 class GroupCoordinatorService:
@@ -523,7 +542,7 @@ def _gather(
     for part in parts:
         if not part.done():
             part.add_done_callback(one_done)
-    return result
+    return PendingReply(result)
 
 
 def _in_request_order(

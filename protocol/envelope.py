@@ -25,6 +25,7 @@ their smallest form, the same bytes msgpack's own `Packer(use_bin_type=True)` wr
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Mapping
 from typing import Annotated, Final, NamedTuple, TypeAlias, cast
 
@@ -42,6 +43,7 @@ __all__ = [
     "encode_request",
     "encode_response",
     "encode_response_of",
+    "response_frame_of",
     "split_request",
     "split_response",
 ]
@@ -64,6 +66,8 @@ _LOOSE_REQUEST: Final = msgspec.msgpack.Decoder(tuple[object, object, object, ob
 _RESPONSE: Final = msgspec.msgpack.Decoder(tuple[_Int32, msgspec.Raw])
 _LOOSE_RESPONSE: Final = msgspec.msgpack.Decoder(tuple[object, msgspec.Raw])
 _ENCODER: Final = msgspec.msgpack.Encoder()
+# A frame's length prefix (protocol.framing's): 4 bytes, big-endian, unsigned.
+_FRAME_LENGTH: Final = struct.Struct(">I")
 
 Body: TypeAlias = Mapping[str, object] | msgspec.Struct
 """A body to encode: a map, or a message (every field, in declaration order)."""
@@ -211,6 +215,20 @@ def encode_body(body: Body) -> bytes:
     """A response body alone, for `encode_response_of`: a body the server sends again and
     again (the same heartbeat answer) is encoded once."""
     return _ENCODER.encode(body)
+
+
+def response_frame_of(correlation_id: int, encoded_body: bytes) -> bytes:
+    """`encode_frame(encode_response_of(correlation_id, encoded_body))` in one step: the
+    server writes one per request, and this spares the payload in between."""
+    correlation = _ENCODER.encode(correlation_id)
+    return b"".join(
+        (
+            _FRAME_LENGTH.pack(1 + len(correlation) + len(encoded_body)),
+            b"\x92",
+            correlation,
+            encoded_body,
+        )
+    )
 
 
 def encode_response_of(correlation_id: int, encoded_body: bytes) -> bytes:

@@ -304,7 +304,8 @@ class _WriteEvent:
         self.op = op
         self.future = future
         self.timeout_ms = timeout_ms
-        self.queued_at = time.perf_counter()
+        # Set when the event waits in the queue; one run at once waited for nothing.
+        self.queued_at = 0.0
         self.response: Any = None
         self.offset = 0
         self.deadline_ms = 0
@@ -912,6 +913,7 @@ class CoordinatorRuntime(Generic[S]):
             finally:
                 context.inline = False
             return future
+        event.queued_at = time.perf_counter()
         queue.append(event)
         wakeup = context.wakeup
         if wakeup is not None:
@@ -1054,7 +1056,8 @@ class CoordinatorRuntime(Generic[S]):
     # Writes.
 
     def _run_write(self, context: _PartitionContext, event: _WriteEvent) -> None:
-        self._observer.event_queued(time.perf_counter() - event.queued_at)
+        queued_at = event.queued_at
+        self._observer.event_queued(time.perf_counter() - queued_at if queued_at else 0.0)
         future = event.future
         if future.done():
             # The caller gave up before the operation ran.

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Callable
+from functools import partial
 from time import perf_counter
 from typing import TYPE_CHECKING, cast
 
@@ -21,7 +23,7 @@ from protocol.envelope import (
     RequestHeader,
     encode_body,
     encode_response,
-    encode_response_of,
+    response_frame_of,
     split_request,
 )
 from protocol.errors import ApiError, ErrorCode, UnsupportedVersionError
@@ -180,11 +182,12 @@ class CoordinatorConnection(asyncio.Protocol):
         if isinstance(reply, Message):
             self._respond_with(header, reply, started)
             return
-        if reply.done():
-            self._reply_done(header, reply, started, counted=False)
+        future = reply.future
+        if future.done():
+            self._reply_done(header, reply.on_error, started, future, counted=False)
             return
         self._inflight += 1
-        reply.add_done_callback(lambda done: self._reply_done(header, done, started))
+        future.add_done_callback(partial(self._reply_done, header, reply.on_error, started))
 
     def _unsupported(self, header: RequestHeader, exc: ApiError) -> dict[str, object]:
         if header.api_key == ApiKey.API_VERSIONS:
@@ -196,22 +199,35 @@ class CoordinatorConnection(asyncio.Protocol):
     def _reply_done(
         self,
         header: RequestHeader,
-        done: asyncio.Future[Message],
+        on_error: Callable[[BaseException], Message] | None,
         started: float,
+        done: asyncio.Future[Message],
         *,
         counted: bool = True,
     ) -> None:
         if done.cancelled():
+            error: BaseException | None = asyncio.CancelledError()
+        else:
+            error = done.exception()
+        if error is None:
+            self._respond_with(header, done.result(), started)
+        elif on_error is not None:
+            try:
+                answer = on_error(error)
+            except Exception:
+                logger.exception("mapping the error of api_key %d failed", header.api_key)
+                self._respond(header, error_body(ErrorCode.UNKNOWN_SERVER_ERROR, None), started)
+            else:
+                self._respond_with(header, answer, started)
+        elif isinstance(error, asyncio.CancelledError):
             self._respond(
                 header,
                 error_body(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the request was cancelled"),
                 started,
             )
-        elif done.exception() is not None:
-            logger.error("request api_key %d failed", header.api_key, exc_info=done.exception())
-            self._respond(header, error_body(ErrorCode.UNKNOWN_SERVER_ERROR, None), started)
         else:
-            self._respond_with(header, done.result(), started)
+            logger.error("request api_key %d failed", header.api_key, exc_info=error)
+            self._respond(header, error_body(ErrorCode.UNKNOWN_SERVER_ERROR, None), started)
         if not counted:
             return
         self._inflight -= 1
@@ -238,7 +254,7 @@ class CoordinatorConnection(asyncio.Protocol):
         self._state.metrics.request_done(header.api_key, code, perf_counter() - started)
         if self._closed:
             return
-        self._outgoing.append(encode_frame(encode_response_of(header.correlation_id, encoded)))
+        self._outgoing.append(response_frame_of(header.correlation_id, encoded))
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)

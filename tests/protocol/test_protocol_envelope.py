@@ -20,10 +20,12 @@ from protocol.envelope import (
     encode_request,
     encode_response,
     encode_response_of,
+    response_frame_of,
     split_request,
     split_response,
 )
 from protocol.errors import ErrorCode, ProtocolError
+from protocol.framing import encode_frame
 
 GOLDEN_REQUEST = (
     b"\x95"  # fixarray of 5
@@ -367,6 +369,7 @@ def test_response_round_trip(correlation_id: int, body: dict[str, object]) -> No
     payload = encode_response(correlation_id, body)
     assert payload == msgpack.packb([correlation_id, body], use_bin_type=True)
     assert payload == encode_response_of(correlation_id, encode_body(body))
+    assert response_frame_of(correlation_id, encode_body(body)) == encode_frame(payload)
     assert decode_response(payload) == (correlation_id, body)
     assert split_response(payload) == (correlation_id, msgspec.Raw(encode_body(body)))
 
