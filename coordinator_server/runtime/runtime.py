@@ -1300,7 +1300,13 @@ class CoordinatorRuntime(Generic[S]):
     def _queue_flush(self, context: _PartitionContext, batch_epoch: int) -> None:
         if context.closed:
             return
-        context.queue.append(_FlushEvent(batch_epoch))
+        event = _FlushEvent(batch_epoch)
+        if not context.queue and not context.running and self._config.run_when_idle:
+            # Nothing queued: the drain task would run the flush next, so run it now and
+            # spare the wake-up (as _enqueue_write does for writes).
+            self._run_event(context, event)
+            return
+        context.queue.append(event)
         self._wake(context)
 
     def _on_linger_expired(self, context: _PartitionContext, batch: _Batch) -> None:
