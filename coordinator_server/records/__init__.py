@@ -141,6 +141,9 @@ _GROUP_METADATA_KEY_TYPE = int(RecordType.GROUP_METADATA)
 # msgpack's header of an array of five elements (fixarray: 0x90 | length).
 _FIXARRAY_5 = b"\x95"
 _encode = msgspec.msgpack.Encoder().encode
+# Untyped: the same values msgpack's unpackb gives (lists, str, bytes, ints, None), about a
+# quarter faster, which a load of a million records decoding two each notices.
+_decode = msgspec.msgpack.Decoder().decode
 
 
 def _packb(fields: tuple[Any, ...]) -> bytes:
@@ -350,7 +353,7 @@ def decode_offset_commit(
     inline, without the key and record objects (a load of a million records spends most of
     its time decoding). `decode_record` is the general path, with its errors.
     """
-    unpack = msgpack.unpackb
+    unpack = _decode
     try:
         fields = unpack(key)
         if type(fields) is not list or len(fields) < 5 or fields[0] != _OFFSET_COMMIT_TYPE:
