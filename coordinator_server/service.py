@@ -17,7 +17,7 @@ from typing import Any, TypeAlias, TypeVar, cast
 from coordinator_server.groups.manager import RequestContext as RequestContext
 from coordinator_server.offsets.manager import commit_error_response
 from coordinator_server.runtime.api import CoordinatorResult
-from coordinator_server.runtime.runtime import CoordinatorRuntime
+from coordinator_server.runtime.runtime import CoordinatorRuntime, WriteDone
 from coordinator_server.shard import GroupCoordinatorShard
 from coordinator_server.storage.api import AppendError
 from protocol.api_keys import SUPPORTED_VERSIONS, ApiKey
@@ -140,10 +140,15 @@ def map_operation_error(
     return ErrorCode.UNKNOWN_SERVER_ERROR, None
 
 
-def _chain(source: asyncio.Future[M], on_error: Callable[[BaseException], Message]) -> Reply:
-    """The response, or a future of it that completes with an error response instead of
-    failing. A write that completed while it was scheduled (the runtime runs it at once when
-    its partition is idle) is answered without a future at all."""
+def _chain(
+    source: WriteDone[M] | asyncio.Future[M], on_error: Callable[[BaseException], Message]
+) -> Reply:
+    """The response, or the future of it with `on_error` for its failure. A write that was
+    over before the runtime returned (it runs one at once when its partition is idle) is
+    answered without a future at all."""
+    if isinstance(source, WriteDone):
+        error = source.error
+        return cast(Message, source.response) if error is None else on_error(error)
     if source.done():
         if source.cancelled():
             return on_error(asyncio.CancelledError())
@@ -277,7 +282,7 @@ class GroupCoordinatorService:
         group_id = request.group_id
         if not group_id:
             return HeartbeatResponse(error_code=ErrorCode.INVALID_GROUP_ID)
-        future = self._runtime.schedule_write(
+        future = self._runtime.write(
             "classic-group-heartbeat",
             self.partition_for(group_id),
             lambda shard: shard.groups.heartbeat(ctx, request),
@@ -292,7 +297,7 @@ class GroupCoordinatorService:
             code, message = map_operation_error("leave-group", exc)
             return LeaveGroupResponse(error_code=code, error_message=message)
 
-        future = self._runtime.schedule_write(
+        future = self._runtime.write(
             "classic-group-leave",
             self.partition_for(request.group_id),
             lambda shard: shard.groups.leave_group(ctx, request),
@@ -310,7 +315,7 @@ class GroupCoordinatorService:
             code, _ = map_operation_error("commit-offset", exc)
             return commit_error_response(request, code)
 
-        future = self._runtime.schedule_write(
+        future = self._runtime.write(
             "commit-offset",
             self.partition_for(group_id),
             lambda shard: shard.offsets.commit_offset(request, ctx),

@@ -274,6 +274,55 @@ class _Batch:
         self.linger_handle: Cancellable | None = None
 
 
+class WriteDone(Generic[T]):
+    """A write that was over before `CoordinatorRuntime.write` returned: its response, or
+    the error its future would have failed with."""
+
+    __slots__ = ("error", "response")
+
+    def __init__(self, response: T | None, error: BaseException | None) -> None:
+        self.response = response
+        self.error = error
+
+
+class _InlineOutcome:
+    """The caller's end of a write run inline, in place of a future: the few uses the
+    runtime makes of a write's future (done, set_result, set_exception) are kept here until
+    the write parks, when `attach` hands them on to a real future."""
+
+    __slots__ = ("error", "finished", "future", "response")
+
+    def __init__(self) -> None:
+        self.finished = False
+        self.response: Any = None
+        self.error: BaseException | None = None
+        self.future: asyncio.Future[Any] | None = None
+
+    def done(self) -> bool:
+        future = self.future
+        return self.finished if future is None else future.done()
+
+    def set_result(self, response: Any) -> None:
+        if self.future is None:
+            self.finished = True
+            self.response = response
+        else:
+            self.future.set_result(response)
+
+    def set_exception(self, error: BaseException) -> None:
+        if self.future is None:
+            self.finished = True
+            self.error = error
+        else:
+            self.future.set_exception(error)
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[Any]:
+        assert self.future is None and not self.finished
+        future: asyncio.Future[Any] = loop.create_future()
+        self.future = future
+        return future
+
+
 class _WriteEvent:
     """A queued write operation, and later the parked caller waiting for its commit."""
 
@@ -297,7 +346,7 @@ class _WriteEvent:
         self,
         name: str,
         op: Callable[[Any], CoordinatorResult[Any]],
-        future: asyncio.Future[Any],
+        future: asyncio.Future[Any] | _InlineOutcome,
         timeout_ms: int,
     ) -> None:
         self.name = name
@@ -835,7 +884,12 @@ class CoordinatorRuntime(Generic[S]):
         for context in self._contexts.values():
             if context.state is CoordinatorState.ACTIVE:
                 self._flush(context)
-                parked.extend(event.future for event in context.deferred)
+                for event in context.deferred:
+                    waiter = event.future
+                    # A write run inline that parked waits on the future it was attached to.
+                    future = waiter.future if isinstance(waiter, _InlineOutcome) else waiter
+                    if future is not None:
+                        parked.append(future)
         pending = [future for future in parked if not future.done()]
         if pending:
             await asyncio.wait(pending)
@@ -873,46 +927,79 @@ class CoordinatorRuntime(Generic[S]):
         records that cannot fit a batch, the ApiError the operation raised (anything else
         it raises becomes UNKNOWN_SERVER_ERROR), or the AppendError of a failed append.
         """
+        outcome = self.write(name, partition, op, timeout_ms=timeout_ms)
+        if isinstance(outcome, asyncio.Future):
+            return outcome
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        if outcome.error is None:
+            future.set_result(cast(T, outcome.response))
+        else:
+            future.set_exception(outcome.error)
+        return future
+
+    def write(
+        self,
+        name: str,
+        partition: int,
+        op: Callable[[S], CoordinatorResult[T]],
+        *,
+        timeout_ms: int | None = None,
+    ) -> WriteDone[T] | asyncio.Future[T]:
+        """`schedule_write`, answered without a future when the write is over before this
+        returns: refused at once, or run at once on an idle partition and needing no append
+        (a heartbeat). A future costs little, but the busiest operations pay it on every
+        call."""
         context = self._contexts.get(partition)
         if context is None or context.state is not CoordinatorState.ACTIVE:
-            future.set_exception(self._not_active_error(partition, context))
-            return future
-        return self._enqueue_write(context, name, op, future, timeout_ms)
+            return WriteDone(None, self._not_active_error(partition, context))
+        return self._enqueue_write(context, name, op, None, timeout_ms)
 
     def _enqueue_write(
         self,
         context: _PartitionContext,
         name: str,
         op: Callable[[S], CoordinatorResult[T]],
-        future: asyncio.Future[T],
+        future: asyncio.Future[T] | None,
         timeout_ms: int | None,
-    ) -> asyncio.Future[T]:
+    ) -> WriteDone[T] | asyncio.Future[T]:
+        """Run or queue the write. With `future` None, a write over before this returns
+        is answered with WriteDone, any other with a new future."""
         partition = context.partition
-        if self._closing:
-            future.set_exception(CoordinatorNotAvailableError("the coordinator is shutting down"))
-            return future
+        refusal: ApiError | None = None
         queue = context.queue
-        if len(queue) >= self._config.max_queued_events:
-            future.set_exception(
-                CoordinatorNotAvailableError(
-                    f"partition {partition} has {len(queue)} events queued already"
-                )
+        if self._closing:
+            refusal = CoordinatorNotAvailableError("the coordinator is shutting down")
+        elif len(queue) >= self._config.max_queued_events:
+            refusal = CoordinatorNotAvailableError(
+                f"partition {partition} has {len(queue)} events queued already"
             )
+        if refusal is not None:
+            if future is None:
+                return WriteDone(None, refusal)
+            future.set_exception(refusal)
             return future
-        event = _WriteEvent(
-            name, op, future, self._config.write_timeout_ms if timeout_ms is None else timeout_ms
-        )
+        timeout = self._config.write_timeout_ms if timeout_ms is None else timeout_ms
         if not queue and not context.running and self._config.run_when_idle:
             # Nothing queued and nothing running: the drain task would run this event next
             # anyway, so run it now and spare the queue, the wake-up and a loop iteration. A
             # write that needs no append then completes before this returns.
+            outcome = _InlineOutcome() if future is None else future
+            event = _WriteEvent(name, op, outcome, timeout)
             context.inline = True
             try:
                 self._run_event(context, event)
             finally:
                 context.inline = False
-            return future
+            if future is not None:
+                return future
+            assert isinstance(outcome, _InlineOutcome)
+            if outcome.finished:
+                return WriteDone(outcome.response, outcome.error)
+            # Parked until its records commit: from here on its caller waits on a future.
+            return outcome.attach(asyncio.get_running_loop())
+        if future is None:
+            future = asyncio.get_running_loop().create_future()
+        event = _WriteEvent(name, op, future, timeout)
         event.queued_at = time.perf_counter()
         queue.append(event)
         wakeup = context.wakeup
@@ -944,9 +1031,11 @@ class CoordinatorRuntime(Generic[S]):
             return future
         handle = ResponseHandle(_ParkedCaller(future, context.parked_callers))
         future.add_done_callback(lambda _: context.parked_callers.discard(_ParkedCaller.of(handle)))
-        return self._enqueue_write(
+        outcome = self._enqueue_write(
             context, name, lambda shard: op(shard, handle), future, timeout_ms
         )
+        assert outcome is future
+        return future
 
     def schedule_read(
         self, name: str, partition: int, op: Callable[[S, int], T]

@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+import pytest
 from runtime_harness import Harness, KeyValueShard, get_latest, put, settle
 
 from coordinator_server.runtime.api import CoordinatorResult
-from coordinator_server.runtime.runtime import RuntimeConfig
+from coordinator_server.runtime.runtime import RuntimeConfig, WriteDone
+from protocol.errors import InvalidGroupIdError, NotCoordinatorError, RequestTimedOutError
 
 
 async def inline_harness(make_harness: Callable[..., Harness]) -> Harness:
@@ -73,3 +75,55 @@ async def test_a_write_scheduled_by_a_running_operation_waits_its_turn(
     assert order == ["outer starts", "outer ends", "inner"]
     h.commit(0)
     assert await inner[0] == "put b=2"
+
+
+# write(): the answer itself, with no future, when the write is over before it returns.
+
+
+async def test_write_answers_at_once_what_needs_no_append(
+    make_harness: Callable[..., Harness],
+) -> None:
+    h = await inline_harness(make_harness)
+    done = h.runtime.write("read", 0, get_latest("k"))
+    assert isinstance(done, WriteDone)
+    assert (done.response, done.error) == (None, None)
+
+
+async def test_write_answers_a_refusal_at_once(make_harness: Callable[..., Harness]) -> None:
+    h = await inline_harness(make_harness)
+    refused = h.runtime.write("read", 1, get_latest("k"))
+    assert isinstance(refused, WriteDone)
+    assert isinstance(refused.error, NotCoordinatorError)
+
+    def failing(shard: KeyValueShard) -> CoordinatorResult[None]:
+        raise InvalidGroupIdError("bad")
+
+    failed = h.runtime.write("fail", 0, failing)
+    assert isinstance(failed, WriteDone)
+    assert isinstance(failed.error, InvalidGroupIdError)
+
+
+async def test_write_hands_a_future_to_what_waits_for_the_log(
+    make_harness: Callable[..., Harness],
+) -> None:
+    h = await inline_harness(make_harness)
+    written = h.runtime.write("put", 0, put("k", 1))
+    assert isinstance(written, asyncio.Future) and not written.done()
+    # Run at once, but it must wait for the pending put: it parks, and gets a future.
+    behind = h.runtime.write("read", 0, get_latest("k"))
+    assert isinstance(behind, asyncio.Future) and not behind.done()
+    await settle()
+    h.commit(0)
+    assert await written == "put k=1"
+    assert await behind == 1
+
+
+async def test_a_parked_inline_write_still_times_out(make_harness: Callable[..., Harness]) -> None:
+    h = await inline_harness(make_harness)
+    h.runtime.write("put", 0, put("k", 1))
+    behind = h.runtime.write("read", 0, get_latest("k"))
+    assert isinstance(behind, asyncio.Future)
+    await settle()
+    h.clock.advance(h.config.write_timeout_ms + 1)
+    with pytest.raises(RequestTimedOutError):
+        await behind

@@ -3,7 +3,9 @@
 SQLite: appends of 10-record batches per synchronous mode, one at a time and 64 in flight,
 and a load of 100k records. Kafka (a tansu broker started here): appends, a load of 100k
 records from one partition, and 50 partitions loaded at once, empty and holding 100k
-records, with loads in parallel and one at a time.
+records, with loads in parallel and one at a time; then what the broker's CPU spends on a
+ProduceRequest, on each partition's batch in it and on each record (the cost our appends
+put on the broker, which shares a core with the server in `coordinator-server bench`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ sys.path[:0] = [str(TESTS.parent), str(TESTS)]
 
 from kafka_broker import KafkaBroker  # noqa: E402
 
+from coordinator_server.bench.processes import cpu_seconds  # noqa: E402
+from coordinator_server.records import encode_record, new_offset_commit_record  # noqa: E402
 from coordinator_server.storage.kafka import KafkaLog  # noqa: E402
 from coordinator_server.storage.sqlite import SqliteLog  # noqa: E402
 
@@ -116,11 +120,35 @@ async def bench_kafka(bootstrap: str) -> None:
             await reader.close()
 
 
+async def bench_broker_cost(bootstrap: str, broker_pid: int) -> None:
+    log = KafkaLog(bootstrap, "bench-cost", 50, 1)
+    await log.start()
+    # An offset commit record as the server writes it.
+    record = encode_record(
+        new_offset_commit_record("group-123", "topic", 5, 1000, -1, "", 1_764_000_000_000)
+    )
+    shapes = ((1, 1, 2000), (1, 100, 1000), (50, 1, 300), (50, 10, 300))
+    for partitions, records, requests in shapes:
+        before = cpu_seconds(broker_pid)
+        for _ in range(requests):
+            # Appends of one turn of the event loop leave in one ProduceRequest.
+            await asyncio.gather(*(log.append(p, [record] * records) for p in range(partitions)))
+        spent = cpu_seconds(broker_pid) - before
+        print(
+            f"broker CPU, requests of {partitions:2} partitions x {records:3} records: "
+            f"{spent / requests * 1e6:6.0f} us a request, "
+            f"{spent / (requests * partitions) * 1e6:5.1f} us a batch, "
+            f"{spent / (requests * partitions * records) * 1e6:5.2f} us a record"
+        )
+    await log.close()
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as directory:
         asyncio.run(bench_sqlite(Path(directory)))
     with KafkaBroker() as broker:
         asyncio.run(bench_kafka(broker.bootstrap))
+        asyncio.run(bench_broker_cost(broker.bootstrap, broker.pid))
 
 
 if __name__ == "__main__":
