@@ -34,6 +34,8 @@ COMMIT_COLUMNS = [
     "p999_ms",
     "errors",
     "generator_cpu",
+    "server_cpu_us",
+    "broker_cpu_us",
 ]
 HEARTBEAT_COLUMNS = [
     "target",
@@ -45,6 +47,8 @@ HEARTBEAT_COLUMNS = [
     "errors",
     "expired",
     "generator_cpu",
+    "server_cpu_us",
+    "broker_cpu_us",
 ]
 REBALANCE_COLUMNS = ["target", "members", "join_s", "extra_join_s"]
 LOAD_COLUMNS = ["target", "records", "ready_s", "server_load_s", "rss_mb", "loaded_ok"]
@@ -145,10 +149,20 @@ async def _repeat(runs: int, measure: Callable[[int], Awaitable[dict[str, Any]]]
 
 
 async def _targets(env: Environment) -> list[Target]:
-    targets: list[Target] = [await OursTarget.connect(env.ours())]
+    ours = await OursTarget.connect(env.ours())
+    # CPU time per request of the processes started here: ours runs in our server and in
+    # the broker holding its log; the peer (the same broker) in the broker alone.
+    if env.server is not None:
+        ours.watched["server"] = env.server.pid
+    if env.broker is not None:
+        ours.watched["broker"] = env.broker.pid
+    targets: list[Target] = [ours]
     peer = env.peer()
     if peer is not None:
-        targets.append(await PeerTarget.connect(peer))
+        peer_target = await PeerTarget.connect(peer)
+        if env.broker is not None and peer == env.broker.bootstrap:
+            peer_target.watched["broker"] = env.broker.pid
+        targets.append(peer_target)
     return targets
 
 

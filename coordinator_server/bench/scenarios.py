@@ -43,6 +43,11 @@ def loop_row(run: LoopRun, partitions: int = 0) -> dict[str, Any]:
     if result.error_codes:
         row["error_codes"] = {str(code): count for code, count in result.error_codes.items()}
     row["generator_cpu"] = round(run.generator_cpu, 3)
+    # What a request cost the processes the bench started, in CPU time: our server and the
+    # broker share one core, so together they bound the rate.
+    for name, spent in run.process_cpu_s.items():
+        if result.requests:
+            row[f"{name}_cpu_us"] = round(spent / result.requests * 1e6, 1)
     return row
 
 

@@ -31,6 +31,7 @@ from coordinator_server.bench.ours import (
     first_error,
     parse_ours,
 )
+from coordinator_server.bench.processes import cpu_seconds
 from coordinator_server.bench.stats import LoadResult
 
 MEMBER_ID_REQUIRED = 79
@@ -55,11 +56,13 @@ class JoinAnswer:
 
 @dataclass
 class LoopRun:
-    """A measured loop: what it saw, how long it measured, and the generator's CPU share."""
+    """A measured loop: what it saw, how long it measured, the generator's CPU share, and
+    the CPU seconds each watched process (our server, the broker) spent meanwhile."""
 
     result: LoadResult
     seconds: float
     generator_cpu: float
+    process_cpu_s: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -131,20 +134,24 @@ async def _measure(
     stop: Callable[[], list[asyncio.Future[None]]],
     warmup_s: float,
     duration_s: float,
-) -> tuple[float, float]:
-    """Run a loop through warm-up and measurement; (seconds measured, generator CPU share)."""
+    watched: dict[str, int],
+) -> tuple[float, float, dict[str, float]]:
+    """Run a loop through warm-up and measurement; (seconds measured, generator CPU share,
+    CPU seconds of each watched process while measuring)."""
     start()
     await asyncio.sleep(warmup_s)
     set_measuring(True)
     cpu_started = time.process_time()
+    watched_started = {name: cpu_seconds(pid) for name, pid in watched.items()}
     wall_started = time.perf_counter()
     await asyncio.sleep(duration_s)
     set_measuring(False)
     seconds = time.perf_counter() - wall_started
     cpu = time.process_time() - cpu_started
+    spent = {name: cpu_seconds(pid) - watched_started[name] for name, pid in watched.items()}
     waiters = stop()
     await asyncio.wait_for(asyncio.gather(*waiters), 60)
-    return seconds, cpu / seconds
+    return seconds, cpu / seconds, spent
 
 
 async def run_loops(
@@ -157,6 +164,7 @@ async def run_loops(
     connections: int,
     warmup_s: float,
     duration_s: float,
+    watched: dict[str, int],
 ) -> LoopRun:
     """`inflight` requests kept outstanding over `connections` connections of their own."""
     results = [LoadResult() for _ in range(connections)]
@@ -183,14 +191,16 @@ async def run_loops(
                 loop.stop()
             return [loop.done for loop in loops]
 
-        seconds, cpu = await _measure(start, set_measuring, stop, warmup_s, duration_s)
+        seconds, cpu, spent = await _measure(
+            start, set_measuring, stop, warmup_s, duration_s, watched
+        )
     finally:
         for loop in loops:
             loop.close()
     total = LoadResult()
     for result in results:
         total.merge(result)
-    return LoopRun(total, seconds, cpu)
+    return LoopRun(total, seconds, cpu, spent)
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -205,6 +215,8 @@ class OursTarget:
         self.host = host
         self.port = port
         self._connections = connections
+        # Processes whose CPU time the measured loops report (name -> pid).
+        self.watched: dict[str, int] = {}
 
     @classmethod
     async def connect(cls, address: str, connections: int = 8) -> OursTarget:
@@ -289,6 +301,7 @@ class OursTarget:
             connections,
             warmup_s,
             duration_s,
+            self.watched,
         )
 
     async def commit_loop(
@@ -395,6 +408,8 @@ class PeerTarget:
     def __init__(self, host: str, port: int) -> None:
         self.host = host
         self.port = port
+        # Processes whose CPU time the measured loops report (name -> pid).
+        self.watched: dict[str, int] = {}
         self._members: dict[int, Any] = {}
         self._shared: list[Any] = []
         self._opening: dict[int, asyncio.Future[Any]] = {}
@@ -526,6 +541,7 @@ class PeerTarget:
             connections,
             warmup_s,
             duration_s,
+            self.watched,
         )
 
     async def commit_loop(

@@ -25,6 +25,11 @@ def test_commits_against_ours_and_the_peer() -> None:
             assert 0 < row["p50_ms"] <= row["p99_ms"] <= row["p999_ms"]
             assert row["errors"] == 0
             assert 0 < row["generator_cpu"] <= 1.5
+            # The broker started here serves both; only ours runs in our server too.
+            assert row["broker_cpu_us"] > 0
+            assert ("server_cpu_us" in row) == (target == "ours")
+            if target == "ours":
+                assert row["server_cpu_us"] > 0
     ratios = rows_of(document, "commits", "ours/peer")
     assert len(ratios) == 2
     assert all(row["requests_per_s"] > 0 for row in ratios)
