@@ -361,7 +361,7 @@ def _metadata_too_large(metadata: str | None, max_bytes: int) -> bool:
 
 # Answers are values nobody changes once made, and the same few are made again and again (a
 # partition committed without error, a commit of the same partitions as the last one):
-# share them rather than validate a new one each time. A shared response also lets a
+# share them rather than build a new one each time. A shared response also lets a
 # connection reuse the encoding of the last response it sent.
 _ANSWERS_KEPT = 65536
 _partition_answers: dict[tuple[int, ErrorCode], OffsetCommitResponsePartition] = {}
