@@ -282,12 +282,12 @@ class GroupCoordinatorService:
         group_id = request.group_id
         if not group_id:
             return HeartbeatResponse(error_code=ErrorCode.INVALID_GROUP_ID)
-        future = self._runtime.write(
+        outcome = self._runtime.write(
             "classic-group-heartbeat",
             self.partition_for(group_id),
             lambda shard: shard.groups.heartbeat(ctx, request),
         )
-        return _chain(future, _heartbeat_error)
+        return _chain(outcome, _heartbeat_error)
 
     def leave_group(self, request: LeaveGroupRequest, ctx: RequestContext) -> Reply:
         if not request.group_id:
@@ -297,12 +297,12 @@ class GroupCoordinatorService:
             code, message = map_operation_error("leave-group", exc)
             return LeaveGroupResponse(error_code=code, error_message=message)
 
-        future = self._runtime.write(
+        outcome = self._runtime.write(
             "classic-group-leave",
             self.partition_for(request.group_id),
             lambda shard: shard.groups.leave_group(ctx, request),
         )
-        return _chain(future, on_error)
+        return _chain(outcome, on_error)
 
     # Offsets.
 
@@ -315,12 +315,12 @@ class GroupCoordinatorService:
             code, _ = map_operation_error("commit-offset", exc)
             return commit_error_response(request, code)
 
-        future = self._runtime.write(
+        outcome = self._runtime.write(
             "commit-offset",
             self.partition_for(group_id),
             lambda shard: shard.offsets.commit_offset(request, ctx),
         )
-        return _chain(future, on_error)
+        return _chain(outcome, on_error)
 
     def offset_fetch(self, request: OffsetFetchRequest, ctx: RequestContext) -> Reply:
         loop = asyncio.get_running_loop()
