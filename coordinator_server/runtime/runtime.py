@@ -952,7 +952,62 @@ class CoordinatorRuntime(Generic[S]):
         context = self._contexts.get(partition)
         if context is None or context.state is not CoordinatorState.ACTIVE:
             return WriteDone(None, self._not_active_error(partition, context))
+        if (
+            not context.queue
+            and not context.running
+            and self._config.run_when_idle
+            and not self._closing
+        ):
+            return self._write_now(context, name, op, timeout_ms)
         return self._enqueue_write(context, name, op, None, timeout_ms)
+
+    def _write_now(
+        self,
+        context: _PartitionContext,
+        name: str,
+        op: Callable[[S], CoordinatorResult[T]],
+        timeout_ms: int | None,
+    ) -> WriteDone[T] | asyncio.Future[T]:
+        """Run a write on an idle partition now (see run_when_idle). One whose result needs
+        nothing more than its answer, with nothing pending before it (a heartbeat), is
+        answered without the event and the outcome the others go through."""
+        context.running = True
+        context.inline = True
+        try:
+            self._observer.event_queued(0.0)
+            try:
+                result = op(cast(S, context.shard))
+            except ApiError as error:
+                return WriteDone(None, error)
+            except Exception as error:
+                self._log.exception("partition=%d write %s failed", context.partition, name)
+                return WriteDone(None, UnknownServerError(f"{name} failed: {error!r}"))
+            if (
+                not result.records
+                and result.encoded is None
+                and not result.updates
+                and not result.park
+                and not result.completions
+            ):
+                batch = context.open_batch
+                pending_end = context.last_written_offset if batch is None else batch.next_offset
+                if pending_end <= context.last_committed_offset:
+                    return WriteDone(result.response, None)
+            outcome = _InlineOutcome()
+            timeout = self._config.write_timeout_ms if timeout_ms is None else timeout_ms
+            event = _WriteEvent(name, op, outcome, timeout)
+            try:
+                self._apply_result(context, event, result)
+            except Exception as error:
+                self._log.exception("partition=%d write %s failed", context.partition, name)
+                event.fail(UnknownServerError(f"internal error: {error!r}"))
+        finally:
+            context.running = False
+            context.inline = False
+        if outcome.finished:
+            return WriteDone(outcome.response, outcome.error)
+        # Waiting for the log: from here on its caller waits on a future.
+        return outcome.attach(asyncio.get_running_loop())
 
     def _enqueue_write(
         self,
@@ -962,8 +1017,8 @@ class CoordinatorRuntime(Generic[S]):
         future: asyncio.Future[T] | None,
         timeout_ms: int | None,
     ) -> WriteDone[T] | asyncio.Future[T]:
-        """Run or queue the write. With `future` None, a write over before this returns
-        is answered with WriteDone, any other with a new future."""
+        """Run or queue the write; with `future` None (a write `write` did not run at once),
+        its caller gets a new future."""
         partition = context.partition
         refusal: ApiError | None = None
         queue = context.queue
@@ -978,28 +1033,20 @@ class CoordinatorRuntime(Generic[S]):
                 return WriteDone(None, refusal)
             future.set_exception(refusal)
             return future
+        if future is None:
+            future = asyncio.get_running_loop().create_future()
         timeout = self._config.write_timeout_ms if timeout_ms is None else timeout_ms
+        event = _WriteEvent(name, op, future, timeout)
         if not queue and not context.running and self._config.run_when_idle:
             # Nothing queued and nothing running: the drain task would run this event next
             # anyway, so run it now and spare the queue, the wake-up and a loop iteration. A
             # write that needs no append then completes before this returns.
-            outcome = _InlineOutcome() if future is None else future
-            event = _WriteEvent(name, op, outcome, timeout)
             context.inline = True
             try:
                 self._run_event(context, event)
             finally:
                 context.inline = False
-            if future is not None:
-                return future
-            assert isinstance(outcome, _InlineOutcome)
-            if outcome.finished:
-                return WriteDone(outcome.response, outcome.error)
-            # Parked until its records commit: from here on its caller waits on a future.
-            return outcome.attach(asyncio.get_running_loop())
-        if future is None:
-            future = asyncio.get_running_loop().create_future()
-        event = _WriteEvent(name, op, future, timeout)
+            return future
         event.queued_at = time.perf_counter()
         queue.append(event)
         wakeup = context.wakeup
@@ -1154,9 +1201,24 @@ class CoordinatorRuntime(Generic[S]):
         if context.state is not CoordinatorState.ACTIVE:
             future.set_exception(self._not_active_error(context.partition, context))
             return
+        try:
+            result = event.op(context.shard)
+        except ApiError as error:
+            future.set_exception(error)
+            return
+        except Exception as error:
+            self._log.exception("partition=%d write %s failed", context.partition, event.name)
+            future.set_exception(UnknownServerError(f"{event.name} failed: {error!r}"))
+            return
+        self._apply_result(context, event, result)
+
+    def _apply_result(
+        self, context: _PartitionContext, event: _WriteEvent, result: CoordinatorResult[Any]
+    ) -> None:
+        """Carry out what a write operation returned: its records, updates and answer."""
+        future = event.future
         shard = cast(CoordinatorShard, context.shard)
         try:
-            result = event.op(shard)
             encoded = result.encoded
             replay: EncodedReplay | None
             if encoded is not None:

@@ -127,3 +127,17 @@ async def test_a_parked_inline_write_still_times_out(make_harness: Callable[...,
     h.clock.advance(h.config.write_timeout_ms + 1)
     with pytest.raises(RequestTimedOutError):
         await behind
+
+
+async def test_write_applies_the_updates_of_a_write_run_at_once(
+    make_harness: Callable[..., Harness],
+) -> None:
+    h = await inline_harness(make_harness)
+
+    def update(shard: KeyValueShard) -> CoordinatorResult[str]:
+        return CoordinatorResult(updates=[("set", "transient", 5)], response="done")
+
+    done = h.runtime.write("update", 0, update)
+    assert isinstance(done, WriteDone)
+    assert done.response == "done"
+    assert h.shard(0).latest() == {"transient": 5}
