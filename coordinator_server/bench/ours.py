@@ -12,7 +12,7 @@ import itertools
 import struct
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import msgpack
 
@@ -82,7 +82,7 @@ class WireConnection(asyncio.Protocol):
         return protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         for future in self._pending.values():
@@ -182,7 +182,7 @@ class ClosedLoop(asyncio.Protocol):
         return loop
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.done.done():
