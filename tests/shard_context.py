@@ -79,6 +79,13 @@ class MockTimer:
         if key not in self._timeouts:
             self.schedule(key, delay_ms, operation)
 
+    def reschedule(self, key: str, delay_ms: int) -> bool:
+        timeout = self._timeouts.get(key)
+        if timeout is None:
+            return False
+        self.schedule(key, delay_ms, timeout.operation)
+        return True
+
     def cancel(self, key: str) -> None:
         self._timeouts.pop(key, None)
 

@@ -662,11 +662,12 @@ class GroupMetadataManager:
     # Timers.
 
     def _reschedule_heartbeat(self, group_id: str, member_id: str, timeout_ms: int) -> None:
-        self._timer.schedule(
-            classic_group_heartbeat_key(group_id, member_id),
-            timeout_ms,
-            lambda: self._expire_member_heartbeat(group_id, member_id),
-        )
+        key = classic_group_heartbeat_key(group_id, member_id)
+        # Every timer of this key expires this member, so an armed one only needs moving.
+        if not self._timer.reschedule(key, timeout_ms):
+            self._timer.schedule(
+                key, timeout_ms, lambda: self._expire_member_heartbeat(group_id, member_id)
+            )
 
     def reschedule_member_heartbeat(self, group_id: str, member_id: str) -> None:
         """Re-arm a member's session timer (a heartbeat, a SyncGroup or a commit)."""

@@ -155,6 +155,16 @@ class CoordinatorTimer(Protocol):
         """Like `schedule`, but leaves an armed timer of the same key alone."""
         ...
 
+    def reschedule(self, key: str, delay_ms: int) -> bool:
+        """Move the armed timer of `key` to fire `delay_ms` from now, keeping its operation
+        and retry settings. False, with nothing changed, when no timer of `key` is armed
+        (none, or it has fired and its operation is queued): then `schedule` is needed.
+
+        A session timer is pushed back on every heartbeat; this spares building an
+        operation that would be the same as the one the timer holds.
+        """
+        ...
+
     def cancel(self, key: str) -> None: ...
 
     def is_scheduled(self, key: str) -> bool: ...

@@ -561,6 +561,19 @@ class _PartitionTimer:
         self._tasks[key] = task
         task.handle = self._clock.call_later(delay_ms, lambda: self._expire(task))
 
+    def reschedule(self, key: str, delay_ms: int) -> bool:
+        task = self._tasks.get(key)
+        if task is None or task.fired or task.handle is None or self._closed:
+            return False
+        due_ms = self._clock.now_ms() + max(delay_ms, 0)
+        if task.due_ms > due_ms:
+            # Sooner than armed: the callback must be armed again.
+            task.handle.cancel()
+            task.handle = self._clock.call_later(delay_ms, lambda: self._expire(task))
+        # Later: the armed callback arms itself again for the rest when it runs.
+        task.due_ms = due_ms
+        return True
+
     def schedule_if_absent(
         self,
         key: str,
@@ -677,6 +690,7 @@ class _PartitionContext:
         "last_committed_offset",
         "last_written_offset",
         "load_task",
+        "loop",
         "open_batch",
         "parked_callers",
         "partition",
@@ -692,8 +706,11 @@ class _PartitionContext:
         "wakeup",
     )
 
-    def __init__(self, partition: int) -> None:
+    def __init__(self, partition: int, loop: asyncio.AbstractEventLoop) -> None:
         self.partition = partition
+        # Kept because asyncio.get_running_loop() costs a getpid() system call each time,
+        # and writes need the loop on their busiest paths.
+        self.loop = loop
         self.state = CoordinatorState.INITIAL
         self.epoch = -1
         # Bumped whenever the shard is thrown away, so that loads and appends started for
@@ -790,9 +807,9 @@ class CoordinatorRuntime(Generic[S]):
             raise NotCoordinatorError("the coordinator runtime is closed")
         context = self._contexts.get(partition)
         if context is None:
-            context = _PartitionContext(partition)
+            context = _PartitionContext(partition, asyncio.get_running_loop())
             self._contexts[partition] = context
-            context.drain_task = asyncio.get_running_loop().create_task(
+            context.drain_task = context.loop.create_task(
                 self._drain(context), name=f"coordinator-partition-{partition}"
             )
         if epoch <= context.epoch:
@@ -1007,7 +1024,7 @@ class CoordinatorRuntime(Generic[S]):
         if outcome.finished:
             return WriteDone(outcome.response, outcome.error)
         # Waiting for the log: from here on its caller waits on a future.
-        return outcome.attach(asyncio.get_running_loop())
+        return outcome.attach(context.loop)
 
     def _enqueue_write(
         self,
@@ -1034,7 +1051,7 @@ class CoordinatorRuntime(Generic[S]):
             future.set_exception(refusal)
             return future
         if future is None:
-            future = asyncio.get_running_loop().create_future()
+            future = context.loop.create_future()
         timeout = self._config.write_timeout_ms if timeout_ms is None else timeout_ms
         event = _WriteEvent(name, op, future, timeout)
         if not queue and not context.running and self._config.run_when_idle:
@@ -1438,7 +1455,7 @@ class CoordinatorRuntime(Generic[S]):
                 # Run outside the queue (see _enqueue_write): the writes that arrive in this
                 # turn of the event loop run inline too and join the batch; it flushes once
                 # they are done, when the flush event queued at the end of the turn runs.
-                asyncio.get_running_loop().call_soon(self._queue_flush, context, batch.epoch)
+                context.loop.call_soon(self._queue_flush, context, batch.epoch)
             else:
                 self._queue_flush(context, batch.epoch)
         elif linger_ms > 0:

@@ -58,6 +58,9 @@ class CoordinatorConnection(asyncio.Protocol):
         self._state = state
         self._decoder = FrameDecoder(state.config.max_frame_bytes)
         self._transport: asyncio.Transport | None = None
+        # Kept because asyncio.get_running_loop() costs a getpid() system call each time.
+        # The listener makes connections on its loop.
+        self._loop = asyncio.get_running_loop()
         self._peer = "?"
         self._client_host = "/"
         self._context = RequestContext("", "/")
@@ -257,7 +260,7 @@ class CoordinatorConnection(asyncio.Protocol):
         self._outgoing.append(response_frame_of(header.correlation_id, encoded))
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+            self._loop.call_soon(self._flush)
 
     def _respond(self, header: RequestHeader, body: dict[str, object], started: float) -> None:
         self._state.metrics.request_done(
@@ -268,7 +271,7 @@ class CoordinatorConnection(asyncio.Protocol):
         self._outgoing.append(encode_frame(encode_response(header.correlation_id, body)))
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+            self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_scheduled = False

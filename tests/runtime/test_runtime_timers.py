@@ -84,6 +84,39 @@ async def test_schedule_if_absent_leaves_an_armed_timer_alone(harness: Harness) 
     assert fired == ["first=1", "third=3"]
 
 
+async def test_reschedule_moves_an_armed_timer_and_keeps_its_operation(
+    harness: Harness,
+) -> None:
+    fired: list[str] = []
+    timer(harness).schedule("k", 100, writes("k", 1, fired))
+    harness.clock.advance(60)
+    # Later than armed: it does not fire at its first deadline.
+    assert timer(harness).reschedule("k", 100)
+    harness.clock.advance(99)
+    await settle()
+    assert fired == []
+    # Sooner than armed: it fires at the new deadline, not the old one.
+    assert timer(harness).reschedule("k", 10)
+    harness.clock.advance(10)
+    await settle()
+    assert fired == ["k=1"]
+    assert timer(harness).size() == 0
+
+
+async def test_reschedule_of_a_timer_that_is_not_armed_changes_nothing(
+    harness: Harness,
+) -> None:
+    fired: list[str] = []
+    assert not timer(harness).reschedule("absent", 10)
+    assert not timer(harness).is_scheduled("absent")
+    timer(harness).schedule("k", 100, writes("k", 1, fired))
+    harness.clock.advance(100)
+    # Fired, its operation queued: moving it would be too late, so it takes a schedule.
+    assert not timer(harness).reschedule("k", 100)
+    await settle()
+    assert fired == ["k=1"]
+
+
 async def test_a_cancelled_timer_never_fires(harness: Harness) -> None:
     fired: list[str] = []
     timer(harness).schedule("k", 100, writes("k", 1, fired))
