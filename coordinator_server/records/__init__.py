@@ -343,6 +343,10 @@ _COMMIT_TIMES_KEPT = 4096
 _commit_times: dict[int, int] = {}
 
 
+_decode_commit_key = msgspec.msgpack.Decoder(tuple[int, int, str, str, int]).decode
+_decode_commit_value = msgspec.msgpack.Decoder(tuple[int, int, int, str, int, int | None]).decode
+
+
 def decode_offset_commit(
     key: bytes, value: bytes | None
 ) -> tuple[str, str, int, OffsetCommitValue | None] | None:
@@ -351,8 +355,44 @@ def decode_offset_commit(
 
     Offset commits are nearly every record of a log: this decodes them with the checks
     inline, without the key and record objects (a load of a million records spends most of
-    its time decoding). `decode_record` is the general path, with its errors.
+    its time decoding). Records of exactly the shape this version writes are decoded and
+    checked by typed decoders, in C; any other (another record type, more fields from a
+    later version, a malformed one) goes through `_decode_offset_commit_fields`, which
+    decides the same for those. `decode_record` is the general path, with its errors.
     """
+    try:
+        record_type, version, group, topic, partition = _decode_commit_key(key)
+        fields = None if value is None else _decode_commit_value(value)
+    except msgspec.DecodeError:
+        return _decode_offset_commit_fields(key, value)
+    if record_type != _OFFSET_COMMIT_TYPE or version < 0:
+        return None
+    if fields is None:
+        return group, topic, partition, None
+    _, offset, leader_epoch, metadata, commit_ts, expire_ts = fields
+    return (
+        group,
+        topic,
+        partition,
+        OffsetCommitValue(offset, leader_epoch, metadata, _shared_time(commit_ts), expire_ts),
+    )
+
+
+def _shared_time(commit_ts: int) -> int:
+    """The offsets of one commit share its timestamp: one int object for them all rather
+    than one each (32 bytes an offset, loaded or not)."""
+    shared_ts = _commit_times.get(commit_ts)
+    if shared_ts is None:
+        if len(_commit_times) >= _COMMIT_TIMES_KEPT:
+            _commit_times.clear()
+        shared_ts = _commit_times[commit_ts] = commit_ts
+    return shared_ts
+
+
+def _decode_offset_commit_fields(
+    key: bytes, value: bytes | None
+) -> tuple[str, str, int, OffsetCommitValue | None] | None:
+    """`decode_offset_commit` of a record of any shape, field by field."""
     unpack = _decode
     try:
         fields = unpack(key)
@@ -384,18 +424,11 @@ def decode_offset_commit(
         and (expire_ts is None or type(expire_ts) is int)
     ):
         return None
-    # The offsets of one commit share its timestamp: one int object for them all rather
-    # than one each (32 bytes an offset, loaded or not).
-    shared_ts = _commit_times.get(commit_ts)
-    if shared_ts is None:
-        if len(_commit_times) >= _COMMIT_TIMES_KEPT:
-            _commit_times.clear()
-        shared_ts = _commit_times[commit_ts] = commit_ts
     return (
         group,
         topic,
         partition,
-        OffsetCommitValue(offset, leader_epoch, metadata, shared_ts, expire_ts),
+        OffsetCommitValue(offset, leader_epoch, metadata, _shared_time(commit_ts), expire_ts),
     )
 
 

@@ -202,3 +202,57 @@ def test_encoded_offset_commits_are_the_bytes_of_their_records(
     ]
     assert encoded == [encode_record(record) for record in records]
     assert [decode_record(key, value) for key, value in encoded] == records
+
+
+# Values a record's fields may hold, right or wrong: msgpack's types (bool apart from int,
+# str apart from bin) and integers on both sides of msgpack's widths.
+field_values = st.one_of(
+    st.integers(-(2**63), 2**64 - 1),
+    st.sampled_from([0, 1, 2, -1, True, False, None, 2**63, -(2**63) - 0]),
+    st.text(max_size=4),
+    st.binary(max_size=4),
+    st.floats(allow_nan=False),
+)
+commit_keys = st.one_of(
+    st.tuples(st.sampled_from([1, 0, 2, True]), field_values, texts, texts, field_values).map(list),
+    st.lists(field_values, max_size=7),
+    st.builds(
+        lambda k, extra: [*k, *extra],
+        st.tuples(st.just(1), st.just(0), texts, texts, st.integers(0, 9)).map(list),
+        st.lists(field_values, min_size=1, max_size=2),
+    ),
+)
+commit_values = st.one_of(
+    st.none(),
+    st.tuples(
+        st.integers(0, 3), field_values, field_values, field_values, field_values, field_values
+    ).map(list),
+    st.lists(field_values, max_size=8),
+    st.builds(
+        lambda v, extra: [*v, *extra],
+        st.tuples(
+            st.just(0),
+            st.integers(-(2**63), 2**63 - 1),
+            st.integers(-(2**31), 2**31 - 1),
+            texts,
+            st.integers(0, 2**40),
+            st.none(),
+        ).map(list),
+        st.lists(field_values, min_size=1, max_size=2),
+    ),
+)
+
+
+@given(commit_keys, commit_values)
+def test_offset_commits_of_any_shape_decode_as_field_by_field(
+    key: list[object], value: list[object] | None
+) -> None:
+    import msgpack
+
+    from coordinator_server.records import _decode_offset_commit_fields, decode_offset_commit
+
+    raw_key = msgpack.packb(key)
+    raw_value = None if value is None else msgpack.packb(value)
+    assert decode_offset_commit(raw_key, raw_value) == _decode_offset_commit_fields(
+        raw_key, raw_value
+    )
