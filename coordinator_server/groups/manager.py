@@ -886,20 +886,23 @@ class GroupMetadataManager:
             return _heartbeat(ErrorCode.UNKNOWN_MEMBER_ID)
         if group.state is DEAD:
             return _heartbeat(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        error = group.validate_member(request.member_id, request.group_instance_id)
-        if error is not None:
-            return _heartbeat(error.code)
+        # A dynamic member of the group (nearly every heartbeat) needs no more checking here.
+        member = group.members.get(request.member_id) if request.group_instance_id is None else None
+        if member is None:
+            error = group.validate_member(request.member_id, request.group_instance_id)
+            if error is not None:
+                return _heartbeat(error.code)
+            member = group.member(request.member_id)
         if request.generation_id != group.generation_id:
             return _heartbeat(ErrorCode.ILLEGAL_GENERATION)
         if group.state is EMPTY:
             return _heartbeat(ErrorCode.UNKNOWN_MEMBER_ID)
-        member = group.member(request.member_id)
         self._reschedule_heartbeat(group_id, member.member_id, member.session_timeout_ms)
         if group.state is PREPARING_REBALANCE:
             return _heartbeat(ErrorCode.REBALANCE_IN_PROGRESS)
         # CompletingRebalance too: a member may heartbeat as soon as it has its JoinGroup
         # answer, before the leader's assignment arrives.
-        return _heartbeat(ErrorCode.NONE)
+        return _HEARTBEAT_ANSWERED
 
     # LeaveGroup.
 
@@ -1196,3 +1199,6 @@ def _heartbeat(code: ErrorCode) -> CoordinatorResult[HeartbeatResponse]:
             response=HeartbeatResponse(error_code=code)
         )
     return result
+
+
+_HEARTBEAT_ANSWERED = _heartbeat(ErrorCode.NONE)
