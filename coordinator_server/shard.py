@@ -32,6 +32,9 @@ from protocol.messages import DeleteGroupsResponseResult
 
 GROUP_EXPIRATION_KEY = "expire-group-metadata"
 
+LOAD_RUN_LIMIT = 1024
+"""Offset commits a load holds before replaying them (see EncodedReplay)."""
+
 
 @dataclass(frozen=True, slots=True)
 class ShardConfig:
@@ -68,15 +71,9 @@ class GroupCoordinatorShard:
         else:
             raise ValueError(f"unknown record key {key!r} at offset {offset}")
 
-    def replay_encoded(self, offset: int, key: bytes, value: bytes | None) -> None:
-        """`replay` of a record as the log holds it (the runtime's sink while loading):
-        offset commits skip the record and key objects that `decode_record` builds."""
-        commit = decode_offset_commit(key, value)
-        if commit is None:
-            self.replay(offset, decode_record(key, value))
-            return
-        group, topic, partition, commit_value = commit
-        self.offsets.replay_commit(group, topic, partition, commit_value)
+    def encoded_replay(self) -> EncodedReplay:
+        """The sink of a load: records as the log holds them (see EncodedReplay)."""
+        return EncodedReplay(self)
 
     def apply(self, update: object) -> None:
         if type(update) is ClassicGroupUpdate:
@@ -130,3 +127,50 @@ class GroupCoordinatorShard:
             retry=True,
             retry_backoff_ms=interval_ms,
         )
+
+
+class EncodedReplay:
+    """A load's sink: `replay` of records as the log holds them, offset commits decoded
+    without the key and record objects that `decode_record` builds.
+
+    An OffsetCommit writes one record per partition, one after the other, so a log is runs
+    of one group's commits: a run is held (up to LOAD_RUN_LIMIT records) and replayed in
+    one go, like the live write that made it. Any other record replays what is held first,
+    so the state sees every record in log order. `close` replays the rest: the runtime calls
+    it when the load has read everything, before the partition becomes ACTIVE.
+    """
+
+    __slots__ = ("_commits", "_group", "_offsets", "_shard", "_topic", "_topic_name")
+
+    def __init__(self, shard: GroupCoordinatorShard) -> None:
+        self._shard = shard
+        self._offsets = shard.offsets
+        self._group = ""
+        self._commits: list[tuple[tuple[str, int], OffsetCommitValue]] = []
+        self._topic = ""
+        self._topic_name = ""
+
+    def __call__(self, offset: int, key: bytes, value: bytes | None) -> None:
+        commit = decode_offset_commit(key, value)
+        if commit is not None:
+            group, topic, partition, commit_value = commit
+            if commit_value is not None:
+                if group != self._group or len(self._commits) >= LOAD_RUN_LIMIT:
+                    self.close()
+                    self._group = group
+                if topic != self._topic:
+                    self._topic = topic
+                    self._topic_name = self._offsets.topic_name(topic)
+                self._commits.append(((self._topic_name, partition), commit_value))
+                return
+            self.close()
+            self._offsets.replay_commit(group, topic, partition, None)
+            return
+        self.close()
+        self._shard.replay(offset, decode_record(key, value))
+
+    def close(self) -> None:
+        commits = self._commits
+        if commits:
+            self._commits = []
+            self._offsets.replay_commits(self._group, commits)

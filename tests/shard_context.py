@@ -265,8 +265,10 @@ class ShardTestContext:
         self._build()
         self.registry.set_tracking(False)
         # The runtime's load hands the shard the records as the log holds them.
+        sink = self.shard.encoded_replay()
         for offset, (key, value) in enumerate(self.log):
-            self.shard.replay_encoded(offset, key, value)
+            sink(offset, key, value)
+        sink.close()
         self.registry.reset(self.end_offset)
         self.registry.set_tracking(True)
         self.shard.on_loaded()

@@ -141,7 +141,7 @@ class OffsetMetadataManager:
         self._groups.metrics.offset_commits += len(commits)
 
         def replay(offset: int, start: int, stop: int) -> None:
-            self._replay_commits(
+            self.replay_commits(
                 group_id, commits if start == 0 and stop == len(commits) else commits[start:stop]
             )
 
@@ -224,11 +224,17 @@ class OffsetMetadataManager:
         # one per offset (a million loaded offsets take tens of MB less).
         offsets[(self._topic_names.setdefault(topic, topic), partition)] = value
 
-    def _replay_commits(
+    def topic_name(self, topic: str) -> str:
+        """The str the offsets hold for a topic name equal to `topic` (see replay_commit):
+        what the keys given to `replay_commits` are made of."""
+        return self._topic_names.setdefault(topic, topic)
+
+    def replay_commits(
         self, group: str, commits: list[tuple[TopicPartition, OffsetCommitValue]]
     ) -> None:
         """`replay_commit` of each of a group's commits, in order, in one go: what the
-        replay of an OffsetCommit's encoded records does."""
+        replay of an OffsetCommit's encoded records does, and a load of a run of one group's
+        commits. Topic names are `topic_name`'s."""
         if self._maybe_empty:
             self._prune()
         self._groups.ensure_simple_group(group)

@@ -110,6 +110,31 @@ class RuntimeObserver(Protocol):
     def partition_loaded(self, seconds: float, records: int) -> None: ...
 
 
+class LoadReplay(Protocol):
+    """Where a load hands the records of the log, as the log holds them: a shard that has
+    `encoded_replay()` returns one (GroupCoordinatorShard's decodes offset commits its own
+    way). It may hold records back; `close` replays them, before the partition is ACTIVE."""
+
+    def __call__(self, offset: int, key: bytes, value: bytes | None) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class _DecodingReplay:
+    """The LoadReplay of a shard without its own: a record object each, replayed at once."""
+
+    __slots__ = ("_shard",)
+
+    def __init__(self, shard: CoordinatorShard) -> None:
+        self._shard = shard
+
+    def __call__(self, offset: int, key: bytes, value: bytes | None) -> None:
+        self._shard.replay(offset, decode_record(key, value))
+
+    def close(self) -> None:
+        pass
+
+
 class _NoObserver:
     def batch_appended(self, records: int, size_bytes: int, seconds: float) -> None:
         pass
@@ -1734,16 +1759,15 @@ class CoordinatorRuntime(Generic[S]):
         # Loaded records are committed already, so they need no history to revert to.
         registry.set_tracking(False)
 
-        def replay(offset: int, key: bytes, value: bytes | None) -> None:
-            shard.replay(offset, decode_record(key, value))
-
         # A shard may take records as the log holds them and decode them its own way,
         # cheaper than a record object each (GroupCoordinatorShard does, for offsets).
-        sink = getattr(shard, "replay_encoded", None) or replay
+        encoded_replay: Callable[[], LoadReplay] | None = getattr(shard, "encoded_replay", None)
+        sink = _DecodingReplay(shard) if encoded_replay is None else encoded_replay()
 
         started = time.perf_counter()
         try:
             summary = await self._loader.load(partition, sink)
+            sink.close()
         except asyncio.CancelledError:
             raise
         except Exception:

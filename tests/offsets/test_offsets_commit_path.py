@@ -222,7 +222,7 @@ def test_live_commits_and_a_load_of_their_log_build_the_same_state(
 
     live_groups = groups_of(ctx.shard)
     assert set(live_groups) == {group for group, _, _ in latest}
-    # A load through the runtime's sink (replay_encoded)...
+    # A load through the shard's own sink (encoded_replay)...
     ctx.reload()
     assert state_of(ctx.shard) == latest
     assert groups_of(ctx.shard) == live_groups
@@ -279,3 +279,35 @@ def test_offsets_of_every_group_share_one_string_per_topic_name() -> None:
     ctx.reload()
     first, second = topic_names(ctx.shard)
     assert first is second
+
+
+def test_a_load_holds_a_bounded_run_of_a_group_s_commits_and_replays_all_of_it() -> None:
+    from coordinator_server.records import new_offset_commit_tombstone_record
+    from coordinator_server.shard import LOAD_RUN_LIMIT
+
+    ctx = ShardTestContext(CONFIG)
+    ctx.registry.set_tracking(False)
+    count = 2 * LOAD_RUN_LIMIT + 7
+    records = [
+        encode_record(
+            CoordinatorRecord(
+                OffsetCommitKey("g1", f"t{p % 3}", p), OffsetCommitValue(p, -1, "", 5)
+            )
+        )
+        for p in range(count)
+    ]
+    # A tombstone in the middle of the run replays after what came before it.
+    records.insert(10, encode_record(new_offset_commit_tombstone_record("g1", "t1", 1)))
+    sink = ctx.shard.encoded_replay()
+    for offset, (key, value) in enumerate(records):
+        sink(offset, key, value)
+        assert len(sink._commits) <= LOAD_RUN_LIMIT
+    sink.close()
+    state = state_of(ctx.shard)
+    assert len(state) == count - 1
+    assert ("g1", "t1", 1) not in state
+    last = count - 1
+    assert state[("g1", f"t{last % 3}", last)] == OffsetCommitValue(last, -1, "", 5)
+    # Loaded topic names are shared strs, as live commits make them.
+    names = {id(topic) for (_, topic, _) in state}
+    assert len(names) == 3
