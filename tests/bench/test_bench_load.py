@@ -6,6 +6,8 @@ import pytest
 from bench_support import assert_common_shape, run_bench
 from kafka_broker import KafkaBroker
 
+from coordinator_server.bench.processes import port_accepts_connections
+
 pytestmark = pytest.mark.kafka
 
 
@@ -26,3 +28,39 @@ def test_load_of_a_small_log(kafka_broker: KafkaBroker) -> None:
     assert row["loaded_ok"] is True
     assert 0 < row["server_load_s"] <= row["ready_s"]
     assert row["rss_mb"] > 0
+
+
+def test_the_load_gets_a_broker_of_its_own_when_the_bench_starts_brokers() -> None:
+    import argparse
+
+    from coordinator_server.bench.runner import Environment
+
+    given = Environment(
+        argparse.Namespace(
+            bootstrap_servers="127.0.0.1:9",
+            no_pin=True,
+            server_cpu=0,
+            bootstrap=None,
+            peer_bootstrap=None,
+        )
+    )
+    with given.broker_of_its_own() as bootstrap:
+        assert bootstrap == "127.0.0.1:9"
+    assert given.broker is None
+
+    started = Environment(
+        argparse.Namespace(
+            bootstrap_servers=None, no_pin=True, server_cpu=0, bootstrap=None, peer_bootstrap=None
+        )
+    )
+    try:
+        shared = started.kafka()
+        with started.broker_of_its_own() as own:
+            assert own != shared
+            port = int(own.rsplit(":", 1)[1])
+            assert port_accepts_connections(port)
+        # Stopped once the scenario is done; the shared broker runs on.
+        assert not port_accepts_connections(port)
+        assert port_accepts_connections(int(shared.rsplit(":", 1)[1]))
+    finally:
+        started.close()
