@@ -44,7 +44,8 @@ PENDING_OBSERVATIONS = 1024
 class Histogram:
     """Bucket counts and a sum. An observation is a list append: observations are put in
     their buckets in bulk, when `PENDING_OBSERVATIONS` are waiting or when the histogram is
-    read, because bucketing each one as it came cost a heartbeat a twentieth of its time."""
+    read: bucketing each one as it came, with the request counters, was a fifth of a
+    heartbeat's time in process."""
 
     __slots__ = ("_count", "_counts", "_pending", "_total", "bounds")
 

@@ -33,7 +33,7 @@ from protocol.messages import DeleteGroupsResponseResult
 GROUP_EXPIRATION_KEY = "expire-group-metadata"
 
 LOAD_RUN_LIMIT = 1024
-"""Offset commits a load holds before replaying them (see EncodedReplay)."""
+"""Offset commits a load holds before replaying them (see GroupLoadReplay)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,9 +71,9 @@ class GroupCoordinatorShard:
         else:
             raise ValueError(f"unknown record key {key!r} at offset {offset}")
 
-    def encoded_replay(self) -> EncodedReplay:
-        """The sink of a load: records as the log holds them (see EncodedReplay)."""
-        return EncodedReplay(self)
+    def load_replay(self) -> GroupLoadReplay:
+        """Where a load hands the records of the log (see GroupLoadReplay)."""
+        return GroupLoadReplay(self)
 
     def apply(self, update: object) -> None:
         if type(update) is ClassicGroupUpdate:
@@ -129,8 +129,8 @@ class GroupCoordinatorShard:
         )
 
 
-class EncodedReplay:
-    """A load's sink: `replay` of records as the log holds them, offset commits decoded
+class GroupLoadReplay:
+    """The shard's LoadReplay: `replay` of records as the log holds them, offset commits decoded
     without the key and record objects that `decode_record` builds.
 
     An OffsetCommit writes one record per partition, one after the other, so a log is runs

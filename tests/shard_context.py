@@ -265,7 +265,7 @@ class ShardTestContext:
         self._build()
         self.registry.set_tracking(False)
         # The runtime's load hands the shard the records as the log holds them.
-        sink = self.shard.encoded_replay()
+        sink = self.shard.load_replay()
         for offset, (key, value) in enumerate(self.log):
             sink(offset, key, value)
         sink.close()

@@ -182,6 +182,17 @@ class ShardContext:
     snapshot_registry: SnapshotRegistry = field(default_factory=SnapshotRegistry)
 
 
+class LoadReplay(Protocol):
+    """Where a load hands a partition's records, as the log holds them. A shard with a
+    `load_replay()` method makes its own (GroupCoordinatorShard's decodes offset commits its
+    own way); others get one that replays a record object each. It may hold records back:
+    `close` replays them, and the runtime calls it before the partition becomes ACTIVE."""
+
+    def __call__(self, offset: int, key: bytes, value: bytes | None) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class CoordinatorShard(Protocol):
     """A partition's state machine, as the runtime drives it."""
 

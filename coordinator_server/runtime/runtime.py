@@ -72,6 +72,7 @@ from coordinator_server.runtime.api import (
     CoordinatorResult,
     CoordinatorShard,
     EncodedReplay,
+    LoadReplay,
     ResponseHandle,
     ShardBuilder,
     ShardContext,
@@ -108,16 +109,6 @@ class RuntimeObserver(Protocol):
     def event_queued(self, seconds: float) -> None: ...
 
     def partition_loaded(self, seconds: float, records: int) -> None: ...
-
-
-class LoadReplay(Protocol):
-    """Where a load hands the records of the log, as the log holds them: a shard that has
-    `encoded_replay()` returns one (GroupCoordinatorShard's decodes offset commits its own
-    way). It may hold records back; `close` replays them, before the partition is ACTIVE."""
-
-    def __call__(self, offset: int, key: bytes, value: bytes | None) -> None: ...
-
-    def close(self) -> None: ...
 
 
 class _DecodingReplay:
@@ -1761,8 +1752,8 @@ class CoordinatorRuntime(Generic[S]):
 
         # A shard may take records as the log holds them and decode them its own way,
         # cheaper than a record object each (GroupCoordinatorShard does, for offsets).
-        encoded_replay: Callable[[], LoadReplay] | None = getattr(shard, "encoded_replay", None)
-        sink = _DecodingReplay(shard) if encoded_replay is None else encoded_replay()
+        load_replay: Callable[[], LoadReplay] | None = getattr(shard, "load_replay", None)
+        sink = _DecodingReplay(shard) if load_replay is None else load_replay()
 
         started = time.perf_counter()
         try:

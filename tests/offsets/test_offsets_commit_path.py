@@ -222,7 +222,7 @@ def test_live_commits_and_a_load_of_their_log_build_the_same_state(
 
     live_groups = groups_of(ctx.shard)
     assert set(live_groups) == {group for group, _, _ in latest}
-    # A load through the shard's own sink (encoded_replay)...
+    # A load through the shard's own sink (load_replay)...
     ctx.reload()
     assert state_of(ctx.shard) == latest
     assert groups_of(ctx.shard) == live_groups
@@ -298,7 +298,7 @@ def test_a_load_holds_a_bounded_run_of_a_group_s_commits_and_replays_all_of_it()
     ]
     # A tombstone in the middle of the run replays after what came before it.
     records.insert(10, encode_record(new_offset_commit_tombstone_record("g1", "t1", 1)))
-    sink = ctx.shard.encoded_replay()
+    sink = ctx.shard.load_replay()
     for offset, (key, value) in enumerate(records):
         sink(offset, key, value)
         assert len(sink._commits) <= LOAD_RUN_LIMIT
