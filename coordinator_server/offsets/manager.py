@@ -9,6 +9,7 @@ validates commits of group members and says which topics a group subscribes to.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from coordinator_server.groups.classic import ClassicGroupState
@@ -25,6 +26,7 @@ from coordinator_server.timeline import SnapshotRegistry, TimelineDict
 from protocol.errors import ErrorCode
 from protocol.messages import (
     OffsetCommitRequest,
+    OffsetCommitRequestPartition,
     OffsetCommitResponse,
     OffsetCommitResponsePartition,
     OffsetCommitResponseTopic,
@@ -412,35 +414,30 @@ def _all_committed_answer(shape: tuple[tuple[str, tuple[int, ...]], ...]) -> Off
 
 def _answer_each_partition(request: OffsetCommitRequest, max_bytes: int) -> OffsetCommitResponse:
     """The answer to a commit some of whose partitions have metadata over the limit."""
-    return OffsetCommitResponse(
-        topics=[
-            OffsetCommitResponseTopic(
-                name=topic.name,
-                partitions=[
-                    _partition_answer(
-                        p.partition_index,
-                        ErrorCode.OFFSET_METADATA_TOO_LARGE
-                        if _metadata_too_large(p.committed_metadata, max_bytes)
-                        else ErrorCode.NONE,
-                    )
-                    for p in topic.partitions
-                ],
-            )
-            for topic in request.topics
-        ]
+    return _answer_per_partition(
+        request,
+        lambda p: (
+            ErrorCode.OFFSET_METADATA_TOO_LARGE
+            if _metadata_too_large(p.committed_metadata, max_bytes)
+            else ErrorCode.NONE
+        ),
     )
 
 
 def commit_error_response(request: OffsetCommitRequest, code: ErrorCode) -> OffsetCommitResponse:
+    return _answer_per_partition(request, lambda _: code)
+
+
+def _answer_per_partition(
+    request: OffsetCommitRequest, code_of: Callable[[OffsetCommitRequestPartition], ErrorCode]
+) -> OffsetCommitResponse:
+    """Every partition of the request answered with `code_of` it, in the request's order."""
     return OffsetCommitResponse(
         topics=[
             OffsetCommitResponseTopic(
                 name=topic.name,
                 partitions=[
-                    OffsetCommitResponsePartition(
-                        partition_index=p.partition_index, error_code=code
-                    )
-                    for p in topic.partitions
+                    _partition_answer(p.partition_index, code_of(p)) for p in topic.partitions
                 ],
             )
             for topic in request.topics
