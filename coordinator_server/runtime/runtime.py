@@ -67,12 +67,11 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Generic, Protocol, TypeVar, cast
 
-from coordinator_server.records import CoordinatorRecord, decode_record, encode_record
+from coordinator_server.records import CoordinatorRecord, encode_record
 from coordinator_server.runtime.api import (
     CoordinatorResult,
     CoordinatorShard,
     EncodedReplay,
-    LoadReplay,
     ResponseHandle,
     ShardBuilder,
     ShardContext,
@@ -109,21 +108,6 @@ class RuntimeObserver(Protocol):
     def event_queued(self, seconds: float) -> None: ...
 
     def partition_loaded(self, seconds: float, records: int) -> None: ...
-
-
-class _DecodingReplay:
-    """The LoadReplay of a shard without its own: a record object each, replayed at once."""
-
-    __slots__ = ("_shard",)
-
-    def __init__(self, shard: CoordinatorShard) -> None:
-        self._shard = shard
-
-    def __call__(self, offset: int, key: bytes, value: bytes | None) -> None:
-        self._shard.replay(offset, decode_record(key, value))
-
-    def close(self) -> None:
-        pass
 
 
 class _NoObserver:
@@ -1750,10 +1734,7 @@ class CoordinatorRuntime(Generic[S]):
         # Loaded records are committed already, so they need no history to revert to.
         registry.set_tracking(False)
 
-        # A shard may take records as the log holds them and decode them its own way,
-        # cheaper than a record object each (GroupCoordinatorShard does, for offsets).
-        load_replay: Callable[[], LoadReplay] | None = getattr(shard, "load_replay", None)
-        sink = _DecodingReplay(shard) if load_replay is None else load_replay()
+        sink = shard.load_replay()
 
         started = time.perf_counter()
         try:

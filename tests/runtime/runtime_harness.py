@@ -23,7 +23,12 @@ from coordinator_server.records import (
     new_offset_commit_record,
     new_offset_commit_tombstone_record,
 )
-from coordinator_server.runtime.api import CoordinatorResult, EncodedRecords, ShardContext
+from coordinator_server.runtime.api import (
+    CoordinatorResult,
+    DecodingReplay,
+    EncodedRecords,
+    ShardContext,
+)
 from coordinator_server.runtime.clock import ManualClock
 from coordinator_server.runtime.runtime import (
     BATCH_OVERHEAD_BYTES,
@@ -117,6 +122,9 @@ class KeyValueShard:
             self.store.pop(update[1])
         else:
             raise ValueError(f"bad update {update!r}")
+
+    def load_replay(self) -> DecodingReplay:
+        return DecodingReplay(self)
 
     def on_loaded(self) -> None:
         self.loaded += 1
