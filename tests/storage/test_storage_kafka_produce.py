@@ -240,6 +240,50 @@ async def test_a_batch_refused_by_a_former_leader_goes_again_after_a_lookup(
         await sender.close()
 
 
+async def test_a_broker_that_moves_to_another_address_gets_its_batches_there(
+    scripted: Callable[[Script], ScriptedBroker],
+) -> None:
+    """A lookup finds node 1 at a new address (a restarted broker, a new pod): batches go
+    there, and what was on the way to the old address fails, its fate unknown."""
+    old = scripted(lambda request: None)
+    new = scripted(offsets_from(lambda _: 70))
+    old.server = await asyncio.start_server(old.serve, "127.0.0.1", 0)
+    new.server = await asyncio.start_server(new.serve, "127.0.0.1", 0)
+    # Partition 9 has no leader until the broker has moved.
+    leaders = [dict.fromkeys(range(8), old.leader)]
+
+    async def metadata() -> dict[int, Leader]:
+        return leaders[0]
+
+    sender = ProduceSender(
+        "log",
+        metadata,
+        client_id="coordinator-test",
+        request_timeout_ms=30_000,
+        max_inflight_requests=1,
+        max_request_bytes=1 << 20,
+    )
+    await sender.start()
+    try:
+        unanswered = sender.submit(1, batch_of((b"u", b"v")), 1)
+        await asyncio.sleep(0.05)
+        assert [r.batches for r in old.requests] == [{1: [(b"u", b"v")]}]
+        leaders[0] = dict.fromkeys(range(10), new.leader)
+        # A partition without a leader makes the sender look the leaders up again.
+        assert await asyncio.wait_for(sender.submit(9, batch_of((b"k", b"v")), 1), 10) == 71
+        # Lost with the old connection, long before its request timeout.
+        with pytest.raises(AppendError) as raised:
+            await asyncio.wait_for(unanswered, 10)
+        assert raised.value.error_code == 7
+        assert [r.batches for r in new.requests] == [{9: [(b"k", b"v")]}]
+        # Partition 1 writes again, to the new address, and nothing more to the old one.
+        assert await sender.submit(1, batch_of((b"w", b"v")), 1) == 71
+        assert len(old.requests) == 1
+        assert (old.connections, new.connections) == (1, 1)
+    finally:
+        await sender.close()
+
+
 async def test_other_errors_fail_the_append_with_their_code(
     scripted: Callable[[Script], ScriptedBroker],
 ) -> None:
