@@ -204,13 +204,13 @@ async def test_members_on_one_connection_heartbeat_while_a_join_is_parked(
 async def test_heartbeats_keep_a_member_alive_past_its_session_timeout(
     client: CoordinatorClient,
 ) -> None:
-    async with member(client, "m-alive", session_timeout_ms=1000) as one:
+    async with member(client, "m-alive", session_timeout_ms=2000) as one:
         await one.wait_for_assignment(10)
         generation = one.generation_id
-        await asyncio.sleep(3)
+        await asyncio.sleep(5)
         assert one.state is MemberState.STABLE
         assert one.generation_id == generation
-        assert one.heartbeat_interval_ms == 333
+        assert one.heartbeat_interval_ms == 666
 
 
 async def test_a_crashed_member_is_expired_and_its_partitions_reassigned(
@@ -230,7 +230,9 @@ async def test_a_crashed_member_is_expired_and_its_partitions_reassigned(
         await crashing_client.close()
         started = time.monotonic()
         await wait_until(lambda: survivor.assignment == ALL, 15)
-        assert time.monotonic() - started >= SESSION_MS / 1000 * 0.5
+        # Not at once: when the session expires (counted from the last heartbeat, which was
+        # on time unless the machine stalled).
+        assert time.monotonic() - started >= SESSION_MS / 1000 * 0.3
         assert survivor_events.kinds()[-2:] == ["revoked", "assigned"]
     finally:
         await survivor.close()
@@ -282,8 +284,9 @@ async def test_a_static_member_does_not_leave_and_comes_back_to_its_partitions(
     client: CoordinatorClient,
 ) -> None:
     group = "m-static"
-    dynamic = member(client, group)
-    static = member(client, group, instance_id="instance-a")
+    # Sessions long enough that nothing expires while the static member is away.
+    dynamic = member(client, group, session_timeout_ms=6000)
+    static = member(client, group, instance_id="instance-a", session_timeout_ms=6000)
     await dynamic.start()
     await static.start()
     try:
@@ -295,7 +298,7 @@ async def test_a_static_member_does_not_leave_and_comes_back_to_its_partitions(
         described = await client.describe_group(group)
         assert {m.group_instance_id for m in described.members} == {None, "instance-a"}
         # Back before its session expires, with the same instance id.
-        again = member(client, group, instance_id="instance-a")
+        again = member(client, group, instance_id="instance-a", session_timeout_ms=6000)
         await again.start()
         assert await again.wait_for_assignment(10) == static_partitions
         await asyncio.sleep(1)

@@ -150,10 +150,11 @@ async def test_two_step_join_subscription_and_heartbeat_cadence(
     assert protocol["name"] == "range"
     assert ConsumerProtocolSubscription.decode(protocol["metadata"]).topics == ["t"]
     beats = [r.at for r in server.requests(ApiKey.HEARTBEAT)]
-    # A third of the session timeout apart.
+    # A third of the session timeout apart (with room above for a loaded machine; never
+    # sooner).
     assert 2 <= len(beats) <= 4
     for earlier, later in itertools.pairwise(beats):
-        assert 0.28 <= later - earlier <= 0.6
+        assert 0.28 <= later - earlier <= 0.8
     # A dynamic member leaves when closed.
     (leave,) = server.requests(ApiKey.LEAVE_GROUP)
     assert leave.body["members"][0]["member_id"] == "m-1"

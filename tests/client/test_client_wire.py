@@ -219,8 +219,8 @@ async def test_retriable_errors_are_retried_with_exponential_backoff(
     gaps = [b - a for a, b in itertools.pairwise(times)]
     for attempt, gap in enumerate(gaps):
         expected = 0.040 * 2**attempt
-        # 20% jitter either way, plus scheduling slack above.
-        assert expected * 0.8 - 0.005 <= gap <= expected * 1.2 + 0.1, (attempt, gaps)
+        # 20% jitter either way, plus slack above for a round trip on a loaded machine.
+        assert expected * 0.8 - 0.005 <= gap <= expected * 1.2 + 0.25, (attempt, gaps)
     rediscoveries = len(server.requests(ApiKey.FIND_COORDINATOR)) - 1
     if code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
         assert rediscoveries == failures
@@ -367,6 +367,7 @@ async def test_in_flight_requests_per_connection_are_bounded(server: FakeCoordin
     async with client_for(server, max_in_flight_requests=3) as client:
         await client.find_coordinator(GROUP)
         calls = [asyncio.create_task(client.heartbeat(heartbeat())) for _ in range(10)]
+        await server.wait_for_requests(ApiKey.HEARTBEAT, 3)
         await asyncio.sleep(0.2)
         assert len(server.requests(ApiKey.HEARTBEAT)) == 3
         release.set()

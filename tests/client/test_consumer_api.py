@@ -70,7 +70,9 @@ def consumer_for(
         bootstrap_servers=broker.bootstrap,
         coordinator_bootstrap_servers=f"{server.host}:{server.port}",
         group_id=group,
-        session_timeout_ms=1500,
+        # Nothing here waits for a session to expire: a long one keeps a member that a
+        # loaded machine delays from being expired mid-test.
+        session_timeout_ms=6000,
         heartbeat_interval_ms=500,
         max_poll_interval_ms=5000,
         **options,

@@ -284,10 +284,11 @@ async def test_consumer_group_end_to_end(kafka_broker: KafkaBroker, topic: str) 
         await child.kill()
         killed_at = time.monotonic()
         # A commit the child sent just before dying is still applied; the survivors cannot
-        # take over before the child's session expires, seconds later.
-        await asyncio.sleep(0.3)
+        # take over before the child's session expires, seconds later. require_stable: a
+        # commit still on its way to the log counts too.
+        await asyncio.sleep(1.0)
         committed = await client.fetch_offsets(
-            group, [TopicPartition(topic, p) for p in child_partitions]
+            group, [TopicPartition(topic, p) for p in child_partitions], require_stable=True
         )
         committed_at_kill = {tp.partition: value.offset for tp, value in committed.items()}
         child_last = {p: max(o for q, o in child.records if q == p) for p in child_partitions}

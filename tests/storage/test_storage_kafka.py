@@ -121,17 +121,17 @@ async def test_an_append_to_a_stopped_broker_times_out_in_bounded_time(
         elapsed = time.monotonic() - started
 
         assert raised.value.error_code == 7
-        assert elapsed < request_timeout_ms / 1000 + 1.5
+        assert elapsed < request_timeout_ms / 1000 + 3
         assert log.high_watermark(0) == 1
 
         started = time.monotonic()
         with pytest.raises(LoadError):
             await log.load(1, lambda o, k, v: None)
-        assert time.monotonic() - started < 3 * request_timeout_ms / 1000 + 1.5
+        assert time.monotonic() - started < 3 * request_timeout_ms / 1000 + 3
     finally:
         started = time.monotonic()
         await log.close()
-        assert time.monotonic() - started < request_timeout_ms / 1000 + 1.5
+        assert time.monotonic() - started < request_timeout_ms / 1000 + 3
 
 
 @pytest.mark.kafka
