@@ -56,6 +56,15 @@ _NOT_WRITTEN = frozenset(
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 RECONNECT_BACKOFF_S = 0.1
 METADATA_RETRY_BACKOFF_S = 0.1
+# After a response, the next request waits this many turns of the event loop: the turns in
+# which the response's appends complete, the writes they commit answer their callers, and
+# those answers are written to the callers' sockets. A request sent sooner wakes the broker,
+# which on a shared core then runs before the answers leave; the callers' next commits
+# arrive just after the request left and wait a whole round for the one after it. Sent
+# after the answers, it takes them: 8 commits a request instead of about 6 with 16 in
+# flight, 32 instead of about 18 with 64, and fewer requests cost the broker and the server
+# less. The turns cost microseconds when nothing else runs.
+ANSWER_TURNS = 3
 
 _HEADER = struct.Struct(">hhih")
 _BODY_START = struct.Struct(">hhii")
@@ -231,12 +240,12 @@ class _Node:
             )
         self.inflight.popleft()
         sender = self.sender
+        # Before the appends complete, so that nothing they start flushes sooner.
+        sender.schedule_flush(ANSWER_TURNS)
         sender.finish(request, payload)
         # Room on the way again: the writers that held their batches for it hand them over
-        # now, and the next request leaves once the callbacks of this one's appends (which
-        # may append again) have run.
+        # now; they leave with what the answered callers send next (see ANSWER_TURNS).
         sender.notify_ready()
-        sender.schedule_flush()
 
     def link_lost(self, link: _Link, exc: Exception | None) -> None:
         if link is not self.link:
@@ -305,6 +314,7 @@ class ProduceSender:
         self._unrouted: deque[_Append] = deque()
         self._correlation_id = 0
         self._flush_scheduled = False
+        self._flush_turns = 0
         self._refreshing: asyncio.Task[None] | None = None
         self._sweep: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -384,8 +394,12 @@ class ProduceSender:
         assert loop is not None
         return loop.time() + self.request_timeout_s
 
-    def schedule_flush(self) -> None:
-        # Appends made in the same turn of the event loop leave together.
+    def schedule_flush(self, turns: int = 0) -> None:
+        """Send what is queued in the next turn of the event loop, or `turns` turns after
+        it (a flush already scheduled waits as long); appends made meanwhile leave
+        together."""
+        if turns > self._flush_turns:
+            self._flush_turns = turns
         if not self._flush_scheduled and self._loop is not None:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
@@ -471,6 +485,10 @@ class ProduceSender:
     # Internals.
 
     def _flush(self) -> None:
+        if self._flush_turns > 0 and self._loop is not None:
+            self._flush_turns -= 1
+            self._loop.call_soon(self._flush)
+            return
         self._flush_scheduled = False
         for node in self._nodes.values():
             if node.pending:
