@@ -74,8 +74,8 @@ async def until(condition: Any, timeout: float = 10) -> None:
 async def two_rounds(
     broker: KafkaBroker, topic: str, monkeypatch: pytest.MonkeyPatch
 ) -> list[tuple[str, Any]]:
-    """The server's writes while a commit is appended during another one's ProduceRequest,
-    and the partitions of the two commits."""
+    """What the server writes (see `record_writes`) when group b's commit is appended
+    while group a's is in a ProduceRequest the broker has not answered yet."""
     writes = record_writes(monkeypatch)
     config = CoordinatorConfig(
         port=0,
