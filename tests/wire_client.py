@@ -140,3 +140,12 @@ def fetched_offsets(response: dict[str, Any]) -> dict[tuple[str, int], int]:
         for topic in group["topics"]
         for p in topic["partitions"]
     }
+
+
+async def until(condition: Any, timeout: float = 5) -> None:
+    """Wait, polling, until `condition()` holds; fail after `timeout` seconds."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.005)

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from kafka_broker import KafkaBroker
-from wire_client import WireClient, commit_body, commit_errors
+from wire_client import WireClient, commit_body, commit_errors, until
 
 from coordinator_server.app import CoordinatorApp
 from coordinator_server.config import CoordinatorConfig
@@ -61,14 +61,6 @@ def record_writes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]]:
     monkeypatch.setattr(ProduceSender, "encode", encoding)
     monkeypatch.setattr(CoordinatorConnection, "_flush", flushing)
     return writes
-
-
-async def until(condition: Any, timeout: float = 10) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.005)
 
 
 async def two_rounds(

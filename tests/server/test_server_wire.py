@@ -17,6 +17,7 @@ from wire_client import (
     commit_errors,
     fetch_body,
     fetched_offsets,
+    until,
 )
 
 from coordinator_server.app import CoordinatorApp
@@ -49,14 +50,6 @@ async def connect(app: CoordinatorApp) -> AsyncIterator[WireClient]:
         yield client
     finally:
         await client.close()
-
-
-async def until(condition: Any, timeout: float = 5) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.005)
 
 
 async def test_api_versions_lists_the_served_apis() -> None:
