@@ -2,10 +2,9 @@
 
 The request path only bumps plain integers and appends observations to bounded lists
 that are counted in bulk (no locks, no label lookups through prometheus_client); a
-collector turns them, and the runtime's per-partition
-figures, into metric families when Prometheus scrapes. Names follow Prometheus's rules:
-prefix `coordinator_`, base units, `_total` counters, and never a group or member id as a
-label.
+collector turns them, and the runtime's per-partition figures, into metric families when
+Prometheus scrapes. Names follow Prometheus's rules: prefix `coordinator_`, base units,
+`_total` counters, and never a group or member id as a label.
 """
 
 from __future__ import annotations
