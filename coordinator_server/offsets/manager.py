@@ -222,13 +222,13 @@ class OffsetMetadataManager:
         self._groups.ensure_simple_group(group)
         if offsets is None:
             offsets = self._offsets[group] = TimelineDict(self._registry)
-        # Offsets of many groups name the same few topics: one str per topic name instead of
-        # one per offset (a million loaded offsets take tens of MB less).
-        offsets[(self._topic_names.setdefault(topic, topic), partition)] = value
+        offsets[(self.topic_name(topic), partition)] = value
 
     def topic_name(self, topic: str) -> str:
-        """The str the offsets hold for a topic name equal to `topic` (see replay_commit):
-        what the keys given to `replay_commits` are made of."""
+        """The str the offsets hold for a topic name equal to `topic`: offsets of many
+        groups name the same few topics, so one str per topic name instead of one per
+        offset (a million loaded offsets take tens of MB less). What the keys given to
+        `replay_commits` are made of."""
         return self._topic_names.setdefault(topic, topic)
 
     def replay_commits(
