@@ -54,6 +54,53 @@ class CoordinatorConfig(BaseSettings):
         10000, ge=0, description="How long SIGTERM waits for in-flight requests and writes."
     )
 
+    # Limits of one connection and of one request (availability, not trust).
+    max_connections_per_ip: int = Field(
+        2000,
+        ge=1,
+        description="max.connections.per.ip: open connections from one address; beyond, the "
+        "connection idle longest is closed to make room or the new one is refused.",
+    )
+    connections_max_idle_ms: int = Field(
+        600000,
+        ge=1,
+        description="connections.max.idle.ms: a connection with nothing in flight and no "
+        "request for this long is closed.",
+    )
+    frame_read_timeout_ms: int = Field(
+        30000,
+        ge=1,
+        description="A request frame that started must arrive whole within this time, or its "
+        "connection is closed.",
+    )
+    max_inflight_request_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=1024,
+        description="Bytes of requests in flight or waiting per connection before it stops "
+        "reading (at least one frame is always taken).",
+    )
+    max_response_bytes: int = Field(
+        8 * 1024 * 1024,
+        ge=1024,
+        description="Largest answer; a larger one is answered MESSAGE_TOO_LARGE instead.",
+    )
+    response_buffer_bytes: int = Field(
+        4 * 1024 * 1024,
+        ge=1024,
+        description="Bytes of answers waiting for a slow reader before the server stops "
+        "reading that connection's requests.",
+    )
+    response_buffer_max_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=1024,
+        description="Bytes of answers waiting for a slow reader before the connection is closed.",
+    )
+    response_write_timeout_ms: int = Field(
+        60000,
+        ge=1,
+        description="Answers a client leaves unread this long close its connection.",
+    )
+
     # The log.
     bootstrap_servers: str | None = Field(
         None, description="Kafka bootstrap servers; absent: the embedded SQLite log."
@@ -81,6 +128,18 @@ class CoordinatorConfig(BaseSettings):
     )
     max_queued_events: int = Field(
         100000, ge=1, description="Operations queued per partition before new ones are refused."
+    )
+    metadata_max_age_ms: int = Field(
+        30000,
+        ge=100,
+        description="metadata.max.age.ms: how often the log topic's metadata is refreshed and "
+        "its partition count checked.",
+    )
+    append_failure_timeout_ms: int = Field(
+        30000,
+        ge=1,
+        description="A partition whose appends have all failed for this long leaves ACTIVE "
+        "(and is loaded again once the log takes writes).",
     )
     log_level: LogLevel = Field("INFO", description="Log level.")
 
@@ -110,10 +169,35 @@ class CoordinatorConfig(BaseSettings):
         2147483647, ge=1, description="group.max.size: most members in one group."
     )
 
+    # Limits on what clients may make the coordinator hold.
+    max_id_length: int = Field(
+        1024,
+        ge=1,
+        description="Longest group id, group instance id, client id, protocol type or name and "
+        "topic name, in characters (member ids: this plus the generated suffix).",
+    )
+    max_member_metadata_bytes: int = Field(
+        1024 * 1024,
+        ge=1,
+        description="Largest member metadata (all of a JoinGroup's protocols together) and "
+        "largest member assignment.",
+    )
+    max_groups: int = Field(
+        1000000, ge=1, description="Most groups this node holds; new ones beyond are refused."
+    )
+    max_committed_offsets_per_group: int = Field(
+        100000,
+        ge=1,
+        description="Most committed offsets one group holds; commits of new partitions beyond "
+        "are refused.",
+    )
+
     @model_validator(mode="after")
     def _check_ranges(self) -> CoordinatorConfig:
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             raise ValueError("group-min-session-timeout-ms exceeds group-max-session-timeout-ms")
+        if self.response_buffer_bytes > self.response_buffer_max_bytes:
+            raise ValueError("response-buffer-bytes exceeds response-buffer-max-bytes")
         if self.tls_keyfile is not None and self.tls_certfile is None:
             raise ValueError("tls-keyfile needs tls-certfile")
         return self
