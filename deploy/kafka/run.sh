@@ -1,0 +1,221 @@
+#!/usr/bin/env bash
+# A single-node Apache Kafka broker (KRaft, broker and controller in one process) on
+# 127.0.0.1, in the foreground until SIGTERM or SIGINT: for the tests, the bench and local use.
+#
+#   deploy/kafka/run.sh --port PORT --dir DIR [options]
+#
+# On first use it fetches Kafka's jars from Maven Central with Maven (pom.xml beside this
+# script pins the version) into a cache directory outside git; on the first start in DIR it
+# formats the storage there. It prints a line containing "ready" once clients can connect.
+#
+# Options:
+#   --port PORT             the PLAINTEXT listener (required)
+#   --dir DIR               data, configuration and logs; kept across restarts (required)
+#   --controller-port PORT  the KRaft controller's listener (default: a free port, kept in DIR)
+#   --sasl-ssl-port PORT    also a SASL_SSL listener there: TLS with a certificate signed by a
+#                           CA generated in DIR/tls (ca.pem), SASL PLAIN, SCRAM-SHA-256 and
+#                           SCRAM-SHA-512 for the user below
+#   --sasl-user NAME        (default: coordinator)
+#   --sasl-password SECRET  (default: coordinator-secret)
+#   --heap SIZE             the JVM heap (default: 512m)
+#   --config KEY=VALUE      a broker setting, added to or replacing the defaults; repeatable
+#
+# Environment: COORDINATOR_KAFKA_CACHE overrides the cache directory (default: .cache/ at the
+# repository root); JAVA (default: java on PATH) and MVN (default: mvn on PATH).
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+java="${JAVA:-java}"
+mvn="${MVN:-mvn}"
+
+port="" dir="" controller_port="" sasl_ssl_port=""
+sasl_user="coordinator" sasl_password="coordinator-secret" heap="512m"
+extra_config=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --port) port="$2"; shift 2 ;;
+        --dir) dir="$2"; shift 2 ;;
+        --controller-port) controller_port="$2"; shift 2 ;;
+        --sasl-ssl-port) sasl_ssl_port="$2"; shift 2 ;;
+        --sasl-user) sasl_user="$2"; shift 2 ;;
+        --sasl-password) sasl_password="$2"; shift 2 ;;
+        --heap) heap="$2"; shift 2 ;;
+        --config) extra_config+=("$2"); shift 2 ;;
+        -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+    esac
+done
+if [ -z "$port" ] || [ -z "$dir" ]; then
+    echo "run.sh: --port and --dir are required (see --help)" >&2
+    exit 2
+fi
+
+started_ns="$(date +%s%N)"
+elapsed() { echo "$(( ($(date +%s%N) - started_ns) / 1000000 ))"; }
+
+# The classpath: fetched once per Kafka version.
+version="$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$here/pom.xml")"
+cache="${COORDINATOR_KAFKA_CACHE:-$root/.cache}/kafka-$version"
+if [ ! -f "$cache/complete" ]; then
+    echo "fetching Apache Kafka $version from Maven Central into $cache" >&2
+    rm -rf "$cache.partial"
+    "$mvn" -q -B -f "$here/pom.xml" dependency:copy-dependencies \
+        -DincludeScope=runtime -DoutputDirectory="$cache.partial/lib" >&2
+    rm -rf "$cache"
+    mv "$cache.partial" "$cache"
+    touch "$cache/complete"
+fi
+classpath="$cache/lib/*"
+
+mkdir -p "$dir"
+dir="$(cd "$dir" && pwd)"
+if [ -z "$controller_port" ]; then
+    if [ -f "$dir/controller.port" ]; then
+        controller_port="$(cat "$dir/controller.port")"
+    else
+        controller_port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+    fi
+fi
+echo "$controller_port" > "$dir/controller.port"
+
+# TLS material for the SASL_SSL listener: a CA of its own and a broker certificate it signs,
+# for 127.0.0.1 and localhost. Clients trust DIR/tls/ca.pem.
+store_password="broker-store-secret"
+if [ -n "$sasl_ssl_port" ] && [ ! -f "$dir/tls/broker.p12" ]; then
+    tls="$dir/tls"
+    rm -rf "$tls"
+    mkdir -p "$tls"
+    keytool -genkeypair -alias ca -keyalg RSA -keysize 2048 -validity 3650 \
+        -dname "CN=coordinator-server test CA" -ext bc:c \
+        -keystore "$tls/ca.p12" -storetype PKCS12 -storepass "$store_password" >/dev/null 2>&1
+    keytool -exportcert -rfc -alias ca -keystore "$tls/ca.p12" \
+        -storepass "$store_password" > "$tls/ca.pem" 2>/dev/null
+    keytool -genkeypair -alias broker -keyalg RSA -keysize 2048 -validity 3650 \
+        -dname "CN=localhost" -keystore "$tls/broker.p12" -storetype PKCS12 \
+        -storepass "$store_password" >/dev/null 2>&1
+    keytool -certreq -alias broker -keystore "$tls/broker.p12" -storepass "$store_password" \
+        2>/dev/null \
+        | keytool -gencert -alias ca -keystore "$tls/ca.p12" -storepass "$store_password" \
+            -validity 3650 -ext "SAN=dns:localhost,ip:127.0.0.1" -rfc \
+            > "$tls/broker.pem" 2>/dev/null
+    keytool -importcert -noprompt -alias ca -file "$tls/ca.pem" \
+        -keystore "$tls/broker.p12" -storepass "$store_password" >/dev/null 2>&1
+    keytool -importcert -noprompt -alias broker -file "$tls/broker.pem" \
+        -keystore "$tls/broker.p12" -storepass "$store_password" >/dev/null 2>&1
+fi
+
+# The broker's settings: one node, one replica, small thread pools for a 2-core machine, and
+# groups that start at once (no initial rebalance delay), as the coordinator is configured.
+listeners="PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller_port"
+advertised="PLAINTEXT://127.0.0.1:$port"
+protocols="PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+if [ -n "$sasl_ssl_port" ]; then
+    listeners="$listeners,SASL_SSL://127.0.0.1:$sasl_ssl_port"
+    advertised="$advertised,SASL_SSL://127.0.0.1:$sasl_ssl_port"
+    protocols="$protocols,SASL_SSL:SASL_SSL"
+fi
+properties="$dir/server.properties"
+{
+    echo "process.roles=broker,controller"
+    echo "node.id=1"
+    echo "controller.quorum.voters=1@127.0.0.1:$controller_port"
+    echo "listeners=$listeners"
+    echo "advertised.listeners=$advertised"
+    echo "listener.security.protocol.map=$protocols"
+    echo "controller.listener.names=CONTROLLER"
+    echo "inter.broker.listener.name=PLAINTEXT"
+    echo "log.dirs=$dir/data"
+    echo "num.partitions=1"
+    echo "default.replication.factor=1"
+    echo "min.insync.replicas=1"
+    echo "offsets.topic.replication.factor=1"
+    echo "offsets.topic.num.partitions=50"
+    echo "transaction.state.log.replication.factor=1"
+    echo "transaction.state.log.min.isr=1"
+    echo "share.coordinator.state.topic.replication.factor=1"
+    echo "share.coordinator.state.topic.min.isr=1"
+    echo "group.initial.rebalance.delay.ms=0"
+    echo "num.network.threads=2"
+    echo "num.io.threads=2"
+    echo "background.threads=2"
+    echo "num.recovery.threads.per.data.dir=1"
+    echo "log.cleaner.threads=1"
+    echo "log.cleaner.dedupe.buffer.size=16777216"
+    if [ -n "$sasl_ssl_port" ]; then
+        echo "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
+        echo "ssl.keystore.type=PKCS12"
+        echo "ssl.keystore.location=$dir/tls/broker.p12"
+        echo "ssl.keystore.password=$store_password"
+        echo "ssl.key.password=$store_password"
+        echo "listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_${sasl_user}=\"${sasl_password}\";"
+        echo "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        echo "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;"
+    fi
+    for setting in "${extra_config[@]+"${extra_config[@]}"}"; do
+        echo "$setting"
+    done
+} > "$properties"
+
+cat > "$dir/log4j2.yaml" <<'YAML'
+Configuration:
+  Appenders:
+    Console:
+      name: STDERR
+      target: SYSTEM_ERR
+      PatternLayout:
+        pattern: "[%d] %p %m (%c)%n"
+  Loggers:
+    Root:
+      level: WARN
+      AppenderRef:
+        - ref: STDERR
+    Logger:
+      - name: kafka.server.KafkaRaftServer
+        level: INFO
+YAML
+
+jvm=(
+    "-Xms$heap" "-Xmx$heap" -XX:+UseG1GC -XX:MaxGCPauseMillis=20
+    -XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true
+    "-Dlog4j2.configurationFile=$dir/log4j2.yaml"
+)
+
+if [ ! -f "$dir/data/meta.properties" ]; then
+    scram=()
+    if [ -n "$sasl_ssl_port" ]; then
+        scram=(
+            --add-scram "SCRAM-SHA-256=[name=$sasl_user,password=$sasl_password]"
+            --add-scram "SCRAM-SHA-512=[name=$sasl_user,password=$sasl_password]"
+        )
+    fi
+    "$java" "${jvm[@]}" -cp "$classpath" kafka.tools.StorageTool format \
+        --config "$properties" --cluster-id "$(
+            "$java" -cp "$classpath" kafka.tools.StorageTool random-uuid)" \
+        "${scram[@]+"${scram[@]}"}" --ignore-formatted >&2
+fi
+
+# The broker's output goes on to stderr; the line saying it started becomes the ready line.
+announce() {
+    while IFS= read -r line; do
+        printf '%s\n' "$line" >&2
+        case "$line" in
+            *"Kafka Server started"*)
+                echo "kafka $version ready on 127.0.0.1:$port in $(elapsed) ms" \
+                    "(controller 127.0.0.1:$controller_port${sasl_ssl_port:+, SASL_SSL 127.0.0.1:$sasl_ssl_port, CA $dir/tls/ca.pem})"
+                ;;
+        esac
+    done
+}
+"$java" "${jvm[@]}" -cp "$classpath" kafka.Kafka "$properties" > >(announce) 2>&1 &
+broker=$!
+stop() { kill -TERM "$broker" 2>/dev/null || true; }
+trap stop TERM INT
+
+status=0
+wait "$broker" || status=$?
+# A signal interrupts the first wait; the second waits for the broker's own exit.
+if kill -0 "$broker" 2>/dev/null; then
+    wait "$broker" || status=$?
+fi
+exit "$status"
