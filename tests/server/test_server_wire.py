@@ -458,3 +458,50 @@ async def test_answers_past_response_buffer_max_bytes_close_the_connection() -> 
             assert (await client.call(ApiKey.API_VERSIONS, {}))["error_code"] == 0
         finally:
             hog.close()
+
+
+async def test_a_request_in_flight_keeps_its_connection_from_idling_out() -> None:
+    log = InMemoryLog(PARTITIONS, auto_commit=False)
+    partition = partition_for("g", PARTITIONS)
+    async with serve(log, connections_max_idle_ms=300) as app, connect(app) as client:
+        assert app.server is not None
+        closed = app.server.state.metrics.connections_closed
+        commit = client.send(ApiKey.OFFSET_COMMIT, commit_body("g", {("t", 0): 1}))
+        await until(lambda: log.writer.end_offset(partition) == 1)
+        # Parked for three idle timeouts: busy, not idle.
+        await asyncio.sleep(1)
+        log.writer.commit(partition)
+        assert commit_errors(await commit) == {("t", 0): 0}
+        assert closed["idle"] == 0
+        # Then idle: closed once the timeout passes from its last activity.
+        assert await client.closed_by_server(timeout=10)
+        assert closed == {"idle": 1}
+
+
+async def test_a_frame_the_server_holds_back_is_not_timed_out() -> None:
+    """The frame timeout is for clients that do not send; a frame that waits because the
+    server stopped reading (here: max_inflight_requests) has its clock started again."""
+    log = InMemoryLog(PARTITIONS, auto_commit=False)
+    partition = partition_for("g", PARTITIONS)
+    settings = {"frame_read_timeout_ms": 200, "max_inflight_requests": 1}
+    async with serve(log, **settings) as app, connect(app) as client:
+        assert app.server is not None
+
+        def frame(correlation_id: int, api_key: int, body: Any) -> bytes:
+            header = RequestHeader(api_key, 0, correlation_id, "test-client")
+            return encode_frame(encode_request(header, body))
+
+        commit = frame(98, ApiKey.OFFSET_COMMIT, commit_body("g", {("t", 0): 1}))
+        versions = frame(99, ApiKey.API_VERSIONS, {})
+        # In one read: a commit the log holds, a frame that waits for room behind it, and
+        # the start of another.
+        client.send_raw(commit + versions + versions[:3])
+        await until(lambda: log.writer.end_offset(partition) == 1)
+        await asyncio.sleep(1)
+        assert client.arrival_order == []
+        log.writer.commit(partition)
+        await until(lambda: client.arrival_order == [98, 99])
+        # The rest of the frame, once the server reads again: answered, never timed out.
+        client.send_raw(versions[3:])
+        await until(lambda: client.arrival_order == [98, 99, 99])
+        assert app.server.state.metrics.connections_closed == {}
