@@ -145,7 +145,6 @@ async def commit_offsets(server: ServerProcess, group: str, count: int) -> None:
             assert set(commit_errors(response).values()) == {0}
 
 
-@pytest.mark.slow
 async def test_a_client_that_never_reads_its_answers_holds_bounded_memory_and_is_closed(
     tmp_path: Path,
 ) -> None:
@@ -246,7 +245,7 @@ async def test_idle_sockets_cannot_lock_out_a_new_client(
     first case is the one reached); those beyond are refused at once; a well-behaved client
     that comes a second later closes the one idle longest and is served; the idle ones are
     closed after --connections-max-idle-ms."""
-    with server_process(tmp_path, *limits, "--connections-max-idle-ms", "4000") as server:
+    with server_process(tmp_path, *limits, "--connections-max-idle-ms", "6000") as server:
         admitted = 100
         idle = [idle_socket(server) for _ in range(fill)]
         try:
@@ -266,7 +265,7 @@ async def test_idle_sockets_cannot_lock_out_a_new_client(
                     await metric(server, "coordinator_connections_closed_total", reason="evicted")
                     == evicted + 1
                 )
-                # The idle ones go after 4 s; the newcomer, which keeps talking, stays.
+                # The idle ones go after 6 s; the newcomer, which keeps talking, stays.
                 deadline = time.monotonic() + 30
                 while await metric(server, "coordinator_connections_open") > 1:
                     assert time.monotonic() < deadline, "idle connections stayed open"
@@ -300,11 +299,15 @@ async def test_refused_and_broken_connections_leave_a_short_log(tmp_path: Path) 
             # Refused, or admitted in place of an idle one (which is closed instead).
             sock = idle_socket(server)
             held.append(sock)
-        await until_metric(server, "coordinator_connections_open", 10)
-        events = await metric(server, "coordinator_connections_refused_total") + await metric(
-            server, "coordinator_connections_closed_total"
-        )
+        deadline = time.monotonic() + 30
+        while (
+            events := await metric(server, "coordinator_connections_refused_total")
+            + await metric(server, "coordinator_connections_closed_total")
+        ) < 400:
+            assert time.monotonic() < deadline, f"{events} connection events, not 400"
+            await asyncio.sleep(0.05)
         assert events == 400
+        assert await metric(server, "coordinator_connections_open") == 10
         code = await loop.run_in_executor(None, server.terminate)
         for sock in held:
             sock.close()
