@@ -125,7 +125,15 @@ class CoordinatorApp:
             port=config.port,
             max_frame_bytes=config.max_frame_bytes,
             max_connections=config.max_connections,
+            max_connections_per_ip=config.max_connections_per_ip,
             max_inflight_requests=config.max_inflight_requests,
+            max_inflight_request_bytes=config.max_inflight_request_bytes,
+            max_response_bytes=config.max_response_bytes,
+            response_buffer_bytes=config.response_buffer_bytes,
+            response_buffer_max_bytes=config.response_buffer_max_bytes,
+            connections_max_idle_ms=config.connections_max_idle_ms,
+            frame_read_timeout_ms=config.frame_read_timeout_ms,
+            response_write_timeout_ms=config.response_write_timeout_ms,
         )
         sock, (host, port) = bind(config.host, config.port)
         self.address = (host, port)

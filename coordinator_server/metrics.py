@@ -24,6 +24,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from coordinator_server.server.connection_events import CloseReason, RefusalReason
 from protocol.api_keys import api_name
 from protocol.errors import ErrorCode
 
@@ -124,7 +125,9 @@ class ServerMetrics:
     like histogram observations: `request_done` appends to a list."""
 
     def __init__(self) -> None:
-        self.connections_refused = 0
+        # Connections refused and closed by the server, by reason (see connection_events).
+        self.connections_refused: Counter[str] = Counter()
+        self.connections_closed: Counter[str] = Counter()
         self.malformed_frames = 0
         self._requests: Counter[tuple[int, int]] = Counter()
         self._latency: dict[int, Histogram] = {}
@@ -279,11 +282,22 @@ class CoordinatorCollector(Collector):
             "Open client connections.",
             value=snapshot.connections_open,
         )
-        yield CounterMetricFamily(
+        refused = CounterMetricFamily(
             "coordinator_connections_refused",
-            "Connections refused (over --max-connections, or while shutting down).",
-            value=server.connections_refused,
+            "Connections refused as they opened, by reason.",
+            labels=["reason"],
         )
+        for refusal in RefusalReason:
+            refused.add_metric([refusal.value], server.connections_refused[refusal])
+        yield refused
+        closed = CounterMetricFamily(
+            "coordinator_connections_closed",
+            "Open connections the server closed, by reason.",
+            labels=["reason"],
+        )
+        for close in CloseReason:
+            closed.add_metric([close.value], server.connections_closed[close])
+        yield closed
         yield CounterMetricFamily(
             "coordinator_malformed_frames",
             "Connections closed for broken framing or a malformed request header.",

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import select
+import socket
 from typing import Any
 
 from protocol.envelope import RequestHeader, decode_response, encode_request
@@ -149,3 +151,10 @@ async def until(condition: Any, timeout: float = 5) -> None:
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError("condition not reached in time")
         await asyncio.sleep(0.005)
+
+
+def hung_up(sock: socket.socket) -> bool:
+    """The server has closed `sock`: seen without reading what it sent."""
+    poll = select.poll()
+    poll.register(sock, select.POLLERR | select.POLLHUP | select.POLLRDHUP)
+    return bool(poll.poll(0))

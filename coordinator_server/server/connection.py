@@ -4,18 +4,31 @@ Each complete frame is dispatched at once; a response is written when it is read
 responses may leave in a different order than their requests (a parked request never holds
 up the ones behind it). Responses that become ready together go out in one write, and a plain
 callback on the response's future replaces a task per request.
+
+What one connection may hold is bounded. Frames wait, and the socket is not read, while
+`max_inflight_requests` requests or `max_inflight_request_bytes` of them are in flight, and
+while the answers the client has not taken yet (those ready to be written and the
+transport's buffer) exceed `response_buffer_bytes`: a client that pipelines requests and
+never reads its answers stops being served, instead of making the server hold every answer.
+Beyond `response_buffer_max_bytes` of answers, or when they stay unread for
+`response_write_timeout_ms` (see ConnectionSweeper), the connection is closed. An answer
+larger than `max_response_bytes` is replaced by MESSAGE_TOO_LARGE.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import socket
+import struct
 from collections import deque
 from collections.abc import Callable
 from functools import partial
-from time import perf_counter
+from time import monotonic, perf_counter
 from typing import TYPE_CHECKING, cast
 
+from coordinator_server.server.connection_events import CloseReason, RefusalReason
 from coordinator_server.service import RequestContext
 from protocol.api_keys import ApiKey
 from protocol.envelope import (
@@ -34,6 +47,9 @@ if TYPE_CHECKING:
     from coordinator_server.server.listener import ServerState
 
 logger = logging.getLogger(__name__)
+
+# SO_LINGER on, with a timeout of 0: close() resets the connection.
+_RESET_ON_CLOSE = struct.pack("ii", 1, 0)
 
 
 def response_error_code(body: dict[str, object]) -> int:
@@ -56,21 +72,37 @@ def response_error_code(body: dict[str, object]) -> int:
 class CoordinatorConnection(asyncio.Protocol):
     def __init__(self, state: ServerState) -> None:
         self._state = state
-        self._decoder = FrameDecoder(state.config.max_frame_bytes)
+        config = state.config
+        self._decoder = FrameDecoder(config.max_frame_bytes)
+        self._max_inflight = config.max_inflight_requests
+        self._max_request_bytes = config.max_inflight_request_bytes
+        self._max_response_bytes = config.max_response_bytes
+        self._response_buffer_bytes = config.response_buffer_bytes
+        self._response_buffer_max_bytes = config.response_buffer_max_bytes
         self._transport: asyncio.Transport | None = None
         # Kept because asyncio.get_running_loop() costs a getpid() system call each time.
         # The listener makes connections on its loop.
         self._loop = asyncio.get_running_loop()
         self._peer = "?"
+        self.host = ""
         self._client_host = "/"
         self._context = RequestContext("", "/")
-        # Requests dispatched and not yet answered, and frames waiting for room.
+        # Requests dispatched and not yet answered, their bytes, and frames waiting for room.
         self._inflight = 0
+        self._request_bytes = 0
         self._waiting: deque[bytes] = deque()
-        self._reading_paused = False
+        self.reading_paused = False
         self._writing_paused = False
-        # Responses ready to go out in the next write.
+        # Responses ready to go out in the next write, and their bytes.
         self._outgoing: list[bytes] = []
+        self._outgoing_bytes = 0
+        # Monotonic seconds, read by ConnectionSweeper and ConnectionQuotas: the last read
+        # that completed a request (or the opening), the first byte of a frame still
+        # incomplete (0: none), and since when the client leaves its answers unread (0: it
+        # reads them).
+        self.last_request_at = monotonic()
+        self.frame_started_at = 0.0
+        self.write_blocked_since = 0.0
         # The last response model answered with, and its (error code, encoded body).
         self._last_message: Message | None = None
         self._last_encoding: tuple[int, bytes] = (0, b"")
@@ -88,59 +120,122 @@ class CoordinatorConnection(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self._peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.host = str(peer[0]) if isinstance(peer, tuple) else str(peer)
         # Kafka's form of a member's client host.
         self._client_host = f"/{peer[0]}" if isinstance(peer, tuple) else "/"
         self._context = RequestContext("", self._client_host)
         state = self._state
-        if state.draining or len(state.connections) >= state.config.max_connections:
-            state.metrics.connections_refused += 1
-            logger.warning(
-                "refusing connection from %s: %d open", self._peer, len(state.connections)
-            )
+        if state.draining:
+            refusal: RefusalReason | None = RefusalReason.SHUTTING_DOWN
+        else:
+            refusal = state.quotas.admit(self, self.last_request_at)
+        if refusal is not None:
+            if refusal is RefusalReason.MAX_CONNECTIONS_PER_IP:
+                detail = f"{state.quotas.connections_from(self.host)} open from {self.host}"
+            else:
+                detail = f"{len(state.connections)} open"
+            state.events.refused(refusal, self._peer, detail)
             self._closed = True
             self._transport.abort()
             return
-        state.connections.add(self)
+        # The transport pauses us (pause_writing) once its buffer holds more than this:
+        # the answers the client has not taken count against response_buffer_bytes.
+        self._transport.set_write_buffer_limits(high=self._response_buffer_bytes)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if exc is not None and not self._closed:
+            self._state.events.closed(CloseReason.CONNECTION_ERROR, self._peer, str(exc))
         self._closed = True
         self._waiting.clear()
-        self._state.connections.discard(self)
+        self._outgoing.clear()
+        self._state.quotas.release(self)
         self._state.connection_closed(self)
 
     def pause_writing(self) -> None:
         # The client does not read its responses: stop reading its requests until it does.
         self._writing_paused = True
+        self.write_blocked_since = monotonic()
         self._update_reading()
 
     def resume_writing(self) -> None:
         self._writing_paused = False
+        self.write_blocked_since = 0.0
+        self._admit_waiting()
         self._update_reading()
 
     def data_received(self, data: bytes) -> None:
         if self._closed:
             return
+        # The one clock read of a read, however many frames it holds.
+        now = monotonic()
+        decoder = self._decoder
         try:
-            frames = self._decoder.feed(data)
+            frames = decoder.feed(data)
         except FrameError as exc:
             self._protocol_violation(str(exc))
             return
-        if self._waiting or self._inflight + len(frames) > self._state.config.max_inflight_requests:
-            self._waiting.extend(frames)
-            self._admit_waiting()
+        if frames:
+            self.last_request_at = now
+            self._state.quotas.touch(self)
+            if self._waiting:
+                self._waiting.extend(frames)
+                self._admit_waiting()
+            else:
+                self._dispatch_frames(frames)
+            if self._closed:
+                return
+        if decoder.buffered_bytes:
+            # A frame has started: in this read if it completed others, else at its first byte.
+            if frames or not self.frame_started_at:
+                self.frame_started_at = now
         else:
-            for payload in frames:
-                self._dispatch(payload)
-                if self._closed:
-                    return
+            self.frame_started_at = 0.0
         self._update_reading()
 
     # Requests.
 
+    def _dispatch_frames(self, frames: list[bytes]) -> None:
+        """Dispatch the frames of a read while there is room (see `_admit_waiting`); the
+        rest wait."""
+        max_inflight = self._max_inflight
+        max_request_bytes = self._max_request_bytes
+        assert self._transport is not None
+        room = self._response_buffer_bytes - self._transport.get_write_buffer_size()
+        for index, payload in enumerate(frames):
+            if (
+                self._inflight >= max_inflight
+                or self._outgoing_bytes > room
+                or (self._request_bytes and self._request_bytes + len(payload) > max_request_bytes)
+            ):
+                self._waiting.extend(frames[index:])
+                return
+            self._dispatch(payload)
+            if self._closed:
+                return
+
     def _admit_waiting(self) -> None:
-        limit = self._state.config.max_inflight_requests
-        while self._waiting and self._inflight < limit and not self._closed:
-            self._dispatch(self._waiting.popleft())
+        """Dispatch waiting frames while fewer than `max_inflight_requests` are in flight,
+        their bytes stay within `max_inflight_request_bytes` (a frame alone is always taken,
+        so a large valid request still works), and the answers the client has not taken
+        (ready ones and the transport's buffer) stay within `response_buffer_bytes`. The
+        answers of one read are produced in this loop, before any is written: the check
+        must be here, not only in pause_writing."""
+        waiting = self._waiting
+        if not waiting or self._closed or self._transport is None:
+            return
+        max_inflight = self._max_inflight
+        max_request_bytes = self._max_request_bytes
+        room = self._response_buffer_bytes - self._transport.get_write_buffer_size()
+        while waiting and not self._closed:
+            payload = waiting[0]
+            if (
+                self._inflight >= max_inflight
+                or self._outgoing_bytes > room
+                or (self._request_bytes and self._request_bytes + len(payload) > max_request_bytes)
+            ):
+                return
+            waiting.popleft()
+            self._dispatch(payload)
 
     def _dispatch(self, payload: bytes) -> None:
         try:
@@ -187,10 +282,12 @@ class CoordinatorConnection(asyncio.Protocol):
             return
         future = reply.future
         if future.done():
-            self._reply_done(header, reply.on_error, started, future, counted=False)
+            self._reply_done(header, reply.on_error, started, 0, future, counted=False)
             return
+        size = len(payload)
         self._inflight += 1
-        future.add_done_callback(partial(self._reply_done, header, reply.on_error, started))
+        self._request_bytes += size
+        future.add_done_callback(partial(self._reply_done, header, reply.on_error, started, size))
 
     def _unsupported(self, header: RequestHeader, exc: ApiError) -> dict[str, object]:
         if header.api_key == ApiKey.API_VERSIONS:
@@ -204,6 +301,7 @@ class CoordinatorConnection(asyncio.Protocol):
         header: RequestHeader,
         on_error: Callable[[BaseException], Message] | None,
         started: float,
+        size: int,
         done: asyncio.Future[Message],
         *,
         counted: bool = True,
@@ -234,6 +332,7 @@ class CoordinatorConnection(asyncio.Protocol):
         if not counted:
             return
         self._inflight -= 1
+        self._request_bytes -= size
         if self._waiting:
             self._admit_waiting()
         self._update_reading()
@@ -251,36 +350,73 @@ class CoordinatorConnection(asyncio.Protocol):
         else:
             code = message.reported_error_code()
             encoded = encode_body(message)
+            if len(encoded) > self._max_response_bytes:
+                code = ErrorCode.MESSAGE_TOO_LARGE
+                encoded = encode_body(self._too_large(header, len(encoded)))
             # Holding the message keeps its identity from being reused by another object.
             self._last_message = message
             self._last_encoding = (code, encoded)
         self._state.metrics.request_done(header.api_key, code, perf_counter() - started)
         if self._closed:
             return
-        self._outgoing.append(response_frame_of(header.correlation_id, encoded))
+        frame = response_frame_of(header.correlation_id, encoded)
+        self._outgoing.append(frame)
+        self._outgoing_bytes += len(frame)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
 
     def _respond(self, header: RequestHeader, body: dict[str, object], started: float) -> None:
+        payload = encode_response(header.correlation_id, body)
+        if len(payload) > self._max_response_bytes:
+            body = self._too_large(header, len(payload))
+            payload = encode_response(header.correlation_id, body)
         self._state.metrics.request_done(
             header.api_key, response_error_code(body), perf_counter() - started
         )
         if self._closed:
             return
-        self._outgoing.append(encode_frame(encode_response(header.correlation_id, body)))
+        frame = encode_frame(payload)
+        self._outgoing.append(frame)
+        self._outgoing_bytes += len(frame)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
 
+    def _too_large(self, header: RequestHeader, size: int) -> dict[str, object]:
+        """Kafka's answer to a message over a size limit, in the contract's generic error
+        body (as for INVALID_REQUEST): the client learns why instead of losing the
+        connection, and the server never holds an answer larger than the limit."""
+        return error_body(
+            ErrorCode.MESSAGE_TOO_LARGE,
+            f"the response to api_key {header.api_key} would be {size} bytes, over the "
+            f"server's max_response_bytes of {self._max_response_bytes}",
+        )
+
     def _flush(self) -> None:
         self._flush_scheduled = False
-        if self._closed or self._transport is None or not self._outgoing:
+        transport = self._transport
+        if self._closed or transport is None or not self._outgoing:
             self._outgoing.clear()
+            self._outgoing_bytes = 0
             return
         data = b"".join(self._outgoing) if len(self._outgoing) > 1 else self._outgoing[0]
         self._outgoing.clear()
-        self._transport.write(data)
+        self._outgoing_bytes = 0
+        transport.write(data)
+        if self._writing_paused:
+            # Past response_buffer_bytes (write() paused us): answers that complete while
+            # the client does not read still arrive, up to the hard limit.
+            buffered = transport.get_write_buffer_size()
+            if buffered > self._response_buffer_max_bytes:
+                self.expire(
+                    CloseReason.RESPONSE_BUFFER_FULL,
+                    f"{buffered} bytes of answers unread, over response_buffer_max_bytes",
+                )
+        elif self._waiting:
+            # Frames held back for the answers of their read can go now.
+            self._admit_waiting()
+            self._update_reading()
 
     # Flow control and closing.
 
@@ -291,20 +427,42 @@ class CoordinatorConnection(asyncio.Protocol):
         should_pause = (
             self._writing_paused
             or self._state.draining
-            or self._inflight >= self._state.config.max_inflight_requests
+            or self._inflight >= self._max_inflight
             or bool(self._waiting)
+            or self._request_bytes >= self._max_request_bytes
         )
-        if should_pause and not self._reading_paused:
-            self._reading_paused = True
+        if should_pause and not self.reading_paused:
+            self.reading_paused = True
             transport.pause_reading()
-        elif not should_pause and self._reading_paused:
-            self._reading_paused = False
+        elif not should_pause and self.reading_paused:
+            self.reading_paused = False
             transport.resume_reading()
 
     def _protocol_violation(self, reason: str) -> None:
         self._state.metrics.malformed_frames += 1
-        logger.warning("closing connection from %s: %s", self._peer, reason)
-        self.abort()
+        self.expire(CloseReason.MALFORMED_FRAME, reason)
+
+    def expire(self, reason: CloseReason, detail: str) -> None:
+        """Close for `reason`, counted and logged with back-off. The connection leaves the
+        quotas at once (its place is free for the next one); it ends gracefully only if it
+        is idle and owes the client nothing."""
+        if self._closed:
+            return
+        self._state.events.closed(reason, self._peer, detail)
+        self._state.quotas.release(self)
+        transport = self._transport
+        if (
+            reason is CloseReason.IDLE
+            and transport is not None
+            and not self._outgoing
+            and not transport.get_write_buffer_size()
+        ):
+            self._closed = True
+            transport.close()
+        else:
+            # A broken stream ends as it always has; a client closed for what it holds or
+            # does not read is reset (see abort).
+            self.abort(reset=reason is not CloseReason.MALFORMED_FRAME)
 
     def stop_reading(self) -> None:
         """Graceful shutdown: take no new requests, keep answering the ones in flight."""
@@ -314,13 +472,27 @@ class CoordinatorConnection(asyncio.Protocol):
         """Close after the responses already produced are written."""
         if self._closed:
             return
-        self._flush()
         self._closed = True
+        self._waiting.clear()
         if self._transport is not None:
+            if self._outgoing:
+                self._transport.write(b"".join(self._outgoing))
             self._transport.close()
+        self._outgoing.clear()
 
-    def abort(self) -> None:
+    def abort(self, *, reset: bool = False) -> None:
+        """Close at once, dropping the answers not written yet. With `reset`, the kernel's
+        unsent bytes too: the connection is reset rather than ended by a FIN queued behind
+        answers the client may never read, so the socket and its buffers are freed at once
+        instead of after minutes of probing a closed window."""
         self._closed = True
         self._outgoing.clear()
-        if self._transport is not None:
-            self._transport.abort()
+        transport = self._transport
+        if transport is None:
+            return
+        if reset:
+            sock = transport.get_extra_info("socket")
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET_ON_CLOSE)
+        transport.abort()

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 from coordinator_server.metrics import ServerMetrics
 from coordinator_server.server.connection import CoordinatorConnection
+from coordinator_server.server.connection_events import ConnectionEventLog
+from coordinator_server.server.connection_limits import ConnectionQuotas, ConnectionSweeper
 from coordinator_server.service import Handler
 from protocol.errors import ErrorCode
 
@@ -20,15 +22,26 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
+    """The listener's share of CoordinatorConfig (which describes each setting)."""
+
     host: str = "127.0.0.1"
     port: int = 0
     max_frame_bytes: int = 8 * 1024 * 1024
     max_connections: int = 10000
+    max_connections_per_ip: int = 2000
     max_inflight_requests: int = 1024
+    max_inflight_request_bytes: int = 64 * 1024 * 1024
+    max_response_bytes: int = 8 * 1024 * 1024
+    response_buffer_bytes: int = 4 * 1024 * 1024
+    response_buffer_max_bytes: int = 64 * 1024 * 1024
+    connections_max_idle_ms: int = 600000
+    frame_read_timeout_ms: int = 30000
+    response_write_timeout_ms: int = 60000
 
 
 class ServerState:
-    """What the connections share: settings, handlers, the open connections and counters."""
+    """What the connections share: settings, handlers, the open connections (in `quotas`,
+    least recently active first), counters and the log of connection events."""
 
     def __init__(
         self,
@@ -40,9 +53,13 @@ class ServerState:
         self.config = config
         self.handlers = handlers
         self.api_versions_body = api_versions_body
-        self.connections: set[CoordinatorConnection] = set()
         self.draining = False
         self.metrics = metrics or ServerMetrics()
+        self.events = ConnectionEventLog(self.metrics)
+        self.quotas = ConnectionQuotas(
+            config.max_connections, config.max_connections_per_ip, self.events
+        )
+        self.connections = self.quotas.connections
         self._idle = asyncio.Event()
 
     def connection_idle(self, connection: CoordinatorConnection) -> None:
@@ -81,6 +98,13 @@ class CoordinatorServer:
     def __init__(self, state: ServerState) -> None:
         self.state = state
         self._server: asyncio.Server | None = None
+        config = state.config
+        self._sweeper = ConnectionSweeper(
+            state.quotas,
+            idle_ms=config.connections_max_idle_ms,
+            frame_read_timeout_ms=config.frame_read_timeout_ms,
+            write_timeout_ms=config.response_write_timeout_ms,
+        )
 
     async def start(self, sock: socket.socket, ssl_context: ssl.SSLContext | None = None) -> None:
         """Serve on a socket from `bind` (bound first, so the port is known before)."""
@@ -88,6 +112,7 @@ class CoordinatorServer:
         self._server = await loop.create_server(
             lambda: CoordinatorConnection(self.state), sock=sock, backlog=1024, ssl=ssl_context
         )
+        self._sweeper.start(loop)
 
     async def drain(self, timeout_s: float) -> bool:
         """Stop accepting and reading; wait for the requests in flight to be answered."""
@@ -108,6 +133,7 @@ class CoordinatorServer:
         return True
 
     async def close(self) -> None:
+        self._sweeper.stop()
         for connection in list(self.state.connections):
             connection.close()
         if self._server is not None:

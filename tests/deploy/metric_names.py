@@ -21,6 +21,16 @@ HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 
 GROUP_STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
 PARTITION_STATES = ("INITIAL", "LOADING", "ACTIVE", "FAILED", "CLOSED")
+REFUSAL_REASONS = ("max_connections", "max_connections_per_ip", "shutting_down")
+CLOSE_REASONS = (
+    "evicted",
+    "idle",
+    "frame_timeout",
+    "write_timeout",
+    "response_buffer_full",
+    "malformed_frame",
+    "connection_error",
+)
 
 
 @dataclass(frozen=True)
@@ -38,7 +48,8 @@ EXPORTED_METRICS: tuple[MetricFamily, ...] = (
     MetricFamily("coordinator_requests_in_flight", "gauge"),
     # Connections.
     MetricFamily("coordinator_connections_open", "gauge"),
-    MetricFamily("coordinator_connections_refused_total", "counter"),
+    MetricFamily("coordinator_connections_refused_total", "counter", ("reason",)),
+    MetricFamily("coordinator_connections_closed_total", "counter", ("reason",)),
     MetricFamily("coordinator_malformed_frames_total", "counter"),
     # Groups.
     MetricFamily("coordinator_groups", "gauge", ("state",)),
@@ -71,6 +82,8 @@ METRICS_BY_NAME: dict[str, MetricFamily] = {family.name: family for family in EX
 LABEL_VALUES: dict[tuple[str, str], tuple[str, ...]] = {
     ("coordinator_groups", "state"): GROUP_STATES,
     ("coordinator_partitions", "state"): PARTITION_STATES,
+    ("coordinator_connections_refused_total", "reason"): REFUSAL_REASONS,
+    ("coordinator_connections_closed_total", "reason"): CLOSE_REASONS,
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -17,6 +18,7 @@ from wire_client import (
     commit_errors,
     fetch_body,
     fetched_offsets,
+    hung_up,
     until,
 )
 
@@ -24,7 +26,9 @@ from coordinator_server.app import CoordinatorApp
 from coordinator_server.config import CoordinatorConfig
 from coordinator_server.storage.memory import InMemoryLog
 from protocol.api_keys import ApiKey
+from protocol.envelope import RequestHeader, encode_request
 from protocol.errors import ErrorCode
+from protocol.framing import encode_frame
 from protocol.hashing import partition_for
 
 PARTITIONS = 4
@@ -302,7 +306,8 @@ async def test_connections_over_the_limit_are_refused() -> None:
         assert (await second.call(ApiKey.API_VERSIONS, {}))["error_code"] == 0
         async with connect(app) as third:
             assert await third.closed_by_server()
-        assert app.server is not None and app.server.state.metrics.connections_refused == 1
+        assert app.server is not None
+        assert app.server.state.metrics.connections_refused == {"max_connections": 1}
         await second.close()
         await until(lambda: app.server is not None and len(app.server.state.connections) == 1)
         async with connect(app) as fourth:
@@ -359,3 +364,144 @@ async def test_a_partition_that_fails_to_load_is_retried_until_it_loads() -> Non
         assert app.runtime.partition_state(partition) is not None
         response = await client.call(ApiKey.OFFSET_COMMIT, commit_body("g", {("t", 0): 1}))
         assert commit_errors(response) == {("t", 0): 0}
+
+
+async def test_in_flight_request_bytes_per_connection_are_bounded() -> None:
+    log = InMemoryLog(PARTITIONS, auto_commit=False)
+    partition = partition_for("g", PARTITIONS)
+    async with serve(log, max_inflight_request_bytes=1024) as app, connect(app) as client:
+        # Each over 600 bytes: one alone is taken, a second would pass 1024 in flight.
+        commits = [
+            client.send(ApiKey.OFFSET_COMMIT, commit_body("g", {("t", 0): i}, "m" * 600))
+            for i in range(4)
+        ]
+        await until(lambda: log.writer.end_offset(partition) >= 1)
+        await asyncio.sleep(0.05)
+        assert log.writer.end_offset(partition) == 1
+        while not all(c.done() for c in commits):
+            log.writer.commit(partition)
+            await asyncio.sleep(0.005)
+        assert all(commit_errors(c.result()) == {("t", 0): 0} for c in commits)
+        assert log.writer.end_offset(partition) == 4
+
+
+async def commit_many_offsets(
+    log: InMemoryLog, client: WireClient, group: str, count: int
+) -> dict[tuple[str, int], int]:
+    """`count` offsets committed for `group` (the log committing by hand or not)."""
+    offsets = {("t", i): i for i in range(count)}
+    commit = client.send(ApiKey.OFFSET_COMMIT, commit_body(group, offsets))
+    while not commit.done():
+        log.writer.commit(partition_for(group, PARTITIONS))
+        await asyncio.sleep(0.005)
+    assert set(commit_errors(commit.result()).values()) == {0}
+    return offsets
+
+
+async def test_a_client_that_reads_late_gets_every_answer() -> None:
+    """Past response_buffer_bytes the server stops answering a connection, and goes on
+    when the client reads: nothing is lost or stuck on the way."""
+    async with serve(response_buffer_bytes=100_000) as app, connect(app) as client:
+        offsets = await commit_many_offsets(InMemoryLog(PARTITIONS), client, "g", 2000)
+        transport = client.writer.transport
+        transport.pause_reading()
+        # 100 answers of about 160 KB: 16 MB, far past what the server holds for a client.
+        fetches = [client.send(ApiKey.OFFSET_FETCH, fetch_body("g", None)) for _ in range(100)]
+        await asyncio.sleep(0.5)
+        assert not any(f.done() for f in fetches)
+        transport.resume_reading()
+        for fetch in fetches:
+            assert fetched_offsets(await asyncio.wait_for(fetch, 30)) == offsets
+        assert app.server is not None
+        assert sum(app.server.state.metrics.connections_closed.values()) == 0
+
+
+async def test_answers_past_response_buffer_max_bytes_close_the_connection() -> None:
+    """Answers that complete together for a client that does not read (here 100 fetches
+    parked until a commit is written) are bounded by response_buffer_max_bytes: past it the
+    connection is closed, and the others are served."""
+    log = InMemoryLog(PARTITIONS, auto_commit=False)
+    partition = partition_for("g", PARTITIONS)
+    settings = {"response_buffer_bytes": 100_000, "response_buffer_max_bytes": 1_000_000}
+    async with serve(log, **settings) as app, connect(app) as client:
+        assert app.server is not None and app.address is not None
+        await commit_many_offsets(log, client, "g", 2000)
+        end = log.writer.end_offset(partition)
+        pending = client.send(ApiKey.OFFSET_COMMIT, commit_body("g", {("t", 0): 1}))
+        await until(lambda: log.writer.end_offset(partition) > end)
+        hog = socket.socket()
+        hog.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        hog.setblocking(False)
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.sock_connect(hog, app.address)
+            stable_fetch = fetch_body("g", None, require_stable=True)
+            await loop.sock_sendall(
+                hog,
+                b"".join(
+                    encode_frame(
+                        encode_request(
+                            RequestHeader(ApiKey.OFFSET_FETCH, 0, i, "hog"), stable_fetch
+                        )
+                    )
+                    for i in range(100)
+                ),
+            )
+            # The 100 fetches and the pending commit.
+            await until(
+                lambda: app.server is not None and app.server.state.requests_in_flight() == 101
+            )
+            log.writer.commit(partition)
+            assert commit_errors(await pending) == {("t", 0): 0}
+            await until(lambda: hung_up(hog))
+            assert app.server.state.metrics.connections_closed == {"response_buffer_full": 1}
+            assert (await client.call(ApiKey.API_VERSIONS, {}))["error_code"] == 0
+        finally:
+            hog.close()
+
+
+async def test_a_request_in_flight_keeps_its_connection_from_idling_out() -> None:
+    log = InMemoryLog(PARTITIONS, auto_commit=False)
+    partition = partition_for("g", PARTITIONS)
+    async with serve(log, connections_max_idle_ms=300) as app, connect(app) as client:
+        assert app.server is not None
+        closed = app.server.state.metrics.connections_closed
+        commit = client.send(ApiKey.OFFSET_COMMIT, commit_body("g", {("t", 0): 1}))
+        await until(lambda: log.writer.end_offset(partition) == 1)
+        # Parked for three idle timeouts: busy, not idle.
+        await asyncio.sleep(1)
+        log.writer.commit(partition)
+        assert commit_errors(await commit) == {("t", 0): 0}
+        assert closed["idle"] == 0
+        # Then idle: closed once the timeout passes from its last activity.
+        assert await client.closed_by_server(timeout=10)
+        assert closed == {"idle": 1}
+
+
+async def test_a_frame_the_server_holds_back_is_not_timed_out() -> None:
+    """The frame timeout is for clients that do not send; a frame that waits because the
+    server stopped reading (here: max_inflight_requests) has its clock started again."""
+    log = InMemoryLog(PARTITIONS, auto_commit=False)
+    partition = partition_for("g", PARTITIONS)
+    settings = {"frame_read_timeout_ms": 200, "max_inflight_requests": 1}
+    async with serve(log, **settings) as app, connect(app) as client:
+        assert app.server is not None
+
+        def frame(correlation_id: int, api_key: int, body: Any) -> bytes:
+            header = RequestHeader(api_key, 0, correlation_id, "test-client")
+            return encode_frame(encode_request(header, body))
+
+        commit = frame(98, ApiKey.OFFSET_COMMIT, commit_body("g", {("t", 0): 1}))
+        versions = frame(99, ApiKey.API_VERSIONS, {})
+        # In one read: a commit the log holds, a frame that waits for room behind it, and
+        # the start of another.
+        client.send_raw(commit + versions + versions[:3])
+        await until(lambda: log.writer.end_offset(partition) == 1)
+        await asyncio.sleep(1)
+        assert client.arrival_order == []
+        log.writer.commit(partition)
+        await until(lambda: client.arrival_order == [98, 99])
+        # The rest of the frame, once the server reads again: answered, never timed out.
+        client.send_raw(versions[3:])
+        await until(lambda: client.arrival_order == [98, 99, 99])
+        assert app.server.state.metrics.connections_closed == {}
