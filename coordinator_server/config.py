@@ -196,8 +196,14 @@ class CoordinatorConfig(BaseSettings):
     def _check_ranges(self) -> CoordinatorConfig:
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             raise ValueError("group-min-session-timeout-ms exceeds group-max-session-timeout-ms")
-        if self.response_buffer_bytes > self.response_buffer_max_bytes:
-            raise ValueError("response-buffer-bytes exceeds response-buffer-max-bytes")
+        if self.response_buffer_bytes + self.max_response_bytes > self.response_buffer_max_bytes:
+            # Reading stops at response-buffer-bytes, but one answer already on its way may
+            # add up to max-response-bytes: below their sum, one large answer would close a
+            # client that reads.
+            raise ValueError(
+                "response-buffer-max-bytes must be at least response-buffer-bytes plus "
+                "max-response-bytes"
+            )
         if self.tls_keyfile is not None and self.tls_certfile is None:
             raise ValueError("tls-keyfile needs tls-certfile")
         return self

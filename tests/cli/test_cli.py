@@ -111,3 +111,12 @@ def test_serve_does_not_import_the_tools() -> None:
         "assert not loaded, loaded\n"
     )
     subprocess.run([sys.executable, "-c", probe], check=True, timeout=60)
+
+
+def test_a_response_buffer_that_one_answer_could_overflow_is_refused() -> None:
+    with pytest.raises(ValueError, match="response-buffer-max-bytes"):
+        CoordinatorConfig(
+            response_buffer_bytes=4 * 1024 * 1024,
+            max_response_bytes=8 * 1024 * 1024,
+            response_buffer_max_bytes=8 * 1024 * 1024,
+        )
