@@ -87,6 +87,13 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "--rebalance-timeout-s", type=float, default=300.0, help="give up on a rebalance after"
     )
     how.add_argument("--records", type=int, default=1_000_000, help="records in the log (load)")
+    how.add_argument(
+        "--log",
+        choices=["kafka", "sqlite"],
+        default="kafka",
+        help="the log the load reads: a Kafka topic (the broker the bench starts or "
+        "--bootstrap-servers) or the embedded SQLite file (load)",
+    )
     how.add_argument("--load-topics", type=int, default=10, help="topics per group (load)")
     how.add_argument("--load-partitions", type=int, default=100, help="partitions per topic (load)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
