@@ -96,6 +96,13 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     )
     how.add_argument("--load-topics", type=int, default=10, help="topics per group (load)")
     how.add_argument("--load-partitions", type=int, default=100, help="partitions per topic (load)")
+    how.add_argument(
+        "--load-batch-records",
+        type=int,
+        default=0,
+        help="records per batch written to the log, e.g. 10 for a history of single "
+        "commits (0: as many as fit 1 MiB; SQLite: 10,000) (load)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.add_argument("--json-file", metavar="PATH", help="also write the JSON document to PATH")
     return parser

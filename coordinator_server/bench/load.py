@@ -14,9 +14,11 @@ from coordinator_server.records import encode_record, new_offset_commit_record
 from protocol.hashing import partition_for
 
 PRODUCE_BATCH_BYTES = 1024 * 1024
-# Records per SQLite transaction while writing the log (the server appends a batch per
-# transaction; a million records in batches of this size write in seconds).
+# Records per SQLite transaction while writing the log, unless told (a million records in
+# batches of this size write in seconds).
 SQLITE_BATCH_RECORDS = 10_000
+# Record batches handed to the producer before waiting for them to be written.
+MAX_PENDING_SENDS = 1000
 
 
 def dataset_groups(records: int, topics: int, partitions: int) -> int:
@@ -35,9 +37,11 @@ async def write_log(
     records: int,
     topics: int,
     partitions: int,
+    batch_records: int = 0,
 ) -> float:
     """Write `records` offset commits (groups of `topics` x `partitions` offsets each, on the
-    log partition that owns each group) to a new compacted topic; the seconds it took."""
+    log partition that owns each group) to a new compacted topic, in record batches of
+    `batch_records` (0: as many as fit 1 MiB); the seconds it took."""
     from aiokafka import AIOKafkaProducer
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
@@ -67,12 +71,19 @@ async def write_log(
         sends: list[asyncio.Future[Any]] = []
         for partition, raw in by_partition.items():
             batch = producer.create_batch()
+            in_batch = 0
             for key, value in raw:
-                if batch.append(key=key, value=value, timestamp=None) is None:
+                full = batch_records and in_batch == batch_records
+                if full or batch.append(key=key, value=value, timestamp=None) is None:
                     batch.close()
                     sends.append(await producer.send_batch(batch, topic, partition=partition))
+                    if len(sends) >= MAX_PENDING_SENDS:
+                        await asyncio.gather(*sends)
+                        sends.clear()
                     batch = producer.create_batch()
                     batch.append(key=key, value=value, timestamp=None)
+                    in_batch = 0
+                in_batch += 1
             batch.close()
             sends.append(await producer.send_batch(batch, topic, partition=partition))
         await asyncio.gather(*sends)
@@ -109,10 +120,16 @@ def dataset(
 
 
 async def write_sqlite_log(
-    data_dir: Path, num_partitions: int, records: int, topics: int, partitions: int
+    data_dir: Path,
+    num_partitions: int,
+    records: int,
+    topics: int,
+    partitions: int,
+    batch_records: int = 0,
 ) -> float:
     """Write the same offset commits as `write_log` to a new SQLite log in `data_dir` (the
-    file `serve --data-dir` opens); the seconds it took."""
+    file `serve --data-dir` opens), a transaction per `batch_records` (0: 10,000) as the
+    server appends a batch per transaction; the seconds it took."""
     from coordinator_server.storage.sqlite import SqliteLog
 
     started = time.perf_counter()
@@ -120,9 +137,10 @@ async def write_sqlite_log(
     log = SqliteLog(data_dir / "coordinator.db", num_partitions, synchronous="OFF")
     await log.start()
     try:
+        size = batch_records or SQLITE_BATCH_RECORDS
         for partition, raw in dataset(num_partitions, records, topics, partitions).items():
-            for start in range(0, len(raw), SQLITE_BATCH_RECORDS):
-                await log.append(partition, raw[start : start + SQLITE_BATCH_RECORDS])
+            for start in range(0, len(raw), size):
+                await log.append(partition, raw[start : start + size])
     finally:
         await log.close()
     return time.perf_counter() - started

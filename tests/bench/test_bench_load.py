@@ -17,12 +17,13 @@ def test_load_of_a_small_log(kafka_broker: KafkaBroker) -> None:
         "--records", "5000",
         "--load-topics", "2",
         "--load-partitions", "50",
+        "--load-batch-records", "10",
         "--offsets-topic-partitions", "8",
     )  # fmt: skip
     assert_common_shape(document)
     (row,) = document["results"]["load"]
     assert row["target"] == "ours"
-    assert row["log"] == "kafka"
+    assert (row["log"], row["batch_records"]) == ("kafka", 10)
     assert row["records"] == 5000
     assert row["groups"] == 50
     assert row["loaded_ok"] is True
