@@ -7,6 +7,7 @@ import gc
 import logging
 import signal
 import time
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -34,9 +35,12 @@ logger = logging.getLogger("coordinator_server")
 
 # The epoch of every partition this process loads first. A single node owns all partitions
 # for the life of the process; a failed load is retried with the next epoch, as Kafka retries
-# a load with a higher leader epoch.
+# a load with a higher leader epoch, and so is a partition that failed once loaded.
 LOAD_EPOCH = 1
-LOAD_RETRY_BACKOFF_S = (0.5, 1.0, 2.0, 5.0)
+# Waits before loading a partition again, by failed loads in a row: a load fails only on
+# errors that waiting does not mend (a corrupt batch, an unexpected answer), so the waits
+# grow long enough not to reload a large partition in a loop.
+LOAD_RETRY_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
 
 def build_log(config: CoordinatorConfig) -> CoordinatorLog:
@@ -51,6 +55,7 @@ def build_log(config: CoordinatorConfig) -> CoordinatorLog:
             request_timeout_ms=config.offsets_commit_timeout_ms,
             max_batch_bytes=config.max_batch_bytes,
             max_inflight_produce_requests=config.max_inflight_produce_requests,
+            metadata_max_age_ms=config.metadata_max_age_ms,
         )
     from coordinator_server.storage.sqlite import SqliteLog
 
@@ -86,11 +91,14 @@ class CoordinatorApp:
         self.http: OperatorHttpServer | None = None
         self.started_monotonic = time.monotonic()
         self._stop = asyncio.Event()
+        # One task per partition, loading it and loading it again whenever it fails.
+        self._partition_tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
         config = self.config
         started = time.monotonic()
         self.log = log = self.log or build_log(config)
+        log.register_failure_listener(self._on_log_failure)
         await log.start()
         num_partitions = log.num_partitions
         shard_config = ShardConfig(
@@ -117,6 +125,7 @@ class CoordinatorApp:
                 max_batch_bytes=config.max_batch_bytes,
                 max_queued_events=config.max_queued_events,
                 run_when_idle=True,
+                append_failure_timeout_ms=config.append_failure_timeout_ms,
             ),
             observer=self.runtime_metrics,
         )
@@ -164,45 +173,119 @@ class CoordinatorApp:
         # that collections during serving do not walk the loaded state either.
         collecting = gc.isenabled()
         gc.disable()
+        loading = time.monotonic()
         try:
-            await asyncio.gather(*(self._load(runtime, p) for p in range(num_partitions)))
+            loop = asyncio.get_running_loop()
+            first_loads: list[asyncio.Future[None]] = [
+                loop.create_future() for _ in range(num_partitions)
+            ]
+            self._partition_tasks = [
+                asyncio.create_task(
+                    self._keep_loaded(runtime, p, first_loads[p]), name=f"serve-partition-{p}"
+                )
+                for p in range(num_partitions)
+            ]
+            loaded: asyncio.Future[Any] = asyncio.gather(*first_loads)
+            # Loads wait out a slow or absent broker for as long as it takes: a SIGTERM
+            # meanwhile ends the start.
+            stopping: asyncio.Future[Any] = asyncio.ensure_future(self._stop.wait())
+            try:
+                await asyncio.wait({loaded, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stopping.cancel()
+            if not loaded.done():
+                loaded.cancel()
+                logger.info("asked to stop before every partition was loaded")
+                return
         finally:
             if collecting:
                 gc.freeze()
                 gc.enable()
+        load_s = time.monotonic() - loading
+        records = self.runtime_metrics.records_loaded
+        active = sum(s is CoordinatorState.ACTIVE for s in runtime.partitions().values())
         logger.info(
-            "coordinator-server %s ready on %s:%d (%d partitions loaded in %.2f s, log: %s, "
-            "metrics: %s)",
+            "coordinator-server %s ready on %s:%d (%d partitions loaded in %.2f s: %d records "
+            "in %.2f s, %.0f records/s; log: %s, metrics: %s)",
             __version__,
             host,
             port,
-            num_partitions,
+            active,
             time.monotonic() - started,
+            records,
+            load_s,
+            records / load_s if load_s > 0 else 0.0,
             describe_log(config),
             "off" if self.metrics_port is None else f"http://{host}:{self.metrics_port}/metrics",
         )
 
-    async def _load(
-        self, runtime: CoordinatorRuntime[GroupCoordinatorShard], partition: int
+    async def _keep_loaded(
+        self,
+        runtime: CoordinatorRuntime[GroupCoordinatorShard],
+        partition: int,
+        first_load: asyncio.Future[None],
     ) -> None:
-        """Load a partition, retrying with a higher epoch while the log cannot be read (a
-        broker that is not up yet): requests for its groups get COORDINATOR_LOAD_IN_PROGRESS
-        or NOT_COORDINATOR meanwhile and /readyz says so."""
+        """Load a partition, and load it again whenever it fails: a load the log could not
+        serve (retried with a higher epoch and a growing back-off), or a partition that
+        left ACTIVE (its appends kept failing). Meanwhile requests for its groups get
+        COORDINATOR_LOAD_IN_PROGRESS or NOT_COORDINATOR and /readyz says so. A log that
+        stopped for good is not loaded from again. `first_load` is done once the partition
+        was ACTIVE, or given up on."""
         epoch = LOAD_EPOCH
-        while True:
-            runtime.schedule_load(partition, epoch)
-            try:
-                await runtime.wait_loaded(partition)
-                return
-            except NotCoordinatorError:
-                backoff = LOAD_RETRY_BACKOFF_S[
-                    min(epoch - LOAD_EPOCH, len(LOAD_RETRY_BACKOFF_S) - 1)
-                ]
-                logger.warning(
-                    "partition=%d could not be loaded; retrying in %.1f s", partition, backoff
-                )
-                await asyncio.sleep(backoff)
-                epoch += 1
+        failed_loads = 0
+        try:
+            while self._log_failure() is None:
+                if runtime.partition_state(partition) in (
+                    None,
+                    CoordinatorState.INITIAL,
+                    CoordinatorState.FAILED,
+                ):
+                    runtime.schedule_load(partition, epoch)
+                    epoch += 1
+                try:
+                    await runtime.wait_loaded(partition)
+                except NotCoordinatorError:
+                    if self._log_failure() is not None:
+                        break
+                    backoff = LOAD_RETRY_BACKOFF_S[min(failed_loads, len(LOAD_RETRY_BACKOFF_S) - 1)]
+                    failed_loads += 1
+                    logger.warning(
+                        "partition=%d could not be loaded; retrying in %.1f s", partition, backoff
+                    )
+                    await asyncio.sleep(backoff)
+                    continue
+                failed_loads = 0
+                if not first_load.done():
+                    first_load.set_result(None)
+                state = await runtime.wait_left_active(partition)
+                if state is None or state is CoordinatorState.CLOSED:
+                    break
+                if state is CoordinatorState.FAILED and self._log_failure() is None:
+                    logger.warning(
+                        "partition=%d left ACTIVE; loading it again in %.1f s",
+                        partition,
+                        LOAD_RETRY_BACKOFF_S[0],
+                    )
+                    await asyncio.sleep(LOAD_RETRY_BACKOFF_S[0])
+        except NotCoordinatorError:
+            # The runtime closed: the server is shutting down.
+            pass
+        finally:
+            if not first_load.done():
+                first_load.set_result(None)
+
+    def _log_failure(self) -> str | None:
+        return None if self.log is None else self.log.failure
+
+    def _on_log_failure(self, reason: str) -> None:
+        """The log stopped for good: every partition stops (its placement of groups can no
+        longer be trusted), and none is loaded again until a restart."""
+        runtime = self.runtime
+        if runtime is None:
+            return
+        error = NotCoordinatorError(f"the log stopped: {reason}")
+        for partition in sorted(runtime.partitions()):
+            runtime.fail_partition(partition, error)
 
     def _operator_http(self) -> OperatorHttpServer:
         registry = CollectorRegistry(auto_describe=False)
@@ -263,15 +346,32 @@ class CoordinatorApp:
             uncommitted_offsets=uncommitted,
             groups_by_state=groups,
             members=members,
+            log_failed=self._log_failure() is not None,
         )
 
     def readiness(self) -> Probe:
-        """Ready when every partition this node owns is ACTIVE."""
+        """Ready when every partition this node owns is ACTIVE and the log has not stopped;
+        otherwise `reason` says why not."""
         states = self._partition_states()
         expected = self.log.num_partitions if self.log is not None else 0
         not_active = {p: s for p, s in states.items() if s != CoordinatorState.ACTIVE.name}
-        ok = len(states) == expected > 0 and not not_active and not self._stop.is_set()
-        return Probe(ok, {"ready": ok, "partitions": len(states), "not_active": not_active})
+        failure = self._log_failure()
+        reason: str | None = None
+        if failure is not None:
+            reason = f"the log stopped: {failure}"
+        elif self._stop.is_set():
+            reason = "shutting down"
+        elif not_active or len(states) != expected or expected == 0:
+            reason = f"{len(not_active) + expected - len(states)} partitions not ACTIVE"
+        ok = reason is None
+        detail: dict[str, object] = {
+            "ready": ok,
+            "partitions": len(states),
+            "not_active": not_active,
+        }
+        if reason is not None:
+            detail["reason"] = reason
+        return Probe(ok, detail)
 
     def status(self) -> dict[str, object]:
         groups, members = self._group_counts()
@@ -281,6 +381,7 @@ class CoordinatorApp:
             "uptime_s": round(time.monotonic() - self.started_monotonic, 3),
             "address": None if self.address is None else f"{self.address[0]}:{self.address[1]}",
             "log": describe_log(self.config),
+            "log_failure": self._log_failure(),
             "partitions": {str(p): s for p, s in states.items()},
             "partitions_by_state": {
                 s: list(states.values()).count(s) for s in set(states.values())
@@ -310,6 +411,11 @@ class CoordinatorApp:
     async def shutdown(self) -> None:
         """Stop accepting, answer what is in flight, flush the log, close."""
         timeout_s = self.config.shutdown_timeout_ms / 1000
+        tasks, self._partition_tasks = self._partition_tasks, []
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
         if self.server is not None:
             await self.server.drain(timeout_s)
         if self.runtime is not None:

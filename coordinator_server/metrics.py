@@ -227,6 +227,7 @@ class Snapshot:
     uncommitted_offsets: dict[int, int]
     groups_by_state: dict[str, int]
     members: int
+    log_failed: bool = False
 
 
 class CoordinatorCollector(Collector):
@@ -302,6 +303,12 @@ class CoordinatorCollector(Collector):
             "coordinator_malformed_frames",
             "Connections closed for broken framing or a malformed request header.",
             value=server.malformed_frames,
+        )
+        yield GaugeMetricFamily(
+            "coordinator_log_failed",
+            "1 once the log stopped for good (its topic disappeared or changed its partition "
+            "count): every partition stops until a restart.",
+            value=int(snapshot.log_failed),
         )
         partitions = GaugeMetricFamily(
             "coordinator_partitions", "Log partitions by runtime state.", labels=["state"]

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 from types import TracebackType
@@ -136,10 +137,34 @@ class KafkaBroker:
         self._terminate()
         self._discard_log()
 
+    def restart_empty(self) -> None:
+        """Stop the broker and start a new one on the same port: with in-memory storage,
+        the broker comes back with no topics, as a cluster that lost its data would."""
+        port = self.port
+        self._terminate()
+        self._discard_log()
+        binary = self._binary or resolve_broker_binary()
+        # The port was just released; a restart may briefly find it still bound.
+        deadline = time.monotonic() + self._startup_timeout_s
+        while not self._try_start(binary, port):
+            if time.monotonic() > deadline:
+                raise BrokerStartError(f"tansu did not restart on port {port}")
+            self._discard_log()
+            time.sleep(0.2)
+
+    def pause(self) -> None:
+        """SIGSTOP: the broker holds its connections and answers nothing."""
+        os.kill(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.pid, signal.SIGCONT)
+
     def _terminate(self) -> None:
         process, self._process = self._process, None
         if process is None or process.poll() is not None:
             return
+        # A paused broker would not act on SIGTERM.
+        process.send_signal(signal.SIGCONT)
         process.send_signal(signal.SIGTERM)
         try:
             process.wait(timeout=self._stop_timeout_s)
@@ -163,3 +188,39 @@ class KafkaBroker:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+class BrokerThrottle:
+    """A slow broker without a proxy: a thread stops the broker for `stopped_fraction` of
+    every `period_s` (SIGSTOP, then SIGCONT), until stopped. The broker is left running."""
+
+    def __init__(self, broker: KafkaBroker, stopped_fraction: float, period_s: float) -> None:
+        if not 0 <= stopped_fraction < 1:
+            raise ValueError("stopped_fraction must be in [0, 1)")
+        self._broker = broker
+        self._stopped_s = period_s * stopped_fraction
+        self._running_s = period_s - self._stopped_s
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._cycle, daemon=True)
+
+    def _cycle(self) -> None:
+        pid = self._broker.pid
+        try:
+            while not self._done.is_set():
+                os.kill(pid, signal.SIGSTOP)
+                self._done.wait(self._stopped_s)
+                os.kill(pid, signal.SIGCONT)
+                self._done.wait(self._running_s)
+        except ProcessLookupError:
+            pass
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+    def __enter__(self) -> BrokerThrottle:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join(10)

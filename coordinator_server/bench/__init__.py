@@ -87,8 +87,22 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "--rebalance-timeout-s", type=float, default=300.0, help="give up on a rebalance after"
     )
     how.add_argument("--records", type=int, default=1_000_000, help="records in the log (load)")
+    how.add_argument(
+        "--log",
+        choices=["kafka", "sqlite"],
+        default="kafka",
+        help="the log the load reads: a Kafka topic (the broker the bench starts or "
+        "--bootstrap-servers) or the embedded SQLite file (load)",
+    )
     how.add_argument("--load-topics", type=int, default=10, help="topics per group (load)")
     how.add_argument("--load-partitions", type=int, default=100, help="partitions per topic (load)")
+    how.add_argument(
+        "--load-batch-records",
+        type=int,
+        default=0,
+        help="records per batch written to the log, e.g. 10 for a history of single "
+        "commits (0: as many as fit 1 MiB; SQLite: 10,000) (load)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.add_argument("--json-file", metavar="PATH", help="also write the JSON document to PATH")
     return parser

@@ -1,9 +1,11 @@
-"""The load scenario: a log of R committed offsets written first, then a cold start over it."""
+"""The load scenario: a log of R committed offsets written first (to a Kafka topic, or to the
+embedded SQLite log's file), then a cold start over it."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 from typing import Any
 
 from coordinator_server.bench.ours import WireConnection
@@ -12,6 +14,11 @@ from coordinator_server.records import encode_record, new_offset_commit_record
 from protocol.hashing import partition_for
 
 PRODUCE_BATCH_BYTES = 1024 * 1024
+# Records per SQLite transaction while writing the log, unless told (a million records in
+# batches of this size write in seconds).
+SQLITE_BATCH_RECORDS = 10_000
+# Record batches handed to the producer before waiting for them to be written.
+MAX_PENDING_SENDS = 1000
 
 
 def dataset_groups(records: int, topics: int, partitions: int) -> int:
@@ -30,9 +37,11 @@ async def write_log(
     records: int,
     topics: int,
     partitions: int,
+    batch_records: int = 0,
 ) -> float:
     """Write `records` offset commits (groups of `topics` x `partitions` offsets each, on the
-    log partition that owns each group) to a new compacted topic; the seconds it took."""
+    log partition that owns each group) to a new compacted topic, in record batches of
+    `batch_records` (0: as many as fit 1 MiB); the seconds it took."""
     from aiokafka import AIOKafkaProducer
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
@@ -58,39 +67,82 @@ async def write_log(
     )
     await producer.start()
     try:
-        now_ms = int(time.time() * 1000)
-        topic_names = [f"topic-{t}" for t in range(topics)]
-        by_partition: dict[int, list[tuple[bytes, bytes | None]]] = {}
-        written = 0
-        group = 0
-        while written < records:
-            group_id = group_name(group)
-            sink = by_partition.setdefault(partition_for(group_id, num_partitions), [])
-            for name in topic_names:
-                for p in range(partitions):
-                    if written == records:
-                        break
-                    sink.append(
-                        encode_record(
-                            new_offset_commit_record(group_id, name, p, 1000 + p, -1, "", now_ms)
-                        )
-                    )
-                    written += 1
-            group += 1
+        by_partition = dataset(num_partitions, records, topics, partitions)
         sends: list[asyncio.Future[Any]] = []
         for partition, raw in by_partition.items():
             batch = producer.create_batch()
+            in_batch = 0
             for key, value in raw:
-                if batch.append(key=key, value=value, timestamp=None) is None:
+                full = batch_records and in_batch == batch_records
+                if full or batch.append(key=key, value=value, timestamp=None) is None:
                     batch.close()
                     sends.append(await producer.send_batch(batch, topic, partition=partition))
+                    if len(sends) >= MAX_PENDING_SENDS:
+                        await asyncio.gather(*sends)
+                        sends.clear()
                     batch = producer.create_batch()
                     batch.append(key=key, value=value, timestamp=None)
+                    in_batch = 0
+                in_batch += 1
             batch.close()
             sends.append(await producer.send_batch(batch, topic, partition=partition))
         await asyncio.gather(*sends)
     finally:
         await producer.stop()
+    return time.perf_counter() - started
+
+
+def dataset(
+    num_partitions: int, records: int, topics: int, partitions: int
+) -> dict[int, list[tuple[bytes, bytes | None]]]:
+    """`records` offset commits, groups of `topics` x `partitions` offsets each, by the log
+    partition that owns each group."""
+    now_ms = int(time.time() * 1000)
+    topic_names = [f"topic-{t}" for t in range(topics)]
+    by_partition: dict[int, list[tuple[bytes, bytes | None]]] = {}
+    written = 0
+    group = 0
+    while written < records:
+        group_id = group_name(group)
+        sink = by_partition.setdefault(partition_for(group_id, num_partitions), [])
+        for name in topic_names:
+            for p in range(partitions):
+                if written == records:
+                    break
+                sink.append(
+                    encode_record(
+                        new_offset_commit_record(group_id, name, p, 1000 + p, -1, "", now_ms)
+                    )
+                )
+                written += 1
+        group += 1
+    return by_partition
+
+
+async def write_sqlite_log(
+    data_dir: Path,
+    num_partitions: int,
+    records: int,
+    topics: int,
+    partitions: int,
+    batch_records: int = 0,
+) -> float:
+    """Write the same offset commits as `write_log` to a new SQLite log in `data_dir` (the
+    file `serve --data-dir` opens), a transaction per `batch_records` (0: 10,000) as the
+    server appends a batch per transaction; the seconds it took."""
+    from coordinator_server.storage.sqlite import SqliteLog
+
+    started = time.perf_counter()
+    # Durability is the server's business, not the bench's: no fsync per transaction.
+    log = SqliteLog(data_dir / "coordinator.db", num_partitions, synchronous="OFF")
+    await log.start()
+    try:
+        size = batch_records or SQLITE_BATCH_RECORDS
+        for partition, raw in dataset(num_partitions, records, topics, partitions).items():
+            for start in range(0, len(raw), size):
+                await log.append(partition, raw[start : start + size])
+    finally:
+        await log.close()
     return time.perf_counter() - started
 
 
@@ -127,5 +179,6 @@ async def cold_start(
     return server, {
         "ready_s": round(ready_s, 3),
         "server_load_s": server.reported_load_s,
+        "records_per_s": server.reported_records_per_s,
         "rss_mb": round(rss / 1024 / 1024, 1),
     }

@@ -23,6 +23,7 @@ LOOPBACK = "127.0.0.1"
 READY = re.compile(
     r"ready on (?P<host>[0-9.]+):(?P<port>\d+) "
     r"\((?P<partitions>\d+) partitions loaded in (?P<seconds>[0-9.]+) s"
+    r"(?:: (?P<records>\d+) records in [0-9.]+ s, (?P<rate>\d+) records/s)?"
 )
 
 
@@ -166,6 +167,9 @@ class ServerProcess:
         self.started_at = 0.0
         self.ready_at = 0.0
         self.reported_load_s = 0.0
+        # Records the server loaded per second of its partitions' loads, as its ready
+        # line says.
+        self.reported_records_per_s = 0
         self.process: subprocess.Popen[str] | None = None
         self.lines: list[str] = []
         self._ready = threading.Event()
@@ -208,6 +212,8 @@ class ServerProcess:
                 self.ready_at = time.monotonic()
                 self.host, self.port = match["host"], int(match["port"])
                 self.reported_load_s = float(match["seconds"])
+                if match["rate"] is not None:
+                    self.reported_records_per_s = int(match["rate"])
                 self._ready.set()
 
     def stop(self) -> None:

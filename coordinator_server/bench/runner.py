@@ -9,7 +9,9 @@ import datetime
 import os
 import platform
 import sys
+import tempfile
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from coordinator_server.bench import scenarios
@@ -19,6 +21,7 @@ from coordinator_server.bench.load import (
     dataset_groups,
     group_name,
     write_log,
+    write_sqlite_log,
 )
 from coordinator_server.bench.processes import BrokerProcess, ServerProcess, pin_self
 from coordinator_server.bench.stats import format_table, median_row, to_json
@@ -51,7 +54,17 @@ HEARTBEAT_COLUMNS = [
     "broker_cpu_us",
 ]
 REBALANCE_COLUMNS = ["target", "members", "join_s", "extra_join_s"]
-LOAD_COLUMNS = ["target", "records", "ready_s", "server_load_s", "rss_mb", "loaded_ok"]
+LOAD_COLUMNS = [
+    "target",
+    "log",
+    "records",
+    "batch_records",
+    "ready_s",
+    "server_load_s",
+    "records_per_s",
+    "rss_mb",
+    "loaded_ok",
+]
 
 # Targets from the performance issue: (scenario, column, row filter, bound, kind).
 RATIO_COLUMNS = {
@@ -297,6 +310,8 @@ async def run_rebalance(env: Environment, args: argparse.Namespace) -> list[dict
 async def run_load(env: Environment, args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.bootstrap is not None:
         raise SystemExit("bench load starts its own server: leave out --bootstrap")
+    if args.log == "sqlite":
+        return await _run_sqlite_load(env, args)
     # tansu's in-memory storage serves fetches more slowly the more record batches it holds
     # in all: a million records loaded in 1.98 s from a fresh broker took 3.05-3.28 s after
     # 40 s of commits (tiny batches) to another topic. A broker the bench starts itself is
@@ -319,22 +334,60 @@ async def _run_load(
             args.records,
             args.load_topics,
             args.load_partitions,
+            args.load_batch_records,
         )
         _say(args, f"load: written in {written_s:.1f} s; starting the server")
-        server, row = await cold_start(
-            env.server_args(topic, bootstrap_servers), env.cpu, settle_s=1.0
-        )
-        try:
-            groups = dataset_groups(args.records, args.load_topics, args.load_partitions)
-            expected = min(args.records, args.load_topics * args.load_partitions)
-            found = await count_loaded_offsets(server.bootstrap, group_name(0))
-            row["loaded_ok"] = found == expected
-            row["groups"] = groups
-        finally:
-            server.stop()
-        return {"target": "ours", "records": args.records, **row}
+        return await _cold_start(env, args, env.server_args(topic, bootstrap_servers), "kafka")
 
     return [await _repeat(args.runs, measure)]
+
+
+async def _run_sqlite_load(env: Environment, args: argparse.Namespace) -> list[dict[str, Any]]:
+    async def measure(run: int) -> dict[str, Any]:
+        with tempfile.TemporaryDirectory(prefix="coordinator-bench-load-") as data_dir:
+            _say(args, f"load: writing {args.records:,} records to a SQLite log in {data_dir}")
+            written_s = await write_sqlite_log(
+                Path(data_dir),
+                args.offsets_topic_partitions,
+                args.records,
+                args.load_topics,
+                args.load_partitions,
+                args.load_batch_records,
+            )
+            _say(args, f"load: written in {written_s:.1f} s; starting the server")
+            server_args = [
+                "--data-dir",
+                data_dir,
+                "--offsets-topic-partitions",
+                str(args.offsets_topic_partitions),
+                "--metrics-port",
+                "-1",
+                *args.server_arg,
+            ]
+            return await _cold_start(env, args, server_args, "sqlite")
+
+    return [await _repeat(args.runs, measure)]
+
+
+async def _cold_start(
+    env: Environment, args: argparse.Namespace, server_args: list[str], log: str
+) -> dict[str, Any]:
+    server, row = await cold_start(server_args, env.cpu, settle_s=1.0)
+    try:
+        groups = dataset_groups(args.records, args.load_topics, args.load_partitions)
+        expected = min(args.records, args.load_topics * args.load_partitions)
+        found = await count_loaded_offsets(server.bootstrap, group_name(0))
+        row["loaded_ok"] = found == expected
+        row["groups"] = groups
+    finally:
+        server.stop()
+    return {
+        "target": "ours",
+        "log": log,
+        "records": args.records,
+        "batch_records": args.load_batch_records,
+        **row,
+    }
 
 
 def check_targets(results: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -383,7 +436,12 @@ def check_targets(results: dict[str, list[dict[str, Any]]]) -> list[dict[str, An
         if row["target"] == "ours" and row["members"] == 1000
     )
     for row in results.get("load", []):
-        if row.get("records") == 1_000_000:
+        # The issue's targets are the Kafka log's, written in large batches.
+        if (
+            row.get("records") == 1_000_000
+            and row.get("log") == "kafka"
+            and not row.get("batch_records")
+        ):
             checks.append(
                 {
                     "target": "load: 1M records to ACTIVE within 3 s",

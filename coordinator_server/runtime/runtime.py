@@ -46,7 +46,9 @@ fails the open batch the same way. An append that returns another end offset tha
 the shard was written for, or a high watermark past `last_written_offset`, means the log and
 the state diverged (someone else wrote, or a failed append landed after all): the partition
 goes FAILED, every parked operation fails with NOT_COORDINATOR, and the partition reloads
-from the log.
+from the log. A partition whose appends have all failed for `append_failure_timeout_ms` (one
+that succeeds starts the count again) goes FAILED too, instead of failing every write while
+it looks healthy; whoever loaded it decides when to load it again (the app, with back-off).
 
 Lifecycle (Kafka's `CoordinatorState`). Loads and unloads carry the partition leader epoch
 and are ignored when stale. A load builds a fresh shard, replays the committed log into it
@@ -196,6 +198,8 @@ class RuntimeConfig:
         max_queued_events: the most events queued per partition; past it writes fail with
             COORDINATOR_NOT_AVAILABLE.
         timer_retry_backoff_ms: the default delay before a failed retrying timer runs again.
+        append_failure_timeout_ms: a partition whose appends have all failed for this long
+            (counted from the first failure after the last success) goes FAILED; 0: never.
         run_when_idle: a write scheduled while its partition has nothing queued or running
             runs at once, in the caller's call, instead of waiting for the drain task (the
             order is the same; a write that needs no append completes before
@@ -209,6 +213,7 @@ class RuntimeConfig:
     max_queued_events: int = 10000
     timer_retry_backoff_ms: int = 500
     run_when_idle: bool = False
+    append_failure_timeout_ms: int = 0
 
     def __post_init__(self) -> None:
         if self.write_timeout_ms <= 0:
@@ -222,6 +227,10 @@ class RuntimeConfig:
         if self.timer_retry_backoff_ms < 0:
             raise ValueError(
                 f"timer_retry_backoff_ms must be 0 or more, got {self.timer_retry_backoff_ms}"
+            )
+        if self.append_failure_timeout_ms < 0:
+            raise ValueError(
+                f"append_failure_timeout_ms must be 0 or more, got {self.append_failure_timeout_ms}"
             )
 
 
@@ -682,6 +691,7 @@ class _PartitionContext:
         "epoch",
         "expiries",
         "expiry_handle",
+        "failing_since_ms",
         "generation",
         "inflight",
         "inline",
@@ -752,6 +762,8 @@ class _PartitionContext:
         self.last_batch_records = 0
         self.last_batch_bytes = 0
         self.append_failures = 0
+        # When the appends started failing, every one since (None: the last one worked).
+        self.failing_since_ms: int | None = None
 
 
 class CoordinatorRuntime(Generic[S]):
@@ -857,6 +869,32 @@ class CoordinatorRuntime(Generic[S]):
 
     def partitions(self) -> dict[int, CoordinatorState]:
         return {partition: context.state for partition, context in self._contexts.items()}
+
+    def fail_partition(self, partition: int, error: BaseException) -> None:
+        """Stop serving `partition` now: a LOADING or ACTIVE partition goes FAILED, its load
+        stops and whatever waits on it fails with `error` (requests get NOT_COORDINATOR from
+        then on). For a log that can no longer be trusted; it stays FAILED until loaded
+        again."""
+        context = self._contexts.get(partition)
+        if context is None or context.state not in (
+            CoordinatorState.LOADING,
+            CoordinatorState.ACTIVE,
+        ):
+            return
+        self._log.error("partition=%d stops: %s", partition, error)
+        self._fail(context, error)
+
+    async def wait_left_active(self, partition: int) -> CoordinatorState | None:
+        """Wait while `partition` is ACTIVE; its state once it is not (None: not hosted)."""
+        while True:
+            context = self._contexts.get(partition)
+            if context is None:
+                return None
+            if context.state is not CoordinatorState.ACTIVE:
+                return context.state
+            waiter = asyncio.get_running_loop().create_future()
+            context.state_waiters.append(waiter)
+            await waiter
 
     async def wait_loaded(self, partition: int) -> None:
         """Wait until `partition` is ACTIVE.
@@ -1565,6 +1603,7 @@ class CoordinatorRuntime(Generic[S]):
     ) -> None:
         context.inflight = None
         context.append_future = None
+        context.failing_since_ms = None
         if end_offset != batch.next_offset:
             self._log.error(
                 "partition=%d the log and the state machine diverged: the append ended at %d "
@@ -1596,6 +1635,8 @@ class CoordinatorRuntime(Generic[S]):
         context.inflight = None
         context.append_future = None
         context.append_failures += 1
+        if self._config.append_failure_timeout_ms and self._failing_too_long(context):
+            return
         base_offset = batch.base_offset
         if base_offset < context.last_committed_offset:
             # The high watermark covers records the log says it did not take.
@@ -1623,6 +1664,34 @@ class CoordinatorRuntime(Generic[S]):
         while batch_ends and batch_ends[-1] > base_offset:
             batch_ends.pop()
         self._fail_parked_above(context, base_offset, error)
+
+    def _failing_too_long(self, context: _PartitionContext) -> bool:
+        """After a failed append: True (and the partition is FAILED) when every append since
+        the first of this run of failures has failed, for `append_failure_timeout_ms` or
+        more. Checked as appends fail, so a partition that fails once and then writes
+        nothing stays ACTIVE: only one whose writes keep failing stops."""
+        now_ms = self._clock.now_ms()
+        since_ms = context.failing_since_ms
+        if since_ms is None:
+            context.failing_since_ms = now_ms
+            return False
+        failed_ms = now_ms - since_ms
+        if failed_ms < self._config.append_failure_timeout_ms:
+            return False
+        self._log.error(
+            "partition=%d every append has failed for %d ms (%d failures in all); it stops "
+            "serving until it is loaded again",
+            context.partition,
+            failed_ms,
+            context.append_failures,
+        )
+        self._fail(
+            context,
+            NotCoordinatorError(
+                f"partition {context.partition} stopped: its appends have failed for {failed_ms} ms"
+            ),
+        )
+        return True
 
     def _fail_open_batch(self, context: _PartitionContext, error: BaseException) -> None:
         batch = context.open_batch
@@ -1715,6 +1784,7 @@ class CoordinatorRuntime(Generic[S]):
         context.registry = registry
         context.timer = timer
         context.last_written_offset = context.last_committed_offset = 0
+        context.failing_since_ms = None
         try:
             context.shard = self._shard_builder(
                 ShardContext(context.partition, self._clock, timer, registry)
@@ -1751,7 +1821,8 @@ class CoordinatorRuntime(Generic[S]):
         if generation != context.generation:
             return
         context.load_task = None
-        self._observer.partition_loaded(time.perf_counter() - started, summary.records)
+        load_seconds = time.perf_counter() - started
+        self._observer.partition_loaded(load_seconds, summary.records)
         registry.set_tracking(True)
         registry.reset(summary.end_offset)
         context.last_written_offset = context.last_committed_offset = summary.end_offset
@@ -1762,12 +1833,15 @@ class CoordinatorRuntime(Generic[S]):
             self._log.exception("partition=%d on_loaded failed", partition)
             self._fail(context, NotCoordinatorError(f"partition {partition} failed to load"))
             return
-        self._log.debug(
-            "partition=%d loaded %d records (%d bytes) up to offset %d with epoch %d",
+        self._log.info(
+            "partition=%d loaded %d records (%d bytes) up to offset %d in %.3f s "
+            "(%.0f records/s) with epoch %d",
             partition,
             summary.records,
             summary.bytes,
             summary.end_offset,
+            load_seconds,
+            summary.records / load_seconds if load_seconds > 0 else 0.0,
             context.epoch,
         )
 

@@ -29,6 +29,9 @@ ReadyListener = Callable[[], None]
 RecordSink = Callable[[int, bytes, bytes | None], None]
 """Called by a loader with (offset, key, value) for each record, in offset order."""
 
+LogFailureListener = Callable[[str], None]
+"""Called once, with the reason, when a log stops for good (see `CoordinatorLog.failure`)."""
+
 
 class AppendError(Exception):
     """An append that did not become durable.
@@ -115,6 +118,21 @@ class CoordinatorLog(Protocol):
 
     @property
     def loader(self) -> CoordinatorLoader: ...
+
+    @property
+    def failure(self) -> str | None:
+        """Why the log stopped for good, or None while it works.
+
+        A log stops for good when what it holds can no longer be trusted to be the state it
+        wrote (a Kafka topic that disappeared or changed its partition count): appends and
+        loads fail from then on, and only a restart, after an operator has looked, starts
+        it again. Errors that waiting mends (a broker down) never stop it.
+        """
+        ...
+
+    def register_failure_listener(self, listener: LogFailureListener) -> None:
+        """Set the one callback told when the log stops for good (replaces any earlier one)."""
+        ...
 
     async def start(self) -> None:
         """Connect, and create the log (topic, file, tables) when it does not exist."""

@@ -5,8 +5,17 @@ This is the production deployment and Kafka's own design: the topic plays the pa
 record batch produced with acks=all (by `kafka_produce.ProduceSender`, which puts the
 batches of many partitions in one ProduceRequest); the log end offset it returns is the
 batch's base offset plus its record count. A load replays a partition from its start to the
-high watermark the first Fetch response reports. Topic administration, metadata and loads
-go through aiokafka.
+high watermark the first Fetch response reports (`kafka_load.PartitionLoad`, which keeps going
+on a slow broker). Topic administration and loads go through aiokafka; metadata requests are
+the log's own, which never create the topic (`kafka_metadata`).
+
+The topic's partition count is the one the log found or created at start. Whenever the
+topic's metadata is read (every `metadata_max_age_ms`, and whenever appends or loads look up
+leaders), a topic that is gone or has another count stops the log for good: appends and
+loads fail, the failure listener hears why (the server stops every partition and turns
+unready), and nothing is read from or written to the topic again until a restart. Serving
+from a topic that came back empty, or from partitions that no longer hold their groups,
+would answer from lost or misplaced state; only an operator can tell which.
 
 Limits to know about:
 - Without an idempotent producer, a produce request that timed out on our side may still
@@ -14,7 +23,10 @@ Limits to know about:
   runtime detects that from the offset the next append returns (Kafka's log/state
   divergence check) and reloads.
 - `high_watermark(partition)` is what this process last learned: from its own appends,
-  or from the Fetch responses of a load. It is 0 for a partition it has not touched.
+  or from the Fetch responses of a load. It is 0 for a partition it has not touched. A load
+  that finds a partition ending below it stops the log as a lost topic does: a topic
+  deleted and created again with the same partition count shows only that way (Metadata
+  before v10 carries no topic id).
 """
 
 from __future__ import annotations
@@ -24,32 +36,43 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
-from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
-from aiokafka.protocol.fetch import FetchRequest
-from aiokafka.protocol.offset import OffsetRequest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
-from aiokafka.record.memory_records import MemoryRecords
 
 from coordinator_server.storage.api import (
     AppendError,
     HighWatermarkListener,
     LoadError,
     LoadSummary,
+    LogFailureListener,
     RawRecord,
     ReadyListener,
     RecordSink,
+)
+from coordinator_server.storage.kafka_load import (
+    FETCH_MAX_WAIT_MS,
+    MAX_TIMEOUT_FACTOR,
+    PartitionLoad,
+)
+from coordinator_server.storage.kafka_metadata import (
+    TopicLostError,
+    TopicMetadata,
+    TopicMetadataError,
+    TopicWatcher,
+    fetch_topic_metadata,
 )
 from coordinator_server.storage.kafka_produce import Leader, ProduceSender
 
 __all__ = ["KafkaLog", "KafkaLogError", "offsets_topic_configs"]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 UNKNOWN_SERVER_ERROR = -1
 UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -59,12 +82,9 @@ TOPIC_ALREADY_EXISTS = 36
 # As Kafka configures __consumer_offsets (GroupCoordinatorService.groupMetadataTopicConfigs).
 OFFSETS_TOPIC_SEGMENT_BYTES = 104_857_600
 
-LOAD_FETCH_MAX_BYTES = 16 * 1024 * 1024
-# A load stops as soon as it reaches the high watermark, so the broker need not hold an
-# empty fetch for long: this bounds how long an empty partition takes to load.
-LOAD_FETCH_MAX_WAIT_MS = 20
-# ListOffsets' "earliest" timestamp.
-EARLIEST_OFFSET = -2
+# Tries of each step of the start, and the back-off between them (times the attempt).
+START_ATTEMPTS = 4
+START_RETRY_BACKOFF_S = 0.25
 # Room for the request and batch headers around a batch of max_batch_bytes.
 PRODUCE_REQUEST_OVERHEAD_BYTES = 64 * 1024
 # Record batches as a producer without idempotence writes them: magic 2, no compression,
@@ -74,12 +94,6 @@ NO_COMPRESSION = 0
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
-
-
-def _ignore_outcome(task: asyncio.Future[Any]) -> None:
-    """A warm-up's failure is the first load's to report (it tries again)."""
-    if not task.cancelled():
-        task.exception()
 
 
 class KafkaLogError(Exception):
@@ -109,6 +123,7 @@ class KafkaLog:
         max_batch_bytes: int = 1_048_576,
         max_concurrent_loads: int = 16,
         max_inflight_produce_requests: int = 1,
+        metadata_max_age_ms: int = 30000,
     ) -> None:
         if num_partitions < 1:
             raise ValueError(f"num_partitions must be at least 1, got {num_partitions}")
@@ -121,14 +136,19 @@ class KafkaLog:
                 "max_inflight_produce_requests must be at least 1, "
                 f"got {max_inflight_produce_requests}"
             )
-        if request_timeout_ms <= LOAD_FETCH_MAX_WAIT_MS:
-            raise ValueError(f"request_timeout_ms must exceed {LOAD_FETCH_MAX_WAIT_MS}")
+        if request_timeout_ms <= FETCH_MAX_WAIT_MS:
+            raise ValueError(f"request_timeout_ms must exceed {FETCH_MAX_WAIT_MS}")
+        if metadata_max_age_ms < 1:
+            raise ValueError(f"metadata_max_age_ms must be positive, got {metadata_max_age_ms}")
         self._bootstrap_servers = bootstrap_servers
         self._topic = topic
         self._configured_partitions = num_partitions
         self._num_partitions = num_partitions
         self._replication_factor = replication_factor
         self._request_timeout_ms = request_timeout_ms
+        # What a slow broker may take for a load's fetch, the start's bootstrap or a new
+        # topic's leaders.
+        self._longest_timeout_ms = request_timeout_ms * MAX_TIMEOUT_FACTOR
         self._client_id = client_id
         self._max_batch_bytes = max_batch_bytes
         self._max_inflight_produce_requests = max_inflight_produce_requests
@@ -141,7 +161,10 @@ class KafkaLog:
         self._load_slots = asyncio.Semaphore(max_concurrent_loads)
         self._loader_lock = asyncio.Lock()
         self._load_client: AIOKafkaClient | None = None
-        self._loader_warmup: asyncio.Future[AIOKafkaClient] | None = None
+        self._watcher = TopicWatcher(
+            topic, self._fetch_metadata, self._stop_for_good, metadata_max_age_ms / 1000
+        )
+        self._failure_listener: LogFailureListener | None = None
         # Loads in progress now, and the most there have been at once (for tests).
         self.loads_running = 0
         self.most_loads_running = 0
@@ -165,15 +188,21 @@ class KafkaLog:
     def loader(self) -> KafkaLog:
         return self
 
+    @property
+    def failure(self) -> str | None:
+        """Why the log stopped for good (its topic is gone or resized), or None."""
+        return self._watcher.lost
+
+    def register_failure_listener(self, listener: LogFailureListener) -> None:
+        self._failure_listener = listener
+
     async def start(self) -> None:
         if self._started or self._closed:
             raise RuntimeError("a KafkaLog starts once")
         self._started = True
         try:
-            self._num_partitions = await self._ensure_topic()
-            # Metadata for the appends and the loads that follow a start come from one client.
-            self._loader_warmup = asyncio.ensure_future(self._loader())
-            self._loader_warmup.add_done_callback(_ignore_outcome)
+            self._num_partitions = await self._at_start(self._ensure_topic)
+            self._watcher.start(self._num_partitions)
             sender = ProduceSender(
                 self._topic,
                 self._leaders,
@@ -183,28 +212,36 @@ class KafkaLog:
                 max_request_bytes=self._max_batch_bytes + PRODUCE_REQUEST_OVERHEAD_BYTES,
             )
             sender.ready_listener = self._ready_listener
-            await sender.start()
+            await self._at_start(sender.start)
             self._sender = sender
         except BaseException:
             await self.close()
             raise
 
+    async def _at_start(self, step: Callable[[], Awaitable[T]]) -> T:
+        """Run a step of the start, again after an error that waiting may mend (a broker
+        that did not answer in time), up to START_ATTEMPTS times: a slow broker does not
+        stop the server from starting, and a cluster that cannot be reached still fails
+        the start in bounded time."""
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                return await step()
+            except (KafkaError, OSError, TimeoutError, TopicMetadataError) as error:
+                if attempt == START_ATTEMPTS:
+                    raise
+                backoff_s = START_RETRY_BACKOFF_S * attempt
+                log.warning("the log's start failed (%r); trying again in %.1f s", error, backoff_s)
+                await asyncio.sleep(backoff_s)
+        raise AssertionError("unreachable")
+
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        await self._watcher.stop()
         sender, self._sender = self._sender, None
         if sender is not None:
             await sender.close()
-        warmup, self._loader_warmup = self._loader_warmup, None
-        if warmup is not None and not warmup.done():
-            # Let it finish rather than cancel it: aiokafka leaves the connection of a
-            # bootstrap cancelled midway open. It ends by itself within the request timeout.
-            await asyncio.wait({warmup}, timeout=self._request_timeout_ms / 1000)
-            if not warmup.done():
-                warmup.cancel()
-                with contextlib.suppress(BaseException):
-                    await warmup
         client, self._load_client = self._load_client, None
         if client is not None:
             with contextlib.suppress(Exception):
@@ -221,6 +258,10 @@ class KafkaLog:
 
     def append(self, partition: int, records: Sequence[RawRecord]) -> asyncio.Future[int]:
         try:
+            if self._watcher.lost is not None:
+                raise AppendError(
+                    UNKNOWN_TOPIC_OR_PARTITION, f"the log stopped: {self._watcher.lost}"
+                )
             if not 0 <= partition < self._num_partitions:
                 raise AppendError(UNKNOWN_TOPIC_OR_PARTITION, f"no partition {partition}")
             if not records:
@@ -280,21 +321,37 @@ class KafkaLog:
         return batch
 
     async def _leaders(self) -> dict[int, Leader]:
-        """The leader of each partition that has one, from fresh metadata."""
-        client = await self._loader()
-        await client.add_topic(self._topic)
-        await client.force_metadata_update()
-        cluster = client.cluster
-        leaders: dict[int, Leader] = {}
-        for partition in cluster.partitions_for_topic(self._topic) or ():
-            node_id = cluster.leader_for_partition(TopicPartition(self._topic, partition))
-            if node_id is None or node_id < 0:
-                continue
-            broker = cluster.broker_metadata(node_id)
-            if broker is None:
-                continue
-            leaders[partition] = Leader(int(node_id), str(broker.host), int(broker.port))
-        return leaders
+        """The leader of each partition that has one, from fresh metadata (checked: a topic
+        gone or resized stops the log and raises TopicLostError)."""
+        metadata = await self._watcher.refresh()
+        return metadata.leader_addresses()
+
+    async def _fetch_metadata(self) -> TopicMetadata:
+        try:
+            client = await self._loader()
+        except (KafkaError, OSError, TimeoutError) as error:
+            raise TopicMetadataError(f"cannot reach the cluster: {error!r}") from error
+        return await fetch_topic_metadata(client, self._topic, self._request_timeout_ms / 1000)
+
+    def _stop_for_good(self, reason: str) -> None:
+        """The topic is gone or resized: nothing more is written or read (see the module's
+        docstring); what waits for an append fails now."""
+        log.error(
+            "the log stopped: %s. Every partition stops serving (NOT_COORDINATOR) and nothing "
+            "more is read from or written to topic %s until the server restarts; restore the "
+            "topic (or accept the loss of its groups and offsets) first",
+            reason,
+            self._topic,
+        )
+        listener = self._failure_listener
+        if listener is not None:
+            try:
+                listener(reason)
+            except Exception:
+                log.exception("the log failure listener failed")
+        sender = self._sender
+        if sender is not None:
+            sender.stop(AppendError(UNKNOWN_TOPIC_OR_PARTITION, f"the log stopped: {reason}"))
 
     # CoordinatorLoader
 
@@ -313,6 +370,8 @@ class KafkaLog:
             raise LoadError(f"no partition {partition}")
         if not self._started or self._closed:
             raise LoadError("the Kafka log is not running")
+        if self._watcher.lost is not None:
+            raise TopicLostError(f"the log stopped: {self._watcher.lost}")
         async with self._load_slots:
             self.loads_running += 1
             self.most_loads_running = max(self.most_loads_running, self.loads_running)
@@ -330,10 +389,12 @@ class KafkaLog:
                 client = AIOKafkaClient(
                     bootstrap_servers=self._bootstrap_servers,
                     client_id=f"{self._client_id}-loader",
-                    request_timeout_ms=self._request_timeout_ms,
+                    # Each request has a timeout of its own (a load's grows on a slow
+                    # broker); aiokafka's, which closes the connection, is only a backstop.
+                    request_timeout_ms=self._longest_timeout_ms * 2,
                 )
                 try:
-                    await asyncio.wait_for(client.bootstrap(), self._request_timeout_ms / 1000)
+                    await asyncio.wait_for(client.bootstrap(), self._longest_timeout_ms / 1000)
                 except BaseException:
                     with contextlib.suppress(Exception):
                         await client.close()
@@ -341,137 +402,49 @@ class KafkaLog:
                 self._load_client = client
             return client
 
-    async def _leader(self, client: AIOKafkaClient, partition: int) -> int:
-        tp = TopicPartition(self._topic, partition)
-        for _ in range(2):
-            await client.add_topic(self._topic)
-            leader = client.cluster.leader_for_partition(tp)
-            if leader is not None and leader >= 0:
-                return int(leader)
-            await client.force_metadata_update()
-        raise LoadError(f"partition {partition} has no leader")
-
-    async def _request(self, client: AIOKafkaClient, node_id: int, request: Any) -> Any:
-        return await asyncio.wait_for(
-            client.send(node_id, request), self._request_timeout_ms / 1000
-        )
-
-    async def _start_offset(self, client: AIOKafkaClient, node_id: int, partition: int) -> int:
-        response = await self._request(
-            client,
-            node_id,
-            OffsetRequest(-1, 0, [(self._topic, [(partition, EARLIEST_OFFSET)])]),
-        )
-        for _, partitions in response.topics:
-            for index, error_code, *info in partitions:
-                if index != partition:
-                    continue
-                if error_code:
-                    raise LoadError(
-                        f"cannot find the start of partition {partition}: error {error_code}"
-                    )
-                # v0 answers a list of offsets; later versions (timestamp, offset, ...).
-                if response.API_VERSION == 0:
-                    return int(info[0][0]) if info[0] else 0
-                return int(info[1])
-        raise LoadError(f"no start offset for partition {partition}")
-
     async def _load_partition(self, partition: int, sink: RecordSink) -> LoadSummary:
-        loop = asyncio.get_running_loop()
-        timeout_s = self._request_timeout_ms / 1000
-        try:
-            client = await self._loader()
-            node_id = await self._leader(client, partition)
-            start_offset = await self._start_offset(client, node_id, partition)
-        except (KafkaError, TimeoutError, OSError) as error:
-            raise LoadError(f"cannot find the start of partition {partition}: {error!r}") from error
-        target: int | None = None
-        position = start_offset
-        records = 0
-        payload_bytes = 0
-        progress_deadline = loop.time() + timeout_s
-        while target is None or position < target:
-            request = FetchRequest(
-                LOAD_FETCH_MAX_WAIT_MS,
-                1,
-                LOAD_FETCH_MAX_BYTES,
-                0,
-                [(self._topic, [(partition, position, LOAD_FETCH_MAX_BYTES)])],
-            )
-            try:
-                response = await self._request(client, node_id, request)
-            except (KafkaError, TimeoutError, OSError) as error:
-                raise LoadError(f"cannot read partition {partition}: {error!r}") from error
-            high_watermark, message_set = self._fetched(response, partition)
-            if target is None:
-                # The high watermark when the load started: records appended later are
-                # not part of this load.
-                target = high_watermark
-            before = position
-            reader = MemoryRecords(message_set) if message_set else None
-            while reader is not None and position < target:
-                batch = reader.next_batch()
-                if batch is None:
-                    break
-                if not batch.validate_crc():
-                    raise LoadError(f"a record batch of partition {partition} is corrupt")
-                if not getattr(batch, "is_control_batch", False):
-                    for record in batch:
-                        offset = record.offset
-                        if offset < position:
-                            continue
-                        if offset >= target:
-                            break
-                        key = record.key
-                        if key is None:
-                            continue
-                        value = record.value
-                        sink(offset, key, value)
-                        records += 1
-                        payload_bytes += len(key) + (len(value) if value is not None else 0)
-                position = max(position, batch.next_offset)
-            if position > before:
-                progress_deadline = loop.time() + timeout_s
-            elif loop.time() > progress_deadline:
-                raise LoadError(
-                    f"partition {partition} made no progress for {self._request_timeout_ms} ms "
-                    f"(at offset {position}, high watermark {target})"
-                )
-        return LoadSummary(
-            start_offset=start_offset, end_offset=target, records=records, bytes=payload_bytes
+        client = await self._until_connected()
+        load = PartitionLoad(
+            client,
+            self._topic,
+            partition,
+            metadata=self._watcher.refresh,
+            report_lost=self._watcher.report_lost,
+            request_timeout_ms=self._request_timeout_ms,
+            known_high_watermark=self._high_watermarks.get(partition, 0),
         )
+        summary = await load.run(sink)
+        if load.retries or load.timeouts:
+            log.info(
+                "partition=%d loaded after %d timeouts and %d retries",
+                partition,
+                load.timeouts,
+                load.retries,
+            )
+        return summary
 
-    def _fetched(self, response: Any, partition: int) -> tuple[int, bytes]:
-        """(high watermark, record bytes) of `partition` in a Fetch response."""
-        for _, partitions in response.topics:
-            for data in partitions:
-                if data[0] != partition:
-                    continue
-                error_code = data[1]
-                if error_code:
-                    raise LoadError(f"cannot read partition {partition}: error {error_code}")
-                # Every version: (partition, error_code, high_watermark, ..., records).
-                return int(data[2]), data[-1] or b""
-        raise LoadError(f"the Fetch response has no partition {partition}")
+    async def _until_connected(self) -> AIOKafkaClient:
+        """The loads' client, waiting out a cluster that cannot be reached now."""
+        failures = 0
+        while True:
+            try:
+                return await self._loader()
+            except (KafkaError, OSError, TimeoutError) as error:
+                failures += 1
+                if failures & (failures - 1) == 0:
+                    log.warning("cannot reach the cluster to load from it: %r", error)
+                await asyncio.sleep(min(0.1 * 2**failures, 5.0))
 
     # Internals
 
     async def _ensure_topic(self) -> int:
         """Create the topic when it does not exist; return its real partition count."""
-        admin = AIOKafkaAdminClient(
-            bootstrap_servers=self._bootstrap_servers,
-            client_id=self._client_id,
-            request_timeout_ms=self._request_timeout_ms,
-        )
-        try:
-            await admin.start()
-            # Listing first, because asking for the metadata of one missing topic creates
-            # it on brokers that auto-create topics, with the wrong configuration.
-            if self._topic not in await admin.list_topics():
-                await self._create_topic(admin)
-            partitions = await self._describe_partition_count(admin)
-        finally:
-            await admin.close()
+        # Bootstrapping first: a cluster that cannot be reached fails the start at once.
+        await self._loader()
+        metadata = await self._fetch_metadata()
+        if not metadata.exists:
+            await self._create_topic()
+        partitions = await self._await_partition_count()
         if partitions != self._configured_partitions:
             log.warning(
                 "topic %s has %d partitions, not the %d configured; the real count decides "
@@ -482,14 +455,23 @@ class KafkaLog:
             )
         return partitions
 
-    async def _create_topic(self, admin: AIOKafkaAdminClient) -> None:
+    async def _create_topic(self) -> None:
         new_topic = NewTopic(
             self._topic,
             self._configured_partitions,
             self._replication_factor,
             topic_configs=offsets_topic_configs(),
         )
-        response = await admin.create_topics([new_topic])
+        admin = AIOKafkaAdminClient(
+            bootstrap_servers=self._bootstrap_servers,
+            client_id=self._client_id,
+            request_timeout_ms=self._request_timeout_ms,
+        )
+        try:
+            await admin.start()
+            response = await admin.create_topics([new_topic])
+        finally:
+            await admin.close()
         for topic_error in response.topic_errors:
             error_code = topic_error[1]
             if error_code == 0:
@@ -499,7 +481,7 @@ class KafkaLog:
                     self._configured_partitions,
                 )
             elif error_code == TOPIC_ALREADY_EXISTS:
-                # Another server created it between our listing and our request.
+                # Another server created it between our look and our request.
                 log.info("topic %s was created concurrently", self._topic)
             else:
                 message = topic_error[2] if len(topic_error) > 2 else ""
@@ -507,23 +489,24 @@ class KafkaLog:
                     f"cannot create topic {self._topic}: error {error_code} {message}"
                 )
 
-    async def _describe_partition_count(self, admin: AIOKafkaAdminClient) -> int:
-        # A topic just created may take a moment to show its partitions and leaders.
+    async def _await_partition_count(self) -> int:
+        """The topic's partition count, once every partition has a leader (a topic just
+        created may take a moment to show them)."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._request_timeout_ms / 1000
+        deadline = loop.time() + self._longest_timeout_ms / 1000
         while True:
-            (description,) = await admin.describe_topics([self._topic])
-            partitions = description.get("partitions") or []
-            ready = description.get("error_code") == 0 and all(
-                p.get("error_code") == 0 and p.get("leader", -1) >= 0 for p in partitions
-            )
-            if ready and partitions:
-                return len(partitions)
+            try:
+                metadata: TopicMetadata | None = await self._fetch_metadata()
+            except TopicMetadataError as error:
+                metadata = None
+                problem = str(error)
+            if metadata is not None:
+                leaders = metadata.leaders
+                if metadata.error_code == 0 and leaders and min(leaders.values()) >= 0:
+                    return len(leaders)
+                problem = f"error {metadata.error_code}, {len(leaders)} partitions"
             if loop.time() > deadline:
-                raise KafkaLogError(
-                    f"topic {self._topic} is not ready: error {description.get('error_code')}, "
-                    f"{len(partitions)} partitions"
-                )
+                raise KafkaLogError(f"topic {self._topic} is not ready: {problem}")
             await asyncio.sleep(0.05)
 
     def _advance_high_watermark(self, partition: int, offset: int, *, notify: bool) -> None:

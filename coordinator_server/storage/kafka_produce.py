@@ -361,16 +361,23 @@ class ProduceSender:
                 log.exception("the ready listener failed")
 
     async def close(self) -> None:
+        self.stop(AppendError(UNKNOWN_SERVER_ERROR, "the Kafka log closed"))
+        refreshing = self._refreshing
+        if refreshing is not None and refreshing is not asyncio.current_task():
+            with contextlib.suppress(BaseException):
+                await refreshing
+
+    def stop(self, error: AppendError) -> None:
+        """Fail every append queued or on the way with `error`, close the connections and
+        take no more appends (they fail at once); `close()` still waits for the rest."""
+        if self.closed:
+            return
         self.closed = True
         if self._sweep is not None:
             self._sweep.cancel()
             self._sweep = None
-        refreshing, self._refreshing = self._refreshing, None
-        if refreshing is not None:
-            refreshing.cancel()
-            with contextlib.suppress(BaseException):
-                await refreshing
-        error = AppendError(UNKNOWN_SERVER_ERROR, "the Kafka log closed")
+        if self._refreshing is not None:
+            self._refreshing.cancel()
         for node in self._nodes.values():
             node.close()
             for request in node.inflight:
@@ -512,6 +519,9 @@ class ProduceSender:
                 try:
                     leaders = await asyncio.wait_for(self._metadata(), self.request_timeout_s)
                 except Exception as error:
+                    if self.closed:
+                        # The log stopped (a lost topic says so itself) or is closing.
+                        return
                     log.warning("cannot read the leaders of %s: %r", self.topic, error)
                     await asyncio.sleep(METADATA_RETRY_BACKOFF_S)
                     if self._unrouted:

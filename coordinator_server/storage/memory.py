@@ -6,7 +6,8 @@ once (the high watermark moves to the end and the listener hears of it before `a
 returns, as a durable writer does); without it the test moves the high watermark by hand
 with `commit`, which is how runtime tests hold responses parked. Faults are injected per
 partition: failed appends, appends held in flight, failed loads, and truncation of the
-uncommitted tail (what a Kafka leader does after a failed replication).
+uncommitted tail (what a Kafka leader does after a failed replication); and the whole log can
+stop for good (`stop_for_good`, what a Kafka log does when its topic is lost).
 
 The loader reads committed records only, from offset 0 up to the high watermark.
 """
@@ -22,6 +23,7 @@ from coordinator_server.storage.api import (
     HighWatermarkListener,
     LoadError,
     LoadSummary,
+    LogFailureListener,
     RawRecord,
     ReadyListener,
     RecordSink,
@@ -51,6 +53,8 @@ class InMemoryPartitionWriter:
         self._append_calls = [0] * num_partitions
         self._backlogged = False
         self._ready_listener: ReadyListener | None = None
+        # Why the log stopped for good (see InMemoryLog.stop_for_good).
+        self.stopped: str | None = None
 
     @property
     def num_partitions(self) -> int:
@@ -76,6 +80,8 @@ class InMemoryPartitionWriter:
             raise AppendError(_UNKNOWN_TOPIC_OR_PARTITION, f"no partition {partition}")
         self._append_calls[partition] += 1
         await self._resumed.wait()
+        if self.stopped is not None:
+            raise AppendError(_UNKNOWN_TOPIC_OR_PARTITION, f"the log stopped: {self.stopped}")
         failures = self._failures[partition]
         if failures:
             error_code, message = failures.popleft()
@@ -186,6 +192,8 @@ class InMemoryLoader:
         if not 0 <= partition < writer.num_partitions:
             raise LoadError(f"no partition {partition}")
         await self._resumed.wait()
+        if writer.stopped is not None:
+            raise LoadError(f"the log stopped: {writer.stopped}")
         if self._failures[partition]:
             self._failures[partition] -= 1
             raise LoadError(f"injected load failure on partition {partition}")
@@ -218,6 +226,7 @@ class InMemoryLog:
     def __init__(self, num_partitions: int, *, auto_commit: bool = True) -> None:
         self._writer = InMemoryPartitionWriter(num_partitions, auto_commit=auto_commit)
         self._loader = InMemoryLoader(self._writer)
+        self._failure_listener: LogFailureListener | None = None
 
     @property
     def num_partitions(self) -> int:
@@ -230,6 +239,22 @@ class InMemoryLog:
     @property
     def loader(self) -> InMemoryLoader:
         return self._loader
+
+    @property
+    def failure(self) -> str | None:
+        return self._writer.stopped
+
+    def register_failure_listener(self, listener: LogFailureListener) -> None:
+        self._failure_listener = listener
+
+    def stop_for_good(self, reason: str) -> None:
+        """Test control: the log stops as a Kafka log whose topic is lost does (appends
+        fail with UNKNOWN_TOPIC_OR_PARTITION, loads fail, the failure listener hears it)."""
+        if self._writer.stopped is not None:
+            return
+        self._writer.stopped = reason
+        if self._failure_listener is not None:
+            self._failure_listener(reason)
 
     async def start(self) -> None:
         """Nothing to connect to or create."""

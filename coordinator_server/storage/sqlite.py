@@ -33,6 +33,7 @@ from coordinator_server.storage.api import (
     HighWatermarkListener,
     LoadError,
     LoadSummary,
+    LogFailureListener,
     RawRecord,
     ReadyListener,
     RecordSink,
@@ -150,6 +151,16 @@ class SqliteLog:
     @property
     def path(self) -> Path:
         return self._path
+
+    @property
+    def failure(self) -> str | None:
+        """Never set: the file's partition count is checked at start, and nothing else
+        changes it under a running server (the file is locked)."""
+        return None
+
+    def register_failure_listener(self, listener: LogFailureListener) -> None:
+        # Never stops for good, so never told.
+        pass
 
     async def start(self) -> None:
         if self._executor is not None or self._closed:

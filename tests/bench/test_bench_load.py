@@ -1,4 +1,4 @@
-"""`bench load`: a small log written to a broker, then a cold start over it."""
+"""`bench load`: a small log written to a broker or a SQLite file, then a cold start over it."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ from kafka_broker import KafkaBroker
 
 from coordinator_server.bench.processes import port_accepts_connections
 
-pytestmark = pytest.mark.kafka
 
-
+@pytest.mark.kafka
 def test_load_of_a_small_log(kafka_broker: KafkaBroker) -> None:
     document = run_bench(
         "load",
@@ -18,18 +17,39 @@ def test_load_of_a_small_log(kafka_broker: KafkaBroker) -> None:
         "--records", "5000",
         "--load-topics", "2",
         "--load-partitions", "50",
+        "--load-batch-records", "10",
         "--offsets-topic-partitions", "8",
     )  # fmt: skip
     assert_common_shape(document)
     (row,) = document["results"]["load"]
     assert row["target"] == "ours"
+    assert (row["log"], row["batch_records"]) == ("kafka", 10)
     assert row["records"] == 5000
     assert row["groups"] == 50
     assert row["loaded_ok"] is True
     assert 0 < row["server_load_s"] <= row["ready_s"]
+    assert row["records_per_s"] > 0
     assert row["rss_mb"] > 0
 
 
+def test_load_of_a_small_sqlite_log() -> None:
+    document = run_bench(
+        "load",
+        "--log", "sqlite",
+        "--records", "5000",
+        "--load-topics", "2",
+        "--load-partitions", "50",
+        "--offsets-topic-partitions", "8",
+    )  # fmt: skip
+    assert_common_shape(document)
+    (row,) = document["results"]["load"]
+    assert (row["target"], row["log"], row["records"]) == ("ours", "sqlite", 5000)
+    assert row["loaded_ok"] is True
+    assert 0 < row["server_load_s"] <= row["ready_s"]
+    assert row["records_per_s"] > 0
+
+
+@pytest.mark.kafka
 def test_the_load_gets_a_broker_of_its_own_when_the_bench_starts_brokers() -> None:
     import argparse
 

@@ -60,6 +60,7 @@ EXPORTED_METRICS: tuple[MetricFamily, ...] = (
     MetricFamily("coordinator_offset_commits_total", "counter"),
     MetricFamily("coordinator_offsets_expired_total", "counter"),
     # Log partitions.
+    MetricFamily("coordinator_log_failed", "gauge"),
     MetricFamily("coordinator_partitions", "gauge", ("state",)),
     MetricFamily("coordinator_partition_load_duration_seconds", "histogram"),
     MetricFamily("coordinator_partition_load_records_total", "counter"),
