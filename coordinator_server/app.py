@@ -22,7 +22,13 @@ from coordinator_server.metrics import (
 )
 from coordinator_server.offsets.manager import OffsetsConfig
 from coordinator_server.runtime.clock import RuntimeClock, SystemClock
-from coordinator_server.runtime.runtime import CoordinatorRuntime, CoordinatorState, RuntimeConfig
+from coordinator_server.runtime.runtime import (
+    BATCH_OVERHEAD_BYTES,
+    RECORD_OVERHEAD_BYTES,
+    CoordinatorRuntime,
+    CoordinatorState,
+    RuntimeConfig,
+)
 from coordinator_server.server.http import OperatorHttpServer, Probe
 from coordinator_server.server.listener import CoordinatorServer, ServerConfig, ServerState, bind
 from coordinator_server.service import GroupCoordinatorService, NodeAddress
@@ -94,7 +100,13 @@ class CoordinatorApp:
         await log.start()
         num_partitions = log.num_partitions
         shard_config = ShardConfig(
-            offsets=OffsetsConfig(offset_metadata_max_bytes=config.offset_metadata_max_bytes),
+            offsets=OffsetsConfig(
+                offset_metadata_max_bytes=config.offset_metadata_max_bytes,
+                max_committed_offsets_per_group=config.max_committed_offsets_per_group,
+                max_id_length=config.max_id_length,
+                max_records_bytes=config.max_batch_bytes - BATCH_OVERHEAD_BYTES,
+                record_overhead_bytes=RECORD_OVERHEAD_BYTES,
+            ),
             groups=GroupsConfig(
                 initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
                 min_session_timeout_ms=config.group_min_session_timeout_ms,
@@ -102,11 +114,13 @@ class CoordinatorApp:
                 max_size=config.group_max_size,
                 offsets_retention_ms=config.offsets_retention_minutes * 60 * 1000,
                 offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
+                max_groups=config.max_groups,
+                max_response_bytes=config.max_response_bytes,
             ),
         )
         self.runtime = runtime = CoordinatorRuntime[GroupCoordinatorShard](
             shard_builder=lambda context: GroupCoordinatorShard(
-                context, shard_config, self.group_metrics
+                context, shard_config, self.group_metrics, self.groups_on_node
             ),
             writer=log.writer,
             loader=log.loader,
@@ -214,6 +228,19 @@ class CoordinatorApp:
         if runtime is None:
             return {}
         return {p: state.name for p, state in sorted(runtime.partitions().items())}
+
+    def groups_on_node(self) -> int:
+        """Groups of every ACTIVE partition, for `max_groups`: asked only when a request
+        would create a group."""
+        runtime = self.runtime
+        if runtime is None:
+            return 0
+        total = 0
+        for partition in runtime.partitions():
+            shard = runtime.shard(partition)
+            if shard is not None:
+                total += shard.groups.num_groups()
+        return total
 
     def _group_counts(self) -> tuple[dict[str, int], int]:
         """Groups by state and members, over every ACTIVE partition."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar, cast
 
 from coordinator_server.groups.manager import RequestContext as RequestContext
+from coordinator_server.groups.manager import list_filter
 from coordinator_server.offsets.manager import commit_error_response
 from coordinator_server.runtime.api import CoordinatorResult
 from coordinator_server.runtime.runtime import CoordinatorRuntime, WriteDone
@@ -455,14 +456,16 @@ class GroupCoordinatorService:
         loop = asyncio.get_running_loop()
         parts: list[asyncio.Future[list[ListGroupsResponseGroup]]] = []
         errors: list[ErrorCode] = []
+        states = list_filter(request.states_filter)
+        types = list_filter(request.types_filter)
+
+        def listed(shard: GroupCoordinatorShard, committed: int) -> list[ListGroupsResponseGroup]:
+            groups = shard.groups.list_groups(states, types, committed)
+            assert groups is not None, "no byte limit, no refusal"
+            return groups[0]
+
         for partition in range(self._num_partitions):
-            future = self._runtime.schedule_read(
-                "list-groups",
-                partition,
-                lambda shard, committed: shard.groups.list_groups(
-                    request.states_filter, request.types_filter, committed
-                ),
-            )
+            future = self._runtime.schedule_read("list-groups", partition, listed)
 
             def on_error(exc: BaseException) -> list[ListGroupsResponseGroup]:
                 code, _ = map_operation_error("list-groups", exc)
