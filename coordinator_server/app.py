@@ -21,6 +21,7 @@ from coordinator_server.metrics import (
     Snapshot,
 )
 from coordinator_server.offsets.manager import OffsetsConfig
+from coordinator_server.request_limits import RequestLimits
 from coordinator_server.runtime.clock import RuntimeClock, SystemClock
 from coordinator_server.runtime.runtime import (
     BATCH_OVERHEAD_BYTES,
@@ -148,6 +149,11 @@ class CoordinatorApp:
             num_partitions,
             NodeAddress(config.node_id, config.advertised, port),
             server_version=__version__,
+            limits=RequestLimits(
+                max_id_length=config.max_id_length,
+                max_member_metadata_bytes=config.max_member_metadata_bytes,
+                max_response_bytes=config.max_response_bytes,
+            ),
         )
         state = ServerState(
             server_config,
@@ -329,6 +335,9 @@ class CoordinatorApp:
     async def shutdown(self) -> None:
         """Stop accepting, answer what is in flight, flush the log, close."""
         timeout_s = self.config.shutdown_timeout_ms / 1000
+        if self.service is not None:
+            # A large request answered in slices would hold the drain up for its seconds.
+            self.service.close()
         if self.server is not None:
             await self.server.drain(timeout_s)
         if self.runtime is not None:
