@@ -9,9 +9,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import pytest
 from wire_client import WireClient, commit_body, commit_errors, fetch_body, until
 
 from coordinator_server.app import CoordinatorApp
+from coordinator_server.client import CoordinatorClient, GroupMember, GroupMemberError
 from coordinator_server.config import CoordinatorConfig
 from coordinator_server.storage.memory import InMemoryLog
 from protocol.api_keys import ApiKey
@@ -309,3 +311,21 @@ async def test_shutdown_stops_a_sliced_request_under_way() -> None:
         answer = await asyncio.wait_for(pending, 30)
         assert answer["error_code"] == ErrorCode.COORDINATOR_NOT_AVAILABLE
         assert service.sliced_requests == 0
+
+
+async def test_a_member_refused_a_new_group_by_max_groups_ends_with_the_reason() -> None:
+    async with serve(max_groups=1) as app, connect(app) as client:
+        await client.call(ApiKey.OFFSET_COMMIT, commit_body("existing", {("t", 0): 1}))
+        assert app.address is not None
+        host, port = app.address
+        async with CoordinatorClient(f"{host}:{port}", retry_backoff_ms=20) as coordinator:
+            member = GroupMember(
+                coordinator, "new", ["t"], partitions_for_topics={"t": 1}, retry_backoff_ms=20
+            )
+            await member.start()
+            try:
+                with pytest.raises(GroupMemberError) as ended:
+                    await member.wait_for_assignment(timeout_s=10)
+                assert "max_groups 1" in str(ended.value)
+            finally:
+                await member.close(leave_group=False)
