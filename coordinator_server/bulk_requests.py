@@ -28,7 +28,6 @@ from coordinator_server.groups.answer_sizes import (
     FETCHED_GROUP_MIN_BYTES,
     FETCHED_PARTITION_BYTES,
     coordinator_bytes,
-    deleted_group_bytes,
     described_group_bytes,
     fetched_group_bytes,
     fetched_topic_bytes,
@@ -173,9 +172,7 @@ class BulkRequests:
 
     def _describe_groups(self, group_ids: list[str | None], clock: SliceClock) -> Steps:
         counts = yield from _count(group_ids, clock)
-        least = 0
-        for group_id, count in counts.items():
-            least += count * (DESCRIBED_GROUP_MIN_BYTES + _id_extra(group_id))
+        least = yield from _least_bytes(counts, DESCRIBED_GROUP_MIN_BYTES, clock)
         # What the groups' content may add beyond the least each costs.
         room = self._limits.answer_items_bytes - least
         if room < 0:
@@ -246,9 +243,7 @@ class BulkRequests:
         counts = yield from _count(group_ids, clock)
         # Every answer's size is known from the request: nothing is deleted for a request
         # that could not be answered.
-        size = 0
-        for group_id, count in counts.items():
-            size += count * deleted_group_bytes(group_id or "")
+        size = yield from _least_bytes(counts, DELETED_GROUP_MIN_BYTES, clock)
         if size > self._limits.answer_items_bytes:
             return self._too_large(size)
         answers: dict[str | None, DeleteGroupsResponseResult] = {}
@@ -465,6 +460,21 @@ def _count(items: list[T], clock: SliceClock) -> Generator[Step, None, dict[T, i
         if clock.due():
             yield PAUSE
     return counts
+
+
+def _least_bytes(
+    counts: dict[str | None, int], item_bytes: int, clock: SliceClock
+) -> Generator[Step, None, int]:
+    """What the items of an answer naming each group `counts` times take at least: each
+    `item_bytes` and its group id (a missing one answered "")."""
+    total = 0
+    items = list(counts.items())
+    for start in range(0, len(items), _ANSWER_CHUNK):
+        for group_id, count in items[start : start + _ANSWER_CHUNK]:
+            total += count * (item_bytes + _id_extra(group_id))
+        if clock.due():
+            yield PAUSE
+    return total
 
 
 def _in_request_order(

@@ -75,17 +75,13 @@ def str_extra(s: str | None) -> int:
     return str_bytes(s) - 1
 
 
-def bin_bytes(n: int) -> int:
-    """The msgpack size of `n` bytes of bin."""
-    if n < 256:
-        return 2 + n
-    if n < 65536:
-        return 3 + n
-    return 5 + n
-
-
 def bin_extra(n: int) -> int:
-    return bin_bytes(n) - 2
+    """What `n` bytes of bin add to a part measured with them empty (2 bytes)."""
+    if n < 256:
+        return n
+    if n < 65536:
+        return 1 + n
+    return 3 + n
 
 
 def _empty(message: Message) -> int:
@@ -116,7 +112,6 @@ least."""
 
 DELETED_GROUP_MIN_BYTES: Final = _DELETED_GROUP
 COORDINATOR_MIN_BYTES: Final = _COORDINATOR
-LISTED_GROUP_MIN_BYTES: Final = _LISTED_GROUP
 LEFT_MEMBER_MIN_BYTES: Final = _LEFT_MEMBER
 FETCHED_GROUP_MIN_BYTES: Final = _FETCHED_GROUP
 FETCHED_TOPIC_MIN_BYTES: Final = _FETCHED_TOPIC + ARRAY_EXTRA
@@ -149,10 +144,6 @@ def described_group_bytes(group: DescribeGroupsResponseGroup) -> int:
                 + bin_extra(len(member.member_assignment))
             )
     return size
-
-
-def deleted_group_bytes(group_id: str) -> int:
-    return _DELETED_GROUP + str_extra(group_id)
 
 
 def coordinator_bytes(key: str, host: str, error_message: str | None) -> int:
