@@ -42,7 +42,13 @@ from coordinator_server.runtime.api import (
     ResponseHandle,
 )
 from coordinator_server.timeline import SnapshotRegistry, TimelineDict
-from protocol.errors import ApiError, ErrorCode, GroupIdNotFoundError, NotCoordinatorError
+from protocol.errors import (
+    ApiError,
+    ErrorCode,
+    GroupIdNotFoundError,
+    NotCoordinatorError,
+    PolicyViolationError,
+)
 from protocol.messages import (
     DescribeGroupsResponseGroup,
     DescribeGroupsResponseMember,
@@ -1137,11 +1143,13 @@ class GroupMetadataManager:
         generation_id: int,
     ) -> ApiError | None:
         """Kafka's checks of an OffsetCommit (v9+ semantics). A commit to an unknown group
-        with a negative generation is accepted: replaying its records creates the group."""
+        with a negative generation is accepted, unless the node holds `max_groups` already:
+        replaying its records creates the group."""
         group = self._groups.get(group_id)
         if group is None:
             if generation_id < 0:
-                return None
+                refusal = self.new_group_refusal()
+                return None if refusal is None else PolicyViolationError(refusal)
             return GroupIdNotFoundError(f"group {group_id} does not exist")
         return group.validate_offset_commit(member_id, group_instance_id, generation_id)
 

@@ -92,6 +92,16 @@ class OffsetMetadataManager:
         self._offsets: dict[str, TimelineDict[TopicPartition, OffsetCommitValue]] = {}
         self._maybe_empty: set[str] = set()
         self._topic_names: dict[str, str] = {}
+        # An offset commit record at its largest (group id, topic name and metadata at their
+        # longest, in UTF-8 at its widest, with their headers): commits of few enough
+        # partitions fit a batch without counting.
+        self._widest_record = (
+            config.record_overhead_bytes
+            + _COMMIT_RECORD_BYTES
+            + 2 * (4 * config.max_id_length + 5)
+            + 3 * config.offset_metadata_max_bytes
+            + 5
+        )
 
     # Request handlers (read state, emit records).
 
@@ -121,10 +131,6 @@ class OffsetMetadataManager:
         )
         if error is not None:
             return CoordinatorResult(response=commit_error_response(request, error.code))
-        if self._groups.group(group_id) is None and self._groups.new_group_refusal() is not None:
-            return CoordinatorResult(
-                response=commit_error_response(request, ErrorCode.POLICY_VIOLATION)
-            )
         self._groups.rearm_heartbeat_on_commit(group_id, request.member_id)
 
         config = self._config
@@ -176,7 +182,11 @@ class OffsetMetadataManager:
         if held + len(commits) > config.max_committed_offsets_per_group:
             admitted, commits = self._admit_new_partitions(offsets, commits)
             refusing = refusing or admitted is not None
-        if commits and self._records_too_large(group_id, commits):
+        if len(
+            commits
+        ) * self._widest_record > config.max_records_bytes and self._records_too_large(
+            group_id, commits
+        ):
             return CoordinatorResult(
                 response=commit_error_response(request, ErrorCode.INVALID_COMMIT_OFFSET_SIZE)
             )
@@ -229,14 +239,11 @@ class OffsetMetadataManager:
     def _records_too_large(
         self, group_id: str, commits: list[tuple[TopicPartition, OffsetCommitValue]]
     ) -> bool:
-        """Whether the records of `commits` would not fit one batch: their size is bounded
-        from the group id, topic names and metadata (counted at their widest in UTF-8) before
-        any is made, and counted exactly only when that bound is too large."""
+        """Whether the records of `commits` would not fit one batch, counted from the group
+        id, topic names and metadata before any record is made (the caller asks only when
+        `_widest_record` each could not fit)."""
         config = self._config
         per_record = config.record_overhead_bytes + _COMMIT_RECORD_BYTES + str_bytes(group_id)
-        widest = per_record + 4 * config.max_id_length + 3 * config.offset_metadata_max_bytes + 10
-        if len(commits) * widest <= config.max_records_bytes:
-            return False
         size = per_record * len(commits)
         topic = None
         topic_bytes = 0
