@@ -22,8 +22,15 @@ from coordinator_server.metrics import (
     Snapshot,
 )
 from coordinator_server.offsets.manager import OffsetsConfig
+from coordinator_server.request_limits import RequestLimits
 from coordinator_server.runtime.clock import RuntimeClock, SystemClock
-from coordinator_server.runtime.runtime import CoordinatorRuntime, CoordinatorState, RuntimeConfig
+from coordinator_server.runtime.runtime import (
+    BATCH_OVERHEAD_BYTES,
+    RECORD_OVERHEAD_BYTES,
+    CoordinatorRuntime,
+    CoordinatorState,
+    RuntimeConfig,
+)
 from coordinator_server.server.http import OperatorHttpServer, Probe
 from coordinator_server.server.listener import CoordinatorServer, ServerConfig, ServerState, bind
 from coordinator_server.service import GroupCoordinatorService, NodeAddress
@@ -102,7 +109,13 @@ class CoordinatorApp:
         await log.start()
         num_partitions = log.num_partitions
         shard_config = ShardConfig(
-            offsets=OffsetsConfig(offset_metadata_max_bytes=config.offset_metadata_max_bytes),
+            offsets=OffsetsConfig(
+                offset_metadata_max_bytes=config.offset_metadata_max_bytes,
+                max_committed_offsets_per_group=config.max_committed_offsets_per_group,
+                max_id_length=config.max_id_length,
+                max_records_bytes=config.max_batch_bytes - BATCH_OVERHEAD_BYTES,
+                record_overhead_bytes=RECORD_OVERHEAD_BYTES,
+            ),
             groups=GroupsConfig(
                 initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
                 min_session_timeout_ms=config.group_min_session_timeout_ms,
@@ -110,11 +123,13 @@ class CoordinatorApp:
                 max_size=config.group_max_size,
                 offsets_retention_ms=config.offsets_retention_minutes * 60 * 1000,
                 offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
+                max_groups=config.max_groups,
+                max_response_bytes=config.max_response_bytes,
             ),
         )
         self.runtime = runtime = CoordinatorRuntime[GroupCoordinatorShard](
             shard_builder=lambda context: GroupCoordinatorShard(
-                context, shard_config, self.group_metrics
+                context, shard_config, self.group_metrics, self.groups_on_node
             ),
             writer=log.writer,
             loader=log.loader,
@@ -151,6 +166,11 @@ class CoordinatorApp:
             num_partitions,
             NodeAddress(config.node_id, config.advertised, port),
             server_version=__version__,
+            limits=RequestLimits(
+                max_id_length=config.max_id_length,
+                max_member_metadata_bytes=config.max_member_metadata_bytes,
+                max_response_bytes=config.max_response_bytes,
+            ),
         )
         state = ServerState(
             server_config,
@@ -306,6 +326,19 @@ class CoordinatorApp:
             return {}
         return {p: state.name for p, state in sorted(runtime.partitions().items())}
 
+    def groups_on_node(self) -> int:
+        """Groups of every ACTIVE partition, for `max_groups`: asked only when a request
+        would create a group."""
+        runtime = self.runtime
+        if runtime is None:
+            return 0
+        total = 0
+        for partition in runtime.partitions():
+            shard = runtime.shard(partition)
+            if shard is not None:
+                total += shard.groups.num_groups()
+        return total
+
     def _group_counts(self) -> tuple[dict[str, int], int]:
         """Groups by state and members, over every ACTIVE partition."""
         runtime = self.runtime
@@ -416,6 +449,9 @@ class CoordinatorApp:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+        if self.service is not None:
+            # A large request answered in slices would hold the drain up for its seconds.
+            self.service.close()
         if self.server is not None:
             await self.server.drain(timeout_s)
         if self.runtime is not None:

@@ -9,32 +9,35 @@ server needs no task per request.
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar, cast
 
+from coordinator_server.bulk_requests import BulkRequests
 from coordinator_server.groups.manager import RequestContext as RequestContext
 from coordinator_server.offsets.manager import commit_error_response
-from coordinator_server.runtime.api import CoordinatorResult
+from coordinator_server.request_limits import (
+    RequestLimits,
+    group_id_refusal,
+    join_group_refusal,
+    leave_group_refusal,
+    offset_delete_refusal,
+    sync_group_refusal,
+)
 from coordinator_server.runtime.runtime import CoordinatorRuntime, WriteDone
+from coordinator_server.service_errors import map_operation_error as map_operation_error
 from coordinator_server.shard import GroupCoordinatorShard
-from coordinator_server.storage.api import AppendError
+from coordinator_server.slicing import SlicedRequests
 from protocol.api_keys import SUPPORTED_VERSIONS, ApiKey
-from protocol.errors import ApiError, ErrorCode
+from protocol.errors import ErrorCode
 from protocol.hashing import partition_for
 from protocol.messages import (
     ApiVersionsRequest,
     ApiVersionsResponse,
     ApiVersionsResponseKey,
     DeleteGroupsRequest,
-    DeleteGroupsResponse,
-    DeleteGroupsResponseResult,
     DescribeGroupsRequest,
-    DescribeGroupsResponse,
-    DescribeGroupsResponseGroup,
     FindCoordinatorRequest,
-    FindCoordinatorResponse,
     FindCoordinatorResponseCoordinator,
     HeartbeatRequest,
     HeartbeatResponse,
@@ -43,24 +46,16 @@ from protocol.messages import (
     LeaveGroupRequest,
     LeaveGroupResponse,
     ListGroupsRequest,
-    ListGroupsResponse,
-    ListGroupsResponseGroup,
     Message,
     OffsetCommitRequest,
     OffsetDeleteRequest,
     OffsetDeleteResponse,
     OffsetFetchRequest,
-    OffsetFetchRequestGroup,
-    OffsetFetchResponse,
-    OffsetFetchResponseGroup,
     SyncGroupRequest,
     SyncGroupResponse,
 )
 
-logger = logging.getLogger(__name__)
-
 M = TypeVar("M", bound=Message)
-R = TypeVar("R")
 
 
 class PendingReply:
@@ -96,50 +91,6 @@ class NodeAddress:
     port: int
 
 
-# Kafka's translation of log errors into coordinator errors (CoordinatorOperationExceptionHelper).
-_APPEND_ERROR_MAPPING: Mapping[int, ErrorCode] = {
-    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
-    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
-    ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR,
-    ErrorCode.RECORD_LIST_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR,
-    ErrorCode.INVALID_FETCH_SIZE: ErrorCode.UNKNOWN_SERVER_ERROR,
-}
-
-
-def map_operation_error(
-    operation: str, exc: BaseException, *, require_stable: bool = False
-) -> tuple[ErrorCode, str | None]:
-    """The error a client gets for an operation that failed with `exc`."""
-    if isinstance(exc, AppendError):
-        raw = exc.error_code
-        code = _APPEND_ERROR_MAPPING.get(raw)
-        if code is None:
-            try:
-                code = ErrorCode(raw)
-            except ValueError:
-                code = ErrorCode.UNKNOWN_SERVER_ERROR
-        if require_stable and code is ErrorCode.COORDINATOR_NOT_AVAILABLE:
-            # Consumers before Kafka 3.9 do not retry COORDINATOR_NOT_AVAILABLE on a
-            # require-stable OffsetFetch, so Kafka answers NOT_COORDINATOR there.
-            code = ErrorCode.NOT_COORDINATOR
-        return code, str(exc) or None
-    if isinstance(exc, ApiError):
-        code = exc.code
-        if code is ErrorCode.REQUEST_TIMED_OUT:
-            code = (
-                ErrorCode.NOT_COORDINATOR if require_stable else ErrorCode.COORDINATOR_NOT_AVAILABLE
-            )
-        return code, exc.message
-    if isinstance(exc, asyncio.CancelledError):
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the coordinator is shutting down"
-    logger.error("operation %s failed unexpectedly", operation, exc_info=exc)
-    return ErrorCode.UNKNOWN_SERVER_ERROR, None
-
-
 def _chain(
     source: WriteDone[M] | asyncio.Future[M], on_error: Callable[[BaseException], Message]
 ) -> Reply:
@@ -165,12 +116,26 @@ class GroupCoordinatorService:
         node: NodeAddress,
         *,
         server_version: str,
+        limits: RequestLimits | None = None,
     ) -> None:
         self._runtime = runtime
         self._num_partitions = num_partitions
         self._node = node
         self._server_version = server_version
+        self._limits = limits = limits or RequestLimits()
+        self._max_id_length = limits.max_id_length
         self._partitions: dict[str, int] = {}
+        self._sliced = SlicedRequests()
+        self._bulk = BulkRequests(
+            runtime,
+            self.partition_for,
+            num_partitions,
+            FindCoordinatorResponseCoordinator(
+                node_id=node.node_id, host=node.host, port=node.port, error_code=ErrorCode.NONE
+            ),
+            limits,
+            self._sliced,
+        )
         self.handlers: dict[int, Handler] = {
             ApiKey.API_VERSIONS: _typed(ApiVersionsRequest, self.api_versions),
             ApiKey.FIND_COORDINATOR: _typed(FindCoordinatorRequest, self.find_coordinator),
@@ -190,9 +155,20 @@ class GroupCoordinatorService:
     def num_partitions(self) -> int:
         return self._num_partitions
 
+    @property
+    def sliced_requests(self) -> int:
+        """Requests answered in slices that are under way."""
+        return len(self._sliced)
+
+    def close(self) -> None:
+        """Shutdown: large requests still under way stop between two slices, answered
+        COORDINATOR_NOT_AVAILABLE (retriable), so that they do not hold the shutdown up."""
+        self._sliced.cancel_all()
+
     def partition_for(self, group_id: str) -> int:
         # Java's string hash runs in Python, a character at a time, and the same groups come
-        # back with every heartbeat and commit: remember the answers.
+        # back with every heartbeat and commit: remember the answers (of group ids no longer
+        # than max_id_length: the callers check first).
         partitions = self._partitions
         partition = partitions.get(group_id)
         if partition is None:
@@ -220,33 +196,7 @@ class GroupCoordinatorService:
         )
 
     def find_coordinator(self, request: FindCoordinatorRequest, ctx: RequestContext) -> Reply:
-        coordinators = []
-        for key in request.keys:
-            if request.key_type != 0:
-                coordinators.append(
-                    FindCoordinatorResponseCoordinator(
-                        key=key,
-                        node_id=-1,
-                        host="",
-                        port=-1,
-                        error_code=ErrorCode.INVALID_REQUEST,
-                        error_message=f"key type {request.key_type} is not served: "
-                        "this node is a group coordinator only",
-                    )
-                )
-                continue
-            # A single node owns every partition, so it answers with itself.
-            coordinators.append(
-                FindCoordinatorResponseCoordinator(
-                    key=key,
-                    node_id=self._node.node_id,
-                    host=self._node.host,
-                    port=self._node.port,
-                    error_code=ErrorCode.NONE,
-                    error_message=None,
-                )
-            )
-        return FindCoordinatorResponse(coordinators=coordinators)
+        return _pending(self._bulk.find_coordinator(request))
 
     # The classic group protocol.
 
@@ -258,6 +208,9 @@ class GroupCoordinatorService:
 
         if not request.group_id:
             return error(ErrorCode.INVALID_GROUP_ID, "group_id is missing or empty")
+        refusal = join_group_refusal(request, ctx.client_id, self._limits)
+        if refusal is not None:
+            return error(*refusal)
         future = self._runtime.schedule_parkable_write(
             "classic-group-join",
             self.partition_for(request.group_id),
@@ -271,6 +224,9 @@ class GroupCoordinatorService:
 
         if not request.group_id:
             return error(ErrorCode.INVALID_GROUP_ID, "group_id is missing or empty")
+        refusal = sync_group_refusal(request, self._limits)
+        if refusal is not None:
+            return error(*refusal)
         future = self._runtime.schedule_parkable_write(
             "classic-group-sync",
             self.partition_for(request.group_id),
@@ -282,6 +238,11 @@ class GroupCoordinatorService:
         group_id = request.group_id
         if not group_id:
             return HeartbeatResponse(error_code=ErrorCode.INVALID_GROUP_ID)
+        if len(group_id) > self._max_id_length:
+            return HeartbeatResponse(
+                error_code=ErrorCode.INVALID_GROUP_ID,
+                error_message=group_id_refusal(group_id, self._limits),
+            )
         outcome = self._runtime.write(
             "classic-group-heartbeat",
             self.partition_for(group_id),
@@ -292,6 +253,10 @@ class GroupCoordinatorService:
     def leave_group(self, request: LeaveGroupRequest, ctx: RequestContext) -> Reply:
         if not request.group_id:
             return LeaveGroupResponse(error_code=ErrorCode.INVALID_GROUP_ID)
+        refusal = leave_group_refusal(request, self._limits)
+        if refusal is not None:
+            code, message = refusal
+            return LeaveGroupResponse(error_code=code, error_message=message)
 
         def on_error(exc: BaseException) -> Message:
             code, message = map_operation_error("leave-group", exc)
@@ -308,11 +273,15 @@ class GroupCoordinatorService:
 
     def offset_commit(self, request: OffsetCommitRequest, ctx: RequestContext) -> Reply:
         group_id = request.group_id
-        if group_id is None:
+        if group_id is None or len(group_id) > self._max_id_length:
             return commit_error_response(request, ErrorCode.INVALID_GROUP_ID)
 
         def on_error(exc: BaseException) -> Message:
             code, _ = map_operation_error("commit-offset", exc)
+            if code is ErrorCode.MESSAGE_TOO_LARGE:
+                # Records that cannot fit a batch: what Kafka's OffsetCommit answers them
+                # with (the commit checks first, so this is a backstop).
+                code = ErrorCode.INVALID_COMMIT_OFFSET_SIZE
             return commit_error_response(request, code)
 
         outcome = self._runtime.write(
@@ -323,46 +292,15 @@ class GroupCoordinatorService:
         return _chain(outcome, on_error)
 
     def offset_fetch(self, request: OffsetFetchRequest, ctx: RequestContext) -> Reply:
-        loop = asyncio.get_running_loop()
-        parts = [self._fetch_group(g, request.require_stable, loop) for g in request.groups]
-        return _gather(
-            loop, parts, lambda groups: OffsetFetchResponse(groups=[g for [g] in groups])
-        )
-
-    def _fetch_group(
-        self, group: OffsetFetchRequestGroup, require_stable: bool, loop: asyncio.AbstractEventLoop
-    ) -> asyncio.Future[list[OffsetFetchResponseGroup]]:
-        group_id = group.group_id
-        if group_id is None:
-            return _done(loop, [_fetch_error(group, ErrorCode.INVALID_GROUP_ID)])
-
-        def on_error(exc: BaseException) -> list[OffsetFetchResponseGroup]:
-            code, _ = map_operation_error("fetch-offsets", exc, require_stable=require_stable)
-            return [_fetch_error(group, code)]
-
-        partition = self.partition_for(group_id)
-        future: asyncio.Future[list[OffsetFetchResponseGroup]]
-        if require_stable:
-            # Kafka reads the latest state through the write path and answers once every
-            # pending write is committed (a write with no records).
-            future = self._runtime.schedule_write(
-                "fetch-offsets-stable",
-                partition,
-                lambda shard: CoordinatorResult(
-                    response=[shard.offsets.fetch_offsets(group, None)]
-                ),
-            )
-        else:
-            future = self._runtime.schedule_read(
-                "fetch-offsets",
-                partition,
-                lambda shard, committed: [shard.offsets.fetch_offsets(group, committed)],
-            )
-        return _recover(future, on_error)
+        return _pending(self._bulk.offset_fetch(request))
 
     def offset_delete(self, request: OffsetDeleteRequest, ctx: RequestContext) -> Reply:
         if not request.group_id:
             return OffsetDeleteResponse(error_code=ErrorCode.INVALID_GROUP_ID)
+        refusal = offset_delete_refusal(request, self._limits)
+        if refusal is not None:
+            code, message = refusal
+            return OffsetDeleteResponse(error_code=code, error_message=message)
 
         def on_error(exc: BaseException) -> Message:
             code, message = map_operation_error("delete-offsets", exc)
@@ -375,111 +313,16 @@ class GroupCoordinatorService:
         )
         return _chain(future, on_error)
 
-    # Admin APIs: one operation per partition, answered together.
+    # Admin APIs (see bulk_requests).
 
     def describe_groups(self, request: DescribeGroupsRequest, ctx: RequestContext) -> Reply:
-        loop = asyncio.get_running_loop()
-        parts: list[asyncio.Future[list[DescribeGroupsResponseGroup]]] = []
-        for partition, group_ids in self._by_partition(
-            request.groups, loop, parts, _described_error
-        ):
-            parts.append(self._describe_partition(partition, group_ids))
-        return _gather(
-            loop,
-            parts,
-            lambda results: DescribeGroupsResponse(
-                groups=_in_request_order(request.groups, results, lambda g: g.group_id)
-            ),
-        )
-
-    def _describe_partition(
-        self, partition: int, group_ids: list[str]
-    ) -> asyncio.Future[list[DescribeGroupsResponseGroup]]:
-        future = self._runtime.schedule_read(
-            "describe-groups",
-            partition,
-            lambda shard, committed: shard.groups.describe_groups(group_ids, committed),
-        )
-
-        def on_error(exc: BaseException) -> list[DescribeGroupsResponseGroup]:
-            code, _ = map_operation_error("describe-groups", exc)
-            return [_described_error(group_id, code) for group_id in group_ids]
-
-        return _recover(future, on_error)
+        return _pending(self._bulk.describe_groups(request))
 
     def delete_groups(self, request: DeleteGroupsRequest, ctx: RequestContext) -> Reply:
-        loop = asyncio.get_running_loop()
-        parts: list[asyncio.Future[list[DeleteGroupsResponseResult]]] = []
-        for partition, group_ids in self._by_partition(
-            request.groups_names, loop, parts, _deleted_error
-        ):
-            parts.append(self._delete_partition(partition, group_ids))
-        return _gather(
-            loop,
-            parts,
-            lambda results: DeleteGroupsResponse(
-                results=_in_request_order(request.groups_names, results, lambda r: r.group_id)
-            ),
-        )
-
-    def _delete_partition(
-        self, partition: int, group_ids: list[str]
-    ) -> asyncio.Future[list[DeleteGroupsResponseResult]]:
-        future = self._runtime.schedule_write(
-            "delete-groups", partition, lambda shard: shard.delete_groups(group_ids)
-        )
-
-        def on_error(exc: BaseException) -> list[DeleteGroupsResponseResult]:
-            code, _ = map_operation_error("delete-groups", exc)
-            return [_deleted_error(group_id, code) for group_id in group_ids]
-
-        return _recover(future, on_error)
-
-    def _by_partition(
-        self,
-        group_ids: list[str | None],
-        loop: asyncio.AbstractEventLoop,
-        parts: list[asyncio.Future[list[R]]],
-        failed: Callable[[str | None, ErrorCode], R],
-    ) -> list[tuple[int, list[str]]]:
-        """Group ids by partition; a missing id gets INVALID_GROUP_ID at once."""
-        by_partition: dict[int, list[str]] = {}
-        for group_id in group_ids:
-            if group_id is None:
-                parts.append(_done(loop, [failed(None, ErrorCode.INVALID_GROUP_ID)]))
-            else:
-                by_partition.setdefault(self.partition_for(group_id), []).append(group_id)
-        return list(by_partition.items())
+        return _pending(self._bulk.delete_groups(request))
 
     def list_groups(self, request: ListGroupsRequest, ctx: RequestContext) -> Reply:
-        loop = asyncio.get_running_loop()
-        parts: list[asyncio.Future[list[ListGroupsResponseGroup]]] = []
-        errors: list[ErrorCode] = []
-        for partition in range(self._num_partitions):
-            future = self._runtime.schedule_read(
-                "list-groups",
-                partition,
-                lambda shard, committed: shard.groups.list_groups(
-                    request.states_filter, request.types_filter, committed
-                ),
-            )
-
-            def on_error(exc: BaseException) -> list[ListGroupsResponseGroup]:
-                code, _ = map_operation_error("list-groups", exc)
-                # Partitions this node does not own are someone else's to list (Kafka's
-                # read-all skips NOT_COORDINATOR); any other error fails the listing.
-                if code is not ErrorCode.NOT_COORDINATOR:
-                    errors.append(code)
-                return []
-
-            parts.append(_recover(future, on_error))
-
-        def combine(results: list[list[ListGroupsResponseGroup]]) -> Message:
-            if errors:
-                return ListGroupsResponse(error_code=errors[0], groups=[])
-            return ListGroupsResponse(groups=[g for part in results for g in part])
-
-        return _gather(loop, parts, combine)
+        return _pending(self._bulk.list_groups(request))
 
 
 def _heartbeat_error(exc: BaseException) -> Message:
@@ -498,84 +341,5 @@ def _typed(request_type: type[M], method: Callable[[M, RequestContext], Reply]) 
     return cast(Handler, method)
 
 
-def _done(loop: asyncio.AbstractEventLoop, value: R) -> asyncio.Future[R]:
-    future: asyncio.Future[R] = loop.create_future()
-    future.set_result(value)
-    return future
-
-
-def _recover(
-    source: asyncio.Future[R], on_error: Callable[[BaseException], R]
-) -> asyncio.Future[R]:
-    """A future that completes with `on_error(exc)` where `source` fails."""
-    result: asyncio.Future[R] = source.get_loop().create_future()
-
-    def settle(done: asyncio.Future[R]) -> None:
-        if result.done():
-            return
-        if done.cancelled():
-            result.set_result(on_error(asyncio.CancelledError()))
-        elif (exc := done.exception()) is not None:
-            result.set_result(on_error(exc))
-        else:
-            result.set_result(done.result())
-
-    if source.done():
-        settle(source)
-    else:
-        source.add_done_callback(settle)
-    return result
-
-
-def _gather(
-    loop: asyncio.AbstractEventLoop,
-    parts: list[asyncio.Future[R]],
-    combine: Callable[[list[R]], Message],
-) -> Reply:
-    """The combined response of futures that never fail: at once if they are all done."""
-    if all(part.done() for part in parts):
-        return combine([part.result() for part in parts])
-    result: asyncio.Future[Message] = loop.create_future()
-    remaining = sum(not part.done() for part in parts)
-
-    def one_done(_: asyncio.Future[R]) -> None:
-        nonlocal remaining
-        remaining -= 1
-        if remaining == 0 and not result.done():
-            result.set_result(combine([part.result() for part in parts]))
-
-    for part in parts:
-        if not part.done():
-            part.add_done_callback(one_done)
-    return PendingReply(result)
-
-
-def _in_request_order(
-    requested: list[str | None], results: list[list[M]], group_id_of: Callable[[M], str]
-) -> list[M]:
-    """Per-group results in the order the request named the groups."""
-    by_id: dict[str, list[M]] = {}
-    for part in results:
-        for item in part:
-            by_id.setdefault(group_id_of(item), []).append(item)
-    ordered: list[M] = []
-    for group_id in requested:
-        items = by_id.get(group_id or "")
-        if items:
-            ordered.append(items.pop(0))
-    return ordered
-
-
-def _described_error(group_id: str | None, code: ErrorCode) -> DescribeGroupsResponseGroup:
-    # Kafka's answer for a group it could not describe: empty state, type and protocol.
-    return DescribeGroupsResponseGroup(
-        group_id=group_id or "", error_code=code, group_state="", protocol_type=""
-    )
-
-
-def _deleted_error(group_id: str | None, code: ErrorCode) -> DeleteGroupsResponseResult:
-    return DeleteGroupsResponseResult(group_id=group_id or "", error_code=code)
-
-
-def _fetch_error(group: OffsetFetchRequestGroup, code: ErrorCode) -> OffsetFetchResponseGroup:
-    return OffsetFetchResponseGroup(group_id=group.group_id or "", error_code=code, topics=[])
+def _pending(answer: Message | asyncio.Future[Message]) -> Reply:
+    return answer if isinstance(answer, Message) else PendingReply(answer)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from coordinator_server.groups.manager import (
     ClassicGroupUpdate,
     GroupCoordinatorMetricsShard,
+    GroupCount,
     GroupMetadataManager,
     GroupsConfig,
 )
@@ -48,11 +49,19 @@ class GroupCoordinatorShard:
         context: ShardContext,
         config: ShardConfig,
         metrics: GroupCoordinatorMetricsShard | None = None,
+        group_count: GroupCount | None = None,
     ) -> None:
+        """`group_count` says how many groups the node holds over all its partitions (for
+        `max_groups`); None: this shard's own."""
         self.context = context
         self.config = config
         self.groups = GroupMetadataManager(
-            context.snapshot_registry, context.clock, context.timer, config.groups, metrics
+            context.snapshot_registry,
+            context.clock,
+            context.timer,
+            config.groups,
+            metrics,
+            group_count,
         )
         self.offsets = OffsetMetadataManager(
             context.snapshot_registry, context.clock, config.offsets, self.groups
@@ -92,19 +101,31 @@ class GroupCoordinatorShard:
     # Operations over both managers.
 
     def delete_groups(
-        self, group_ids: list[str]
+        self, group_ids: list[str], max_records: int | None = None
     ) -> CoordinatorResult[list[DeleteGroupsResponseResult]]:
-        """Kafka's DeleteGroups: an Empty group goes with all its offsets."""
+        """Kafka's DeleteGroups: an Empty group goes with all its offsets.
+
+        With `max_records`, only the first groups are deleted, up to the first whose
+        tombstones reach that many records (at least one group): the results say how many,
+        and the caller asks again for the rest. A group named twice is answered twice, as
+        Kafka answers it, and its tombstones are written once.
+        """
         records: list[CoordinatorRecord] = []
         results: list[DeleteGroupsResponseResult] = []
+        deleted: set[str] = set()
         for group_id in group_ids:
-            error = self.groups.validate_delete_group(group_id)
-            if error is not None:
-                results.append(DeleteGroupsResponseResult(group_id=group_id, error_code=error.code))
-                continue
-            self.offsets.delete_all_offsets(group_id, records)
-            self.groups.create_group_tombstone_records(group_id, records)
-            results.append(DeleteGroupsResponseResult(group_id=group_id, error_code=ErrorCode.NONE))
+            if max_records is not None and len(records) >= max_records:
+                break
+            code = ErrorCode.NONE
+            if group_id not in deleted:
+                error = self.groups.validate_delete_group(group_id)
+                if error is None:
+                    self.offsets.delete_all_offsets(group_id, records)
+                    self.groups.create_group_tombstone_records(group_id, records)
+                    deleted.add(group_id)
+                else:
+                    code = error.code
+            results.append(DeleteGroupsResponseResult(group_id=group_id, error_code=code))
         return CoordinatorResult(records, results)
 
     def cleanup_group_metadata(self) -> CoordinatorResult[None]:

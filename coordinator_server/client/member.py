@@ -98,6 +98,8 @@ _FATAL_CODES: Final = frozenset(
         ErrorCode.GROUP_MAX_SIZE_REACHED,
         ErrorCode.UNSUPPORTED_VERSION,
         ErrorCode.INVALID_REQUEST,
+        # The coordinator holds as many groups as it may (max_groups).
+        ErrorCode.POLICY_VIOLATION,
     }
 )
 _NO_GENERATION: Final = -1

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from coordinator_server.groups.answer_sizes import join_member_bytes, utf8_length
 from coordinator_server.records import GroupMemberValue, GroupMetadataValue, OffsetCommitValue
 from coordinator_server.runtime.api import ResponseHandle
 from protocol.consumer import ConsumerProtocolSubscription, InvalidConsumerProtocolError
@@ -117,6 +118,12 @@ class ClassicGroupMember:
     def protocol_names(self) -> set[str]:
         return {name for name, _ in self.protocols}
 
+    def join_answer_bytes(self) -> int:
+        """What this member adds to the leader's JoinGroup answer: its ids and, the protocol
+        not being selected yet, the largest of its metadata."""
+        metadata = max((len(metadata) for _, metadata in self.protocols), default=0)
+        return join_member_bytes(utf8_length(self.member_id), self.group_instance_id, metadata)
+
     def metadata(self, protocol_name: str) -> bytes:
         for name, metadata in self.protocols:
             if name == protocol_name:
@@ -214,6 +221,9 @@ class ClassicGroup:
     # N-th member's join costs O(its protocols), not O(N) (a join of 1,000 members at once
     # would otherwise be quadratic). None: not computed yet. Never mutated once set.
     protocol_counts_cache: dict[str, int] | None = field(default=None, compare=False, repr=False)
+    # The members' `join_answer_bytes` summed: derived from `members` and carried over the
+    # same way, so that checking a join against the largest answer costs O(1).
+    join_answer_bytes_cache: int | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def create(cls, group_id: str, now_ms: int) -> ClassicGroup:
@@ -378,6 +388,28 @@ class ClassicGroup:
                 counts[name] = counts.get(name, 0) + 1
         return counts
 
+    def join_answer_members_bytes(self) -> int:
+        """The members' part of the leader's JoinGroup answer, at most (see
+        `ClassicGroupMember.join_answer_bytes`)."""
+        total = self.join_answer_bytes_cache
+        if total is None:
+            total = sum(member.join_answer_bytes() for member in self.members.values())
+            # A cache of a value derived from immutable fields, like the protocol counts.
+            object.__setattr__(self, "join_answer_bytes_cache", total)
+        return total
+
+    def _join_bytes_with(
+        self, added: Iterable[ClassicGroupMember], removed: Iterable[ClassicGroupMember]
+    ) -> int | None:
+        total = self.join_answer_bytes_cache
+        if total is None:
+            return None
+        return (
+            total
+            + sum(member.join_answer_bytes() for member in added)
+            - sum(member.join_answer_bytes() for member in removed)
+        )
+
     def candidate_protocols(self) -> set[str]:
         """The protocols every member supports."""
         size = len(self.members)
@@ -507,10 +539,13 @@ class ClassicGroup:
     # Changes: each returns the new snapshot.
 
     def _replace(self, **changes: object) -> ClassicGroup:
-        if "members" in changes and "protocol_counts_cache" not in changes:
-            changes["protocol_counts_cache"] = None
-        elif "members" not in changes:
-            changes["protocol_counts_cache"] = self.protocol_counts_cache
+        # The caches derived from the members carry over unless the members change without
+        # the change saying what they become.
+        for cache in ("protocol_counts_cache", "join_answer_bytes_cache"):
+            if "members" not in changes:
+                changes[cache] = getattr(self, cache)
+            elif cache not in changes:
+                changes[cache] = None
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
     def transition_to(self, state: ClassicGroupState, now_ms: int) -> ClassicGroup:
@@ -556,6 +591,9 @@ class ClassicGroup:
             protocol_counts_cache=self._counts_with(
                 (member,), () if replaced is None else (replaced,)
             ),
+            join_answer_bytes_cache=self._join_bytes_with(
+                (member,), () if replaced is None else (replaced,)
+            ),
         )
 
     def remove_members(self, member_ids: Iterable[str]) -> ClassicGroup:
@@ -580,15 +618,15 @@ class ClassicGroup:
         leader_id = self.leader_id
         if leader_id is not None and leader_id in ids:
             leader_id = next(iter(members), None)
+        removed = [m for mid, m in self.members.items() if mid in ids]
         return self._replace(
             members=members,
             static_members=static_members,
             leader_id=leader_id,
             pending_join_members=self.pending_join_members - ids,
             pending_sync_members=self.pending_sync_members - ids,
-            protocol_counts_cache=self._counts_with(
-                (), [m for mid, m in self.members.items() if mid in ids]
-            ),
+            protocol_counts_cache=self._counts_with((), removed),
+            join_answer_bytes_cache=self._join_bytes_with((), removed),
         )
 
     def remove_member(self, member_id: str) -> ClassicGroup:
@@ -605,12 +643,15 @@ class ClassicGroup:
         previous = self.members[member.member_id]
         members = dict(self.members)
         members[member.member_id] = member
-        counts = (
-            self.protocol_counts_cache
-            if previous.protocols == member.protocols
-            else self._counts_with((member,), (previous,))
+        if previous.protocols == member.protocols:
+            counts = self.protocol_counts_cache
+            join_bytes = self.join_answer_bytes_cache
+        else:
+            counts = self._counts_with((member,), (previous,))
+            join_bytes = self._join_bytes_with((member,), (previous,))
+        return self._replace(
+            members=members, protocol_counts_cache=counts, join_answer_bytes_cache=join_bytes
         )
-        return self._replace(members=members, protocol_counts_cache=counts)
 
     def update_members(
         self, change: Callable[[ClassicGroupMember], ClassicGroupMember]
@@ -627,6 +668,9 @@ class ClassicGroup:
         members[new_member.member_id] = new_member
         return self._replace(
             protocol_counts_cache=self._counts_with((new_member,), (self.members[old_member_id],)),
+            join_answer_bytes_cache=self._join_bytes_with(
+                (new_member,), (self.members[old_member_id],)
+            ),
             members=members,
             static_members={**self.static_members, group_instance_id: new_member.member_id},
             leader_id=new_member.member_id if self.is_leader(old_member_id) else self.leader_id,

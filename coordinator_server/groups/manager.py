@@ -16,16 +16,18 @@ result's `completions`.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
+from coordinator_server.groups.answer_sizes import listed_group_bytes
 from coordinator_server.groups.classic import (
     ClassicGroup,
     ClassicGroupMember,
     ClassicGroupState,
     ProtocolMetadata,
 )
+from coordinator_server.groups.limits import join_answer_refusal, new_group_refusal
 from coordinator_server.records import (
     CoordinatorRecord,
     GroupMetadataKey,
@@ -40,7 +42,13 @@ from coordinator_server.runtime.api import (
     ResponseHandle,
 )
 from coordinator_server.timeline import SnapshotRegistry, TimelineDict
-from protocol.errors import ApiError, ErrorCode, GroupIdNotFoundError, NotCoordinatorError
+from protocol.errors import (
+    ApiError,
+    ErrorCode,
+    GroupIdNotFoundError,
+    NotCoordinatorError,
+    PolicyViolationError,
+)
 from protocol.messages import (
     DescribeGroupsResponseGroup,
     DescribeGroupsResponseMember,
@@ -99,6 +107,15 @@ class GroupsConfig:
     new_member_join_timeout_ms: int = 300000
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     offsets_retention_check_interval_ms: int = 600000
+    # Groups this node may hold, over all its partitions (see GroupCount).
+    max_groups: int = 2147483647
+    # The largest answer: a group whose leader's JoinGroup answer would exceed it cannot form.
+    max_response_bytes: int = 2147483647
+
+
+GroupCount = Callable[[], int]
+"""How many groups the node holds over all its partitions, for `max_groups`: injected, since
+a manager sees only its own partition's groups."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +133,12 @@ class ClassicGroupUpdate:
 
     group_id: str
     group: ClassicGroup | None
+
+
+def list_filter(values: list[str]) -> frozenset[str]:
+    """A ListGroups filter as Kafka compares it (trimmed, lower case), each distinct value
+    once, made once per request rather than once per partition."""
+    return frozenset(value.strip().lower() for value in set(values))
 
 
 def classic_group_heartbeat_key(group_id: str, member_id: str) -> str:
@@ -166,12 +189,14 @@ class GroupMetadataManager:
         timer: CoordinatorTimer,
         config: GroupsConfig,
         metrics: GroupCoordinatorMetricsShard | None = None,
+        group_count: GroupCount | None = None,
     ) -> None:
         self._clock = clock
         self._timer = timer
         self._config = config
         self.metrics: GroupCoordinatorMetricsShard = metrics or NoopGroupCoordinatorMetrics()
         self._groups: TimelineDict[str, ClassicGroup] = TimelineDict(registry)
+        self._group_count: GroupCount = group_count or self.num_groups
 
     @property
     def config(self) -> GroupsConfig:
@@ -187,6 +212,14 @@ class GroupMetadataManager:
 
     def group_ids(self) -> list[str]:
         return list(self._groups.keys())
+
+    def num_groups(self) -> int:
+        """Groups of this partition, committed or not."""
+        return len(self._groups)
+
+    def new_group_refusal(self) -> str | None:
+        """Why a request may not create a group now (`max_groups`), or None."""
+        return new_group_refusal(self._group_count(), self._config.max_groups)
 
     def groups(self) -> list[ClassicGroup]:
         return list(self._groups.values())
@@ -234,6 +267,15 @@ class GroupMetadataManager:
                 return CoordinatorResult(
                     response=_join_error(ErrorCode.UNKNOWN_MEMBER_ID, member_id)
                 )
+            refusal = self.new_group_refusal()
+            if refusal is not None:
+                return CoordinatorResult(
+                    response=JoinGroupResponse(
+                        error_code=ErrorCode.POLICY_VIOLATION,
+                        error_message=refusal,
+                        member_id=member_id,
+                    )
+                )
             group = ClassicGroup.create(group_id, self._clock.now_ms())
         else:
             group = original
@@ -244,7 +286,23 @@ class GroupMetadataManager:
             # Removing the member lets the last ones to rejoin be the ones left out when
             # the limit was lowered.
             group = self._remove_member_with_parked(group, member_id, fx)
-            response = _join_error(ErrorCode.GROUP_MAX_SIZE_REACHED, "")
+            response = JoinGroupResponse(
+                error_code=ErrorCode.GROUP_MAX_SIZE_REACHED,
+                error_message=f"group {group_id} has reached its maximum size "
+                f"(group.max.size {config.max_size})",
+            )
+        elif (
+            refusal := join_answer_refusal(group, request, config.max_response_bytes)
+        ) is not None:
+            # Nothing changes (not even a new group is made): a member already in the
+            # group keeps what it had.
+            return CoordinatorResult(
+                response=JoinGroupResponse(
+                    error_code=ErrorCode.GROUP_MAX_SIZE_REACHED,
+                    error_message=refusal,
+                    member_id=member_id,
+                )
+            )
         elif is_unknown_member:
             group, response = self._join_new_member(ctx, request, group, handle, fx)
         else:
@@ -722,13 +780,16 @@ class GroupMetadataManager:
     ) -> ClassicGroup:
         """Remove a member; its parked JoinGroup or SyncGroup learns it is gone, so that a
         client that is still alive joins again."""
+        self._answer_parked_of_removed(group, member_id, fx)
+        return group.remove_member(member_id)
+
+    def _answer_parked_of_removed(self, group: ClassicGroup, member_id: str, fx: _Effects) -> None:
         member = group.members.get(member_id)
         if member is not None:
             if member.join_handle is not None:
                 fx.complete(member.join_handle, _join_error(ErrorCode.UNKNOWN_MEMBER_ID, ""))
             if member.sync_handle is not None:
                 fx.complete(member.sync_handle, _sync_error(ErrorCode.UNKNOWN_MEMBER_ID))
-        return group.remove_member(member_id)
 
     def _expire_pending_sync(self, group_id: str, generation_id: int) -> CoordinatorResult[None]:
         original = self._groups.get(group_id)
@@ -739,11 +800,11 @@ class GroupMetadataManager:
         if original.has_received_sync_from_all_members():
             return CoordinatorResult()
         fx = _Effects()
-        group = original
-        for member_id in sorted(original.pending_sync_members):
-            self._timer.cancel(classic_group_heartbeat_key(group_id, member_id))
-            group = self._remove_member_with_parked(group, member_id, fx)
-        group = self._prepare_rebalance(group, fx)
+        expired = sorted(original.pending_sync_members)
+        for member_id in expired:
+            self._leave_current_member(original, member_id, fx)
+        # All at once: one at a time would copy the group once per member.
+        group = self._prepare_rebalance(original.remove_members(expired), fx)
         return self._result(group_id, original, group, fx, None, park=False)
 
     # SyncGroup.
@@ -932,38 +993,47 @@ class GroupMetadataManager:
             )
 
         fx = _Effects()
-        group = original
+        # Every leaving member is taken out at once at the end: one at a time would copy the
+        # group once per member, and a request naming every member of a large group would
+        # cost the group's size squared. Until then `removed` says who has left.
+        removed: set[str] = set()
+        static_members = original.static_members
         responses: list[LeaveGroupResponseMember] = []
-        left = False
         for identity in request.members:
             code = ErrorCode.NONE
             member_id = identity.member_id
             instance_id = identity.group_instance_id
             if member_id == "":
                 # Removal by instance id alone (an admin removing a static member).
-                static_member_id = (
-                    None if instance_id is None else group.static_member_id(instance_id)
-                )
-                if static_member_id is None:
+                static_member_id = None if instance_id is None else static_members.get(instance_id)
+                if static_member_id is None or static_member_id in removed:
                     code = ErrorCode.UNKNOWN_MEMBER_ID
                 else:
-                    group = self._remove_current_member(group, static_member_id, fx)
-            elif group.is_pending_member(member_id):
+                    self._leave_current_member(original, static_member_id, fx)
+                    removed.add(static_member_id)
+            elif member_id in removed or (
+                instance_id is not None and static_members.get(instance_id) in removed
+            ):
+                # Named again after it left (Kafka removes members one by one: the second
+                # time the member is unknown).
+                code = ErrorCode.UNKNOWN_MEMBER_ID
+            elif original.is_pending_member(member_id):
                 self._timer.cancel(classic_group_heartbeat_key(group_id, member_id))
-                group = group.remove_member(member_id)
+                removed.add(member_id)
             else:
-                error = group.validate_member(member_id, instance_id)
+                error = original.validate_member(member_id, instance_id)
                 if error is not None:
                     code = error.code
                 else:
-                    group = self._remove_current_member(group, member_id, fx)
-            left = left or code is ErrorCode.NONE
+                    self._leave_current_member(original, member_id, fx)
+                    removed.add(member_id)
             responses.append(
                 LeaveGroupResponseMember(
                     member_id=member_id, group_instance_id=instance_id, error_code=code
                 )
             )
-        if left:
+        group = original.remove_members(removed)
+        if removed:
             if group.state is STABLE or group.state is COMPLETING_REBALANCE:
                 group = self._maybe_prepare_rebalance_or_complete_join(group, fx)
             elif group.state is PREPARING_REBALANCE:
@@ -971,11 +1041,11 @@ class GroupMetadataManager:
         response = LeaveGroupResponse(error_code=ErrorCode.NONE, members=responses)
         return self._result(group_id, original, group, fx, response, park=False)
 
-    def _remove_current_member(
-        self, group: ClassicGroup, member_id: str, fx: _Effects
-    ) -> ClassicGroup:
+    def _leave_current_member(self, group: ClassicGroup, member_id: str, fx: _Effects) -> None:
+        """What a member's leaving ends besides its place in the group: its session timer and
+        its parked JoinGroup or SyncGroup."""
         self._timer.cancel(classic_group_heartbeat_key(group.group_id, member_id))
-        return self._remove_member_with_parked(group, member_id, fx)
+        self._answer_parked_of_removed(group, member_id, fx)
 
     # Reads.
 
@@ -1024,26 +1094,38 @@ class GroupMetadataManager:
         return described
 
     def list_groups(
-        self, states_filter: list[str], types_filter: list[str], committed_offset: int
-    ) -> list[ListGroupsResponseGroup]:
-        states = {state.strip().lower() for state in states_filter}
-        types = {group_type.strip().lower() for group_type in types_filter}
+        self,
+        states: Collection[str],
+        types: Collection[str],
+        committed_offset: int,
+        max_bytes: int | None = None,
+    ) -> tuple[list[ListGroupsResponseGroup], int] | None:
+        """The groups as of `committed_offset` in one of `states` and of one of `types`
+        (filters as `list_filter` makes them; empty: any), and the bytes they take in the
+        answer; None once they would take more than `max_bytes`."""
         if types and CLASSIC_GROUP_TYPE not in types:
-            return []
+            return [], 0
         listed: list[ListGroupsResponseGroup] = []
+        size = 0
         for group_id, committed in self._groups.items_at(committed_offset):
             group = self._groups.get(group_id) or committed
             if states and group.state.lower_name not in states:
                 continue
+            protocol_type = group.protocol_type or ""
+            state = group.state.value
+            if max_bytes is not None:
+                size += listed_group_bytes(group_id, protocol_type, state)
+                if size > max_bytes:
+                    return None
             listed.append(
                 ListGroupsResponseGroup(
                     group_id=group_id,
-                    protocol_type=group.protocol_type or "",
-                    group_state=group.state.value,
+                    protocol_type=protocol_type,
+                    group_state=state,
                     group_type=CLASSIC_GROUP_TYPE,
                 )
             )
-        return listed
+        return listed, size
 
     def _visible_group(self, group_id: str, committed_offset: int) -> ClassicGroup | None:
         committed = self._groups.get_at(group_id, committed_offset)
@@ -1061,11 +1143,13 @@ class GroupMetadataManager:
         generation_id: int,
     ) -> ApiError | None:
         """Kafka's checks of an OffsetCommit (v9+ semantics). A commit to an unknown group
-        with a negative generation is accepted: replaying its records creates the group."""
+        with a negative generation is accepted, unless the node holds `max_groups` already:
+        replaying its records creates the group."""
         group = self._groups.get(group_id)
         if group is None:
             if generation_id < 0:
-                return None
+                refusal = self.new_group_refusal()
+                return None if refusal is None else PolicyViolationError(refusal)
             return GroupIdNotFoundError(f"group {group_id} does not exist")
         return group.validate_offset_commit(member_id, group_instance_id, generation_id)
 

@@ -9,9 +9,15 @@ validates commits of group members and says which topics a group subscribes to.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from coordinator_server.groups.answer_sizes import (
+    FETCHED_PARTITION_BYTES,
+    fetched_partition_bytes,
+    fetched_topic_bytes,
+    str_bytes,
+)
 from coordinator_server.groups.classic import ClassicGroupState
 from coordinator_server.groups.manager import GroupMetadataManager, RequestContext
 from coordinator_server.records import (
@@ -46,6 +52,19 @@ TopicPartition = tuple[str, int]
 @dataclass(frozen=True, slots=True)
 class OffsetsConfig:
     offset_metadata_max_bytes: int = 4096
+    max_committed_offsets_per_group: int = 2147483647
+    # Longest topic name, in characters.
+    max_id_length: int = 2147483647
+    # The bytes of records one write may append (the largest batch less its header), and
+    # what each record adds to its key and value there: a commit must fit.
+    max_records_bytes: int = 2147483647
+    record_overhead_bytes: int = 0
+
+
+# An offset commit record's key and value besides the group id, topic name and metadata:
+# array headers, type, versions and the integers at their widest (partition, offset, leader
+# epoch, commit timestamp), and the nil expire timestamp.
+_COMMIT_RECORD_BYTES = 34
 
 
 def _metadata_length(metadata: str) -> int:
@@ -73,6 +92,16 @@ class OffsetMetadataManager:
         self._offsets: dict[str, TimelineDict[TopicPartition, OffsetCommitValue]] = {}
         self._maybe_empty: set[str] = set()
         self._topic_names: dict[str, str] = {}
+        # An offset commit record at its largest (group id, topic name and metadata at their
+        # longest, in UTF-8 at its widest, with their headers): commits of few enough
+        # partitions fit a batch without counting.
+        self._widest_record = (
+            config.record_overhead_bytes
+            + _COMMIT_RECORD_BYTES
+            + 2 * (4 * config.max_id_length + 5)
+            + 3 * config.offset_metadata_max_bytes
+            + 5
+        )
 
     # Request handlers (read state, emit records).
 
@@ -83,7 +112,15 @@ class OffsetMetadataManager:
         its generation; a negative generation is a simple commit, allowed while the group
         has no members and creating the group when it does not exist (when its records are
         replayed). `ctx` is the caller's, as for the group handlers; a classic commit does
-        not need it."""
+        not need it.
+
+        The limits: a topic name longer than `max_id_length` is INVALID_REQUEST and metadata
+        over `offset_metadata_max_bytes` OFFSET_METADATA_TOO_LARGE, for their partitions;
+        new partitions beyond `max_committed_offsets_per_group` are INVALID_COMMIT_OFFSET_SIZE
+        (the others are committed); a commit whose records cannot fit one batch is
+        INVALID_COMMIT_OFFSET_SIZE for every partition, found before any record is made; a
+        commit that would create a group beyond `max_groups` is POLICY_VIOLATION.
+        """
         group_id = request.group_id
         assert group_id is not None, "the service answers a missing group id"
         error = self._groups.validate_offset_commit(
@@ -96,19 +133,24 @@ class OffsetMetadataManager:
             return CoordinatorResult(response=commit_error_response(request, error.code))
         self._groups.rearm_heartbeat_on_commit(group_id, request.member_id)
 
+        config = self._config
         now_ms = self._clock.now_ms()
-        max_bytes = self._config.offset_metadata_max_bytes
+        max_bytes = config.offset_metadata_max_bytes
+        max_id_length = config.max_id_length
         # A string of n code points is at most 2n UTF-16 units long: metadata this short is
         # within the limit without counting.
         short_enough = max_bytes // 2
         topic_names = self._topic_names
         commits: list[tuple[TopicPartition, OffsetCommitValue]] = []
         shape: list[tuple[str, tuple[int, ...]]] = []
-        too_large = False
+        refusing = False
         for topic in request.topics:
             # Offsets of many groups name the same few topics: one str per topic name
             # instead of one per offset (a million loaded offsets take tens of MB less).
             name = topic_names.get(topic.name, topic.name)
+            if len(name) > max_id_length:
+                refusing = True
+                continue
             accepted = len(commits)
             indexes: list[int] = []
             for partition in topic.partitions:
@@ -116,7 +158,7 @@ class OffsetMetadataManager:
                 indexes.append(index)
                 metadata = partition.committed_metadata or ""
                 if len(metadata) > short_enough and _metadata_length(metadata) > max_bytes:
-                    too_large = True
+                    refusing = True
                     continue
                 commits.append(
                     (
@@ -133,9 +175,24 @@ class OffsetMetadataManager:
                 # Only names that offsets will hold are kept.
                 topic_names.setdefault(name, name)
             shape.append((name, tuple(indexes)))
+
+        admitted: set[TopicPartition] | None = None
+        offsets = self._offsets.get(group_id)
+        held = 0 if offsets is None else len(offsets)
+        if held + len(commits) > config.max_committed_offsets_per_group:
+            admitted, commits = self._admit_new_partitions(offsets, commits)
+            refusing = refusing or admitted is not None
+        if len(
+            commits
+        ) * self._widest_record > config.max_records_bytes and self._records_too_large(
+            group_id, commits
+        ):
+            return CoordinatorResult(
+                response=commit_error_response(request, ErrorCode.INVALID_COMMIT_OFFSET_SIZE)
+            )
         response = (
-            _answer_each_partition(request, max_bytes)
-            if too_large
+            self._answer_with_refusals(request, offsets, admitted)
+            if refusing
             else _all_committed_answer(tuple(shape))
         )
         if not commits:
@@ -150,7 +207,77 @@ class OffsetMetadataManager:
         return CoordinatorResult(
             response=response,
             encoded=EncodedRecords(encode_offset_commits(group_id, commits), replay),
+            # Kafka appends the records of a commit together: none of them may be left in a
+            # batch of their own that fails while the others are committed.
+            atomic=True,
         )
+
+    def _admit_new_partitions(
+        self,
+        offsets: TimelineDict[TopicPartition, OffsetCommitValue] | None,
+        commits: list[tuple[TopicPartition, OffsetCommitValue]],
+    ) -> tuple[set[TopicPartition] | None, list[tuple[TopicPartition, OffsetCommitValue]]]:
+        """The partitions of `commits` the group holds no offset for that fit under
+        `max_committed_offsets_per_group`, first come first served (None: all of them),
+        and the commits left once the others are refused."""
+        room = self._config.max_committed_offsets_per_group - (
+            0 if offsets is None else len(offsets)
+        )
+        admitted: set[TopicPartition] = set()
+        refused = False
+        kept: list[tuple[TopicPartition, OffsetCommitValue]] = []
+        for commit in commits:
+            key = commit[0]
+            if (offsets is None or key not in offsets) and key not in admitted:
+                if len(admitted) >= room:
+                    refused = True
+                    continue
+                admitted.add(key)
+            kept.append(commit)
+        return (admitted if refused else None), kept
+
+    def _records_too_large(
+        self, group_id: str, commits: list[tuple[TopicPartition, OffsetCommitValue]]
+    ) -> bool:
+        """Whether the records of `commits` would not fit one batch, counted from the group
+        id, topic names and metadata before any record is made (the caller asks only when
+        `_widest_record` each could not fit)."""
+        config = self._config
+        per_record = config.record_overhead_bytes + _COMMIT_RECORD_BYTES + str_bytes(group_id)
+        size = per_record * len(commits)
+        topic = None
+        topic_bytes = 0
+        for (name, _), value in commits:
+            if name is not topic:
+                topic = name
+                topic_bytes = str_bytes(name)
+            size += topic_bytes + str_bytes(value.metadata)
+        return size > config.max_records_bytes
+
+    def _answer_with_refusals(
+        self,
+        request: OffsetCommitRequest,
+        offsets: TimelineDict[TopicPartition, OffsetCommitValue] | None,
+        admitted: set[TopicPartition] | None,
+    ) -> OffsetCommitResponse:
+        """The answer to a commit some of whose partitions are refused, each for the same
+        reason every time the request names it."""
+        config = self._config
+        max_bytes = config.offset_metadata_max_bytes
+        max_id_length = config.max_id_length
+
+        def code_of(name: str, partition: OffsetCommitRequestPartition) -> ErrorCode:
+            if len(name) > max_id_length:
+                return ErrorCode.INVALID_REQUEST
+            if _metadata_too_large(partition.committed_metadata, max_bytes):
+                return ErrorCode.OFFSET_METADATA_TOO_LARGE
+            if admitted is not None:
+                key = (name, partition.partition_index)
+                if key not in admitted and (offsets is None or key not in offsets):
+                    return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+            return ErrorCode.NONE
+
+        return _answer_per_partition(request, code_of)
 
     def fetch_offsets(
         self, request: OffsetFetchRequestGroup, committed_offset: int | None
@@ -158,13 +285,36 @@ class OffsetMetadataManager:
         """Offsets as of `committed_offset` (None: the latest state, for require_stable)."""
         group_id = request.group_id
         assert group_id is not None, "the service answers a missing group id"
+        if request.topics is None:
+            fetched = self.fetch_all_offsets(group_id, committed_offset)
+        else:
+            fetched = self.fetch_partition_offsets(
+                group_id, [(t.name, t.partition_indexes) for t in request.topics], committed_offset
+            )
+        assert fetched is not None, "no limit, no refusal"
+        return OffsetFetchResponseGroup(group_id=group_id, topics=fetched[0])
+
+    def _visible_offsets(
+        self, group_id: str, committed_offset: int | None
+    ) -> TimelineDict[TopicPartition, OffsetCommitValue] | None:
         group = self._groups.group(group_id, committed_offset)
-        # An unknown or Dead group has no offsets to show: -1 per requested partition.
-        offsets = (
-            None
-            if group is None or group.state is ClassicGroupState.DEAD
-            else self._offsets.get(group_id)
-        )
+        # An unknown or Dead group has no offsets to show.
+        if group is None or group.state is ClassicGroupState.DEAD:
+            return None
+        return self._offsets.get(group_id)
+
+    def fetch_partition_offsets(
+        self,
+        group_id: str,
+        topics: Sequence[tuple[str, Sequence[int]]],
+        committed_offset: int | None,
+        max_bytes: int | None = None,
+    ) -> tuple[list[OffsetFetchResponseTopic], int] | None:
+        """The offsets of the partitions of `topics` ((name, partition indexes), in the
+        request's order; -1 where there is none) as of `committed_offset` (None: the latest
+        state), and the bytes they take in the answer; None once they would take more than
+        `max_bytes`."""
+        offsets = self._visible_offsets(group_id, committed_offset)
 
         def lookup(key: TopicPartition) -> OffsetCommitValue | None:
             if offsets is None:
@@ -173,33 +323,60 @@ class OffsetMetadataManager:
                 return offsets.get(key)
             return offsets.get_at(key, committed_offset)
 
-        topics: list[OffsetFetchResponseTopic] = []
-        if request.topics is None:
-            by_topic: dict[str, list[OffsetFetchResponsePartition]] = {}
-            if offsets is not None:
-                items = (
-                    offsets.items()
-                    if committed_offset is None
-                    else offsets.items_at(committed_offset)
-                )
-                for (topic, partition), value in sorted(items):
-                    by_topic.setdefault(topic, []).append(_fetched(partition, value))
-            topics = [
-                OffsetFetchResponseTopic(name=name, partitions=parts)
-                for name, parts in by_topic.items()
-            ]
-        else:
-            for requested in request.topics:
-                topics.append(
-                    OffsetFetchResponseTopic(
-                        name=requested.name,
-                        partitions=[
-                            _fetched(index, lookup((requested.name, index)))
-                            for index in requested.partition_indexes
-                        ],
+        fetched: list[OffsetFetchResponseTopic] = []
+        size = 0
+        for name, indexes in topics:
+            if max_bytes is not None:
+                # Partitions without metadata first: nothing is built past the limit.
+                size += fetched_topic_bytes(name) + len(indexes) * FETCHED_PARTITION_BYTES
+                if size > max_bytes:
+                    return None
+            # A partition named again gets the same answer, looked up once.
+            answers: dict[int, tuple[OffsetFetchResponsePartition, int]] = {}
+            partitions = []
+            for index in indexes:
+                answer = answers.get(index)
+                if answer is None:
+                    value = lookup((name, index))
+                    metadata = (
+                        0 if value is None or not value.metadata else str_bytes(value.metadata) - 1
                     )
-                )
-        return OffsetFetchResponseGroup(group_id=group_id, topics=topics)
+                    answer = answers[index] = (_fetched(index, value), metadata)
+                if answer[1] and max_bytes is not None:
+                    size += answer[1]
+                    if size > max_bytes:
+                        return None
+                partitions.append(answer[0])
+            fetched.append(OffsetFetchResponseTopic(name=name, partitions=partitions))
+        return fetched, size
+
+    def fetch_all_offsets(
+        self, group_id: str, committed_offset: int | None, max_bytes: int | None = None
+    ) -> tuple[list[OffsetFetchResponseTopic], int] | None:
+        """Every offset of the group as of `committed_offset` (None: the latest state), by
+        topic and partition, and the bytes they take in the answer; None once they would
+        take more than `max_bytes`."""
+        offsets = self._visible_offsets(group_id, committed_offset)
+        if offsets is None:
+            return [], 0
+        if max_bytes is not None and len(offsets) * FETCHED_PARTITION_BYTES > max_bytes:
+            return None
+        items = offsets.items() if committed_offset is None else offsets.items_at(committed_offset)
+        by_topic: dict[str, list[OffsetFetchResponsePartition]] = {}
+        size = 0
+        for (topic, partition), value in sorted(items):
+            parts = by_topic.get(topic)
+            if parts is None:
+                parts = by_topic[topic] = []
+                size += fetched_topic_bytes(topic)
+            size += fetched_partition_bytes(value.metadata)
+            if max_bytes is not None and size > max_bytes:
+                return None
+            parts.append(_fetched(partition, value))
+        return [
+            OffsetFetchResponseTopic(name=name, partitions=parts)
+            for name, parts in by_topic.items()
+        ], size
 
     # Replay (the only place state changes).
 
@@ -272,6 +449,8 @@ class OffsetMetadataManager:
         offsets = self._offsets.get(group_id)
         records: list[CoordinatorRecord] = []
         topics: list[OffsetDeleteResponseTopic] = []
+        # A partition named again is answered again (as Kafka does) but deleted once.
+        deleted: set[TopicPartition] = set()
         for topic in request.topics:
             subscribed = group.is_subscribed_to_topic(topic.name)
             partitions: list[OffsetDeleteResponsePartition] = []
@@ -281,7 +460,9 @@ class OffsetMetadataManager:
                     code = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
                 else:
                     code = ErrorCode.NONE
-                    if offsets is not None and (topic.name, index) in offsets:
+                    key = (topic.name, index)
+                    if offsets is not None and key in offsets and key not in deleted:
+                        deleted.add(key)
                         records.append(
                             new_offset_commit_tombstone_record(group_id, topic.name, index)
                         )
@@ -412,32 +593,23 @@ def _all_committed_answer(shape: tuple[tuple[str, tuple[int, ...]], ...]) -> Off
     return response
 
 
-def _answer_each_partition(request: OffsetCommitRequest, max_bytes: int) -> OffsetCommitResponse:
-    """The answer to a commit some of whose partitions have metadata over the limit."""
-    return _answer_per_partition(
-        request,
-        lambda p: (
-            ErrorCode.OFFSET_METADATA_TOO_LARGE
-            if _metadata_too_large(p.committed_metadata, max_bytes)
-            else ErrorCode.NONE
-        ),
-    )
-
-
 def commit_error_response(request: OffsetCommitRequest, code: ErrorCode) -> OffsetCommitResponse:
-    return _answer_per_partition(request, lambda _: code)
+    return _answer_per_partition(request, lambda _, __: code)
 
 
 def _answer_per_partition(
-    request: OffsetCommitRequest, code_of: Callable[[OffsetCommitRequestPartition], ErrorCode]
+    request: OffsetCommitRequest,
+    code_of: Callable[[str, OffsetCommitRequestPartition], ErrorCode],
 ) -> OffsetCommitResponse:
-    """Every partition of the request answered with `code_of` it, in the request's order."""
+    """Every partition of the request answered with `code_of` its topic's name and it, in
+    the request's order."""
     return OffsetCommitResponse(
         topics=[
             OffsetCommitResponseTopic(
                 name=topic.name,
                 partitions=[
-                    _partition_answer(p.partition_index, code_of(p)) for p in topic.partitions
+                    _partition_answer(p.partition_index, code_of(topic.name, p))
+                    for p in topic.partitions
                 ],
             )
             for topic in request.topics

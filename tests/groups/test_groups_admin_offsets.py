@@ -15,6 +15,7 @@ from groups_harness import (
 )
 
 from coordinator_server.groups.classic import ClassicGroupState
+from coordinator_server.groups.manager import list_filter
 from coordinator_server.records import (
     GroupMetadataKey,
     OffsetCommitKey,
@@ -368,10 +369,9 @@ def test_list_groups_with_state_and_type_filters() -> None:
     committed = ctx.registry.committed_offset
 
     def listed(states: list[str], types: list[str]) -> set[tuple[str, str, str, str]]:
-        return {
-            (g.group_id, g.protocol_type, g.group_state, g.group_type)
-            for g in ctx.shard.groups.list_groups(states, types, committed)
-        }
+        result = ctx.shard.groups.list_groups(list_filter(states), list_filter(types), committed)
+        assert result is not None
+        return {(g.group_id, g.protocol_type, g.group_state, g.group_type) for g in result[0]}
 
     everything = {
         ("stable", "consumer", "Stable", "classic"),

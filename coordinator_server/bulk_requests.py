@@ -1,0 +1,579 @@
+"""The APIs one request of which may name many groups or items: FindCoordinator,
+DescribeGroups, DeleteGroups, OffsetFetch and ListGroups.
+
+Each costs linear time in the request's size whatever it repeats: a group named many times
+is looked at once, and every repeat answered like the first (as Kafka answers each). Large
+requests run in slices with the event loop free between them (see `slicing`): reads a slice
+of groups or partitions at a time, DeleteGroups as one write per slice of groups and
+partition. And no answer is built larger than `max_response_bytes`: what every item of the
+answer costs at least is known from the request alone and checked first; what the state
+adds (a group's members, an offset's metadata) is counted as it is read. An item that does
+not fit is answered MESSAGE_TOO_LARGE where the API has an error per item (a group of
+DescribeGroups or OffsetFetch, ListGroups' top level); a request whose items cannot all be
+answered even so gets only `{"error_code": 10, "error_message": ...}`, the answer the
+contract gives a request it cannot take.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Generator, Sequence
+from typing import Any, Final, TypeVar
+
+from coordinator_server.groups.answer_sizes import (
+    ARRAY_EXTRA,
+    COORDINATOR_MIN_BYTES,
+    DELETED_GROUP_MIN_BYTES,
+    DESCRIBED_GROUP_MIN_BYTES,
+    FETCHED_GROUP_MIN_BYTES,
+    FETCHED_PARTITION_BYTES,
+    coordinator_bytes,
+    described_group_bytes,
+    fetched_group_bytes,
+    fetched_topic_bytes,
+    str_extra,
+)
+from coordinator_server.groups.manager import list_filter
+from coordinator_server.request_limits import RequestLimits, answer_too_large, too_long
+from coordinator_server.runtime.api import CoordinatorResult
+from coordinator_server.runtime.runtime import CoordinatorRuntime
+from coordinator_server.service_errors import map_operation_error
+from coordinator_server.shard import GroupCoordinatorShard
+from coordinator_server.slicing import PAUSE, SliceClock, SlicedRequests, Step, Steps
+from protocol.errors import ErrorCode
+from protocol.messages import (
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DeleteGroupsResponseResult,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    DescribeGroupsResponseGroup,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    FindCoordinatorResponseCoordinator,
+    ListGroupsRequest,
+    ListGroupsResponse,
+    ListGroupsResponseGroup,
+    Message,
+    OffsetFetchRequest,
+    OffsetFetchRequestGroup,
+    OffsetFetchResponse,
+    OffsetFetchResponseGroup,
+    OffsetFetchResponseTopic,
+)
+
+R = TypeVar("R")
+T = TypeVar("T")
+
+# Items handled between two looks at the slice's clock, by what an item costs: counting a
+# repeat, hashing a group id (up to max_id_length characters), answering an item.
+_COUNT_CHUNK: Final = 2048
+_HASH_CHUNK: Final = 64
+_ANSWER_CHUNK: Final = 4096
+# Groups one DescribeGroups read looks at, and one DeleteGroups write deletes.
+_DESCRIBE_CHUNK: Final = 64
+_DELETE_CHUNK: Final = 256
+# Tombstones one DeleteGroups write makes at most (then the next write goes on).
+_DELETE_RECORDS: Final = 4096
+# Partitions one OffsetFetch read looks up.
+_FETCH_CHUNK: Final = 2048
+
+
+class ErrorOnlyResponse(Message, kw_only=True):
+    """The answer of a request that could not be taken at all, whatever the API: the same
+    map as `protocol.messages.error_body`."""
+
+    error_code: int = 0
+    error_message: str | None = None
+
+
+PartitionFor = Callable[[str], int]
+
+
+class BulkRequests:
+    def __init__(
+        self,
+        runtime: CoordinatorRuntime[GroupCoordinatorShard],
+        partition_for: PartitionFor,
+        num_partitions: int,
+        coordinator: FindCoordinatorResponseCoordinator,
+        limits: RequestLimits,
+        sliced: SlicedRequests,
+    ) -> None:
+        """`coordinator` is this node as FindCoordinator names it (it owns every
+        partition)."""
+        self._runtime = runtime
+        self._partition_for = partition_for
+        self._num_partitions = num_partitions
+        self._coordinator = coordinator
+        self._limits = limits
+        self._sliced = sliced
+
+    def _too_large(self, size: int) -> ErrorOnlyResponse:
+        code, message = answer_too_large(size, self._limits)
+        return ErrorOnlyResponse(error_code=code, error_message=message)
+
+    # FindCoordinator.
+
+    def find_coordinator(
+        self, request: FindCoordinatorRequest
+    ) -> Message | asyncio.Future[Message]:
+        least = len(request.keys) * COORDINATOR_MIN_BYTES
+        if least > self._limits.answer_items_bytes:
+            return self._too_large(least)
+        return self._sliced.run(lambda clock: self._find_coordinator(request, clock))
+
+    def _find_coordinator(self, request: FindCoordinatorRequest, clock: SliceClock) -> Steps:
+        budget = self._limits.answer_items_bytes
+        answers: dict[str, tuple[FindCoordinatorResponseCoordinator, int]] = {}
+        coordinators: list[FindCoordinatorResponseCoordinator] = []
+        size = 0
+        keys = request.keys
+        for start in range(0, len(keys), _ANSWER_CHUNK):
+            for key in keys[start : start + _ANSWER_CHUNK]:
+                answer = answers.get(key)
+                if answer is None:
+                    coordinator = self._coordinator_of(key, request.key_type)
+                    answer = answers[key] = (
+                        coordinator,
+                        coordinator_bytes(key, coordinator.host, coordinator.error_message),
+                    )
+                size += answer[1]
+                coordinators.append(answer[0])
+            if size > budget:
+                return self._too_large(size)
+            if clock.due():
+                yield PAUSE
+        return FindCoordinatorResponse(coordinators=coordinators)
+
+    def _coordinator_of(self, key: str, key_type: int) -> FindCoordinatorResponseCoordinator:
+        if key_type != 0:
+            return FindCoordinatorResponseCoordinator(
+                key=key,
+                error_code=ErrorCode.INVALID_REQUEST,
+                error_message=f"key type {key_type} is not served: "
+                "this node is a group coordinator only",
+            )
+        refusal = too_long("the group id", key, self._limits.max_id_length)
+        if refusal is not None:
+            return FindCoordinatorResponseCoordinator(
+                key=key, error_code=ErrorCode.INVALID_GROUP_ID, error_message=refusal
+            )
+        # A single node owns every partition, so it answers with itself.
+        return self._coordinator.replace(key=key)
+
+    # DescribeGroups.
+
+    def describe_groups(self, request: DescribeGroupsRequest) -> Message | asyncio.Future[Message]:
+        least = len(request.groups) * DESCRIBED_GROUP_MIN_BYTES
+        if least > self._limits.answer_items_bytes:
+            return self._too_large(least)
+        return self._sliced.run(lambda clock: self._describe_groups(request.groups, clock))
+
+    def _describe_groups(self, group_ids: list[str | None], clock: SliceClock) -> Steps:
+        counts = yield from _count(group_ids, clock)
+        least = yield from _least_bytes(counts, DESCRIBED_GROUP_MIN_BYTES, clock)
+        # What the groups' content may add beyond the least each costs.
+        room = self._limits.answer_items_bytes - least
+        if room < 0:
+            return self._too_large(least)
+        answers: dict[str | None, DescribeGroupsResponseGroup] = {}
+        by_partition = yield from self._by_partition(counts, answers, _invalid_described, clock)
+        for partition, ids in by_partition.items():
+            for start in range(0, len(ids), _DESCRIBE_CHUNK):
+                chunk = ids[start : start + _DESCRIBE_CHUNK]
+                described = self._runtime.schedule_read(
+                    "describe-groups", partition, _describe_op(chunk)
+                )
+                error = _failure(described)
+                if error is not None:
+                    code, _ = map_operation_error("describe-groups", error)
+                    for group_id in chunk:
+                        answers[group_id] = _described_error(group_id, code)
+                else:
+                    for group in described.result():
+                        group_id = group.group_id
+                        extra = counts[group_id] * (
+                            described_group_bytes(group)
+                            - DESCRIBED_GROUP_MIN_BYTES
+                            - _id_extra(group_id)
+                        )
+                        if extra <= room:
+                            room -= extra
+                        else:
+                            group = _described_error(group_id, ErrorCode.MESSAGE_TOO_LARGE)
+                        answers[group_id] = group
+                if clock.due():
+                    yield PAUSE
+        groups = yield from _in_request_order(group_ids, answers, clock)
+        return DescribeGroupsResponse(groups=groups)
+
+    def _by_partition(
+        self,
+        counts: dict[str | None, int],
+        answers: dict[str | None, T],
+        invalid: Callable[[str | None], T],
+        clock: SliceClock,
+    ) -> Generator[Step, None, dict[int, list[str]]]:
+        """The distinct group ids by partition; a missing or too long one is answered
+        `invalid` at once."""
+        max_length = self._limits.max_id_length
+        partition_for = self._partition_for
+        by_partition: dict[int, list[str]] = {}
+        distinct = list(counts)
+        for start in range(0, len(distinct), _HASH_CHUNK):
+            for group_id in distinct[start : start + _HASH_CHUNK]:
+                if group_id is None or len(group_id) > max_length:
+                    answers[group_id] = invalid(group_id)
+                else:
+                    by_partition.setdefault(partition_for(group_id), []).append(group_id)
+            if clock.due():
+                yield PAUSE
+        return by_partition
+
+    # DeleteGroups.
+
+    def delete_groups(self, request: DeleteGroupsRequest) -> Message | asyncio.Future[Message]:
+        least = len(request.groups_names) * DELETED_GROUP_MIN_BYTES
+        if least > self._limits.answer_items_bytes:
+            return self._too_large(least)
+        return self._sliced.run(lambda clock: self._delete_groups(request.groups_names, clock))
+
+    def _delete_groups(self, group_ids: list[str | None], clock: SliceClock) -> Steps:
+        counts = yield from _count(group_ids, clock)
+        # Every answer's size is known from the request: nothing is deleted for a request
+        # that could not be answered.
+        size = yield from _least_bytes(counts, DELETED_GROUP_MIN_BYTES, clock)
+        if size > self._limits.answer_items_bytes:
+            return self._too_large(size)
+        answers: dict[str | None, DeleteGroupsResponseResult] = {}
+        by_partition = yield from self._by_partition(counts, answers, _invalid_deleted, clock)
+        # A write per partition and slice of its groups, those of every partition together;
+        # each write deletes what it can within its record budget and the next goes on.
+        remaining = {partition: (ids, 0) for partition, ids in by_partition.items()}
+        while remaining:
+            writes: list[tuple[int, list[str], asyncio.Future[list[DeleteGroupsResponseResult]]]]
+            writes = []
+            for partition, (ids, done) in remaining.items():
+                chunk = ids[done : done + _DELETE_CHUNK]
+                deleted = self._runtime.schedule_write(
+                    "delete-groups", partition, _delete_op(chunk)
+                )
+                writes.append((partition, chunk, deleted))
+                if clock.due():
+                    break
+            yield [deleted for _, _, deleted in writes]
+            for partition, chunk, deleted in writes:
+                error = _failure(deleted)
+                if error is None:
+                    results = deleted.result()
+                else:
+                    code, _ = map_operation_error("delete-groups", error)
+                    results = [_deleted_error(group_id, code) for group_id in chunk]
+                for result in results:
+                    answers[result.group_id] = result
+                ids, done = remaining[partition]
+                done += len(results)
+                if done < len(ids):
+                    remaining[partition] = (ids, done)
+                else:
+                    del remaining[partition]
+            if clock.due():
+                yield PAUSE
+        results = yield from _in_request_order(group_ids, answers, clock)
+        return DeleteGroupsResponse(results=results)
+
+    # OffsetFetch.
+
+    def offset_fetch(self, request: OffsetFetchRequest) -> Message | asyncio.Future[Message]:
+        least = len(request.groups) * FETCHED_GROUP_MIN_BYTES
+        if least > self._limits.answer_items_bytes:
+            return self._too_large(least)
+        return self._sliced.run(lambda clock: self._offset_fetch(request, clock))
+
+    def _offset_fetch(self, request: OffsetFetchRequest, clock: SliceClock) -> Steps:
+        groups = request.groups
+        least = 0
+        for start in range(0, len(groups), _ANSWER_CHUNK):
+            for group in groups[start : start + _ANSWER_CHUNK]:
+                least += fetched_group_bytes(group.group_id or "")
+            if clock.due():
+                yield PAUSE
+        room = self._limits.answer_items_bytes - least
+        if room < 0:
+            return self._too_large(least)
+        # A group fetched whole is fetched once, however often it is named.
+        whole: dict[str, tuple[OffsetFetchResponseGroup, int]] = {}
+        answers: list[OffsetFetchResponseGroup] = []
+        for group in groups:
+            group_id = group.group_id
+            if group_id is None or len(group_id) > self._limits.max_id_length:
+                answer, extra = _fetch_error(group_id, ErrorCode.INVALID_GROUP_ID), 0
+            elif group.topics is None:
+                known = whole.get(group_id)
+                if known is None:
+                    known = yield from self._fetch_all(group_id, request.require_stable, room)
+                    whole[group_id] = known
+                answer, extra = known
+            else:
+                answer, extra = yield from self._fetch_partitions(
+                    group, request.require_stable, room, clock
+                )
+            if extra > room:
+                answer, extra = _fetch_error(group_id, ErrorCode.MESSAGE_TOO_LARGE), 0
+            room -= extra
+            answers.append(answer)
+            if clock.due():
+                yield PAUSE
+        return OffsetFetchResponse(groups=answers)
+
+    def _fetch(
+        self,
+        group_id: str,
+        require_stable: bool,
+        fetch: Callable[[GroupCoordinatorShard, int | None], R],
+    ) -> asyncio.Future[R]:
+        partition = self._partition_for(group_id)
+        if require_stable:
+            # Kafka reads the latest state through the write path and answers once every
+            # pending write is committed (a write with no records).
+            return self._runtime.schedule_write(
+                "fetch-offsets-stable",
+                partition,
+                lambda shard: CoordinatorResult(response=fetch(shard, None)),
+            )
+        return self._runtime.schedule_read("fetch-offsets", partition, fetch)
+
+    def _fetch_all(
+        self, group_id: str, require_stable: bool, room: int
+    ) -> Generator[Step, None, tuple[OffsetFetchResponseGroup, int]]:
+        """The group's answer with every offset it has, and what that adds to its least."""
+        fetched = self._fetch(
+            group_id,
+            require_stable,
+            lambda shard, committed: shard.offsets.fetch_all_offsets(
+                group_id, committed, room - ARRAY_EXTRA
+            ),
+        )
+        if not fetched.done():
+            yield [fetched]
+        error = _failure(fetched)
+        if error is not None:
+            code, _ = map_operation_error("fetch-offsets", error, require_stable=require_stable)
+            return _fetch_error(group_id, code), 0
+        topics = fetched.result()
+        if topics is None:
+            return _fetch_error(group_id, ErrorCode.MESSAGE_TOO_LARGE), 0
+        return OffsetFetchResponseGroup(group_id=group_id, topics=topics[0]), (
+            topics[1] + ARRAY_EXTRA
+        )
+
+    def _fetch_partitions(
+        self, group: OffsetFetchRequestGroup, require_stable: bool, room: int, clock: SliceClock
+    ) -> Generator[Step, None, tuple[OffsetFetchResponseGroup, int]]:
+        """The group's answer for the partitions it names, read a slice of partitions at a
+        time, and what it adds to its least."""
+        group_id = group.group_id
+        assert group_id is not None and group.topics is not None
+        max_length = self._limits.max_id_length
+        # What the partitions cost at least, their metadata empty, before any is read.
+        least = ARRAY_EXTRA
+        for topic in group.topics:
+            if len(topic.name) > max_length:
+                return _fetch_error(group_id, ErrorCode.INVALID_REQUEST), 0
+            least += fetched_topic_bytes(topic.name) + len(topic.partition_indexes) * (
+                FETCHED_PARTITION_BYTES
+            )
+        if least > room:
+            return _fetch_error(group_id, ErrorCode.MESSAGE_TOO_LARGE), 0
+        topics: list[OffsetFetchResponseTopic] = []
+        size = ARRAY_EXTRA
+        # The request's topics cut into slices of partitions; a topic cut in two is answered
+        # as one, as it was asked.
+        for chunk in _fetch_chunks(group.topics):
+            pieces = [(name, indexes) for _, name, indexes in chunk]
+            fetched = self._fetch(
+                group_id, require_stable, _fetch_partitions_op(group_id, pieces, room - size)
+            )
+            if not fetched.done():
+                yield [fetched]
+            error = _failure(fetched)
+            if error is not None:
+                code, _ = map_operation_error("fetch-offsets", error, require_stable=require_stable)
+                return _fetch_error(group_id, code), 0
+            result = fetched.result()
+            if result is None:
+                return _fetch_error(group_id, ErrorCode.MESSAGE_TOO_LARGE), 0
+            answered, chunk_size = result
+            size += chunk_size
+            for (position, _, _), piece in zip(chunk, answered, strict=True):
+                if position == len(topics) - 1:
+                    topics[-1].partitions.extend(piece.partitions)
+                else:
+                    topics.append(piece)
+            if clock.due():
+                yield PAUSE
+        return OffsetFetchResponseGroup(group_id=group_id, topics=topics), size
+
+    # ListGroups.
+
+    def list_groups(self, request: ListGroupsRequest) -> Message | asyncio.Future[Message]:
+        return self._sliced.run(lambda clock: self._list_groups(request, clock))
+
+    def _list_groups(self, request: ListGroupsRequest, clock: SliceClock) -> Steps:
+        states = list_filter(request.states_filter)
+        types = list_filter(request.types_filter)
+        room = self._limits.answer_items_bytes
+        groups: list[ListGroupsResponseGroup] = []
+        for partition in range(self._num_partitions):
+            listed = self._runtime.schedule_read(
+                "list-groups", partition, _list_op(states, types, room)
+            )
+            error = _failure(listed)
+            if error is not None:
+                code, _ = map_operation_error("list-groups", error)
+                # Partitions this node does not own are someone else's to list (Kafka's
+                # read-all skips NOT_COORDINATOR); any other error fails the listing.
+                if code is not ErrorCode.NOT_COORDINATOR:
+                    return ListGroupsResponse(error_code=code, groups=[])
+            else:
+                result = listed.result()
+                if result is None:
+                    code, message = answer_too_large(
+                        self._limits.answer_items_bytes - room, self._limits
+                    )
+                    return ListGroupsResponse(error_code=code, error_message=message)
+                room -= result[1]
+                groups.extend(result[0])
+            if clock.due():
+                yield PAUSE
+        return ListGroupsResponse(groups=groups)
+
+
+def _count(items: list[T], clock: SliceClock) -> Generator[Step, None, dict[T, int]]:
+    """How many times each distinct item is named, in the order first named."""
+    counts: dict[T, int] = {}
+    get = counts.get
+    for start in range(0, len(items), _COUNT_CHUNK):
+        for item in items[start : start + _COUNT_CHUNK]:
+            counts[item] = get(item, 0) + 1
+        if clock.due():
+            yield PAUSE
+    return counts
+
+
+def _least_bytes(
+    counts: dict[str | None, int], item_bytes: int, clock: SliceClock
+) -> Generator[Step, None, int]:
+    """What the items of an answer naming each group `counts` times take at least: each
+    `item_bytes` and its group id (a missing one answered "")."""
+    total = 0
+    items = list(counts.items())
+    for start in range(0, len(items), _ANSWER_CHUNK):
+        for group_id, count in items[start : start + _ANSWER_CHUNK]:
+            total += count * (item_bytes + _id_extra(group_id))
+        if clock.due():
+            yield PAUSE
+    return total
+
+
+def _in_request_order(
+    requested: list[str | None], answers: dict[str | None, T], clock: SliceClock
+) -> Generator[Step, None, list[T]]:
+    """The answer of each group in the order the request named them, a repeat answered
+    like the first."""
+    ordered: list[T] = []
+    for start in range(0, len(requested), _ANSWER_CHUNK):
+        ordered.extend([answers[group_id] for group_id in requested[start : start + _ANSWER_CHUNK]])
+        if clock.due():
+            yield PAUSE
+    return ordered
+
+
+def _fetch_chunks(
+    topics: Sequence[Any],
+) -> Generator[list[tuple[int, str, Sequence[int]]], None, None]:
+    """The request's topics ((name, partition_indexes) items) as slices of at most
+    _FETCH_CHUNK partitions: (position of the topic in the request, name, indexes)."""
+    chunk: list[tuple[int, str, Sequence[int]]] = []
+    room = _FETCH_CHUNK
+    for position, topic in enumerate(topics):
+        indexes = topic.partition_indexes
+        start = 0
+        while True:
+            piece = indexes[start : start + room]
+            chunk.append((position, topic.name, piece))
+            start += len(piece)
+            room -= len(piece)
+            if room == 0:
+                yield chunk
+                chunk, room = [], _FETCH_CHUNK
+            if start >= len(indexes):
+                break
+    if chunk:
+        yield chunk
+
+
+# The operations, each made by a function so that it holds its own arguments.
+
+
+def _describe_op(
+    group_ids: list[str],
+) -> Callable[[GroupCoordinatorShard, int], list[DescribeGroupsResponseGroup]]:
+    return lambda shard, committed: shard.groups.describe_groups(group_ids, committed)
+
+
+def _delete_op(
+    group_ids: list[str],
+) -> Callable[[GroupCoordinatorShard], CoordinatorResult[list[DeleteGroupsResponseResult]]]:
+    return lambda shard: shard.delete_groups(group_ids, _DELETE_RECORDS)
+
+
+def _fetch_partitions_op(
+    group_id: str, topics: list[tuple[str, Sequence[int]]], max_bytes: int
+) -> Callable[
+    [GroupCoordinatorShard, int | None], tuple[list[OffsetFetchResponseTopic], int] | None
+]:
+    return lambda shard, committed: shard.offsets.fetch_partition_offsets(
+        group_id, topics, committed, max_bytes
+    )
+
+
+def _list_op(
+    states: frozenset[str], types: frozenset[str], max_bytes: int
+) -> Callable[[GroupCoordinatorShard, int], tuple[list[ListGroupsResponseGroup], int] | None]:
+    return lambda shard, committed: shard.groups.list_groups(states, types, committed, max_bytes)
+
+
+def _failure(future: asyncio.Future[Any]) -> BaseException | None:
+    if future.cancelled():
+        return asyncio.CancelledError()
+    return future.exception()
+
+
+def _id_extra(group_id: str | None) -> int:
+    # A missing id is answered with "".
+    return 0 if group_id is None else str_extra(group_id)
+
+
+def _described_error(group_id: str | None, code: ErrorCode) -> DescribeGroupsResponseGroup:
+    # Kafka's answer for a group it could not describe: empty state, type and protocol.
+    return DescribeGroupsResponseGroup(
+        group_id=group_id or "", error_code=code, group_state="", protocol_type=""
+    )
+
+
+def _deleted_error(group_id: str | None, code: ErrorCode) -> DeleteGroupsResponseResult:
+    return DeleteGroupsResponseResult(group_id=group_id or "", error_code=code)
+
+
+def _invalid_described(group_id: str | None) -> DescribeGroupsResponseGroup:
+    return _described_error(group_id, ErrorCode.INVALID_GROUP_ID)
+
+
+def _invalid_deleted(group_id: str | None) -> DeleteGroupsResponseResult:
+    return _deleted_error(group_id, ErrorCode.INVALID_GROUP_ID)
+
+
+def _fetch_error(group_id: str | None, code: ErrorCode) -> OffsetFetchResponseGroup:
+    return OffsetFetchResponseGroup(group_id=group_id or "", error_code=code, topics=[])
