@@ -170,6 +170,7 @@ class CoordinatorApp:
                 max_id_length=config.max_id_length,
                 max_member_metadata_bytes=config.max_member_metadata_bytes,
                 max_response_bytes=config.max_response_bytes,
+                max_frame_bytes=config.max_frame_bytes,
             ),
         )
         state = ServerState(

@@ -29,6 +29,7 @@ from protocol.errors import ErrorCode
 from protocol.messages import (
     JoinGroupRequest,
     LeaveGroupRequest,
+    OffsetCommitRequest,
     OffsetDeleteRequest,
     SyncGroupRequest,
 )
@@ -45,6 +46,15 @@ class RequestLimits:
     max_id_length: int = 2147483647
     max_member_metadata_bytes: int = 2147483647
     max_response_bytes: int = 2147483647
+    max_frame_bytes: int = 2147483647
+
+    @property
+    def commit_answer_may_not_fit(self) -> bool:
+        """Whether an OffsetCommit's answer can exceed `max_response_bytes`. It names each
+        partition of the request in fewer bytes than the request does (a partition's
+        `error_code` takes less than its `committed_offset`), so it cannot when the largest
+        answer is at least the largest request frame, as by default."""
+        return self.max_response_bytes < self.max_frame_bytes
 
     @property
     def max_member_id_length(self) -> int:
@@ -170,6 +180,20 @@ def offset_delete_refusal(request: OffsetDeleteRequest, limits: RequestLimits) -
     for topic in request.topics:
         if (refusal := too_long("a topic name", topic.name, max_length)) is not None:
             return ErrorCode.INVALID_REQUEST, refusal
+        size += deleted_offsets_topic_bytes(topic.name) + len(topic.partitions) * (
+            DELETED_OFFSET_BYTES
+        )
+    if size > limits.answer_items_bytes:
+        return answer_too_large(size, limits)
+    return None
+
+
+def commit_answer_refusal(request: OffsetCommitRequest, limits: RequestLimits) -> Refusal | None:
+    """An OffsetCommit whose answer would exceed `max_response_bytes`: refused before it is
+    written, since a commit the log took must not be answered as failed. Its answer has the
+    shape of OffsetDelete's items (topics by name, partitions with an error code)."""
+    size = 0
+    for topic in request.topics:
         size += deleted_offsets_topic_bytes(topic.name) + len(topic.partitions) * (
             DELETED_OFFSET_BYTES
         )

@@ -13,11 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar, cast
 
-from coordinator_server.bulk_requests import BulkRequests
+from coordinator_server.bulk_requests import BulkRequests, ErrorOnlyResponse
 from coordinator_server.groups.manager import RequestContext as RequestContext
 from coordinator_server.offsets.manager import commit_error_response
 from coordinator_server.request_limits import (
     RequestLimits,
+    commit_answer_refusal,
     group_id_refusal,
     join_group_refusal,
     leave_group_refusal,
@@ -124,6 +125,7 @@ class GroupCoordinatorService:
         self._server_version = server_version
         self._limits = limits = limits or RequestLimits()
         self._max_id_length = limits.max_id_length
+        self._commit_answer_may_not_fit = limits.commit_answer_may_not_fit
         self._partitions: dict[str, int] = {}
         self._sliced = SlicedRequests()
         self._bulk = BulkRequests(
@@ -275,6 +277,12 @@ class GroupCoordinatorService:
         group_id = request.group_id
         if group_id is None or len(group_id) > self._max_id_length:
             return commit_error_response(request, ErrorCode.INVALID_GROUP_ID)
+        if self._commit_answer_may_not_fit and (
+            refusal := commit_answer_refusal(request, self._limits)
+        ):
+            # No answer naming every partition fits: the contract's error body instead.
+            code, message = refusal
+            return ErrorOnlyResponse(error_code=code, error_message=message)
 
         def on_error(exc: BaseException) -> Message:
             code, _ = map_operation_error("commit-offset", exc)

@@ -327,10 +327,11 @@ async def test_an_answer_over_max_response_bytes_is_message_too_large_and_the_co
     with server_process(tmp_path, "--max-response-bytes", "65536") as server:
         await commit_offsets(server, "big", 2000)
         async with wire_client(server) as client:
-            # About 80 bytes an offset: 160 KB.
+            # About 80 bytes an offset: 160 KB, answered MESSAGE_TOO_LARGE for the group.
             too_large = await client.call(ApiKey.OFFSET_FETCH, fetch_body("big", None))
-            assert too_large["error_code"] == ErrorCode.MESSAGE_TOO_LARGE, str(too_large)[:200]
-            assert "max_response_bytes" in too_large["error_message"]
+            ((group,),) = [too_large["groups"]]
+            assert group["error_code"] == ErrorCode.MESSAGE_TOO_LARGE, str(too_large)[:200]
+            assert group["topics"] == []
             assert (await client.call(ApiKey.API_VERSIONS, {}))["error_code"] == 0
             some = await client.call(ApiKey.OFFSET_FETCH, fetch_body("big", {"topic-0": [0, 1, 2]}))
             assert fetched_offsets(some) == {
@@ -338,7 +339,16 @@ async def test_an_answer_over_max_response_bytes_is_message_too_large_and_the_co
                 ("topic-0", 1): 1,
                 ("topic-0", 2): 2,
             }
+            # A commit whose answer could not fit is refused before it is written (a commit
+            # the log took is never answered as failed): the contract's error body.
+            many = {("wide", i): 7 for i in range(4000)}
+            refused = await client.call(ApiKey.OFFSET_COMMIT, commit_body("big", many))
+            assert refused["error_code"] == ErrorCode.MESSAGE_TOO_LARGE, str(refused)[:200]
+            assert "max_response_bytes" in refused["error_message"]
+            unwritten = await client.call(ApiKey.OFFSET_FETCH, fetch_body("big", {"wide": [0]}))
+            assert fetched_offsets(unwritten) == {("wide", 0): -1}
+        # An error of the whole answer is counted as the request's (one of a group is not).
         requests = await metric(
-            server, "coordinator_requests_total", api="OffsetFetch", error="MESSAGE_TOO_LARGE"
+            server, "coordinator_requests_total", api="OffsetCommit", error="MESSAGE_TOO_LARGE"
         )
         assert requests == 1

@@ -34,6 +34,14 @@ from protocol.framing import encode_frame
 MAX_WAIT_S = 0.5
 REPEATS = 2_000_000
 
+# Room for answers of a million items (the hard limit of unread answers must hold one).
+ROOMY_ANSWERS = (
+    "--max-response-bytes",
+    str(200 * 1024 * 1024),
+    "--response-buffer-max-bytes",
+    str(256 * 1024 * 1024),
+)
+
 
 def request_frame(api_key: int, body: Any) -> bytes:
     return encode_frame(encode_request(RequestHeader(api_key, 0, 1, "large"), body))
@@ -196,7 +204,7 @@ async def test_large_requests_are_answered_whole_in_slices_while_others_are_serv
     # With room for their answers, a million repeats and 300,000 distinct groups are
     # answered in full, each repeat like the first, while another client keeps being
     # answered within a fraction of a second.
-    with server(tmp_path, "--max-response-bytes", str(200 * 1024 * 1024)) as process:
+    with server(tmp_path, *ROOMY_ANSWERS) as process:
         await commit_group(process, "g", 100)
         million = 1_000_000
         distinct = [f"g{n}" for n in range(300_000)]
@@ -254,7 +262,7 @@ async def describe_repeats_seconds(process: ServerProcess, repeats: int) -> floa
 async def test_work_grows_linearly_with_the_repeats(tmp_path: Path) -> None:
     # Quadratic work (as before) takes 16 times as long for 4 times the repeats: a minute
     # for 250,000. The best of three runs each, and a ratio well under 16.
-    with server(tmp_path, "--max-response-bytes", str(200 * 1024 * 1024)) as process:
+    with server(tmp_path, *ROOMY_ANSWERS) as process:
         await commit_group(process, "g", 1)
         small = await describe_repeats_seconds(process, 250_000)
         large = await describe_repeats_seconds(process, 1_000_000)
@@ -264,9 +272,7 @@ async def test_work_grows_linearly_with_the_repeats(tmp_path: Path) -> None:
 @pytest.mark.slow
 async def test_sigterm_during_a_large_request_stops_the_server_promptly(tmp_path: Path) -> None:
     # Before, a request of repeats held the loop for minutes: SIGTERM waited for it.
-    process = ServerProcess(
-        sqlite_args(tmp_path, "--max-response-bytes", str(200 * 1024 * 1024))
-    ).start()
+    process = ServerProcess(sqlite_args(tmp_path, *ROOMY_ANSWERS)).start()
     try:
         await commit_group(process, "g", 1)
         names = [f"g{n}" for n in range(400_000)] + ["g"] * 400_000

@@ -422,7 +422,11 @@ async def test_answers_past_response_buffer_max_bytes_close_the_connection() -> 
     connection is closed, and the others are served."""
     log = InMemoryLog(PARTITIONS, auto_commit=False)
     partition = partition_for("g", PARTITIONS)
-    settings = {"response_buffer_bytes": 100_000, "response_buffer_max_bytes": 1_000_000}
+    settings = {
+        "response_buffer_bytes": 100_000,
+        "max_response_bytes": 500_000,
+        "response_buffer_max_bytes": 1_000_000,
+    }
     async with serve(log, **settings) as app, connect(app) as client:
         assert app.server is not None and app.address is not None
         await commit_many_offsets(log, client, "g", 2000)
