@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from apache_kafka import ApacheKafkaBroker
 from kafka_broker import KafkaBroker
 
 
@@ -21,6 +22,21 @@ def kafka_broker() -> Iterator[KafkaBroker]:
 def fresh_kafka_broker() -> Iterator[KafkaBroker]:
     """A broker of the test's own, for tests that stop or break it."""
     with KafkaBroker() as broker:
+        yield broker
+
+
+@pytest.fixture(scope="session")
+def apache_kafka() -> Iterator[ApacheKafkaBroker]:
+    """One Apache Kafka broker for the whole run (PLAINTEXT and SASL_SSL listeners); tests
+    keep apart by using `unique_topic` names."""
+    with ApacheKafkaBroker() as broker:
+        yield broker
+
+
+@pytest.fixture
+def fresh_apache_kafka() -> Iterator[ApacheKafkaBroker]:
+    """An Apache Kafka broker of the test's own, for tests that stop, pause or break it."""
+    with ApacheKafkaBroker() as broker:
         yield broker
 
 

@@ -20,6 +20,8 @@
 #   --heap SIZE             the JVM heap (default: 512m)
 #   --config KEY=VALUE      a broker setting, added to or replacing the defaults; repeatable
 #
+# The broker's own PID is written to DIR/broker.pid (to pause it, say).
+#
 # Environment: COORDINATOR_KAFKA_CACHE overrides the cache directory (default: .cache/ at the
 # repository root); JAVA (default: java on PATH) and MVN (default: mvn on PATH).
 set -euo pipefail
@@ -42,7 +44,7 @@ while [ $# -gt 0 ]; do
         --sasl-password) sasl_password="$2"; shift 2 ;;
         --heap) heap="$2"; shift 2 ;;
         --config) extra_config+=("$2"); shift 2 ;;
-        -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -209,6 +211,8 @@ announce() {
 }
 "$java" "${jvm[@]}" -cp "$classpath" kafka.Kafka "$properties" > >(announce) 2>&1 &
 broker=$!
+# Whoever started this script may pause the broker itself (SIGSTOP), not the script.
+echo "$broker" > "$dir/broker.pid"
 stop() { kill -TERM "$broker" 2>/dev/null || true; }
 trap stop TERM INT
 

@@ -1,0 +1,224 @@
+"""Apache Kafka run as a child process for tests, through `deploy/kafka/run.sh`.
+
+One KRaft node (broker and controller in one JVM) on 127.0.0.1, with a PLAINTEXT listener and
+a SASL_SSL one (a CA of its own in `ca_file`; PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 for
+`sasl_username`). It is stopped by the PID this class started, never by name; `pause` stops
+the JVM itself (SIGSTOP) by the PID the launcher wrote.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+
+from coordinator_server.bench.processes import free_port
+
+LOOPBACK = "127.0.0.1"
+RUN_SH = Path(__file__).resolve().parents[1] / "deploy" / "kafka" / "run.sh"
+SASL_USERNAME = "coordinator"
+SASL_PASSWORD = "coordinator-secret"
+
+
+class ApacheKafkaStartError(RuntimeError):
+    pass
+
+
+class ApacheKafkaBroker:
+    """`start()` returns once the broker says it started (the launcher's `ready` line);
+    `stop()` is idempotent and escalates from SIGTERM to SIGKILL. Usable as a (synchronous)
+    context manager. `config` adds broker settings (`--config KEY=VALUE`)."""
+
+    def __init__(
+        self,
+        *,
+        config: Mapping[str, str] | None = None,
+        startup_timeout_s: float = 120.0,
+        stop_timeout_s: float = 20.0,
+    ) -> None:
+        self._config = dict(config or {})
+        self._startup_timeout_s = startup_timeout_s
+        self._stop_timeout_s = stop_timeout_s
+        self._dir: Path | None = None
+        self._process: subprocess.Popen[str] | None = None
+        self._port: int | None = None
+        self._sasl_ssl_port: int | None = None
+        self._output: list[str] = []
+        self._ready = threading.Event()
+        self._pump_thread: threading.Thread | None = None
+        self.startup_s = 0.0
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise RuntimeError("broker not started")
+        return self._port
+
+    @property
+    def sasl_ssl_bootstrap(self) -> str:
+        if self._sasl_ssl_port is None:
+            raise RuntimeError("broker not started")
+        return f"{LOOPBACK}:{self._sasl_ssl_port}"
+
+    @property
+    def ca_file(self) -> Path:
+        """The CA that signed the SASL_SSL listener's certificate."""
+        if self._dir is None:
+            raise RuntimeError("broker not started")
+        return self._dir / "tls" / "ca.pem"
+
+    @property
+    def sasl_username(self) -> str:
+        return SASL_USERNAME
+
+    @property
+    def sasl_password(self) -> str:
+        return SASL_PASSWORD
+
+    @property
+    def pid(self) -> int:
+        """The JVM's PID (not the launcher's)."""
+        if self._dir is None:
+            raise RuntimeError("broker not started")
+        return int((self._dir / "broker.pid").read_text())
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def output(self) -> str:
+        return "".join(self._output)
+
+    def start(self) -> ApacheKafkaBroker:
+        if self._process is not None:
+            raise RuntimeError("broker already started")
+        self._dir = Path(tempfile.mkdtemp(prefix="apache-kafka-"))
+        self._port = free_port()
+        self._sasl_ssl_port = free_port()
+        self._launch()
+        return self
+
+    def _launch(self) -> None:
+        assert self._dir is not None and self._port is not None
+        args = [
+            "bash",
+            str(RUN_SH),
+            "--port",
+            str(self._port),
+            "--sasl-ssl-port",
+            str(self._sasl_ssl_port),
+            "--dir",
+            str(self._dir),
+            "--sasl-user",
+            SASL_USERNAME,
+            "--sasl-password",
+            SASL_PASSWORD,
+        ]
+        for key, value in self._config.items():
+            args += ["--config", f"{key}={value}"]
+        self._output = []
+        self._ready.clear()
+        started = time.monotonic()
+        self._process = process = subprocess.Popen(
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self._pump_thread = threading.Thread(target=self._pump, args=(process,), daemon=True)
+        self._pump_thread.start()
+        deadline = started + self._startup_timeout_s
+        while not self._ready.wait(0.1):
+            if process.poll() is not None or time.monotonic() > deadline:
+                self._terminate()
+                raise ApacheKafkaStartError(
+                    "Apache Kafka did not start; its output:\n" + self.output()[-6000:]
+                )
+        self.startup_s = time.monotonic() - started
+
+    def _pump(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            self._output.append(line)
+            if len(self._output) > 2000:
+                del self._output[:1000]
+            if " ready on " in line:
+                self._ready.set()
+
+    def pause(self) -> None:
+        """SIGSTOP: the broker holds its connections and answers nothing."""
+        os.kill(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.pid, signal.SIGCONT)
+
+    def restart(self) -> None:
+        """Stop the broker and start it again on the same ports with its data."""
+        self._terminate()
+        self._launch()
+
+    def restart_empty(self) -> None:
+        """Stop the broker, forget its data and start it again on the same ports: the
+        cluster comes back with no topics, as one that lost its data would."""
+        self._terminate()
+        assert self._dir is not None
+        shutil.rmtree(self._dir / "data", ignore_errors=True)
+        self._launch()
+
+    def stop(self) -> None:
+        self._terminate()
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    def _terminate(self) -> None:
+        process, self._process = self._process, None
+        if process is None:
+            return
+        try:
+            self._end(process)
+        finally:
+            if self._pump_thread is not None:
+                self._pump_thread.join(10)
+                self._pump_thread = None
+            if process.stdout is not None:
+                process.stdout.close()
+
+    def _end(self, process: subprocess.Popen[str]) -> None:
+        if process.poll() is not None:
+            return
+        # A paused broker would not act on SIGTERM.
+        with contextlib.suppress(OSError, ValueError, RuntimeError):
+            os.kill(self.pid, signal.SIGCONT)
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=self._stop_timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(OSError, ValueError, RuntimeError):
+                os.kill(self.pid, signal.SIGKILL)
+            process.kill()
+            process.wait(timeout=self._stop_timeout_s)
+
+    def __enter__(self) -> ApacheKafkaBroker:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,80 @@
+"""The Apache Kafka launcher the tests, the bench and local use share (deploy/kafka/run.sh)."""
+
+from __future__ import annotations
+
+import ssl
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
+from apache_kafka import ApacheKafkaBroker
+
+pytestmark = pytest.mark.kafka
+
+
+async def test_a_record_goes_through_plaintext_and_back(
+    apache_kafka: ApacheKafkaBroker, unique_topic: str
+) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=apache_kafka.bootstrap, enable_idempotence=True)
+    await producer.start()
+    try:
+        sent = await producer.send_and_wait(unique_topic, b"plain", key=b"k")
+    finally:
+        await producer.stop()
+    consumer = AIOKafkaConsumer(
+        unique_topic, bootstrap_servers=apache_kafka.bootstrap, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    try:
+        record = await consumer.getone()
+    finally:
+        await consumer.stop()
+    assert (record.offset, record.key, record.value) == (sent.offset, b"k", b"plain")
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+async def test_the_sasl_ssl_listener_takes_each_mechanism(
+    apache_kafka: ApacheKafkaBroker, unique_topic: str, mechanism: str
+) -> None:
+    producer = AIOKafkaProducer(
+        bootstrap_servers=apache_kafka.sasl_ssl_bootstrap,
+        security_protocol="SASL_SSL",
+        sasl_mechanism=mechanism,
+        sasl_plain_username=apache_kafka.sasl_username,
+        sasl_plain_password=apache_kafka.sasl_password,
+        ssl_context=ssl.create_default_context(cafile=str(apache_kafka.ca_file)),
+    )
+    await producer.start()
+    try:
+        sent = await producer.send_and_wait(unique_topic, b"secret")
+    finally:
+        await producer.stop()
+    assert sent.offset == 0
+
+
+async def topics_of(broker: ApacheKafkaBroker) -> set[str]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    await admin.start()
+    try:
+        return set(await admin.list_topics())
+    finally:
+        await admin.close()
+
+
+async def test_a_restart_keeps_the_data_and_an_empty_restart_forgets_it() -> None:
+    with ApacheKafkaBroker() as broker:
+        assert broker.startup_s > 0
+        port = broker.port
+        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap)
+        await producer.start()
+        try:
+            await producer.send_and_wait("kept", b"x")
+        finally:
+            await producer.stop()
+        broker.pause()
+        broker.resume()
+        broker.restart()
+        assert "kept" in await topics_of(broker)
+        broker.restart_empty()
+        assert broker.port == port
+        assert "kept" not in await topics_of(broker)
