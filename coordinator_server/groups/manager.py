@@ -284,8 +284,10 @@ class GroupMetadataManager:
         response: JoinGroupResponse | None
         if not self._accept_joining_member(group, member_id):
             # Removing the member lets the last ones to rejoin be the ones left out when
-            # the limit was lowered.
+            # the limit was lowered; if every member left has rejoined, the join phase ends
+            # now rather than at the rebalance timeout.
             group = self._remove_member_with_parked(group, member_id, fx)
+            group = self._maybe_complete_join_phase(group, fx)
             response = JoinGroupResponse(
                 error_code=ErrorCode.GROUP_MAX_SIZE_REACHED,
                 error_message=f"group {group_id} has reached its maximum size "
