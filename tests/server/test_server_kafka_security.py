@@ -1,0 +1,156 @@
+"""`coordinator-server serve` over Apache Kafka's SASL_SSL listener: each SASL mechanism
+commits, restarts and loads its commits; settings that cannot work (a wrong password, a
+certificate not trusted) stop the start with one clear line; a broker that refuses us later
+is said plainly and clients get retriable errors; the password never shows."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from apache_kafka import ApacheKafkaBroker
+from server_process import ServerProcess
+from wire_client import WireClient, commit_body, commit_errors, fetch_body, fetched_offsets
+
+from protocol.api_keys import ApiKey
+from protocol.errors import ErrorCode
+
+# A start that cannot work must end well before this (not hang).
+START_FAILURE_TIMEOUT_S = 60
+
+
+def sasl_ssl_args(broker: ApacheKafkaBroker, topic: str, mechanism: str, *extra: str) -> list[str]:
+    return [
+        "--port", "0",
+        "--bootstrap-servers", broker.sasl_ssl_bootstrap,
+        "--offsets-topic", topic,
+        "--offsets-topic-partitions", "3",
+        "--offsets-topic-replication-factor", "1",
+        "--kafka-security-protocol", "SASL_SSL",
+        "--kafka-sasl-mechanism", mechanism,
+        "--kafka-sasl-username", broker.sasl_username,
+        "--kafka-ssl-ca-location", str(broker.ca_file),
+        *extra,
+    ]  # fmt: skip
+
+
+async def commit(server: ServerProcess, group: str, offsets: dict[tuple[str, int], int]) -> None:
+    client = await WireClient.connect(server.host, server.port)
+    try:
+        response = await client.call(ApiKey.OFFSET_COMMIT, commit_body(group, offsets), timeout=30)
+        assert commit_errors(response) == dict.fromkeys(offsets, 0)
+    finally:
+        await client.close()
+
+
+async def fetch(server: ServerProcess, group: str) -> dict[tuple[str, int], int]:
+    client = await WireClient.connect(server.host, server.port)
+    try:
+        for _ in range(600):
+            response = await client.call(ApiKey.OFFSET_FETCH, fetch_body(group, None))
+            if response["groups"][0]["error_code"] != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+                return fetched_offsets(response)
+            await asyncio.sleep(0.05)
+        raise AssertionError("the group's partition never loaded")
+    finally:
+        await client.close()
+
+
+def run_serve(
+    args: list[str], env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`serve` to its end: a start that cannot work must end by itself."""
+    return subprocess.run(
+        [sys.executable, "-m", "coordinator_server", "serve", "--metrics-port", "-1", *args],
+        capture_output=True,
+        text=True,
+        timeout=START_FAILURE_TIMEOUT_S,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+async def test_each_sasl_mechanism_commits_restarts_and_loads_over_sasl_ssl(
+    apache_kafka: ApacheKafkaBroker, unique_topic: str, mechanism: str, tmp_path: Path
+) -> None:
+    # The password each way it can be given: an option, a file, the environment.
+    password = apache_kafka.sasl_password
+    env: dict[str, str] = {}
+    if mechanism == "PLAIN":
+        extra = ["--kafka-sasl-password", password]
+    elif mechanism == "SCRAM-SHA-256":
+        password_file = tmp_path / "password"
+        password_file.write_text(password + "\n")
+        extra = ["--kafka-sasl-password-file", str(password_file)]
+    else:
+        extra = []
+        env["COORDINATOR_KAFKA_SASL_PASSWORD"] = password
+    args = sasl_ssl_args(apache_kafka, unique_topic, mechanism, *extra)
+    offsets = {("orders", 0): 17, ("orders", 1): 42}
+    with ServerProcess(args, env) as server:
+        await commit(server, "secure-group", offsets)
+        assert await fetch(server, "secure-group") == offsets
+        assert server.terminate() == 0
+    first_output = server.output()
+    assert f"SASL_SSL, {mechanism} as {apache_kafka.sasl_username}" in first_output
+    with ServerProcess(args, env) as restarted:
+        assert await fetch(restarted, "secure-group") == offsets
+        restarted.terminate()
+    for output in (first_output, restarted.output()):
+        assert password not in output
+
+
+def test_a_wrong_password_stops_the_start_with_one_clear_line(
+    apache_kafka: ApacheKafkaBroker, unique_topic: str
+) -> None:
+    wrong = "not-the-password"
+    result = run_serve(
+        sasl_ssl_args(apache_kafka, unique_topic, "SCRAM-SHA-512"),
+        {"COORDINATOR_KAFKA_SASL_PASSWORD": wrong},
+    )
+    assert result.returncode == 1, result.stderr
+    errors = [line for line in result.stderr.splitlines() if " ERROR " in line]
+    assert len(errors) == 1, result.stderr
+    assert "refused SASL authentication of user 'coordinator' with SCRAM-SHA-512" in errors[0]
+    assert "Traceback" not in result.stderr
+    assert wrong not in result.stderr
+
+
+@pytest.mark.parametrize("ca", ["none", "another"])
+def test_an_untrusted_broker_certificate_stops_the_start_with_one_clear_line(
+    apache_kafka: ApacheKafkaBroker, unique_topic: str, ca: str, tmp_path: Path
+) -> None:
+    args = sasl_ssl_args(apache_kafka, unique_topic, "PLAIN")
+    ca_option = args.index("--kafka-ssl-ca-location")
+    if ca == "none":
+        del args[ca_option : ca_option + 2]
+    else:
+        args[ca_option + 1] = str(another_ca(tmp_path))
+    result = run_serve(args, {"COORDINATOR_KAFKA_SASL_PASSWORD": apache_kafka.sasl_password})
+    assert result.returncode == 1, result.stderr
+    errors = [line for line in result.stderr.splitlines() if " ERROR " in line]
+    assert len(errors) == 1, result.stderr
+    assert "TLS: the certificate of the broker at" in errors[0]
+    assert "is not trusted" in errors[0]
+    assert ("no kafka-ssl-ca-location is given" if ca == "none" else "not signed by") in errors[0]
+    assert "Traceback" not in result.stderr
+
+
+def another_ca(directory: Path) -> Path:
+    """A CA certificate of its own (not the one that signed the broker's)."""
+    key, certificate = directory / "other-ca.key", directory / "other-ca.pem"
+    subprocess.run(
+        [
+            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            "-subj", "/CN=another CA", "-keyout", str(key), "-out", str(certificate),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )  # fmt: skip
+    return certificate
