@@ -239,20 +239,10 @@ class KafkaLog:
         """Connect to a bootstrap server and authenticate, as the produce path does:
         KafkaSecurityError (not retried) when the broker refuses us or we cannot trust it."""
         assert self._connector is not None
-        unreachable: BaseException | None = None
-        for host, port in _addresses(self._bootstrap_servers):
-            try:
-                await asyncio.wait_for(
-                    self._connector.check(host, port), self._request_timeout_ms / 1000
-                )
-            except (OSError, TimeoutError) as error:
-                # Another bootstrap server may answer; the start tries again after all.
-                unreachable = error
-                continue
-            log.info("authenticated to %s:%d (%s)", host, port, self._security.describe())
-            return
-        assert unreachable is not None
-        raise unreachable
+        host, port = await self._connector.check_bootstrap(
+            self._bootstrap_servers, self._request_timeout_ms / 1000
+        )
+        log.info("authenticated to %s:%d (%s)", host, port, self._security.describe())
 
     async def _at_start(self, step: Callable[[], Awaitable[T]]) -> T:
         """Run a step of the start, again after an error that waiting may mend (a broker
@@ -565,15 +555,3 @@ class KafkaLog:
             raise ValueError(
                 f"partition {partition} is outside the log's {self._num_partitions} partitions"
             )
-
-
-def _addresses(bootstrap_servers: str) -> list[tuple[str, int]]:
-    """The host:port pairs of a bootstrap list ("[::1]:9092" for IPv6)."""
-    addresses = []
-    for entry in bootstrap_servers.split(","):
-        host, _, port = entry.strip().rpartition(":")
-        if host and port.isdigit():
-            addresses.append((host.strip("[]"), int(port)))
-    if not addresses:
-        raise ValueError(f"no host:port in bootstrap servers {bootstrap_servers!r}")
-    return addresses

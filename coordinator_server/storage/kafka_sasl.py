@@ -28,7 +28,7 @@ from typing import ClassVar, TypeVar, cast
 
 from coordinator_server.storage.kafka_security import KafkaSecurity, KafkaSecurityError
 
-__all__ = ["KafkaConnector", "ScramClient"]
+__all__ = ["KafkaConnector", "ScramClient", "bootstrap_addresses"]
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +103,20 @@ class KafkaConnector:
         a clear reason, on settings that cannot work."""
         transport, _ = await self.connect(asyncio.Protocol, host, port)
         transport.close()
+
+    async def check_bootstrap(self, bootstrap_servers: str, timeout_s: float) -> tuple[str, int]:
+        """`check` the bootstrap servers in turn until one answers; its address. Raises
+        KafkaSecurityError at once, or the last error when none answers."""
+        unreachable: BaseException | None = None
+        for host, port in bootstrap_addresses(bootstrap_servers):
+            try:
+                await asyncio.wait_for(self.check(host, port), timeout_s)
+            except (OSError, TimeoutError) as error:
+                unreachable = error
+                continue
+            return host, port
+        assert unreachable is not None
+        raise unreachable
 
     async def _authenticate(self, exchange: _SaslExchange, host: str, port: int) -> None:
         security = self.security
@@ -239,6 +253,18 @@ class _SaslExchange(asyncio.Protocol):
         self._waiting = asyncio.get_running_loop().create_future()
         transport.write(_INT32.pack(len(message)) + message)
         return await self._waiting
+
+
+def bootstrap_addresses(bootstrap_servers: str) -> list[tuple[str, int]]:
+    """The host:port pairs of a bootstrap list ("[::1]:9092" for IPv6)."""
+    addresses = []
+    for entry in bootstrap_servers.split(","):
+        host, _, port = entry.strip().rpartition(":")
+        if host and port.isdigit():
+            addresses.append((host.strip("[]"), int(port)))
+    if not addresses:
+        raise ValueError(f"no host:port in bootstrap servers {bootstrap_servers!r}")
+    return addresses
 
 
 def _plain(username: str, password: str) -> Generator[bytes, bytes, None]:

@@ -31,6 +31,7 @@ __all__ = [
     "SaslMechanism",
     "Secret",
     "SecurityProtocol",
+    "is_security_property",
 ]
 
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
@@ -54,6 +55,11 @@ _PROPERTY_NAMES: Final = {
     "ssl.key.password": "ssl_key_password",
     "ssl.endpoint.identification.algorithm": "ssl_endpoint_identification_algorithm",
 }
+
+
+def is_security_property(name: str) -> bool:
+    """Whether `name` is one of the librdkafka-style property names `from_properties` reads."""
+    return name.lower() in _PROPERTY_NAMES
 
 
 class KafkaSecurityError(Exception):
