@@ -138,7 +138,10 @@ def test_plaintext_gives_aiokafka_nothing_and_tls_a_verifying_context(tmp_path: 
     context = options["ssl_context"]
     assert isinstance(context, ssl.SSLContext)
     assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
-    assert (options["security_protocol"], options["sasl_mechanism"]) == ("SASL_SSL", "SCRAM-SHA-512")
+    assert (options["security_protocol"], options["sasl_mechanism"]) == (
+        "SASL_SSL",
+        "SCRAM-SHA-512",
+    )
     unchecked = sasl_ssl(ssl_endpoint_identification_algorithm="").ssl_context()
     assert unchecked is not None and not unchecked.check_hostname
     assert unchecked.verify_mode == ssl.CERT_REQUIRED
@@ -185,7 +188,12 @@ def test_tool_options_fall_back_to_the_servers_environment(tmp_path: Path) -> No
     password_file = tmp_path / "password"
     password_file.write_text("from-file")
     given = parser.parse_args(
-        ["--kafka-sasl-mechanism", "SCRAM-SHA-256", "--kafka-sasl-password-file", str(password_file)]
+        [
+            "--kafka-sasl-mechanism",
+            "SCRAM-SHA-256",
+            "--kafka-sasl-password-file",
+            str(password_file),
+        ]
     )
     security = kafka_security_from_args(given, environ)
     assert security.sasl_mechanism == "SCRAM-SHA-256"
@@ -205,8 +213,7 @@ def test_scram_sha_256_follows_rfc_7677() -> None:
     steps = client.steps()
     assert next(steps) == b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO"
     client_final = steps.send(
-        b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
-        b"s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"
+        b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"
     )
     assert client_final == (
         b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
