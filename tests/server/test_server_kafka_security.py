@@ -9,6 +9,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -60,6 +61,11 @@ async def fetch(server: ServerProcess, group: str) -> dict[tuple[str, int], int]
         await client.close()
 
 
+def read_status(metrics_port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/status", timeout=10) as answer:
+        return str(answer.read().decode())
+
+
 def run_serve(
     args: list[str], env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
@@ -95,6 +101,11 @@ async def test_each_sasl_mechanism_commits_restarts_and_loads_over_sasl_ssl(
     with ServerProcess(args, env) as server:
         await commit(server, "secure-group", offsets)
         assert await fetch(server, "secure-group") == offsets
+        status = await asyncio.get_running_loop().run_in_executor(
+            None, read_status, server.metrics_port
+        )
+        assert f"(SASL_SSL, {mechanism} as {apache_kafka.sasl_username})" in status
+        assert password not in status
         assert server.terminate() == 0
     first_output = server.output()
     assert f"SASL_SSL, {mechanism} as {apache_kafka.sasl_username}" in first_output
@@ -154,3 +165,68 @@ def another_ca(directory: Path) -> Path:
         timeout=60,
     )  # fmt: skip
     return certificate
+
+
+PLAIN_LOGIN = "listener.name.sasl_ssl.plain.sasl.jaas.config"
+RETRIABLE = {
+    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_COORDINATOR,
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+}
+
+
+def restart_with_plain_password(broker: ApacheKafkaBroker, password: str) -> None:
+    """The broker again on the same ports, its PLAIN user now with `password`."""
+    broker._config[PLAIN_LOGIN] = (
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        f'user_{broker.sasl_username}="{password}";'
+    )
+    broker.restart()
+
+
+@pytest.mark.slow
+async def test_a_broker_that_refuses_us_later_is_logged_and_clients_get_retriable_errors(
+    fresh_apache_kafka: ApacheKafkaBroker, unique_topic: str
+) -> None:
+    broker = fresh_apache_kafka
+    args = sasl_ssl_args(broker, unique_topic, "PLAIN", "--offsets-commit-timeout-ms", "1500")
+    env = {"COORDINATOR_KAFKA_SASL_PASSWORD": broker.sasl_password}
+    loop = asyncio.get_running_loop()
+    with ServerProcess(args, env) as server:
+        await commit(server, "g", {("t", 0): 1})
+        # The broker forgets our password (it was changed there): the connections it drops on
+        # restart cannot be made again.
+        await loop.run_in_executor(None, restart_with_plain_password, broker, "changed")
+        client = await WireClient.connect(server.host, server.port)
+        try:
+            refused = await client.call(
+                ApiKey.OFFSET_COMMIT, commit_body("g", {("t", 0): 2}), timeout=30
+            )
+            assert commit_errors(refused)[("t", 0)] in RETRIABLE, refused
+        finally:
+            await client.close()
+        refusals = [
+            line
+            for line in server.lines
+            if " ERROR " in line
+            and "refused SASL authentication of user 'coordinator' with PLAIN" in line
+        ]
+        assert refusals, server.output()
+        # Taken again: the server carries on by itself.
+        await loop.run_in_executor(None, restart_with_plain_password, broker, broker.sasl_password)
+        client = await WireClient.connect(server.host, server.port)
+        try:
+            for _ in range(120):
+                response = await client.call(
+                    ApiKey.OFFSET_COMMIT, commit_body("g", {("t", 0): 3}), timeout=30
+                )
+                code = commit_errors(response)[("t", 0)]
+                if code == 0:
+                    break
+                assert code in RETRIABLE, response
+                await asyncio.sleep(0.5)
+            assert await fetch(server, "g") == {("t", 0): 3}
+        finally:
+            await client.close()
+    assert broker.sasl_password not in server.output()
+    assert "Traceback" not in server.output()
