@@ -36,6 +36,7 @@ P = TypeVar("P", bound=asyncio.BaseProtocol)
 # A SASL mechanism's client: sends the broker's challenges in, takes our tokens out.
 _Steps = Generator[bytes, bytes, None]
 
+API_VERSIONS_API_KEY = 18
 SASL_HANDSHAKE_API_KEY = 17
 SASL_HANDSHAKE_VERSION = 1
 SASL_AUTHENTICATE_API_KEY = 36
@@ -48,6 +49,17 @@ SASL_AUTHENTICATION_FAILED = 58
 MAX_EXCHANGE_RESPONSE_BYTES = 1024 * 1024
 # OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH and X509_V_ERR_IP_ADDRESS_MISMATCH.
 _NAME_MISMATCH_CODES = frozenset({62, 64})
+# The broker's TLS alerts about our certificate (or its absence): OpenSSL's reasons.
+_CLIENT_CERTIFICATE_REFUSED = frozenset(
+    {
+        "TLSV13_ALERT_CERTIFICATE_REQUIRED",
+        "SSLV3_ALERT_HANDSHAKE_FAILURE",
+        "SSLV3_ALERT_BAD_CERTIFICATE",
+        "SSLV3_ALERT_CERTIFICATE_UNKNOWN",
+        "TLSV1_ALERT_UNKNOWN_CA",
+        "TLSV1_ALERT_ACCESS_DENIED",
+    }
+)
 
 _HEADER = struct.Struct(">hhih")
 _INT16 = struct.Struct(">h")
@@ -74,25 +86,23 @@ class KafkaConnector:
         protocol. Raises KafkaSecurityError, or OSError / TimeoutError for what may pass."""
         loop = asyncio.get_running_loop()
         security = self.security
-        if not security.uses_sasl:
-            try:
-                transport, protocol = await loop.create_connection(
+        try:
+            if not security.uses_sasl:
+                return await loop.create_connection(
                     protocol_factory, host, port, ssl=self._ssl_context
                 )
-            except ssl.SSLCertVerificationError as error:
-                raise self._untrusted(host, port, error) from None
-            return transport, protocol
-        try:
             transport, exchange = await loop.create_connection(
-                _SaslExchange, host, port, ssl=self._ssl_context
+                _Exchange, host, port, ssl=self._ssl_context
             )
+            try:
+                await self._authenticate(exchange, host, port)
+            except BaseException:
+                transport.abort()
+                raise
         except ssl.SSLCertVerificationError as error:
             raise self._untrusted(host, port, error) from None
-        try:
-            await self._authenticate(exchange, host, port)
-        except BaseException:
-            transport.abort()
-            raise
+        except ssl.SSLError as error:
+            raise self._refused_tls(host, port, error) from None
         protocol = protocol_factory()
         transport.set_protocol(protocol)
         protocol.connection_made(transport)
@@ -100,9 +110,16 @@ class KafkaConnector:
 
     async def check(self, host: str, port: int) -> None:
         """Connect and authenticate once, then close: what a start does to fail at once, with
-        a clear reason, on settings that cannot work."""
-        transport, _ = await self.connect(asyncio.Protocol, host, port)
-        transport.close()
+        a clear reason, on settings that cannot work. Without SASL an ApiVersions request
+        goes too: a broker that wants a client certificate may say so only then (TLS 1.3)."""
+        transport, exchange = await self.connect(_Exchange, host, port)
+        try:
+            if not self.security.uses_sasl:
+                await exchange.request(API_VERSIONS_API_KEY, 0, self._client_id, b"")
+        except ssl.SSLError as error:
+            raise self._refused_tls(host, port, error) from None
+        finally:
+            transport.close()
 
     async def check_bootstrap(self, bootstrap_servers: str, timeout_s: float) -> tuple[str, int]:
         """`check` the bootstrap servers in turn until one answers; its address. Raises
@@ -118,7 +135,7 @@ class KafkaConnector:
         assert unreachable is not None
         raise unreachable
 
-    async def _authenticate(self, exchange: _SaslExchange, host: str, port: int) -> None:
+    async def _authenticate(self, exchange: _Exchange, host: str, port: int) -> None:
         security = self.security
         mechanism = security.sasl_mechanism
         username = security.sasl_username
@@ -175,6 +192,23 @@ class KafkaConnector:
                     f"{mechanism}: error {error_code} {message or ''}".rstrip()
                 )
 
+    def _refused_tls(self, host: str, port: int, error: ssl.SSLError) -> Exception:
+        """A TLS alert about our client certificate as a KafkaSecurityError; any other TLS
+        failure as it is (a broker restarting may cut a handshake short)."""
+        if error.reason not in _CLIENT_CERTIFICATE_REFUSED:
+            return error
+        if self.security.ssl_certificate_location is None:
+            hint = (
+                "it may require a client certificate: give kafka-ssl-certificate-location and "
+                "kafka-ssl-key-location"
+            )
+        else:
+            certificate = self.security.ssl_certificate_location
+            hint = f"it does not accept the client certificate {certificate}"
+        return KafkaSecurityError(
+            f"TLS: the broker at {host}:{port} refused the connection ({error.reason}): {hint}"
+        )
+
     def _untrusted(
         self, host: str, port: int, error: ssl.SSLCertVerificationError
     ) -> KafkaSecurityError:
@@ -197,9 +231,10 @@ class KafkaConnector:
         )
 
 
-class _SaslExchange(asyncio.Protocol):
-    """Requests one at a time during the SASL exchange; each answer's body (after the
-    correlation id) completes the request's future."""
+class _Exchange(asyncio.Protocol):
+    """Requests one at a time before a connection is handed over (the SASL exchange, a
+    start's check); each answer's body (after the correlation id) completes the request's
+    future."""
 
     def __init__(self) -> None:
         self._buffer = bytearray()
@@ -212,9 +247,13 @@ class _SaslExchange(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._closed = ConnectionResetError(
-            "the broker closed the connection during SASL authentication"
-            + (f" ({exc})" if exc else "")
+        # A TLS alert stays what it is: it may say why (a client certificate required).
+        self._closed = (
+            exc
+            if isinstance(exc, ssl.SSLError)
+            else ConnectionResetError(
+                "the broker closed the connection before answering" + (f" ({exc})" if exc else "")
+            )
         )
         if self._waiting is not None and not self._waiting.done():
             self._waiting.set_exception(self._closed)
@@ -237,7 +276,7 @@ class _SaslExchange(asyncio.Protocol):
         (correlation_id,) = _INT32.unpack_from(payload, 0)
         if correlation_id != self._correlation_id:
             waiting.set_exception(
-                ConnectionError(f"correlation id {correlation_id} during SASL authentication")
+                ConnectionError(f"correlation id {correlation_id} while setting the connection up")
             )
             return
         waiting.set_result(payload[4:])

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -230,3 +231,81 @@ async def test_a_broker_that_refuses_us_later_is_logged_and_clients_get_retriabl
             await client.close()
     assert broker.sasl_password not in server.output()
     assert "Traceback" not in server.output()
+
+
+@pytest.fixture(scope="module")
+def listeners_broker() -> Iterator[ApacheKafkaBroker]:
+    """A broker with an SSL listener that requires a client certificate (mutual TLS) and a
+    SASL_PLAINTEXT one, beside PLAINTEXT and SASL_SSL."""
+    with ApacheKafkaBroker(ssl_listener=True, sasl_plaintext_listener=True) as broker:
+        yield broker
+
+
+@pytest.mark.slow
+async def test_ssl_with_a_client_certificate_commits_restarts_and_loads(
+    listeners_broker: ApacheKafkaBroker, unique_topic: str
+) -> None:
+    broker = listeners_broker
+    args = [
+        "--port", "0",
+        "--bootstrap-servers", broker.ssl_bootstrap,
+        "--offsets-topic", unique_topic,
+        "--offsets-topic-partitions", "2",
+        "--offsets-topic-replication-factor", "1",
+        "--kafka-security-protocol", "SSL",
+        "--kafka-ssl-ca-location", str(broker.ca_file),
+        "--kafka-ssl-certificate-location", str(broker.client_certificate),
+        "--kafka-ssl-key-location", str(broker.client_key),
+    ]  # fmt: skip
+    offsets = {("orders", 3): 9}
+    with ServerProcess(args) as server:
+        await commit(server, "mtls-group", offsets)
+        assert server.terminate() == 0
+    assert "(SSL)" in server.output()
+    with ServerProcess(args) as restarted:
+        assert await fetch(restarted, "mtls-group") == offsets
+
+
+def test_ssl_without_the_client_certificate_the_broker_requires_stops_the_start(
+    listeners_broker: ApacheKafkaBroker, unique_topic: str
+) -> None:
+    args = [
+        "--port", "0",
+        "--bootstrap-servers", listeners_broker.ssl_bootstrap,
+        "--offsets-topic", unique_topic,
+        "--offsets-topic-replication-factor", "1",
+        "--kafka-security-protocol", "SSL",
+        "--kafka-ssl-ca-location", str(listeners_broker.ca_file),
+    ]  # fmt: skip
+    result = run_serve(args)
+    assert result.returncode == 1, result.stderr
+    errors = [line for line in result.stderr.splitlines() if " ERROR " in line]
+    assert len(errors) == 1, result.stderr
+    assert "refused the connection" in errors[0]
+    assert "give kafka-ssl-certificate-location and kafka-ssl-key-location" in errors[0]
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+async def test_sasl_plaintext_commits_restarts_and_loads(
+    listeners_broker: ApacheKafkaBroker, unique_topic: str
+) -> None:
+    broker = listeners_broker
+    args = [
+        "--port", "0",
+        "--bootstrap-servers", broker.sasl_plaintext_bootstrap,
+        "--offsets-topic", unique_topic,
+        "--offsets-topic-partitions", "2",
+        "--offsets-topic-replication-factor", "1",
+        "--kafka-security-protocol", "SASL_PLAINTEXT",
+        "--kafka-sasl-mechanism", "SCRAM-SHA-512",
+        "--kafka-sasl-username", broker.sasl_username,
+    ]  # fmt: skip
+    env = {"COORDINATOR_KAFKA_SASL_PASSWORD": broker.sasl_password}
+    offsets = {("orders", 1): 5}
+    with ServerProcess(args, env) as server:
+        await commit(server, "sasl-plaintext-group", offsets)
+        assert server.terminate() == 0
+    assert "(SASL_PLAINTEXT, SCRAM-SHA-512 as coordinator)" in server.output()
+    with ServerProcess(args, env) as restarted:
+        assert await fetch(restarted, "sasl-plaintext-group") == offsets
