@@ -192,7 +192,8 @@ class _Node:
             )
         except KafkaSecurityError as error:
             # Refused (credentials changed, a certificate no longer trusted): said plainly,
-            # and tried again as any failed connection is; the appends time out meanwhile.
+            # and tried again, less often the longer it lasts (up to every 0.8 s; Kafka's
+            # reconnect.backoff.max.ms is 1 s); the appends time out meanwhile.
             self.connect_failures += 1
             if self.connect_failures & (self.connect_failures - 1) == 0:
                 log.error(
@@ -201,7 +202,7 @@ class _Node:
                     self.connect_failures,
                     error,
                 )
-            await asyncio.sleep(RECONNECT_BACKOFF_S)
+            await asyncio.sleep(RECONNECT_BACKOFF_S * 2 ** min(self.connect_failures - 1, 3))
             self.connecting = None
             if self.pending:
                 self.connect()

@@ -80,7 +80,6 @@ def run_serve(
     )
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
 async def test_each_sasl_mechanism_commits_restarts_and_loads_over_sasl_ssl(
     apache_kafka: ApacheKafkaBroker, unique_topic: str, mechanism: str, tmp_path: Path
@@ -241,7 +240,6 @@ def listeners_broker() -> Iterator[ApacheKafkaBroker]:
         yield broker
 
 
-@pytest.mark.slow
 async def test_ssl_with_a_client_certificate_commits_restarts_and_loads(
     listeners_broker: ApacheKafkaBroker, unique_topic: str
 ) -> None:
@@ -286,7 +284,6 @@ def test_ssl_without_the_client_certificate_the_broker_requires_stops_the_start(
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.slow
 async def test_sasl_plaintext_commits_restarts_and_loads(
     listeners_broker: ApacheKafkaBroker, unique_topic: str
 ) -> None:
