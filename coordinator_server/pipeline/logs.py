@@ -85,8 +85,9 @@ class KafkaLog(LogLocation):
     timeout_ms: int = 30_000
     # Kafka's security settings under librdkafka's names (security.protocol, sasl.mechanism,
     # sasl.username, sasl.password, ssl.ca.location, ...: strings, which travel to the
-    # executors), and other aiokafka arguments, passed as they are.
-    kafka_options: Mapping[str, str] = field(default_factory=dict)
+    # executors), and other aiokafka arguments, passed as they are. Out of the repr: they
+    # may hold a password.
+    kafka_options: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def describe(self) -> str:
         return f"kafka topic {self.topic} at {self.bootstrap_servers}"
