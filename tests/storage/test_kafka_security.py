@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import pickle
 import ssl
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -271,3 +272,27 @@ def test_analyze_hands_the_settings_to_its_kafka_reader_as_properties(tmp_path: 
     }
     assert PASSWORD not in location.describe()
     assert PASSWORD not in repr(location)
+
+
+def test_an_encrypted_client_key_needs_its_password(tmp_path: Path) -> None:
+    certificate, key = tmp_path / "client.pem", tmp_path / "client.key"
+    subprocess.run(
+        [
+            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-days", "1",
+            "-subj", "/CN=client", "-passout", "pass:key-secret",
+            "-keyout", str(key), "-out", str(certificate),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )  # fmt: skip
+    client = {
+        "security_protocol": "SSL",
+        "ssl_certificate_location": certificate,
+        "ssl_key_location": key,
+    }
+    assert KafkaSecurity.build(**client, ssl_key_password="key-secret").ssl_context() is not None
+    for wrong in ("not-it", None):
+        with pytest.raises(KafkaSecurityError, match="wrong kafka-ssl-key-password") as raised:
+            KafkaSecurity.build(**client, ssl_key_password=wrong).ssl_context()
+        assert "key-secret" not in str(raised.value)
