@@ -25,7 +25,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable, Coroutine, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TextIO
 
@@ -39,6 +39,9 @@ from coordinator_server.client import (
     OffsetDeleteError,
     build_ssl_context,
 )
+from coordinator_server.kafka_options import add_kafka_security_options, kafka_security_from_args
+from coordinator_server.storage.kafka_sasl import KafkaConnector
+from coordinator_server.storage.kafka_security import KafkaSecurity, KafkaSecurityError
 from protocol.consumer import (
     ConsumerProtocolAssignment,
     ConsumerProtocolSubscription,
@@ -87,6 +90,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     common.add_argument("--tls-certfile", help="client certificate (PEM), for mutual TLS")
     common.add_argument("--tls-keyfile", help="key of --tls-certfile")
     common.add_argument("--tls-server-hostname", help="name to verify the certificate against")
+    add_kafka_security_options(common)
 
     groups = commands.add_parser(
         "groups",
@@ -175,7 +179,7 @@ def main(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None
     try:
         context = _Context.from_args(args, out, err)
         asyncio.run(_run(command, context))
-    except AdminError as e:
+    except (AdminError, KafkaSecurityError) as e:
         print(f"{_PROG}: error: {e}", file=err)
         return 1
     except (ApiError, ClientError, KafkaError, OSError, TimeoutError, ValueError) as e:
@@ -198,6 +202,7 @@ class _Context:
     err: TextIO
     client: CoordinatorClient
     kafka_bootstrap_servers: str | None
+    kafka_security: KafkaSecurity
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, out: TextIO, err: TextIO) -> _Context:
@@ -205,6 +210,10 @@ class _Context:
         if not bootstrap:
             raise AdminError(f"give --bootstrap-server or set {BOOTSTRAP_SERVER_ENV}")
         kafka = args.kafka_bootstrap_servers or os.environ.get(KAFKA_BOOTSTRAP_SERVERS_ENV)
+        try:
+            kafka_security = kafka_security_from_args(args)
+        except ValueError as error:
+            raise AdminError(f"kafka security: {error}") from None
         tls = {
             "ssl_cafile": args.tls_cafile,
             "ssl_certfile": args.tls_certfile,
@@ -219,15 +228,25 @@ class _Context:
             request_timeout_ms=args.timeout_ms,
             **tls,
         )
-        return cls(args, out, err, client, kafka or None)
+        return cls(args, out, err, client, kafka or None, kafka_security)
 
-    def kafka(self) -> KafkaLogReader:
-        if not self.kafka_bootstrap_servers:
+    @contextlib.asynccontextmanager
+    async def kafka(self) -> AsyncIterator[KafkaLogReader]:
+        bootstrap = self.kafka_bootstrap_servers
+        if not bootstrap:
             raise AdminError(
                 f"this needs the Kafka cluster: give --kafka-bootstrap-servers or set "
                 f"{KAFKA_BOOTSTRAP_SERVERS_ENV}"
             )
-        return KafkaLogReader(self.kafka_bootstrap_servers, timeout_ms=self.args.timeout_ms)
+        security = self.kafka_security
+        options = {}
+        if not security.is_plaintext:
+            connector = KafkaConnector(security, "coordinator-server-groups")
+            # A refusal said plainly (aiokafka's would only say it could not bootstrap).
+            await connector.check_bootstrap(bootstrap, self.args.timeout_ms / 1000)
+            options = security.aiokafka_options(connector.ssl_context)
+        async with KafkaLogReader(bootstrap, timeout_ms=self.args.timeout_ms, **options) as reader:
+            yield reader
 
     def emit(self, value: object) -> None:
         json.dump(value, self.out, indent=2, sort_keys=False)
@@ -562,10 +581,9 @@ async def _reset_offsets(context: _Context) -> None:
             f"current state is {state}."
         )
     needs_kafka = args.to_earliest or args.to_latest or args.to_datetime is not None
-    kafka = context.kafka() if (needs_kafka or context.kafka_bootstrap_servers) else None
+    wants_kafka = needs_kafka or context.kafka_bootstrap_servers
     async with contextlib.AsyncExitStack() as stack:
-        if kafka is not None:
-            await stack.enter_async_context(kafka)
+        kafka = await stack.enter_async_context(context.kafka()) if wants_kafka else None
         partitions = await _reset_partitions(args, committed, kafka)
         if not partitions:
             raise AdminError("no partitions to reset")

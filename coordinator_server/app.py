@@ -63,6 +63,7 @@ def build_log(config: CoordinatorConfig) -> CoordinatorLog:
             max_batch_bytes=config.max_batch_bytes,
             max_inflight_produce_requests=config.max_inflight_produce_requests,
             metadata_max_age_ms=config.metadata_max_age_ms,
+            security=config.kafka_security,
         )
     from coordinator_server.storage.sqlite import SqliteLog
 
@@ -71,7 +72,10 @@ def build_log(config: CoordinatorConfig) -> CoordinatorLog:
 
 def describe_log(config: CoordinatorConfig) -> str:
     if config.bootstrap_servers:
-        return f"kafka topic {config.offsets_topic} at {config.bootstrap_servers}"
+        return (
+            f"kafka topic {config.offsets_topic} at {config.bootstrap_servers} "
+            f"({config.kafka_security.describe()})"
+        )
     return f"sqlite in {config.data_dir}"
 
 

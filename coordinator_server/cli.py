@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from coordinator_server import __version__
 from coordinator_server.config import CoordinatorConfig
+from coordinator_server.storage.kafka_security import KafkaSecurityError
 
 
 def _add_config_options(parser: argparse.ArgumentParser) -> None:
@@ -141,6 +142,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             serve(config)
         except KeyboardInterrupt:
             return 130
+        except KafkaSecurityError as error:
+            # Settings that cannot work: what to fix, in one line, not a stack trace.
+            logging.getLogger("coordinator_server").error("cannot start: %s", error)
+            return 1
         return 0
     if args.command == "groups":
         from coordinator_server import admin

@@ -11,14 +11,24 @@ import ssl
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from coordinator_server.storage.kafka_security import (
+    EndpointIdentification,
+    KafkaSecurity,
+    SaslMechanism,
+    SecurityProtocol,
+)
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 
 
 class CoordinatorConfig(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="COORDINATOR_", extra="forbid")
+    # Inputs stay out of validation errors: one of them may be a password.
+    model_config = SettingsConfigDict(
+        env_prefix="COORDINATOR_", extra="forbid", hide_input_in_errors=True
+    )
 
     # Listener.
     host: str = Field("127.0.0.1", description="Address to listen on (0.0.0.0 for all).")
@@ -143,6 +153,45 @@ class CoordinatorConfig(BaseSettings):
     )
     log_level: LogLevel = Field("INFO", description="Log level.")
 
+    # How every connection to Kafka is secured, under Kafka's client names (librdkafka's
+    # for the PEM files).
+    kafka_security_protocol: SecurityProtocol = Field(
+        "PLAINTEXT",
+        description="security.protocol of every connection to Kafka: PLAINTEXT, SSL, "
+        "SASL_PLAINTEXT or SASL_SSL.",
+    )
+    kafka_sasl_mechanism: SaslMechanism = Field(
+        "PLAIN", description="sasl.mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512."
+    )
+    kafka_sasl_username: str | None = Field(None, description="sasl.username.")
+    kafka_sasl_password: SecretStr | None = Field(
+        None,
+        description="sasl.password (better from the environment or a file than on the "
+        "command line, where other users of the machine can read it).",
+    )
+    kafka_sasl_password_file: Path | None = Field(
+        None, description="A file whose first line is the SASL password."
+    )
+    kafka_ssl_ca_location: Path | None = Field(
+        None,
+        description="ssl.ca.location: PEM file of the CAs that sign the brokers' "
+        "certificates (absent: the system's CAs).",
+    )
+    kafka_ssl_certificate_location: Path | None = Field(
+        None, description="ssl.certificate.location: PEM client certificate (mutual TLS)."
+    )
+    kafka_ssl_key_location: Path | None = Field(
+        None, description="ssl.key.location: PEM private key of the client certificate."
+    )
+    kafka_ssl_key_password: SecretStr | None = Field(
+        None, description="ssl.key.password: the password of an encrypted private key."
+    )
+    kafka_ssl_endpoint_identification_algorithm: EndpointIdentification = Field(
+        "https",
+        description="ssl.endpoint.identification.algorithm: https checks the broker's host "
+        "name against its certificate; none does not (the CA is checked either way).",
+    )
+
     # Kafka's group coordinator settings, under their Kafka names.
     offsets_commit_timeout_ms: int = Field(
         5000, ge=1, description="offsets.commit.timeout.ms: how long a write may wait for the log."
@@ -192,6 +241,20 @@ class CoordinatorConfig(BaseSettings):
         "are refused.",
     )
 
+    _kafka_security: KafkaSecurity = PrivateAttr(default_factory=KafkaSecurity)
+
+    @field_validator("kafka_security_protocol", "kafka_sasl_mechanism", mode="before")
+    @classmethod
+    def _kafka_name_in_upper_case(cls, value: object) -> object:
+        # Kafka reads them in any case (sasl_ssl is SASL_SSL).
+        return value.upper() if isinstance(value, str) else value
+
+    @field_validator("kafka_ssl_endpoint_identification_algorithm", mode="before")
+    @classmethod
+    def _no_endpoint_identification(cls, value: object) -> object:
+        # Kafka turns the check off with an empty value.
+        return (value.lower() or "none") if isinstance(value, str) else value
+
     @model_validator(mode="after")
     def _check_ranges(self) -> CoordinatorConfig:
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
@@ -206,7 +269,32 @@ class CoordinatorConfig(BaseSettings):
             )
         if self.tls_keyfile is not None and self.tls_certfile is None:
             raise ValueError("tls-keyfile needs tls-certfile")
+        self._kafka_security = self._build_kafka_security()
         return self
+
+    def _build_kafka_security(self) -> KafkaSecurity:
+        try:
+            return KafkaSecurity.build(
+                security_protocol=self.kafka_security_protocol,
+                sasl_mechanism=self.kafka_sasl_mechanism,
+                sasl_username=self.kafka_sasl_username,
+                sasl_password=self.kafka_sasl_password,
+                sasl_password_file=self.kafka_sasl_password_file,
+                ssl_ca_location=self.kafka_ssl_ca_location,
+                ssl_certificate_location=self.kafka_ssl_certificate_location,
+                ssl_key_location=self.kafka_ssl_key_location,
+                ssl_key_password=self.kafka_ssl_key_password,
+                ssl_endpoint_identification_algorithm=(
+                    self.kafka_ssl_endpoint_identification_algorithm
+                ),
+            )
+        except ValueError as error:
+            raise ValueError(f"kafka security: {error}") from None
+
+    @property
+    def kafka_security(self) -> KafkaSecurity:
+        """How every connection to Kafka is secured (the password file read once)."""
+        return self._kafka_security
 
     def ssl_context(self) -> ssl.SSLContext | None:
         """The server's TLS context, or None for plain TCP."""

@@ -43,8 +43,15 @@ class ApacheKafkaBroker:
         config: Mapping[str, str] | None = None,
         startup_timeout_s: float = 120.0,
         stop_timeout_s: float = 20.0,
+        ssl_listener: bool = False,
+        sasl_plaintext_listener: bool = False,
     ) -> None:
+        """`ssl_listener`: also an SSL listener that requires a client certificate
+        (`client_certificate`, `client_key`); `sasl_plaintext_listener`: also SASL without
+        TLS, for the same user."""
         self._config = dict(config or {})
+        self._ssl_port: int | None = free_port() if ssl_listener else None
+        self._sasl_plaintext_port: int | None = free_port() if sasl_plaintext_listener else None
         self._startup_timeout_s = startup_timeout_s
         self._stop_timeout_s = stop_timeout_s
         self._dir: Path | None = None
@@ -71,6 +78,31 @@ class ApacheKafkaBroker:
         if self._sasl_ssl_port is None:
             raise RuntimeError("broker not started")
         return f"{LOOPBACK}:{self._sasl_ssl_port}"
+
+    @property
+    def ssl_bootstrap(self) -> str:
+        if self._ssl_port is None:
+            raise RuntimeError("no SSL listener")
+        return f"{LOOPBACK}:{self._ssl_port}"
+
+    @property
+    def sasl_plaintext_bootstrap(self) -> str:
+        if self._sasl_plaintext_port is None:
+            raise RuntimeError("no SASL_PLAINTEXT listener")
+        return f"{LOOPBACK}:{self._sasl_plaintext_port}"
+
+    @property
+    def client_certificate(self) -> Path:
+        """The SSL listener's client certificate (PEM), signed by `ca_file`'s CA."""
+        if self._dir is None:
+            raise RuntimeError("broker not started")
+        return self._dir / "tls" / "client.pem"
+
+    @property
+    def client_key(self) -> Path:
+        if self._dir is None:
+            raise RuntimeError("broker not started")
+        return self._dir / "tls" / "client.key"
 
     @property
     def ca_file(self) -> Path:
@@ -126,6 +158,10 @@ class ApacheKafkaBroker:
             "--sasl-password",
             SASL_PASSWORD,
         ]
+        if self._ssl_port is not None:
+            args += ["--ssl-port", str(self._ssl_port)]
+        if self._sasl_plaintext_port is not None:
+            args += ["--sasl-plaintext-port", str(self._sasl_plaintext_port)]
         for key, value in self._config.items():
             args += ["--config", f"{key}={value}"]
         self._output = []

@@ -103,6 +103,11 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         help="records per batch written to the log, e.g. 10 for a history of single "
         "commits (0: as many as fit 1 MiB; SQLite: 10,000) (load)",
     )
+    # Kafka's security, for a broker given with --bootstrap-servers (the one the bench starts
+    # takes PLAINTEXT): the server the bench starts and the load's writer use it.
+    from coordinator_server.kafka_options import add_kafka_security_options
+
+    add_kafka_security_options(parser)
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.add_argument("--json-file", metavar="PATH", help="also write the JSON document to PATH")
     return parser

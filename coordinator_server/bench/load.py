@@ -6,12 +6,15 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from coordinator_server.bench.ours import WireConnection
 from coordinator_server.bench.processes import ServerProcess, resident_bytes
 from coordinator_server.records import encode_record, new_offset_commit_record
 from protocol.hashing import partition_for
+
+if TYPE_CHECKING:
+    from coordinator_server.storage.kafka_security import KafkaSecurity
 
 PRODUCE_BATCH_BYTES = 1024 * 1024
 # Records per SQLite transaction while writing the log, unless told (a million records in
@@ -38,6 +41,8 @@ async def write_log(
     topics: int,
     partitions: int,
     batch_records: int = 0,
+    *,
+    security: KafkaSecurity | None = None,
 ) -> float:
     """Write `records` offset commits (groups of `topics` x `partitions` offsets each, on the
     log partition that owns each group) to a new compacted topic, in record batches of
@@ -47,8 +52,11 @@ async def write_log(
 
     from coordinator_server.storage.kafka import offsets_topic_configs
 
+    options = {} if security is None else security.aiokafka_options()
     started = time.perf_counter()
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=30000)
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=bootstrap_servers, request_timeout_ms=30000, **options
+    )
     await admin.start()
     try:
         await admin.create_topics(
@@ -64,6 +72,7 @@ async def write_log(
         max_batch_size=PRODUCE_BATCH_BYTES,
         max_request_size=PRODUCE_BATCH_BYTES + 64 * 1024,
         request_timeout_ms=60000,
+        **options,
     )
     await producer.start()
     try:
@@ -126,6 +135,8 @@ async def write_sqlite_log(
     topics: int,
     partitions: int,
     batch_records: int = 0,
+    *,
+    security: KafkaSecurity | None = None,
 ) -> float:
     """Write the same offset commits as `write_log` to a new SQLite log in `data_dir` (the
     file `serve --data-dir` opens), a transaction per `batch_records` (0: 10,000) as the

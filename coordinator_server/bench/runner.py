@@ -26,6 +26,8 @@ from coordinator_server.bench.load import (
 from coordinator_server.bench.processes import BrokerProcess, ServerProcess, pin_self
 from coordinator_server.bench.stats import format_table, median_row, to_json
 from coordinator_server.bench.targets import OursTarget, PeerTarget, Target
+from coordinator_server.kafka_options import kafka_security_from_args, serve_settings
+from coordinator_server.storage.kafka_security import KafkaSecurity
 
 COMMIT_COLUMNS = [
     "target",
@@ -100,6 +102,12 @@ class Environment:
         self.bootstrap_servers: str | None = args.bootstrap_servers
         self.ours_address: str | None = args.bootstrap
         self.peer_address: str | None = args.peer_bootstrap
+        self.security = _kafka_security(args)
+        self._security_args, security_environment = serve_settings(self.security)
+        # The servers started here read the passwords from their environment, as inherited.
+        os.environ.update(security_environment)
+        if security_environment:
+            os.environ.pop("COORDINATOR_KAFKA_SASL_PASSWORD_FILE", None)
 
     def kafka(self) -> str:
         if self.bootstrap_servers is None:
@@ -137,7 +145,7 @@ class Environment:
         ]
         if topic is not None:
             args += ["--offsets-topic", topic]
-        return [*args, *self.args.server_arg]
+        return [*args, *self._security_args, *self.args.server_arg]
 
     def ours(self) -> str:
         if self.ours_address is None:
@@ -147,6 +155,11 @@ class Environment:
 
     def peer(self) -> str | None:
         if self.peer_address is None and self.args.peer:
+            if not self.security.is_plaintext:
+                raise SystemExit(
+                    "bench: the peer is measured over PLAINTEXT: give the broker's PLAINTEXT "
+                    "listener with --peer-bootstrap instead of --peer"
+                )
             self.peer_address = self.kafka()
         return self.peer_address
 
@@ -157,6 +170,19 @@ class Environment:
         if self.broker is not None:
             self.broker.stop()
             self.broker = None
+
+
+def _kafka_security(args: argparse.Namespace) -> KafkaSecurity:
+    try:
+        security = kafka_security_from_args(args)
+    except ValueError as error:
+        raise SystemExit(f"bench: kafka security: {error}") from None
+    if not security.is_plaintext and args.bootstrap_servers is None:
+        raise SystemExit(
+            f"bench: {security.security_protocol} needs --bootstrap-servers (the broker the "
+            "bench starts takes PLAINTEXT only)"
+        )
+    return security
 
 
 def ratio_row(ours: dict[str, Any], peer: dict[str, Any], columns: list[str]) -> dict[str, Any]:
@@ -335,6 +361,7 @@ async def _run_load(
             args.load_topics,
             args.load_partitions,
             args.load_batch_records,
+            security=env.security,
         )
         _say(args, f"load: written in {written_s:.1f} s; starting the server")
         return await _cold_start(env, args, env.server_args(topic, bootstrap_servers), "kafka")

@@ -48,6 +48,8 @@ def _spark_options() -> argparse.ArgumentParser:
 
 
 def _log_options() -> argparse.ArgumentParser:
+    from coordinator_server.kafka_options import add_kafka_security_options
+
     log = argparse.ArgumentParser(add_help=False)
     group = log.add_argument_group("the coordinator's log (one of)")
     group.add_argument(
@@ -61,6 +63,8 @@ def _log_options() -> argparse.ArgumentParser:
         type=Path,
         help="the server's --data-dir (the embedded SQLite log; a running server's is copied)",
     )
+    # The log's cluster and the data cluster (history's lag) are reached the same way.
+    add_kafka_security_options(log)
     return log
 
 
@@ -146,14 +150,22 @@ def _conf(pairs: list[str]) -> dict[str, str]:
     return conf
 
 
-def _location(args: argparse.Namespace) -> Any:
+def _location(args: argparse.Namespace, kafka_properties: dict[str, str]) -> Any:
     from coordinator_server.pipeline.logs import KafkaLog, SqliteLogFile, sqlite_file
 
     if bool(args.bootstrap_servers) == bool(args.data_dir):
         raise ValueError("give exactly one of --bootstrap-servers (Kafka log) or --data-dir")
     if args.bootstrap_servers:
-        return KafkaLog(args.bootstrap_servers, args.offsets_topic)
+        return KafkaLog(args.bootstrap_servers, args.offsets_topic, kafka_options=kafka_properties)
     return SqliteLogFile(str(sqlite_file(args.data_dir)))
+
+
+def _kafka_properties(args: argparse.Namespace) -> dict[str, str]:
+    """The Kafka security options as librdkafka-style properties (strings: they travel to
+    Spark's executors, whose readers make their own SSL context of them)."""
+    from coordinator_server.kafka_options import kafka_security_from_args
+
+    return kafka_security_from_args(args).properties()
 
 
 def _as_of_ms(text: str | None) -> int | None:
@@ -189,7 +201,8 @@ def main(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None
             shuffle_partitions=args.shuffle_partitions,
             conf=_conf(args.conf),
         )
-        location = _location(args) if args.analyze_command != "bench" else None
+        kafka_properties = _kafka_properties(args) if args.analyze_command != "bench" else {}
+        location = _location(args, kafka_properties) if args.analyze_command != "bench" else None
     except ValueError as error:
         print(f"coordinator-server analyze: {error}", file=err)
         return EXIT_USAGE
@@ -201,7 +214,7 @@ def main(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None
         if args.analyze_command == "audit":
             return _audit(spark, location, args, out)
         if args.analyze_command == "history":
-            return _history(spark, location, args, out)
+            return _history(spark, location, args, out, kafka_properties)
         return _bench(spark, args, out)
     finally:
         if owned:
@@ -218,7 +231,13 @@ def _audit(spark: Any, location: Any, args: argparse.Namespace, out: TextIO) -> 
     return EXIT_OK if result.ok else EXIT_MISMATCH
 
 
-def _history(spark: Any, location: Any, args: argparse.Namespace, out: TextIO) -> int:
+def _history(
+    spark: Any,
+    location: Any,
+    args: argparse.Namespace,
+    out: TextIO,
+    kafka_properties: dict[str, str],
+) -> int:
     from coordinator_server.pipeline.history import HistoryOptions, compute_history, write_history
     from coordinator_server.pipeline.logs import readable
     from coordinator_server.pipeline.report import write_report
@@ -229,6 +248,7 @@ def _history(spark: Any, location: Any, args: argparse.Namespace, out: TextIO) -
         idle_threshold_ms=int(args.idle_minutes * 60_000),
         as_of_ms=_as_of_ms(args.as_of),
         kafka_bootstrap_servers=args.kafka_bootstrap_servers,
+        kafka_options=kafka_properties,
         lag_points=args.lag_points,
     )
     if args.report is None and "://" in args.output:

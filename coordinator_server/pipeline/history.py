@@ -62,6 +62,7 @@ class HistoryOptions:
     # "now" for idleness and current lag; default: the time of the run.
     as_of_ms: int | None = None
     kafka_bootstrap_servers: str | None = None
+    # The data cluster's client options, as a Kafka log's (security under librdkafka's names).
     kafka_options: dict[str, Any] | None = None
     lag_points: int = 12
 
@@ -295,8 +296,9 @@ async def _log_ends(
     from aiokafka.structs import TopicPartition
 
     from coordinator_server.client.kafka_log import KafkaLogReader
+    from coordinator_server.pipeline.logs import aiokafka_options
 
-    async with KafkaLogReader(bootstrap, **kafka_options) as reader:
+    async with KafkaLogReader(bootstrap, **aiokafka_options(kafka_options)) as reader:
         counts = await reader.partition_counts({topic for topic, _ in partitions})
         existing = [
             TopicPartition(topic, partition)

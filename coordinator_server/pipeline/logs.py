@@ -83,8 +83,11 @@ class KafkaLog(LogLocation):
     bootstrap_servers: str
     topic: str = DEFAULT_OFFSETS_TOPIC
     timeout_ms: int = 30_000
-    # Passed to aiokafka as they are (security_protocol, sasl_mechanism, ...).
-    kafka_options: Mapping[str, str] = field(default_factory=dict)
+    # Kafka's security settings under librdkafka's names (security.protocol, sasl.mechanism,
+    # sasl.username, sasl.password, ssl.ca.location, ...: strings, which travel to the
+    # executors), and other aiokafka arguments, passed as they are. Out of the repr: they
+    # may hold a password.
+    kafka_options: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def describe(self) -> str:
         return f"kafka topic {self.topic} at {self.bootstrap_servers}"
@@ -93,7 +96,9 @@ class KafkaLog(LogLocation):
         from coordinator_server.client.kafka_log import KafkaLogReader
 
         return KafkaLogReader(
-            self.bootstrap_servers, timeout_ms=self.timeout_ms, **dict(self.kafka_options)
+            self.bootstrap_servers,
+            timeout_ms=self.timeout_ms,
+            **aiokafka_options(self.kafka_options),
         )
 
     def offsets(self) -> tuple[dict[int, int], dict[int, int]]:
@@ -149,7 +154,7 @@ class KafkaLog(LogLocation):
             max_partition_fetch_bytes=_FETCH_BYTES,
             fetch_max_wait_ms=_FETCH_WAIT_MS,
             request_timeout_ms=self.timeout_ms,
-            **dict(self.kafka_options),
+            **aiokafka_options(self.kafka_options),
         )
         try:
             await asyncio.wait_for(consumer.start(), self.timeout_ms / 1000)
@@ -322,6 +327,19 @@ def readable_sqlite_log(
             yield SqliteLogFile(str(copy))
         return
     yield location
+
+
+def aiokafka_options(kafka_options: Mapping[str, str]) -> dict[str, Any]:
+    """aiokafka's arguments from a Kafka log's options: the security settings (librdkafka's
+    names) become an SSL context and SASL credentials, made where the reading runs; the
+    rest pass as they are."""
+    from coordinator_server.storage.kafka_security import KafkaSecurity, is_security_property
+
+    security = {k: v for k, v in kafka_options.items() if is_security_property(k)}
+    rest: dict[str, Any] = {k: v for k, v in kafka_options.items() if not is_security_property(k)}
+    if security:
+        rest.update(KafkaSecurity.from_properties(security).aiokafka_options())
+    return rest
 
 
 @contextlib.contextmanager

@@ -67,6 +67,8 @@ from coordinator_server.storage.kafka_metadata import (
     fetch_topic_metadata,
 )
 from coordinator_server.storage.kafka_produce import Leader, ProduceSender
+from coordinator_server.storage.kafka_sasl import KafkaConnector
+from coordinator_server.storage.kafka_security import KafkaSecurity
 
 __all__ = ["KafkaLog", "KafkaLogError", "offsets_topic_configs"]
 
@@ -124,7 +126,10 @@ class KafkaLog:
         max_concurrent_loads: int = 16,
         max_inflight_produce_requests: int = 1,
         metadata_max_age_ms: int = 30000,
+        security: KafkaSecurity | None = None,
     ) -> None:
+        """`security`: how every connection to the cluster is secured (PLAINTEXT by
+        default)."""
         if num_partitions < 1:
             raise ValueError(f"num_partitions must be at least 1, got {num_partitions}")
         if replication_factor < 1:
@@ -141,6 +146,10 @@ class KafkaLog:
         if metadata_max_age_ms < 1:
             raise ValueError(f"metadata_max_age_ms must be positive, got {metadata_max_age_ms}")
         self._bootstrap_servers = bootstrap_servers
+        self._security = security or KafkaSecurity()
+        # Made at start: reading the TLS files may fail, and says why there.
+        self._connector: KafkaConnector | None = None
+        self._client_options: dict[str, object] = {}
         self._topic = topic
         self._configured_partitions = num_partitions
         self._num_partitions = num_partitions
@@ -201,6 +210,13 @@ class KafkaLog:
             raise RuntimeError("a KafkaLog starts once")
         self._started = True
         try:
+            security = self._security
+            self._connector = connector = KafkaConnector(security, self._client_id)
+            if not security.is_plaintext:
+                self._client_options = security.aiokafka_options(connector.ssl_context)
+                # Settings that cannot work fail the start here, with why, not as a cluster
+                # that cannot be reached.
+                await self._at_start(self._check_security)
             self._num_partitions = await self._at_start(self._ensure_topic)
             self._watcher.start(self._num_partitions)
             sender = ProduceSender(
@@ -210,6 +226,7 @@ class KafkaLog:
                 request_timeout_ms=self._request_timeout_ms,
                 max_inflight_requests=self._max_inflight_produce_requests,
                 max_request_bytes=self._max_batch_bytes + PRODUCE_REQUEST_OVERHEAD_BYTES,
+                connect=connector.connect,
             )
             sender.ready_listener = self._ready_listener
             await self._at_start(sender.start)
@@ -217,6 +234,15 @@ class KafkaLog:
         except BaseException:
             await self.close()
             raise
+
+    async def _check_security(self) -> None:
+        """Connect to a bootstrap server and authenticate, as the produce path does:
+        KafkaSecurityError (not retried) when the broker refuses us or we cannot trust it."""
+        assert self._connector is not None
+        host, port = await self._connector.check_bootstrap(
+            self._bootstrap_servers, self._request_timeout_ms / 1000
+        )
+        log.info("authenticated to %s:%d (%s)", host, port, self._security.describe())
 
     async def _at_start(self, step: Callable[[], Awaitable[T]]) -> T:
         """Run a step of the start, again after an error that waiting may mend (a broker
@@ -392,6 +418,7 @@ class KafkaLog:
                     # Each request has a timeout of its own (a load's grows on a slow
                     # broker); aiokafka's, which closes the connection, is only a backstop.
                     request_timeout_ms=self._longest_timeout_ms * 2,
+                    **self._client_options,
                 )
                 try:
                     await asyncio.wait_for(client.bootstrap(), self._longest_timeout_ms / 1000)
@@ -466,6 +493,7 @@ class KafkaLog:
             bootstrap_servers=self._bootstrap_servers,
             client_id=self._client_id,
             request_timeout_ms=self._request_timeout_ms,
+            **self._client_options,
         )
         try:
             await admin.start()

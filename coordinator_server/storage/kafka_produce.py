@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from coordinator_server.storage.api import AppendError, ReadyListener
+from coordinator_server.storage.kafka_security import KafkaSecurityError
 
 __all__ = ["Leader", "ProduceSender"]
 
@@ -84,6 +85,15 @@ class Leader:
 
 MetadataSource = Callable[[], Awaitable[dict[int, Leader]]]
 """Returns the leader of every partition of the topic that has one."""
+
+Connect = Callable[[Callable[[], "_Link"], str, int], Awaitable[tuple[asyncio.Transport, "_Link"]]]
+"""Opens a connection to a broker for a protocol (secured as the log's settings say)."""
+
+
+async def _plain_connect(
+    protocol_factory: Callable[[], _Link], host: str, port: int
+) -> tuple[asyncio.Transport, _Link]:
+    return await asyncio.get_running_loop().create_connection(protocol_factory, host, port)
 
 
 class _Append:
@@ -163,6 +173,7 @@ class _Node:
         self.port = leader.port
         self.link: _Link | None = None
         self.connecting: asyncio.Task[None] | None = None
+        self.connect_failures = 0
         self.pending: deque[_Append] = deque()
         self.inflight: deque[_Request] = deque()
 
@@ -174,12 +185,28 @@ class _Node:
             self.connecting = asyncio.get_running_loop().create_task(self._connect())
 
     async def _connect(self) -> None:
-        loop = asyncio.get_running_loop()
         try:
             _, link = await asyncio.wait_for(
-                loop.create_connection(lambda: _Link(self), self.host, self.port),
+                self.sender.connect(lambda: _Link(self), self.host, self.port),
                 self.sender.request_timeout_s,
             )
+        except KafkaSecurityError as error:
+            # Refused (credentials changed, a certificate no longer trusted): said plainly,
+            # and tried again, less often the longer it lasts (up to every 0.8 s; Kafka's
+            # reconnect.backoff.max.ms is 1 s); the appends time out meanwhile.
+            self.connect_failures += 1
+            if self.connect_failures & (self.connect_failures - 1) == 0:
+                log.error(
+                    "cannot connect to %s for produce requests (%d times): %s",
+                    self.describe(),
+                    self.connect_failures,
+                    error,
+                )
+            await asyncio.sleep(RECONNECT_BACKOFF_S * 2 ** min(self.connect_failures - 1, 3))
+            self.connecting = None
+            if self.pending:
+                self.connect()
+            return
         except (OSError, TimeoutError) as error:
             log.warning("cannot connect to %s for produce requests: %r", self.describe(), error)
             # The leader may have moved; either way, try again shortly while anything waits.
@@ -194,6 +221,7 @@ class _Node:
             if link.transport is not None:
                 link.transport.abort()
             return
+        self.connect_failures = 0
         self.link = link
         self.sender.schedule_flush()
 
@@ -293,9 +321,11 @@ class ProduceSender:
         request_timeout_ms: int,
         max_inflight_requests: int,
         max_request_bytes: int,
+        connect: Connect = _plain_connect,
     ) -> None:
         if max_inflight_requests < 1:
             raise ValueError("max_inflight_requests must be at least 1")
+        self.connect = connect
         self.topic = topic
         self._topic_bytes = topic.encode()
         self._metadata = metadata

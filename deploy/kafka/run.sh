@@ -15,6 +15,12 @@
 #   --sasl-ssl-port PORT    also a SASL_SSL listener there: TLS with a certificate signed by a
 #                           CA generated in DIR/tls (ca.pem), SASL PLAIN, SCRAM-SHA-256 and
 #                           SCRAM-SHA-512 for the user below
+#   --ssl-port PORT         also an SSL listener there that requires a client certificate
+#                           (mutual TLS): the same CA signs DIR/tls/client.pem, whose key is
+#                           DIR/tls/client.key (PEM, no password)
+#   --sasl-plaintext-port PORT
+#                           also a SASL_PLAINTEXT listener there (no TLS), with the SASL users
+#                           and mechanisms of --sasl-ssl-port
 #   --sasl-user NAME        (default: coordinator)
 #   --sasl-password SECRET  (default: coordinator-secret)
 #   --heap SIZE             the JVM heap (default: 512m)
@@ -31,7 +37,7 @@ root="$(cd "$here/../.." && pwd)"
 java="${JAVA:-java}"
 mvn="${MVN:-mvn}"
 
-port="" dir="" controller_port="" sasl_ssl_port=""
+port="" dir="" controller_port="" sasl_ssl_port="" ssl_port="" sasl_plaintext_port=""
 sasl_user="coordinator" sasl_password="coordinator-secret" heap="512m"
 extra_config=()
 while [ $# -gt 0 ]; do
@@ -40,11 +46,13 @@ while [ $# -gt 0 ]; do
         --dir) dir="$2"; shift 2 ;;
         --controller-port) controller_port="$2"; shift 2 ;;
         --sasl-ssl-port) sasl_ssl_port="$2"; shift 2 ;;
+        --ssl-port) ssl_port="$2"; shift 2 ;;
+        --sasl-plaintext-port) sasl_plaintext_port="$2"; shift 2 ;;
         --sasl-user) sasl_user="$2"; shift 2 ;;
         --sasl-password) sasl_password="$2"; shift 2 ;;
         --heap) heap="$2"; shift 2 ;;
         --config) extra_config+=("$2"); shift 2 ;;
-        -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -81,10 +89,11 @@ if [ -z "$controller_port" ]; then
 fi
 echo "$controller_port" > "$dir/controller.port"
 
-# TLS material for the SASL_SSL listener: a CA of its own and a broker certificate it signs,
-# for 127.0.0.1 and localhost. Clients trust DIR/tls/ca.pem.
+# TLS material for the SASL_SSL and SSL listeners: a CA of its own and a broker certificate it
+# signs, for 127.0.0.1 and localhost. Clients trust DIR/tls/ca.pem.
 store_password="broker-store-secret"
-if [ -n "$sasl_ssl_port" ] && [ ! -f "$dir/tls/broker.p12" ]; then
+tls="$dir/tls"
+if [ -n "$sasl_ssl_port$ssl_port" ] && [ ! -f "$dir/tls/broker.p12" ]; then
     tls="$dir/tls"
     rm -rf "$tls"
     mkdir -p "$tls"
@@ -106,6 +115,19 @@ if [ -n "$sasl_ssl_port" ] && [ ! -f "$dir/tls/broker.p12" ]; then
     keytool -importcert -noprompt -alias broker -file "$tls/broker.pem" \
         -keystore "$tls/broker.p12" -storepass "$store_password" >/dev/null 2>&1
 fi
+# A client certificate the same CA signs, for the SSL listener's mutual TLS, as PEM files.
+if [ -n "$ssl_port" ] && [ ! -f "$tls/client.key" ]; then
+    keytool -genkeypair -alias client -keyalg RSA -keysize 2048 -validity 3650 \
+        -dname "CN=coordinator-client" -keystore "$tls/client.p12" -storetype PKCS12 \
+        -storepass "$store_password" >/dev/null 2>&1
+    keytool -certreq -alias client -keystore "$tls/client.p12" -storepass "$store_password" \
+        2>/dev/null \
+        | keytool -gencert -alias ca -keystore "$tls/ca.p12" -storepass "$store_password" \
+            -validity 3650 -rfc > "$tls/client.pem" 2>/dev/null
+    openssl pkcs12 -in "$tls/client.p12" -nocerts -nodes -passin "pass:$store_password" \
+        2>/dev/null | openssl pkey -out "$tls/client.key.partial"
+    mv "$tls/client.key.partial" "$tls/client.key"
+fi
 
 # The broker's settings: one node, one replica, small thread pools for a 2-core machine, and
 # groups that start at once (no initial rebalance delay), as the coordinator is configured.
@@ -117,6 +139,19 @@ if [ -n "$sasl_ssl_port" ]; then
     advertised="$advertised,SASL_SSL://127.0.0.1:$sasl_ssl_port"
     protocols="$protocols,SASL_SSL:SASL_SSL"
 fi
+if [ -n "$ssl_port" ]; then
+    listeners="$listeners,SSL://127.0.0.1:$ssl_port"
+    advertised="$advertised,SSL://127.0.0.1:$ssl_port"
+    protocols="$protocols,SSL:SSL"
+fi
+if [ -n "$sasl_plaintext_port" ]; then
+    listeners="$listeners,SASL_PLAINTEXT://127.0.0.1:$sasl_plaintext_port"
+    advertised="$advertised,SASL_PLAINTEXT://127.0.0.1:$sasl_plaintext_port"
+    protocols="$protocols,SASL_PLAINTEXT:SASL_PLAINTEXT"
+fi
+sasl_listeners=()
+[ -n "$sasl_ssl_port" ] && sasl_listeners+=(sasl_ssl)
+[ -n "$sasl_plaintext_port" ] && sasl_listeners+=(sasl_plaintext)
 properties="$dir/server.properties"
 {
     echo "process.roles=broker,controller"
@@ -144,16 +179,27 @@ properties="$dir/server.properties"
     echo "num.recovery.threads.per.data.dir=1"
     echo "log.cleaner.threads=1"
     echo "log.cleaner.dedupe.buffer.size=16777216"
-    if [ -n "$sasl_ssl_port" ]; then
-        echo "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
+    if [ -n "$sasl_ssl_port$ssl_port" ]; then
         echo "ssl.keystore.type=PKCS12"
         echo "ssl.keystore.location=$dir/tls/broker.p12"
         echo "ssl.keystore.password=$store_password"
         echo "ssl.key.password=$store_password"
-        echo "listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_${sasl_user}=\"${sasl_password}\";"
-        echo "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;"
-        echo "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;"
     fi
+    if [ -n "$ssl_port" ]; then
+        # The CA is a trusted entry of the broker's own store.
+        echo "ssl.truststore.type=PKCS12"
+        echo "ssl.truststore.location=$dir/tls/broker.p12"
+        echo "ssl.truststore.password=$store_password"
+        echo "listener.name.ssl.ssl.client.auth=required"
+    fi
+    if [ ${#sasl_listeners[@]} -gt 0 ]; then
+        echo "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
+    fi
+    for listener in "${sasl_listeners[@]+"${sasl_listeners[@]}"}"; do
+        echo "listener.name.$listener.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_${sasl_user}=\"${sasl_password}\";"
+        echo "listener.name.$listener.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        echo "listener.name.$listener.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;"
+    done
     for setting in "${extra_config[@]+"${extra_config[@]}"}"; do
         echo "$setting"
     done
@@ -185,7 +231,7 @@ jvm=(
 
 if [ ! -f "$dir/data/meta.properties" ]; then
     scram=()
-    if [ -n "$sasl_ssl_port" ]; then
+    if [ ${#sasl_listeners[@]} -gt 0 ]; then
         scram=(
             --add-scram "SCRAM-SHA-256=[name=$sasl_user,password=$sasl_password]"
             --add-scram "SCRAM-SHA-512=[name=$sasl_user,password=$sasl_password]"
@@ -198,13 +244,14 @@ if [ ! -f "$dir/data/meta.properties" ]; then
 fi
 
 # The broker's output goes on to stderr; the line saying it started becomes the ready line.
+tls_ports="$sasl_ssl_port$ssl_port"
 announce() {
     while IFS= read -r line; do
         printf '%s\n' "$line" >&2
         case "$line" in
             *"Kafka Server started"*)
                 echo "kafka $version ready on 127.0.0.1:$port in $(elapsed) ms" \
-                    "(controller 127.0.0.1:$controller_port${sasl_ssl_port:+, SASL_SSL 127.0.0.1:$sasl_ssl_port, CA $dir/tls/ca.pem})"
+                    "(controller 127.0.0.1:$controller_port${sasl_ssl_port:+, SASL_SSL 127.0.0.1:$sasl_ssl_port}${ssl_port:+, SSL 127.0.0.1:$ssl_port}${sasl_plaintext_port:+, SASL_PLAINTEXT 127.0.0.1:$sasl_plaintext_port}${tls_ports:+, CA $dir/tls/ca.pem})"
                 ;;
         esac
     done
