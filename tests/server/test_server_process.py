@@ -99,16 +99,15 @@ async def test_acknowledged_commits_survive_kill_9_with_the_sqlite_log(tmp_path:
 
 
 @pytest.mark.slow
-@pytest.mark.kafka
 async def test_acknowledged_commits_survive_kill_9_with_the_kafka_log(
-    kafka_broker: KafkaBroker, unique_topic: str
+    each_broker: KafkaBroker, unique_topic: str
 ) -> None:
     await kill_mid_stream_and_restart(
         [
             "--port",
             "0",
             "--bootstrap-servers",
-            kafka_broker.bootstrap,
+            each_broker.bootstrap,
             "--offsets-topic",
             unique_topic,
             "--offsets-topic-partitions",
@@ -119,7 +118,6 @@ async def test_acknowledged_commits_survive_kill_9_with_the_kafka_log(
     )
 
 
-@pytest.mark.kafka
 async def test_commit_while_the_broker_is_down_fails_and_leaves_no_trace(
     fresh_kafka_broker: KafkaBroker, unique_topic: str
 ) -> None:
