@@ -3,6 +3,7 @@
 # 127.0.0.1, in the foreground until SIGTERM or SIGINT: for the tests, the bench and local use.
 #
 #   deploy/kafka/run.sh --port PORT --dir DIR [options]
+#   deploy/kafka/run.sh --fetch-only
 #
 # On first use it fetches Kafka's jars from Maven Central with Maven (pom.xml beside this
 # script pins the version) into a cache directory outside git; on the first start in DIR it
@@ -19,6 +20,7 @@
 #   --sasl-password SECRET  (default: coordinator-secret)
 #   --heap SIZE             the JVM heap (default: 512m)
 #   --config KEY=VALUE      a broker setting, added to or replacing the defaults; repeatable
+#   --fetch-only            fetch Kafka's jars into the cache (unless there already) and exit
 #
 # The broker's own PID is written to DIR/broker.pid (to pause it, say).
 #
@@ -32,7 +34,7 @@ java="${JAVA:-java}"
 mvn="${MVN:-mvn}"
 
 port="" dir="" controller_port="" sasl_ssl_port=""
-sasl_user="coordinator" sasl_password="coordinator-secret" heap="512m"
+sasl_user="coordinator" sasl_password="coordinator-secret" heap="512m" fetch_only=""
 extra_config=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -44,11 +46,12 @@ while [ $# -gt 0 ]; do
         --sasl-password) sasl_password="$2"; shift 2 ;;
         --heap) heap="$2"; shift 2 ;;
         --config) extra_config+=("$2"); shift 2 ;;
-        -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --fetch-only) fetch_only=1; shift ;;
+        -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
-if [ -z "$port" ] || [ -z "$dir" ]; then
+if [ -z "$fetch_only" ] && { [ -z "$port" ] || [ -z "$dir" ]; }; then
     echo "run.sh: --port and --dir are required (see --help)" >&2
     exit 2
 fi
@@ -67,6 +70,10 @@ if [ ! -f "$cache/complete" ]; then
     rm -rf "$cache"
     mv "$cache.partial" "$cache"
     touch "$cache/complete"
+fi
+if [ -n "$fetch_only" ]; then
+    echo "kafka $version fetched into $cache"
+    exit 0
 fi
 classpath="$cache/lib/*"
 
