@@ -198,9 +198,16 @@ if [ ! -f "$dir/data/meta.properties" ]; then
             --add-scram "SCRAM-SHA-512=[name=$sasl_user,password=$sasl_password]"
         )
     fi
+    # A cluster id as Kafka's `StorageTool random-uuid` makes one (16 random bytes, base64url
+    # without padding, not starting with "-"), without a JVM start of its own for it.
+    cluster_id="$(python3 -c 'import base64, os
+while True:
+    uuid = base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
+    if not uuid.startswith("-"):
+        print(uuid)
+        break')"
     "$java" "${jvm[@]}" -cp "$classpath" kafka.tools.StorageTool format \
-        --config "$properties" --cluster-id "$(
-            "$java" -cp "$classpath" kafka.tools.StorageTool random-uuid)" \
+        --config "$properties" --cluster-id "$cluster_id" \
         "${scram[@]+"${scram[@]}"}" --ignore-formatted >&2
 fi
 
