@@ -8,6 +8,7 @@ the JVM itself (SIGSTOP) by the PID the launcher wrote.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
@@ -33,6 +34,11 @@ FETCH_TIMEOUT_S = 900.0
 
 _fetched = False
 _fetch_lock = threading.Lock()
+
+# The SASL_SSL listener's CA and certificate, made by the first broker and copied to every later
+# one: the launcher makes them with eight runs of keytool, each a JVM start (about 4 s of a
+# broker's start on a 2-core machine). One CA for every test broker is all the tests need.
+_tls_template: Path | None = None
 
 
 class ApacheKafkaStartError(RuntimeError):
@@ -65,6 +71,16 @@ def fetch_apache_kafka(timeout_s: float = FETCH_TIMEOUT_S) -> None:
                 " needed):\n" + (completed.stdout + completed.stderr)[-6000:]
             )
         _fetched = True
+
+
+def _keep_tls_template(tls: Path) -> None:
+    global _tls_template
+    if _tls_template is not None:
+        return
+    template = Path(tempfile.mkdtemp(prefix="apache-kafka-tls-")) / "tls"
+    shutil.copytree(tls, template)
+    atexit.register(shutil.rmtree, template.parent, ignore_errors=True)
+    _tls_template = template
 
 
 class ApacheKafkaBroker:
@@ -143,7 +159,10 @@ class ApacheKafkaBroker:
         self._dir = Path(tempfile.mkdtemp(prefix="apache-kafka-"))
         self._port = free_port()
         self._sasl_ssl_port = free_port()
+        if _tls_template is not None:
+            shutil.copytree(_tls_template, self._dir / "tls")
         self._launch()
+        _keep_tls_template(self._dir / "tls")
         return self
 
     def _launch(self) -> None:
