@@ -10,12 +10,13 @@ not Apache Kafka, serves a smaller compatibility set through `tansu_broker`,
 
 from __future__ import annotations
 
+import contextlib
 import re
 import uuid
 from collections.abc import Iterator
 
 import pytest
-from apache_kafka import ApacheKafkaBroker
+from apache_kafka import ApacheKafkaBroker, ApacheKafkaStartError, fetch_apache_kafka
 from kafka_broker import KafkaBroker
 from tansu_broker import TansuBroker
 
@@ -70,6 +71,17 @@ def unique_topic(request: pytest.FixtureRequest) -> str:
     """A topic name no other test uses (legal in Kafka: letters, digits, '.', '_', '-')."""
     readable = re.sub(r"[^A-Za-z0-9._-]+", "-", request.node.name).strip("-")[:100]
     return f"test-{readable}-{uuid.uuid4().hex[:10]}"
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # On a machine's first run Maven fetches Apache Kafka's jars: minutes on a slow network,
+    # which must not count against the first Kafka test's timeout. Done here, before any test;
+    # a failure is left for the broker fixtures to report (each fetches again).
+    if session.config.option.collectonly:
+        return
+    if any(item.get_closest_marker("kafka") for item in session.items):
+        with contextlib.suppress(ApacheKafkaStartError):
+            fetch_apache_kafka()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
