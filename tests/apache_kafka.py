@@ -8,6 +8,7 @@ the JVM itself (SIGSTOP) by the PID the launcher wrote.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
@@ -28,8 +29,58 @@ SASL_USERNAME = "coordinator"
 SASL_PASSWORD = "coordinator-secret"
 
 
+# Maven fetches Kafka's jars (~45 MB) on a machine's first start: minutes on a slow network.
+FETCH_TIMEOUT_S = 900.0
+
+_fetched = False
+_fetch_lock = threading.Lock()
+
+# The SASL_SSL listener's CA and certificate, made by the first broker and copied to every later
+# one: the launcher makes them with eight runs of keytool, each a JVM start (about 4 s of a
+# broker's start on a 2-core machine). One CA for every test broker is all the tests need.
+_tls_template: Path | None = None
+
+
 class ApacheKafkaStartError(RuntimeError):
     pass
+
+
+def fetch_apache_kafka(timeout_s: float = FETCH_TIMEOUT_S) -> None:
+    """Fetch Kafka's jars into the launcher's cache unless there already, once per process:
+    a broker's start-up timeout then bounds the start alone, not a download."""
+    global _fetched
+    with _fetch_lock:
+        if _fetched:
+            return
+        try:
+            completed = subprocess.run(
+                ["bash", str(RUN_SH), "--fetch-only"],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as expired:
+            raise ApacheKafkaStartError(
+                f"fetching Apache Kafka's jars took over {timeout_s:.0f} s"
+            ) from expired
+        if completed.returncode != 0:
+            raise ApacheKafkaStartError(
+                "fetching Apache Kafka's jars failed (Java 17 and Maven, and Maven Central, are"
+                " needed):\n" + (completed.stdout + completed.stderr)[-6000:]
+            )
+        _fetched = True
+
+
+def _keep_tls_template(tls: Path) -> None:
+    global _tls_template
+    if _tls_template is not None:
+        return
+    template = Path(tempfile.mkdtemp(prefix="apache-kafka-tls-")) / "tls"
+    shutil.copytree(tls, template)
+    atexit.register(shutil.rmtree, template.parent, ignore_errors=True)
+    _tls_template = template
 
 
 class ApacheKafkaBroker:
@@ -136,10 +187,14 @@ class ApacheKafkaBroker:
     def start(self) -> ApacheKafkaBroker:
         if self._process is not None:
             raise RuntimeError("broker already started")
+        fetch_apache_kafka()
         self._dir = Path(tempfile.mkdtemp(prefix="apache-kafka-"))
         self._port = free_port()
         self._sasl_ssl_port = free_port()
+        if _tls_template is not None:
+            shutil.copytree(_tls_template, self._dir / "tls")
         self._launch()
+        _keep_tls_template(self._dir / "tls")
         return self
 
     def _launch(self) -> None:

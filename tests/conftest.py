@@ -1,32 +1,31 @@
-"""Fixtures shared by every test directory."""
+"""Fixtures shared by every test directory.
+
+The Kafka tests run against Apache Kafka: `kafka_broker` (one for the whole run; tests keep
+apart by their `unique_topic`) and `fresh_kafka_broker` (a broker of the test's own, ~5 s to
+start: only for tests that stop, pause or break it). tansu, a Kafka-protocol broker that is
+not Apache Kafka, serves a smaller compatibility set through `tansu_broker`,
+`fresh_tansu_broker` and `each_broker` (the test runs once on each broker). Tests are marked
+`kafka` or `tansu` by the brokers they use, so either set can be selected (`-m kafka`).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import uuid
 from collections.abc import Iterator
 
 import pytest
-from apache_kafka import ApacheKafkaBroker
+from apache_kafka import ApacheKafkaBroker, ApacheKafkaStartError, fetch_apache_kafka
 from kafka_broker import KafkaBroker
+from tansu_broker import TansuBroker
+
+APACHE_KAFKA_FIXTURES = frozenset({"kafka_broker", "fresh_kafka_broker"})
+TANSU_FIXTURES = frozenset({"tansu_broker", "fresh_tansu_broker"})
 
 
 @pytest.fixture(scope="session")
-def kafka_broker() -> Iterator[KafkaBroker]:
-    """One broker for the whole run; tests keep apart by using `unique_topic` names."""
-    with KafkaBroker() as broker:
-        yield broker
-
-
-@pytest.fixture
-def fresh_kafka_broker() -> Iterator[KafkaBroker]:
-    """A broker of the test's own, for tests that stop or break it."""
-    with KafkaBroker() as broker:
-        yield broker
-
-
-@pytest.fixture(scope="session")
-def apache_kafka() -> Iterator[ApacheKafkaBroker]:
+def kafka_broker() -> Iterator[ApacheKafkaBroker]:
     """One Apache Kafka broker for the whole run (PLAINTEXT and SASL_SSL listeners); tests
     keep apart by using `unique_topic` names."""
     with ApacheKafkaBroker() as broker:
@@ -34,10 +33,37 @@ def apache_kafka() -> Iterator[ApacheKafkaBroker]:
 
 
 @pytest.fixture
-def fresh_apache_kafka() -> Iterator[ApacheKafkaBroker]:
+def fresh_kafka_broker() -> Iterator[ApacheKafkaBroker]:
     """An Apache Kafka broker of the test's own, for tests that stop, pause or break it."""
     with ApacheKafkaBroker() as broker:
         yield broker
+
+
+@pytest.fixture(scope="session")
+def tansu_broker() -> Iterator[TansuBroker]:
+    """One tansu broker for the whole run; tests keep apart by using `unique_topic` names."""
+    with TansuBroker() as broker:
+        yield broker
+
+
+@pytest.fixture
+def fresh_tansu_broker() -> Iterator[TansuBroker]:
+    """A tansu broker of the test's own, for tests that stop or break it."""
+    with TansuBroker() as broker:
+        yield broker
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("kafka_broker", marks=pytest.mark.kafka, id="kafka"),
+        pytest.param("tansu_broker", marks=pytest.mark.tansu, id="tansu"),
+    ]
+)
+def each_broker(request: pytest.FixtureRequest) -> KafkaBroker:
+    """The session's Apache Kafka broker, then its tansu broker: for the compatibility set,
+    the tests that show the log works with a Kafka-protocol broker that is not Apache Kafka."""
+    broker: KafkaBroker = request.getfixturevalue(request.param)
+    return broker
 
 
 @pytest.fixture
@@ -45,3 +71,26 @@ def unique_topic(request: pytest.FixtureRequest) -> str:
     """A topic name no other test uses (legal in Kafka: letters, digits, '.', '_', '-')."""
     readable = re.sub(r"[^A-Za-z0-9._-]+", "-", request.node.name).strip("-")[:100]
     return f"test-{readable}-{uuid.uuid4().hex[:10]}"
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # On a machine's first run Maven fetches Apache Kafka's jars: minutes on a slow network,
+    # which must not count against the first Kafka test's timeout. Done here, before any test;
+    # a failure is left for the broker fixtures to report (each fetches again).
+    if session.config.option.collectonly:
+        return
+    if any(item.get_closest_marker("kafka") for item in session.items):
+        with contextlib.suppress(ApacheKafkaStartError):
+            fetch_apache_kafka()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # A test is marked by the broker fixtures it uses, so that no test can be left out of
+    # `-m kafka` or `-m tansu` by a forgotten mark. (`each_broker` marks its own parameters;
+    # tests that start a broker themselves carry the mark explicitly.)
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if fixtures & APACHE_KAFKA_FIXTURES:
+            item.add_marker(pytest.mark.kafka)
+        if fixtures & TANSU_FIXTURES:
+            item.add_marker(pytest.mark.tansu)

@@ -3,6 +3,7 @@
 # 127.0.0.1, in the foreground until SIGTERM or SIGINT: for the tests, the bench and local use.
 #
 #   deploy/kafka/run.sh --port PORT --dir DIR [options]
+#   deploy/kafka/run.sh --fetch-only
 #
 # On first use it fetches Kafka's jars from Maven Central with Maven (pom.xml beside this
 # script pins the version) into a cache directory outside git; on the first start in DIR it
@@ -25,6 +26,7 @@
 #   --sasl-password SECRET  (default: coordinator-secret)
 #   --heap SIZE             the JVM heap (default: 512m)
 #   --config KEY=VALUE      a broker setting, added to or replacing the defaults; repeatable
+#   --fetch-only            fetch Kafka's jars into the cache (unless there already) and exit
 #
 # The broker's own PID is written to DIR/broker.pid (to pause it, say).
 #
@@ -38,7 +40,7 @@ java="${JAVA:-java}"
 mvn="${MVN:-mvn}"
 
 port="" dir="" controller_port="" sasl_ssl_port="" ssl_port="" sasl_plaintext_port=""
-sasl_user="coordinator" sasl_password="coordinator-secret" heap="512m"
+sasl_user="coordinator" sasl_password="coordinator-secret" heap="512m" fetch_only=""
 extra_config=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -52,11 +54,12 @@ while [ $# -gt 0 ]; do
         --sasl-password) sasl_password="$2"; shift 2 ;;
         --heap) heap="$2"; shift 2 ;;
         --config) extra_config+=("$2"); shift 2 ;;
-        -h|--help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --fetch-only) fetch_only=1; shift ;;
+        -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
         *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
-if [ -z "$port" ] || [ -z "$dir" ]; then
+if [ -z "$fetch_only" ] && { [ -z "$port" ] || [ -z "$dir" ]; }; then
     echo "run.sh: --port and --dir are required (see --help)" >&2
     exit 2
 fi
@@ -75,6 +78,10 @@ if [ ! -f "$cache/complete" ]; then
     rm -rf "$cache"
     mv "$cache.partial" "$cache"
     touch "$cache/complete"
+fi
+if [ -n "$fetch_only" ]; then
+    echo "kafka $version fetched into $cache"
+    exit 0
 fi
 classpath="$cache/lib/*"
 
@@ -237,9 +244,16 @@ if [ ! -f "$dir/data/meta.properties" ]; then
             --add-scram "SCRAM-SHA-512=[name=$sasl_user,password=$sasl_password]"
         )
     fi
+    # A cluster id as Kafka's `StorageTool random-uuid` makes one (16 random bytes, base64url
+    # without padding, not starting with "-"), without a JVM start of its own for it.
+    cluster_id="$(python3 -c 'import base64, os
+while True:
+    uuid = base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
+    if not uuid.startswith("-"):
+        print(uuid)
+        break')"
     "$java" "${jvm[@]}" -cp "$classpath" kafka.tools.StorageTool format \
-        --config "$properties" --cluster-id "$(
-            "$java" -cp "$classpath" kafka.tools.StorageTool random-uuid)" \
+        --config "$properties" --cluster-id "$cluster_id" \
         "${scram[@]+"${scram[@]}"}" --ignore-formatted >&2
 fi
 

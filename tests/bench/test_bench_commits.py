@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from bench_support import assert_common_shape, rows_of, run_bench
 
-pytestmark = pytest.mark.kafka
+# The bench starts a tansu broker of its own for these.
+pytestmark = pytest.mark.tansu
 
 
 def test_commits_against_ours_and_the_peer() -> None:

@@ -9,7 +9,6 @@ from kafka_broker import KafkaBroker
 from coordinator_server.bench.processes import port_accepts_connections
 
 
-@pytest.mark.kafka
 def test_load_of_a_small_log(kafka_broker: KafkaBroker) -> None:
     document = run_bench(
         "load",
@@ -49,7 +48,8 @@ def test_load_of_a_small_sqlite_log() -> None:
     assert row["records_per_s"] > 0
 
 
-@pytest.mark.kafka
+# The bench starts tansu brokers of its own.
+@pytest.mark.tansu
 def test_the_load_gets_a_broker_of_its_own_when_the_bench_starts_brokers() -> None:
     import argparse
 

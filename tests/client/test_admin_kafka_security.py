@@ -71,18 +71,18 @@ class Setup:
 
 
 @pytest.fixture(scope="module")
-def setup(apache_kafka: ApacheKafkaBroker) -> Iterator[Setup]:
+def setup(kafka_broker: ApacheKafkaBroker) -> Iterator[Setup]:
     topic = f"admin-sasl-{uuid.uuid4().hex[:10]}"
-    options = security_of(apache_kafka).aiokafka_options()
+    options = security_of(kafka_broker).aiokafka_options()
 
     async def produce() -> None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=apache_kafka.sasl_ssl_bootstrap, **options)
+        admin = AIOKafkaAdminClient(bootstrap_servers=kafka_broker.sasl_ssl_bootstrap, **options)
         await admin.start()
         try:
             await admin.create_topics([NewTopic(topic, PARTITIONS, 1)])
         finally:
             await admin.close()
-        producer = AIOKafkaProducer(bootstrap_servers=apache_kafka.sasl_ssl_bootstrap, **options)
+        producer = AIOKafkaProducer(bootstrap_servers=kafka_broker.sasl_ssl_bootstrap, **options)
         await producer.start()
         try:
             for p in range(PARTITIONS):
@@ -94,18 +94,18 @@ def setup(apache_kafka: ApacheKafkaBroker) -> Iterator[Setup]:
     asyncio.run(produce())
     args = [
         "--port", "0",
-        "--bootstrap-servers", apache_kafka.sasl_ssl_bootstrap,
+        "--bootstrap-servers", kafka_broker.sasl_ssl_bootstrap,
         "--offsets-topic", f"{topic}-offsets",
         "--offsets-topic-partitions", "2",
         "--offsets-topic-replication-factor", "1",
         "--kafka-security-protocol", "SASL_SSL",
         "--kafka-sasl-mechanism", "SCRAM-SHA-256",
-        "--kafka-sasl-username", apache_kafka.sasl_username,
-        "--kafka-ssl-ca-location", str(apache_kafka.ca_file),
+        "--kafka-sasl-username", kafka_broker.sasl_username,
+        "--kafka-ssl-ca-location", str(kafka_broker.ca_file),
     ]  # fmt: skip
-    env = {"COORDINATOR_KAFKA_SASL_PASSWORD": apache_kafka.sasl_password}
+    env = {"COORDINATOR_KAFKA_SASL_PASSWORD": kafka_broker.sasl_password}
     with ServerProcess(args, env) as server:
-        yield Setup(apache_kafka, server, topic)
+        yield Setup(kafka_broker, server, topic)
 
 
 def output_json(capsys: pytest.CaptureFixture[str]) -> Any:

@@ -5,6 +5,7 @@ before its partitions are revoked, seek and position."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -18,35 +19,40 @@ from server_process import ServerProcess
 
 from coordinator_server.client import CoordinatedConsumer, CoordinatorClient
 
-pytestmark = [pytest.mark.kafka, pytest.mark.timeout(90)]
+pytestmark = pytest.mark.timeout(90)
 
 
-@pytest.fixture(scope="module")
-def server(kafka_broker: KafkaBroker) -> Iterator[ServerProcess]:
-    import uuid
-
-    args = [
+def server_args(broker: KafkaBroker) -> list[str]:
+    return [
         "--port", "0",
-        "--bootstrap-servers", kafka_broker.bootstrap,
+        "--bootstrap-servers", broker.bootstrap,
         "--offsets-topic", f"consumer-api-{uuid.uuid4().hex[:8]}",
         "--offsets-topic-partitions", "2",
         "--offsets-topic-replication-factor", "1",
         "--group-min-session-timeout-ms", "500",
         "--group-initial-rebalance-delay-ms", "0",
     ]  # fmt: skip
-    with ServerProcess(args) as process:
+
+
+@pytest.fixture(scope="module")
+def server(kafka_broker: KafkaBroker) -> Iterator[ServerProcess]:
+    with ServerProcess(server_args(kafka_broker)) as process:
         yield process
+
+
+async def create_topic(broker: KafkaBroker, topic: str) -> str:
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, 2, 1)])
+    finally:
+        await admin.close()
+    return topic
 
 
 @pytest.fixture
 async def topic(kafka_broker: KafkaBroker, unique_topic: str) -> AsyncIterator[str]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(unique_topic, 2, 1)])
-    finally:
-        await admin.close()
-    yield unique_topic
+    yield await create_topic(kafka_broker, unique_topic)
 
 
 async def produce(broker: KafkaBroker, topic: str, per_partition: int) -> None:
@@ -197,3 +203,25 @@ async def test_a_listener_commits_before_its_partitions_are_revoked(
             (owned,) = second.assignment()
             start = progress.get(owned.partition, 0)
             assert (await second.getone()).offset == start
+
+
+async def test_a_group_reads_commits_and_resumes_on_each_broker(
+    each_broker: KafkaBroker, unique_topic: str
+) -> None:
+    """Records fetched from the broker, offsets committed to a log on the same broker: the
+    client end to end on Apache Kafka and on a Kafka-protocol broker that is not."""
+    topic = await create_topic(each_broker, unique_topic)
+    await produce(each_broker, topic, 8)
+    group = f"{topic}-resume"
+    with ServerProcess(server_args(each_broker)) as server:
+        consumer = consumer_for(each_broker, server, topic, group, enable_auto_commit=False)
+        async with consumer:
+            await consumer.wait_for_assignment(20)
+            assert sorted(await take(consumer, 16)) == [(p, o) for p in (0, 1) for o in range(8)]
+            await consumer.commit({TopicPartition(topic, 0): 5, TopicPartition(topic, 1): 8})
+        assert await committed(server, group) == {0: 5, 1: 8}
+        await produce(each_broker, topic, 1)
+        async with consumer_for(each_broker, server, topic, group) as resumed:
+            await resumed.wait_for_assignment(20)
+            records = await take(resumed, 4 + 1)
+        assert sorted(records) == [(0, 5), (0, 6), (0, 7), (0, 8), (1, 8)]

@@ -1,4 +1,4 @@
-"""The pipeline over a real Kafka log (the tansu broker) of a real server process: the
+"""The pipeline over a real Kafka log (Apache Kafka) of a real server process: the
 history with consumer lag from the data topics, the audit against the live server (no
 mismatch; a commit during the audit is not one; a record written behind the server's back
 is exactly one), and the streaming reader's incremental runs."""

@@ -82,10 +82,10 @@ def run_serve(
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
 async def test_each_sasl_mechanism_commits_restarts_and_loads_over_sasl_ssl(
-    apache_kafka: ApacheKafkaBroker, unique_topic: str, mechanism: str, tmp_path: Path
+    kafka_broker: ApacheKafkaBroker, unique_topic: str, mechanism: str, tmp_path: Path
 ) -> None:
     # The password each way it can be given: an option, a file, the environment.
-    password = apache_kafka.sasl_password
+    password = kafka_broker.sasl_password
     env: dict[str, str] = {}
     if mechanism == "PLAIN":
         extra = ["--kafka-sasl-password", password]
@@ -96,7 +96,7 @@ async def test_each_sasl_mechanism_commits_restarts_and_loads_over_sasl_ssl(
     else:
         extra = []
         env["COORDINATOR_KAFKA_SASL_PASSWORD"] = password
-    args = sasl_ssl_args(apache_kafka, unique_topic, mechanism, *extra)
+    args = sasl_ssl_args(kafka_broker, unique_topic, mechanism, *extra)
     offsets = {("orders", 0): 17, ("orders", 1): 42}
     with ServerProcess(args, env) as server:
         await commit(server, "secure-group", offsets)
@@ -104,11 +104,11 @@ async def test_each_sasl_mechanism_commits_restarts_and_loads_over_sasl_ssl(
         status = await asyncio.get_running_loop().run_in_executor(
             None, read_status, server.metrics_port
         )
-        assert f"(SASL_SSL, {mechanism} as {apache_kafka.sasl_username})" in status
+        assert f"(SASL_SSL, {mechanism} as {kafka_broker.sasl_username})" in status
         assert password not in status
         assert server.terminate() == 0
     first_output = server.output()
-    assert f"SASL_SSL, {mechanism} as {apache_kafka.sasl_username}" in first_output
+    assert f"SASL_SSL, {mechanism} as {kafka_broker.sasl_username}" in first_output
     with ServerProcess(args, env) as restarted:
         assert await fetch(restarted, "secure-group") == offsets
         restarted.terminate()
@@ -117,11 +117,11 @@ async def test_each_sasl_mechanism_commits_restarts_and_loads_over_sasl_ssl(
 
 
 def test_a_wrong_password_stops_the_start_with_one_clear_line(
-    apache_kafka: ApacheKafkaBroker, unique_topic: str
+    kafka_broker: ApacheKafkaBroker, unique_topic: str
 ) -> None:
     wrong = "not-the-password"
     result = run_serve(
-        sasl_ssl_args(apache_kafka, unique_topic, "SCRAM-SHA-512"),
+        sasl_ssl_args(kafka_broker, unique_topic, "SCRAM-SHA-512"),
         {"COORDINATOR_KAFKA_SASL_PASSWORD": wrong},
     )
     assert result.returncode == 1, result.stderr
@@ -134,15 +134,15 @@ def test_a_wrong_password_stops_the_start_with_one_clear_line(
 
 @pytest.mark.parametrize("ca", ["none", "another"])
 def test_an_untrusted_broker_certificate_stops_the_start_with_one_clear_line(
-    apache_kafka: ApacheKafkaBroker, unique_topic: str, ca: str, tmp_path: Path
+    kafka_broker: ApacheKafkaBroker, unique_topic: str, ca: str, tmp_path: Path
 ) -> None:
-    args = sasl_ssl_args(apache_kafka, unique_topic, "PLAIN")
+    args = sasl_ssl_args(kafka_broker, unique_topic, "PLAIN")
     ca_option = args.index("--kafka-ssl-ca-location")
     if ca == "none":
         del args[ca_option : ca_option + 2]
     else:
         args[ca_option + 1] = str(another_ca(tmp_path))
-    result = run_serve(args, {"COORDINATOR_KAFKA_SASL_PASSWORD": apache_kafka.sasl_password})
+    result = run_serve(args, {"COORDINATOR_KAFKA_SASL_PASSWORD": kafka_broker.sasl_password})
     assert result.returncode == 1, result.stderr
     errors = [line for line in result.stderr.splitlines() if " ERROR " in line]
     assert len(errors) == 1, result.stderr
@@ -186,9 +186,9 @@ def restart_with_plain_password(broker: ApacheKafkaBroker, password: str) -> Non
 
 @pytest.mark.slow
 async def test_a_broker_that_refuses_us_later_is_logged_and_clients_get_retriable_errors(
-    fresh_apache_kafka: ApacheKafkaBroker, unique_topic: str
+    fresh_kafka_broker: ApacheKafkaBroker, unique_topic: str
 ) -> None:
-    broker = fresh_apache_kafka
+    broker = fresh_kafka_broker
     args = sasl_ssl_args(broker, unique_topic, "PLAIN", "--offsets-commit-timeout-ms", "1500")
     env = {"COORDINATOR_KAFKA_SASL_PASSWORD": broker.sasl_password}
     loop = asyncio.get_running_loop()

@@ -1,5 +1,5 @@
 """A log that fails loudly, and loads that always finish, against the real server process and
-the tansu broker: the log's topic lost (the broker came back empty) or resized, appends that
+Apache Kafka: the log's topic lost (the broker came back empty) or resized, appends that
 keep failing (the broker stopped), and a long history loaded from a slow broker."""
 
 from __future__ import annotations

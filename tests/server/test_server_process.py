@@ -13,6 +13,7 @@ from typing import Any
 
 import msgpack
 import pytest
+from apache_kafka import ApacheKafkaBroker
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka_broker import KafkaBroker
@@ -23,6 +24,14 @@ from protocol.api_keys import ApiKey
 from protocol.envelope import RequestHeader, decode_response, encode_request
 from protocol.errors import ErrorCode
 from protocol.framing import FrameDecoder, encode_frame
+
+# What a commit may get while the log's broker restarts: it is retried.
+RETRIABLE_WHILE_AWAY = {
+    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_COORDINATOR,
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    ErrorCode.REQUEST_TIMED_OUT,
+}
 
 
 async def commit_many(server: ServerProcess, groups: int, rounds: int) -> dict[str, int]:
@@ -99,16 +108,15 @@ async def test_acknowledged_commits_survive_kill_9_with_the_sqlite_log(tmp_path:
 
 
 @pytest.mark.slow
-@pytest.mark.kafka
 async def test_acknowledged_commits_survive_kill_9_with_the_kafka_log(
-    kafka_broker: KafkaBroker, unique_topic: str
+    each_broker: KafkaBroker, unique_topic: str
 ) -> None:
     await kill_mid_stream_and_restart(
         [
             "--port",
             "0",
             "--bootstrap-servers",
-            kafka_broker.bootstrap,
+            each_broker.bootstrap,
             "--offsets-topic",
             unique_topic,
             "--offsets-topic-partitions",
@@ -119,7 +127,6 @@ async def test_acknowledged_commits_survive_kill_9_with_the_kafka_log(
     )
 
 
-@pytest.mark.kafka
 async def test_commit_while_the_broker_is_down_fails_and_leaves_no_trace(
     fresh_kafka_broker: KafkaBroker, unique_topic: str
 ) -> None:
@@ -145,6 +152,57 @@ async def test_commit_while_the_broker_is_down_fails_and_leaves_no_trace(
             assert fetched_offsets(fetched) == {("t", 0): 1}
         finally:
             await client.close()
+
+
+async def test_acknowledged_commits_survive_a_broker_restart(
+    fresh_kafka_broker: ApacheKafkaBroker, unique_topic: str
+) -> None:
+    """Apache Kafka keeps its data across a restart (tansu, in memory, cannot): the server
+    rides out the restart, takes commits again once the broker is back, and a server started
+    afterwards loads every acknowledged commit, the latest of each group."""
+    args = [
+        "--port", "0",
+        "--bootstrap-servers", fresh_kafka_broker.bootstrap,
+        "--offsets-topic", unique_topic,
+        "--offsets-topic-partitions", "4",
+        "--offsets-topic-replication-factor", "1",
+        "--offsets-commit-timeout-ms", "2000",
+    ]  # fmt: skip
+    groups = [f"group-{g}" for g in range(12)]
+    with ServerProcess(args) as server:
+        acknowledged = await commit_many(server, groups=len(groups), rounds=5)
+        assert len(acknowledged) == len(groups)
+        fresh_kafka_broker.restart()
+        client = await WireClient.connect(server.host, server.port)
+        try:
+            # Commits fail (retriably) until the server has found the broker again; each
+            # group's last commit below is acknowledged, none of them twice.
+            pending = set(groups)
+            deadline = asyncio.get_running_loop().time() + 60
+            while pending:
+                assert asyncio.get_running_loop().time() < deadline, (pending, server.output())
+                answers = {
+                    group: client.send(
+                        ApiKey.OFFSET_COMMIT,
+                        commit_body(group, {("orders", int(group.split("-")[1]) % 3): 50}),
+                    )
+                    for group in sorted(pending)
+                }
+                for group, answer in answers.items():
+                    errors = commit_errors(await asyncio.wait_for(answer, 30))
+                    if set(errors.values()) == {0}:
+                        pending.discard(group)
+                        acknowledged[group] = 50
+                    else:
+                        assert set(errors.values()) <= RETRIABLE_WHILE_AWAY, errors
+                if pending:
+                    await asyncio.sleep(0.2)
+        finally:
+            await client.close()
+    assert acknowledged == dict.fromkeys(groups, 50)
+    with ServerProcess(args) as restarted:
+        fetched = await fetch_all(restarted, groups)
+    assert {g: fetched[g][("orders", int(g.split("-")[1]) % 3)] for g in groups} == acknowledged
 
 
 async def test_sigterm_answers_what_is_in_flight_and_exits_cleanly(tmp_path: Path) -> None:

@@ -1,7 +1,9 @@
-"""Storage throughput, printed (a command, not a test): `python tests/storage/bench_storage.py`.
+"""Storage throughput, printed (a command, not a test):
+`python tests/storage/bench_storage.py [--broker kafka|tansu]`.
 
 SQLite: appends of 10-record batches per synchronous mode, one at a time and 64 in flight,
-and a load of 100k records. Kafka (a tansu broker started here): appends, a load of 100k
+and a load of 100k records. Kafka (an Apache Kafka broker started here, or tansu with
+`--broker tansu`): appends, a load of 100k
 records from one partition, and 50 partitions loaded at once, empty and holding 100k
 records, with loads in parallel and one at a time; then what the broker's CPU spends on a
 ProduceRequest, on each partition's batch in it and on each record (the cost our appends
@@ -10,7 +12,9 @@ put on the broker, which shares a core with the server in `coordinator-server be
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import contextlib
 import sys
 import tempfile
 import time
@@ -19,7 +23,9 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(TESTS.parent), str(TESTS)]
 
+from apache_kafka import ApacheKafkaBroker  # noqa: E402
 from kafka_broker import KafkaBroker  # noqa: E402
+from tansu_broker import TansuBroker  # noqa: E402
 
 from coordinator_server.bench.processes import cpu_seconds  # noqa: E402
 from coordinator_server.records import encode_record, new_offset_commit_record  # noqa: E402
@@ -144,9 +150,15 @@ async def bench_broker_cost(bootstrap: str, broker_pid: int) -> None:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description="Storage throughput, printed.")
+    parser.add_argument("--broker", choices=["kafka", "tansu"], default="kafka")
+    arguments = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
         asyncio.run(bench_sqlite(Path(directory)))
-    with KafkaBroker() as broker:
+    started: contextlib.AbstractContextManager[KafkaBroker] = (
+        ApacheKafkaBroker() if arguments.broker == "kafka" else TansuBroker()
+    )
+    with started as broker:
         asyncio.run(bench_kafka(broker.bootstrap))
         asyncio.run(bench_broker_cost(broker.bootstrap, broker.pid))
 

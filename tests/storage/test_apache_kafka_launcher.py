@@ -13,16 +13,16 @@ pytestmark = pytest.mark.kafka
 
 
 async def test_a_record_goes_through_plaintext_and_back(
-    apache_kafka: ApacheKafkaBroker, unique_topic: str
+    kafka_broker: ApacheKafkaBroker, unique_topic: str
 ) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=apache_kafka.bootstrap, enable_idempotence=True)
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_broker.bootstrap, enable_idempotence=True)
     await producer.start()
     try:
         sent = await producer.send_and_wait(unique_topic, b"plain", key=b"k")
     finally:
         await producer.stop()
     consumer = AIOKafkaConsumer(
-        unique_topic, bootstrap_servers=apache_kafka.bootstrap, auto_offset_reset="earliest"
+        unique_topic, bootstrap_servers=kafka_broker.bootstrap, auto_offset_reset="earliest"
     )
     await consumer.start()
     try:
@@ -34,15 +34,15 @@ async def test_a_record_goes_through_plaintext_and_back(
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
 async def test_the_sasl_ssl_listener_takes_each_mechanism(
-    apache_kafka: ApacheKafkaBroker, unique_topic: str, mechanism: str
+    kafka_broker: ApacheKafkaBroker, unique_topic: str, mechanism: str
 ) -> None:
     producer = AIOKafkaProducer(
-        bootstrap_servers=apache_kafka.sasl_ssl_bootstrap,
+        bootstrap_servers=kafka_broker.sasl_ssl_bootstrap,
         security_protocol="SASL_SSL",
         sasl_mechanism=mechanism,
-        sasl_plain_username=apache_kafka.sasl_username,
-        sasl_plain_password=apache_kafka.sasl_password,
-        ssl_context=ssl.create_default_context(cafile=str(apache_kafka.ca_file)),
+        sasl_plain_username=kafka_broker.sasl_username,
+        sasl_plain_password=kafka_broker.sasl_password,
+        ssl_context=ssl.create_default_context(cafile=str(kafka_broker.ca_file)),
     )
     await producer.start()
     try:

@@ -44,19 +44,26 @@ def _build(request: pytest.FixtureRequest, tmp_path: Path) -> Implementation:
     if request.param == "sqlite":
         path = tmp_path / "log" / "coordinator.db"
         return Implementation("sqlite", lambda n: SqliteLog(path, n))
-    broker = request.getfixturevalue("kafka_broker")
+    # The Kafka log over Apache Kafka, and over tansu: a Kafka-protocol broker that is not
+    # Apache Kafka must keep the same contract.
+    broker = request.getfixturevalue("kafka_broker" if request.param == "kafka" else "tansu_broker")
     topic = request.getfixturevalue("unique_topic")
     return Implementation(
-        "kafka", lambda n: KafkaLog(broker.bootstrap, topic, n, 1, request_timeout_ms=5000)
+        request.param,
+        lambda n: KafkaLog(broker.bootstrap, topic, n, 1, request_timeout_ms=5000),
     )
 
 
-@pytest.fixture(params=["memory", "sqlite", pytest.param("kafka", marks=pytest.mark.kafka)])
+KAFKA = pytest.param("kafka", marks=pytest.mark.kafka)
+TANSU = pytest.param("tansu", marks=pytest.mark.tansu)
+
+
+@pytest.fixture(params=["memory", "sqlite", KAFKA, TANSU])
 def implementation(request: pytest.FixtureRequest, tmp_path: Path) -> Implementation:
     return _build(request, tmp_path)
 
 
-@pytest.fixture(params=["sqlite", pytest.param("kafka", marks=pytest.mark.kafka)])
+@pytest.fixture(params=["sqlite", KAFKA, TANSU])
 def durable_implementation(request: pytest.FixtureRequest, tmp_path: Path) -> Implementation:
     """The implementations whose log outlives the object that wrote it."""
     return _build(request, tmp_path)

@@ -1,7 +1,7 @@
 """ProduceSender: how appends become ProduceRequests, and what it does when a broker
 refuses, drops or ignores them.
 
-A real broker (tansu) covers the happy path and a stopped broker; the error answers no
+A real broker (Apache Kafka) covers the happy path; the error answers no
 healthy test broker gives on demand (NOT_LEADER_OR_FOLLOWER, silence) come from a scripted
 broker on a real socket that reads our requests byte by byte as Kafka would.
 """
