@@ -272,6 +272,25 @@ async def test_an_append_unanswered_past_its_delivery_timeout_fails_and_the_next
     assert stamps(broker)[-1] == (7, 1, 0, 1)
 
 
+async def test_a_producer_whose_epochs_are_used_up_gets_a_new_id(
+    scripted: Callable[..., asyncio.Future[ProduceSender]],
+) -> None:
+    broker = ScriptedBroker(answering(None, None, None, None))
+    sender = await scripted(
+        broker,
+        producer=IdempotentProducer(ProducerIdAndEpoch(7, 32767)),
+        new_ids=[ProducerIdAndEpoch(8, 0)],
+        request_timeout_ms=200,
+        delivery_timeout_ms=400,
+    )
+    with pytest.raises(AppendError):
+        await asyncio.wait_for(submit(sender, 0, (b"k", b"v")), 10)
+    broker.script = lambda request: {0: (0, 9)}
+    assert await asyncio.wait_for(submit(sender, 0, (b"k", b"w")), 10) == 10
+    assert stamps(broker)[0] == (7, 32767, 0, 1)
+    assert stamps(broker)[-1] == (8, 0, 0, 1)
+
+
 async def test_a_batch_its_caller_dropped_before_it_left_is_never_sent(
     scripted: Callable[..., asyncio.Future[ProduceSender]],
 ) -> None:
