@@ -250,8 +250,23 @@ class ApacheKafkaBroker:
                 self._ready.set()
 
     def pause(self) -> None:
-        """SIGSTOP: the broker holds its connections and answers nothing."""
-        os.kill(self.pid, signal.SIGSTOP)
+        """SIGSTOP: the broker holds its connections and answers nothing. Returns once every
+        thread of the JVM has stopped: a signal to another process takes effect a moment
+        later, and a request sent meanwhile could still be answered."""
+        pid = self.pid
+        os.kill(pid, signal.SIGSTOP)
+        tasks = Path(f"/proc/{pid}/task")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            states = []
+            for task in tasks.iterdir():
+                with contextlib.suppress(OSError):
+                    # The state follows the command name, which is in parentheses.
+                    states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+            if states and all(state in ("T", "t") for state in states):
+                return
+            time.sleep(0.005)
+        raise ApacheKafkaStartError(f"the broker (pid {pid}) did not stop")
 
     def resume(self) -> None:
         os.kill(self.pid, signal.SIGCONT)

@@ -20,7 +20,7 @@ from apache_kafka import ApacheKafkaBroker, ApacheKafkaStartError, fetch_apache_
 from kafka_broker import KafkaBroker
 from tansu_broker import TansuBroker
 
-APACHE_KAFKA_FIXTURES = frozenset({"kafka_broker", "fresh_kafka_broker"})
+APACHE_KAFKA_FIXTURES = frozenset({"kafka_broker", "fresh_kafka_broker", "pausable_kafka_broker"})
 TANSU_FIXTURES = frozenset({"tansu_broker", "fresh_tansu_broker"})
 
 
@@ -28,6 +28,14 @@ TANSU_FIXTURES = frozenset({"tansu_broker", "fresh_tansu_broker"})
 def kafka_broker() -> Iterator[ApacheKafkaBroker]:
     """One Apache Kafka broker for the whole run (PLAINTEXT and SASL_SSL listeners); tests
     keep apart by using `unique_topic` names."""
+    with ApacheKafkaBroker() as broker:
+        yield broker
+
+
+@pytest.fixture(scope="session")
+def pausable_kafka_broker() -> Iterator[ApacheKafkaBroker]:
+    """An Apache Kafka broker shared by the tests that pause it (SIGSTOP) and resume it, apart
+    from the session broker so that a pause never holds up another test's broker."""
     with ApacheKafkaBroker() as broker:
         yield broker
 

@@ -17,11 +17,19 @@ unready), and nothing is read from or written to the topic again until a restart
 from a topic that came back empty, or from partitions that no longer hold their groups,
 would answer from lost or misplaced state; only an operator can tell which.
 
+Appends are idempotent (`kafka_idempotence`): at start the log asks the broker for a producer
+id (InitProducerId) and for the Produce versions it speaks (ApiVersions), and every batch
+carries the id, its epoch and a sequence, so a batch sent again after a timeout or a lost
+connection is written once. An append is sent again for up to its delivery timeout
+(`DELIVERY_TIMEOUT_FACTOR` request timeouts) before it fails.
+
 Limits to know about:
-- Without an idempotent producer, a produce request that timed out on our side may still
-  have been written. The log then ends somewhere other than where the caller expects; the
-  runtime detects that from the offset the next append returns (Kafka's log/state
-  divergence check) and reloads.
+- An append that fails after its delivery timeout, or any append to a broker that hands
+  out no producer ids (tansu: the log then writes batches without one, and says so once),
+  may still have been written. The log then ends somewhere other than where the caller
+  expects; the runtime detects that from the offset the next append returns (Kafka's
+  log/state divergence check) and reloads. With a producer id, the next append's new epoch
+  makes the broker refuse the lost batch from then on (see `kafka_idempotence`).
 - `high_watermark(partition)` is what this process last learned: from its own appends,
   or from the Fetch responses of a load. It is 0 for a partition it has not touched. A load
   that finds a partition ending below it stops the log as a lost topic does: a topic
@@ -53,6 +61,14 @@ from coordinator_server.storage.api import (
     RawRecord,
     ReadyListener,
     RecordSink,
+)
+from coordinator_server.storage.kafka_idempotence import (
+    IdempotentProducer,
+    ProducerIdAndEpoch,
+    ProducerIdError,
+    broker_api_versions,
+    choose_produce_version,
+    init_producer_id,
 )
 from coordinator_server.storage.kafka_load import (
     FETCH_MAX_WAIT_MS,
@@ -89,13 +105,19 @@ START_ATTEMPTS = 4
 START_RETRY_BACKOFF_S = 0.25
 # Room for the request and batch headers around a batch of max_batch_bytes.
 PRODUCE_REQUEST_OVERHEAD_BYTES = 64 * 1024
-# Record batches as a producer without idempotence writes them: magic 2, no compression,
-# not transactional, no producer id, epoch or sequence.
+# Record batches as an idempotent producer writes them: magic 2, no compression, not
+# transactional; the producer id, epoch and base sequence come from the sender.
 BATCH_MAGIC = 2
 NO_COMPRESSION = 0
-NO_PRODUCER_ID = -1
-NO_PRODUCER_EPOCH = -1
-NO_SEQUENCE = -1
+NOT_TRANSACTIONAL = 0
+# An append is sent again (after timeouts, lost connections, errors that leave its fate
+# unknown) for this many request timeouts before it fails: long enough to outlast a broker
+# that stalls for a few request timeouts (a long GC pause, a leader moving) without a
+# reload, short enough that a partition whose broker is gone stops within seconds.
+# Kafka's producer allows four (delivery.timeout.ms 120 s, request.timeout.ms 30 s). The
+# cost: while an append is being sent again, the partition's next writes wait behind it in
+# the runtime (its parked writes time out after the write timeout meanwhile).
+DELIVERY_TIMEOUT_FACTOR = 3
 
 
 class KafkaLogError(Exception):
@@ -127,9 +149,11 @@ class KafkaLog:
         max_inflight_produce_requests: int = 1,
         metadata_max_age_ms: int = 30000,
         security: KafkaSecurity | None = None,
+        idempotent: bool = True,
     ) -> None:
         """`security`: how every connection to the cluster is secured (PLAINTEXT by
-        default)."""
+        default). `idempotent` False writes batches without a producer id, as a broker that
+        hands out none gets them (for tests and measurements)."""
         if num_partitions < 1:
             raise ValueError(f"num_partitions must be at least 1, got {num_partitions}")
         if replication_factor < 1:
@@ -161,6 +185,8 @@ class KafkaLog:
         self._client_id = client_id
         self._max_batch_bytes = max_batch_bytes
         self._max_inflight_produce_requests = max_inflight_produce_requests
+        self._idempotent = idempotent
+        self._api_versions: dict[int, tuple[int, int]] = {}
         self._sender: ProduceSender | None = None
         self._started = False
         self._closed = False
@@ -219,6 +245,7 @@ class KafkaLog:
                 await self._at_start(self._check_security)
             self._num_partitions = await self._at_start(self._ensure_topic)
             self._watcher.start(self._num_partitions)
+            produce_version, producer = await self._at_start(self._producer_identity)
             sender = ProduceSender(
                 self._topic,
                 self._leaders,
@@ -227,6 +254,10 @@ class KafkaLog:
                 max_inflight_requests=self._max_inflight_produce_requests,
                 max_request_bytes=self._max_batch_bytes + PRODUCE_REQUEST_OVERHEAD_BYTES,
                 connect=connector.connect,
+                produce_version=produce_version,
+                producer=producer,
+                new_producer_id=self._new_producer_id,
+                delivery_timeout_ms=self._request_timeout_ms * DELIVERY_TIMEOUT_FACTOR,
             )
             sender.ready_listener = self._ready_listener
             await self._at_start(sender.start)
@@ -252,7 +283,13 @@ class KafkaLog:
         for attempt in range(1, START_ATTEMPTS + 1):
             try:
                 return await step()
-            except (KafkaError, OSError, TimeoutError, TopicMetadataError) as error:
+            except (
+                KafkaError,
+                OSError,
+                TimeoutError,
+                TopicMetadataError,
+                ProducerIdError,
+            ) as error:
                 if attempt == START_ATTEMPTS:
                     raise
                 backoff_s = START_RETRY_BACKOFF_S * attempt
@@ -295,7 +332,7 @@ class KafkaLog:
             sender = self._sender
             if sender is None:
                 raise AppendError(UNKNOWN_SERVER_ERROR, "the Kafka log is not running")
-            batch = self._batch(records)
+            batch = self._batch(records, sender.next_stamp(partition))
         except (AppendError, ValueError) as error:
             refused: asyncio.Future[int] = asyncio.get_running_loop().create_future()
             refused.set_exception(error)
@@ -319,17 +356,13 @@ class KafkaLog:
         if not done.cancelled() and done.exception() is None:
             self._advance_high_watermark(partition, done.result(), notify=True)
 
-    def _batch(self, records: Sequence[RawRecord]) -> bytes:
-        """The records as one record batch, offsets relative to its start."""
+    def _batch(self, records: Sequence[RawRecord], stamp: tuple[int, int, int]) -> bytes:
+        """The records as one record batch, offsets relative to its start, with the
+        producer id, epoch and base sequence of `stamp`."""
         max_bytes = self._max_batch_bytes
+        producer_id, epoch, sequence = stamp
         builder = DefaultRecordBatchBuilder(
-            BATCH_MAGIC,
-            NO_COMPRESSION,
-            0,
-            NO_PRODUCER_ID,
-            NO_PRODUCER_EPOCH,
-            NO_SEQUENCE,
-            max_bytes,
+            BATCH_MAGIC, NO_COMPRESSION, NOT_TRANSACTIONAL, producer_id, epoch, sequence, max_bytes
         )
         timestamp_ms = int(time.time() * 1000)
         for relative_offset, (key, value) in enumerate(records):
@@ -345,6 +378,37 @@ class KafkaLog:
                 MESSAGE_TOO_LARGE, f"a batch of {len(batch)} bytes exceeds {max_bytes} bytes"
             )
         return batch
+
+    async def _producer_identity(self) -> tuple[int, IdempotentProducer | None]:
+        """The Produce version to speak and the producer appends go with (None: none, they
+        are not idempotent), from the broker's ApiVersions and InitProducerId."""
+        client = await self._loader()
+        versions = await broker_api_versions(client, self._request_timeout_ms / 1000)
+        produce_version = choose_produce_version(versions)
+        if produce_version is None:
+            low, high = versions.get(0, (0, -1))
+            raise KafkaLogError(
+                f"the broker speaks Produce v{low} to v{high}; the log needs one of v3 to v8"
+            )
+        self._api_versions = versions
+        if not self._idempotent:
+            log.info("appends are not idempotent (as configured); Produce v%d", produce_version)
+            return produce_version, None
+        producer_id = await init_producer_id(client, versions, self._longest_timeout_ms / 1000)
+        if producer_id is None:
+            log.warning(
+                "the broker hands out no producer ids: appends are not idempotent, and one that "
+                "times out may be written after all (the partition then reloads); Produce v%d",
+                produce_version,
+            )
+            return produce_version, None
+        log.info("appends are idempotent with %r; Produce v%d", producer_id, produce_version)
+        return produce_version, IdempotentProducer(producer_id)
+
+    async def _new_producer_id(self) -> ProducerIdAndEpoch | None:
+        """Another producer id, when the broker fenced or forgot the one the log had."""
+        client = await self._loader()
+        return await init_producer_id(client, self._api_versions, self._longest_timeout_ms / 1000)
 
     async def _leaders(self) -> dict[int, Leader]:
         """The leader of each partition that has one, from fresh metadata (checked: a topic

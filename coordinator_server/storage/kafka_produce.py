@@ -11,10 +11,13 @@ request costs the broker one round trip instead of one per partition.
 
 Ordering: one batch per partition is on the way at a time; a second append of the same
 partition waits for the first to finish (the runtime never sends two, but the log's
-contract does not depend on it). A batch is sent again only after an error that proves it
-was not written (the partition has no leader there, not enough replicas): a lost
-connection or a timeout leave its fate unknown, so the append fails and the runtime, which
-checks the offset of its next append, reloads the partition if it was written after all.
+contract does not depend on it). A batch is sent again after an error that proves it was
+not written (the partition has no leader there, not enough replicas). With a producer id
+(`kafka_idempotence`, which says why and how), a batch is also sent again, unchanged, after
+a timeout, a lost connection or an error that leaves its fate unknown, until it is answered
+or its delivery timeout passes: the broker writes it once. Without one, a lost connection
+or a timeout fail the append, its fate unknown, and the runtime, which checks the offset of
+its next append, reloads the partition if it was written after all.
 """
 
 from __future__ import annotations
@@ -29,6 +32,14 @@ from dataclasses import dataclass
 from typing import cast
 
 from coordinator_server.storage.api import AppendError, ReadyListener
+from coordinator_server.storage.kafka_idempotence import (
+    DUPLICATE_SEQUENCE_NUMBER,
+    NEW_EPOCH_ERRORS,
+    NEW_PRODUCER_ID_ERRORS,
+    IdempotentProducer,
+    ProducerIdSource,
+    renew_producer_id,
+)
 from coordinator_server.storage.kafka_security import KafkaSecurityError
 
 __all__ = ["Leader", "ProduceSender"]
@@ -37,7 +48,8 @@ log = logging.getLogger(__name__)
 
 PRODUCE_API_KEY = 0
 # v3 is the first version that carries record batches (magic 2), and the oldest one Kafka
-# 4 still serves; its response has everything an append needs.
+# 4 still serves; its response has everything an append needs. The log asks the broker and
+# uses the newest it can (see kafka_idempotence.choose_produce_version).
 PRODUCE_VERSION = 3
 ACKS_ALL = -1
 
@@ -46,11 +58,20 @@ UNKNOWN_TOPIC_OR_PARTITION = 3
 LEADER_NOT_AVAILABLE = 5
 NOT_LEADER_OR_FOLLOWER = 6
 REQUEST_TIMED_OUT = 7
+NETWORK_EXCEPTION = 13
 NOT_ENOUGH_REPLICAS = 19
+NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
+KAFKA_STORAGE_ERROR = 56
 # The broker refused these batches before writing them: they may go again once the
 # partition's leader is known again.
 _NOT_WRITTEN = frozenset(
     {UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS}
+)
+# After these the batch may be in the log or not (the broker timed out waiting for its
+# replicas, or lost its disk): sent again only with a producer id, which makes the broker
+# drop the copy it has.
+_FATE_UNKNOWN = frozenset(
+    {REQUEST_TIMED_OUT, NETWORK_EXCEPTION, NOT_ENOUGH_REPLICAS_AFTER_APPEND, KAFKA_STORAGE_ERROR}
 )
 # A produce response names each partition once: a few dozen bytes each. Anything this large
 # is not one of ours.
@@ -71,6 +92,7 @@ _HEADER = struct.Struct(">hhih")
 _BODY_START = struct.Struct(">hhii")
 _PARTITION = struct.Struct(">ii")
 _PARTITION_RESULT = struct.Struct(">ihqq")
+_INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 
 
@@ -97,7 +119,7 @@ async def _plain_connect(
 
 
 class _Append:
-    __slots__ = ("batch", "count", "deadline", "future", "partition")
+    __slots__ = ("assigned", "batch", "count", "deadline", "future", "partition")
 
     def __init__(
         self,
@@ -111,7 +133,11 @@ class _Append:
         self.batch = batch
         self.count = count
         self.future = future
+        # When the append fails unless it was answered: its delivery timeout.
         self.deadline = deadline
+        # The batch took its producer fields and sequence as it first left: from then on it
+        # may be in the log, and goes again only as it is.
+        self.assigned = False
 
 
 class _Request:
@@ -232,6 +258,7 @@ class _Node:
             self.connect()
             return
         sender = self.sender
+        producer = sender.producer
         while self.pending and len(self.inflight) < sender.max_inflight_requests:
             appends: dict[int, _Append] = {}
             held: list[_Append] = []
@@ -239,6 +266,11 @@ class _Node:
             pending = self.pending
             while pending:
                 append = pending[0]
+                if append.future.done():
+                    # Its caller dropped it (the runtime threw the partition's state away):
+                    # it must not be written now.
+                    sender.abandon(pending.popleft())
+                    continue
                 owner = sender.busy.get(append.partition)
                 if append.partition in appends or (owner is not None and owner is not append):
                     # One batch of a partition on the way at a time, in the order they came.
@@ -246,6 +278,14 @@ class _Node:
                     continue
                 if appends and size + len(append.batch) > sender.max_request_bytes:
                     break
+                if producer is not None and not append.assigned:
+                    if not producer.prepare():
+                        # No sequence until a new producer id comes.
+                        sender.renew_producer_id()
+                        held.append(pending.popleft())
+                        continue
+                    append.batch = producer.assign(append.partition, append.batch, append.count)
+                    append.assigned = True
                 pending.popleft()
                 appends[append.partition] = append
                 sender.busy[append.partition] = append
@@ -287,14 +327,17 @@ class _Node:
                 len(inflight),
                 exc,
             )
-        for request in inflight:
-            self.sender.fail_request(
-                request,
-                AppendError(
-                    REQUEST_TIMED_OUT,
-                    f"the connection to {self.describe()} closed before the broker answered",
-                ),
-            )
+        error = AppendError(
+            REQUEST_TIMED_OUT,
+            f"the connection to {self.describe()} closed before the broker answered",
+        )
+        if self.sender.idempotent and not self.sender.closed:
+            # Sent again as they are, first, in their order: the broker writes each once.
+            again = [a for request in inflight for a in self.sender.retry_or_fail(request, error)]
+            self.pending.extendleft(reversed(again))
+        else:
+            for request in inflight:
+                self.sender.fail_request(request, error)
         if not self.sender.closed:
             self.sender.refresh_metadata()
             self.sender.notify_ready()
@@ -322,18 +365,39 @@ class ProduceSender:
         max_inflight_requests: int,
         max_request_bytes: int,
         connect: Connect = _plain_connect,
+        produce_version: int = PRODUCE_VERSION,
+        producer: IdempotentProducer | None = None,
+        new_producer_id: ProducerIdSource | None = None,
+        delivery_timeout_ms: int | None = None,
     ) -> None:
+        """`producer` (with `new_producer_id`, where new ids come from) makes appends
+        idempotent; `delivery_timeout_ms` (at least, and by default, the request timeout)
+        bounds how long an append is sent again before it fails."""
         if max_inflight_requests < 1:
             raise ValueError("max_inflight_requests must be at least 1")
         self.connect = connect
+        if not 3 <= produce_version <= 8:
+            raise ValueError(f"Produce v{produce_version} is not one this sender speaks")
+        delivery_timeout_ms = delivery_timeout_ms or request_timeout_ms
+        if delivery_timeout_ms < request_timeout_ms:
+            raise ValueError("delivery_timeout_ms must be at least request_timeout_ms")
         self.topic = topic
         self._topic_bytes = topic.encode()
         self._metadata = metadata
         self._client_id = client_id.encode()
         self.request_timeout_ms = request_timeout_ms
         self.request_timeout_s = request_timeout_ms / 1000
+        self.delivery_timeout_ms = delivery_timeout_ms
+        self.delivery_timeout_s = delivery_timeout_ms / 1000
         self.max_inflight_requests = max_inflight_requests
         self.max_request_bytes = max_request_bytes
+        self.produce_version = produce_version
+        self.producer = producer
+        self._new_producer_id = new_producer_id
+        self._renewing: asyncio.Task[None] | None = None
+        # Appends sent again after a timeout, a lost connection or a retriable error (for
+        # tests and the logs).
+        self.resent = 0
         self.closed = False
         # The append that holds each partition's one place on the way (sent, or waiting to
         # be sent again after an error that proves it was not written).
@@ -364,7 +428,10 @@ class ProduceSender:
         if self.closed:
             future.set_exception(AppendError(UNKNOWN_SERVER_ERROR, "the Kafka log is closed"))
             return future
-        append = _Append(partition, batch, count, future, loop.time() + self.request_timeout_s)
+        # An append that is not idempotent is never sent again after a timeout: its delivery
+        # timeout is the request's.
+        timeout_s = self.delivery_timeout_s if self.idempotent else self.request_timeout_s
+        append = _Append(partition, batch, count, future, loop.time() + timeout_s)
         node = self._leaders.get(partition)
         if node is None:
             self._unrouted.append(append)
@@ -375,6 +442,19 @@ class ProduceSender:
         if self._sweep is None:
             self._sweep = loop.call_later(self._sweep_interval(), self._expire)
         return future
+
+    @property
+    def idempotent(self) -> bool:
+        producer = self.producer
+        return producer is not None and producer.enabled
+
+    def next_stamp(self, partition: int) -> tuple[int, int, int]:
+        """The producer id, epoch and base sequence to build the partition's next batch
+        with: those it leaves with unless something changes first."""
+        producer = self.producer
+        if producer is None:
+            return -1, -1, -1
+        return producer.next_stamp(partition)
 
     def backlogged(self, partition: int) -> bool:
         """True while the partition's broker has all the requests it may have on the way:
@@ -408,6 +488,8 @@ class ProduceSender:
             self._sweep = None
         if self._refreshing is not None:
             self._refreshing.cancel()
+        if self._renewing is not None:
+            self._renewing.cancel()
         for node in self._nodes.values():
             node.close()
             for request in node.inflight:
@@ -446,7 +528,9 @@ class ProduceSender:
         topic = self._topic_bytes
         parts = [
             b"",
-            _HEADER.pack(PRODUCE_API_KEY, PRODUCE_VERSION, request.correlation_id, len(client_id)),
+            _HEADER.pack(
+                PRODUCE_API_KEY, self.produce_version, request.correlation_id, len(client_id)
+            ),
             client_id,
             # transactional_id (null), acks, timeout, one topic.
             _BODY_START.pack(-1, ACKS_ALL, self.request_timeout_ms, 1),
@@ -462,8 +546,9 @@ class ProduceSender:
         return b"".join(parts)
 
     def finish(self, request: _Request, payload: bytes) -> None:
-        """Settle a request's appends from its ProduceResponse (v3)."""
+        """Settle a request's appends from its ProduceResponse (v3 to v8)."""
         appends = request.appends
+        version = self.produce_version
         position = 4
         (topics,) = _INT32.unpack_from(payload, position)
         position += 4
@@ -477,43 +562,132 @@ class ProduceSender:
                     payload, position
                 )
                 position += _PARTITION_RESULT.size
+                message: str | None = None
+                if version >= 5:
+                    # log_start_offset
+                    position += 8
+                if version >= 8:
+                    (record_errors,) = _INT32.unpack_from(payload, position)
+                    position += 4
+                    for _ in range(max(record_errors, 0)):
+                        # batch_index, batch_index_error_message
+                        _, position = _read_string(payload, position + 4)
+                    message, position = _read_string(payload, position)
                 append = appends.pop(partition, None)
                 if append is None:
                     continue
-                if error_code == 0:
+                if error_code == 0 or (
+                    error_code == DUPLICATE_SEQUENCE_NUMBER and base_offset >= 0 and append.assigned
+                ):
+                    # A duplicate is a copy of a batch the broker has, at that offset.
                     self.release(append)
                     if not append.future.done():
                         append.future.set_result(base_offset + append.count)
-                elif error_code in _NOT_WRITTEN and not self.closed:
-                    # Keeps the partition's place: nothing of it may overtake this batch.
-                    self._reroute(append, error_code)
                 else:
-                    self.release(append)
-                    _fail(
-                        append,
-                        AppendError(
-                            error_code, f"the broker refused the batch: error {error_code}"
-                        ),
-                    )
+                    self._refused(append, error_code, message)
         for append in appends.values():
-            self.release(append)
-            _fail(
+            self.give_up(
                 append,
                 AppendError(UNKNOWN_SERVER_ERROR, "the broker did not answer for the partition"),
             )
         appends.clear()
 
+    def _refused(self, append: _Append, error_code: int, message: str | None) -> None:
+        """What a batch the broker answered with `error_code` becomes."""
+        described = f"error {error_code}" + (f" ({message})" if message else "")
+        if self.closed:
+            self.give_up(
+                append, AppendError(error_code, f"the broker refused the batch: {described}")
+            )
+            return
+        if error_code in _NOT_WRITTEN:
+            # Keeps the partition's place: nothing of it may overtake this batch.
+            self._reroute(append, error_code)
+            return
+        producer = self.producer
+        if producer is not None and producer.enabled and append.assigned:
+            if error_code in _FATE_UNKNOWN:
+                self.resent += 1
+                self._reroute(append, error_code)
+                return
+            if error_code in NEW_EPOCH_ERRORS or error_code in NEW_PRODUCER_ID_ERRORS:
+                # Not written: the batch goes again with the new epoch or id it gets.
+                log.warning(
+                    "partition %d of %s: the broker refused a batch of %r: %s; it goes again "
+                    "with a new %s",
+                    append.partition,
+                    self.topic,
+                    producer.current,
+                    described,
+                    "epoch" if error_code in NEW_EPOCH_ERRORS else "producer id",
+                )
+                if error_code in NEW_EPOCH_ERRORS:
+                    producer.epoch_rejected()
+                else:
+                    producer.id_rejected()
+                    self.renew_producer_id()
+                append.assigned = False
+                self.resent += 1
+                self._reroute(append, error_code)
+                return
+        if error_code == DUPLICATE_SEQUENCE_NUMBER:
+            # Written, but the broker does not say where: failed as a timeout is (the
+            # runtime's offset check finds the records), not as an error it passes on.
+            error_code = REQUEST_TIMED_OUT
+            described = "a duplicate of a batch the broker has, at an offset it did not give"
+        self.give_up(append, AppendError(error_code, f"the broker refused the batch: {described}"))
+
+    def retry_or_fail(self, request: _Request, error: AppendError) -> list[_Append]:
+        """After a request's connection closed unanswered (idempotent appends only): the
+        appends to send again; those past their delivery timeout, or dropped by their
+        caller, fail (their fate unknown)."""
+        assert self._loop is not None
+        now = self._loop.time()
+        again: list[_Append] = []
+        for append in request.appends.values():
+            if append.future.done() or append.deadline <= now:
+                self.give_up(append, error)
+            else:
+                again.append(append)
+        request.appends.clear()
+        self.resent += len(again)
+        return again
+
     def fail_request(self, request: _Request, error: AppendError) -> None:
         for append in request.appends.values():
-            self.release(append)
-            _fail(append, error)
+            self.give_up(append, error)
         request.appends.clear()
+
+    def give_up(self, append: _Append, error: AppendError) -> None:
+        """Fail the append; one that left may be in the log (see unresolved())."""
+        self.release(append)
+        if append.assigned and self.producer is not None:
+            self.producer.unresolved()
+        _fail(append, error)
+
+    def abandon(self, append: _Append) -> None:
+        """Forget an append its caller dropped before it left (again)."""
+        self.release(append)
+        if append.assigned and self.producer is not None:
+            self.producer.unresolved()
 
     def release(self, append: _Append) -> None:
         if self.busy.get(append.partition) is append:
             del self.busy[append.partition]
             # A later batch of the partition may be waiting for this one.
             self.schedule_flush()
+
+    def renew_producer_id(self) -> None:
+        """Ask for a new producer id (once at a time) while the producer needs one."""
+        if (
+            self._renewing is None
+            and not self.closed
+            and self._loop is not None
+            and self.producer is not None
+            and self.producer.needs_new_id
+            and self._new_producer_id is not None
+        ):
+            self._renewing = self._loop.create_task(self._renew())
 
     def refresh_metadata(self) -> None:
         if self._refreshing is None and not self.closed and self._loop is not None:
@@ -567,6 +741,18 @@ class ProduceSender:
             if asyncio.current_task() is self._refreshing:
                 self._refreshing = None
 
+    async def _renew(self) -> None:
+        assert self.producer is not None and self._new_producer_id is not None
+        try:
+            await renew_producer_id(
+                self.producer, self._new_producer_id, lambda: not self.closed, self.topic
+            )
+        finally:
+            if asyncio.current_task() is self._renewing:
+                self._renewing = None
+            # What waited for the id goes now.
+            self.schedule_flush()
+
     def _route(self, leaders: dict[int, Leader]) -> None:
         for leader in leaders.values():
             node = self._nodes.get(leader.node_id)
@@ -609,31 +795,33 @@ class ProduceSender:
             if node.inflight and node.inflight[0].deadline <= now and node.link is not None:
                 # Losing the link fails what is in flight on it.
                 node.link.abort(f"no answer within {self.request_timeout_ms} ms")
-            node.pending = _expire_appends(node.pending, now, self, self.request_timeout_ms)
+            node.pending = _expire_appends(node.pending, now, self)
             outstanding = outstanding or bool(node.pending or node.inflight)
-        self._unrouted = _expire_appends(self._unrouted, now, self, self.request_timeout_ms)
+        self._unrouted = _expire_appends(self._unrouted, now, self)
         if outstanding or self._unrouted:
             self._sweep = loop.call_later(self._sweep_interval(), self._expire)
 
 
-def _timed_out(request_timeout_ms: int) -> AppendError:
-    return AppendError(REQUEST_TIMED_OUT, f"produce timed out after {request_timeout_ms} ms")
-
-
-def _expire_appends(
-    appends: deque[_Append], now: float, sender: ProduceSender, timeout_ms: int
-) -> deque[_Append]:
+def _expire_appends(appends: deque[_Append], now: float, sender: ProduceSender) -> deque[_Append]:
     if all(append.deadline > now for append in appends):
         return appends
     kept: deque[_Append] = deque()
     for append in appends:
         if append.deadline <= now:
-            # Not on the way: never sent, or refused unwritten.
-            sender.release(append)
-            _fail(append, _timed_out(timeout_ms))
+            # Not on the way: never sent, refused unwritten, or waiting to go again.
+            sender.give_up(append, AppendError(REQUEST_TIMED_OUT, "produce timed out"))
         else:
             kept.append(append)
     return kept
+
+
+def _read_string(payload: bytes, position: int) -> tuple[str | None, int]:
+    """A nullable string (int16 length) and the position after it."""
+    (length,) = _INT16.unpack_from(payload, position)
+    position += 2
+    if length < 0:
+        return None, position
+    return payload[position : position + length].decode(errors="replace"), position + length
 
 
 def _fail(append: _Append, error: AppendError) -> None:
