@@ -1,7 +1,10 @@
-"""The pipeline over a real Kafka log (Apache Kafka) of a real server process: the
-history with consumer lag from the data topics, the audit against the live server (no
-mismatch; a commit during the audit is not one; a record written behind the server's back
-is exactly one), and the streaming reader's incremental runs."""
+"""The pipeline over a real Kafka log (Apache Kafka) of a real server process, read through
+Spark's own Kafka source: the history with consumer lag from the data topics, the audit
+against the live server (no mismatch; a commit during the audit is not one; a record
+written behind the server's back is exactly one), the streaming reader's incremental runs,
+and the benchmark. The security settings reach Spark's source (a read over SASL_SSL; a
+refused password, an untrusted broker and a missing topic are one clear line); aborted
+transactions are not read and compaction's gaps are no data loss."""
 
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ from wire_client import WireClient
 from coordinator_server.cli import main as coordinator_main
 from coordinator_server.pipeline.audit import CHANGED, MISMATCH, AuditRun, run_audit
 from coordinator_server.pipeline.history import HistoryOptions, compute_history
-from coordinator_server.pipeline.logs import KafkaLog
+from coordinator_server.pipeline.kafka_source import KafkaLogTopic
 from coordinator_server.pipeline.session import read_log, read_log_stream
 from coordinator_server.records import encode_record, new_offset_commit_record
 from protocol.hashing import partition_for
@@ -78,19 +81,19 @@ async def fill_topic(broker: KafkaBroker, topic: str, partitions: int, per_parti
 @pytest.fixture(scope="module")
 def history_served(
     kafka_broker: KafkaBroker,
-) -> Iterator[tuple[ServerProcess, ExpectedHistory, KafkaLog, str]]:
+) -> Iterator[tuple[ServerProcess, ExpectedHistory, KafkaLogTopic, str]]:
     log_topic, data_topic, simple_topic = name("log"), name("orders"), name("payments")
     asyncio.run(fill_topic(kafka_broker, data_topic, DATA_PARTITIONS, RECORDS_PER_DATA_PARTITION))
     asyncio.run(fill_topic(kafka_broker, simple_topic, 2, RECORDS_PER_SIMPLE_PARTITION))
     with kafka_server(kafka_broker, log_topic) as process:
         expected = asyncio.run(produce_known_history(process, data_topic, simple_topic))
-        yield process, expected, KafkaLog(kafka_broker.bootstrap, log_topic), simple_topic
+        yield process, expected, KafkaLogTopic(kafka_broker.bootstrap, log_topic), simple_topic
 
 
 def test_history_and_consumer_lag_from_a_kafka_log(
     spark: Any,
     kafka_broker: KafkaBroker,
-    history_served: tuple[ServerProcess, ExpectedHistory, KafkaLog, str],
+    history_served: tuple[ServerProcess, ExpectedHistory, KafkaLogTopic, str],
 ) -> None:
     _, expected, location, simple_topic = history_served
     log = read_log(spark, location).cache()
@@ -121,7 +124,7 @@ def test_history_and_consumer_lag_from_a_kafka_log(
 
 
 async def test_audit_of_the_live_server_finds_no_mismatch(
-    spark: Any, history_served: tuple[ServerProcess, ExpectedHistory, KafkaLog, str]
+    spark: Any, history_served: tuple[ServerProcess, ExpectedHistory, KafkaLogTopic, str]
 ) -> None:
     process, _, location, _ = history_served
     result = await asyncio.to_thread(run_audit, spark, location, f"{process.host}:{process.port}")
@@ -148,7 +151,7 @@ async def test_audit_tells_a_commit_during_the_audit_from_a_record_planted_in_th
     spark: Any, kafka_broker: KafkaBroker, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     log_topic = name("log")
-    location = KafkaLog(kafka_broker.bootstrap, log_topic)
+    location = KafkaLogTopic(kafka_broker.bootstrap, log_topic)
     with kafka_server(kafka_broker, log_topic) as process:
         servers = f"{process.host}:{process.port}"
         client = await WireClient.connect(process.host, process.port)
@@ -208,7 +211,7 @@ async def test_streaming_reads_only_the_records_appended_since_the_last_run(
     spark: Any, kafka_broker: KafkaBroker, tmp_path: Path
 ) -> None:
     log_topic = name("log")
-    location = KafkaLog(kafka_broker.bootstrap, log_topic)
+    location = KafkaLogTopic(kafka_broker.bootstrap, log_topic)
     checkpoint, sink = tmp_path / "checkpoint", tmp_path / "sink"
 
     def run_once() -> int:
