@@ -40,7 +40,14 @@ from coordinator_server.pipeline.session import log_end_offsets, read_log
 from coordinator_server.pipeline.state import final_offsets
 from coordinator_server.storage.kafka_security import KafkaSecurity
 
-__all__ = ["BenchResult", "KafkaBenchLog", "generate_kafka_log", "generate_log", "run_bench"]
+__all__ = [
+    "BenchResult",
+    "KafkaBenchLog",
+    "generate_kafka_log",
+    "generate_log",
+    "generate_records",
+    "run_bench",
+]
 
 LOG_PARTITIONS: Final = 8
 TOPICS: Final = 8
@@ -102,7 +109,8 @@ class BenchResult:
         ]
 
 
-def _records(count: int, groups: int) -> Iterator[tuple[int, tuple[bytes, bytes | None]]]:
+def generate_records(count: int, groups: int) -> Iterator[tuple[int, tuple[bytes, bytes | None]]]:
+    """The bench's log: (log partition, encoded record) of each of `count` records."""
     from coordinator_server.records import (
         GroupMemberValue,
         GroupMetadataValue,
@@ -157,7 +165,7 @@ async def _write(path: Path, count: int, groups: int) -> None:
     await log.start()
     try:
         pending: dict[int, list[tuple[bytes, bytes | None]]] = {}
-        for partition, raw in _records(count, groups):
+        for partition, raw in generate_records(count, groups):
             batch = pending.setdefault(partition, [])
             batch.append(raw)
             if len(batch) >= APPEND_BATCH:
@@ -209,7 +217,7 @@ async def _write_kafka(target: KafkaBenchLog, count: int, groups: int) -> None:
     try:
         in_flight: set[asyncio.Future[int]] = set()
         pending: dict[int, list[tuple[bytes, bytes | None]]] = {}
-        for partition, raw in _records(count, groups):
+        for partition, raw in generate_records(count, groups):
             batch = pending.setdefault(partition, [])
             batch.append(raw)
             if len(batch) >= KAFKA_APPEND_BATCH:

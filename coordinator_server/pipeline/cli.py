@@ -249,7 +249,7 @@ def main(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None
             return _audit(spark, location, args, out)
         if args.analyze_command == "history":
             return _history(spark, location, args, out, security.properties())
-        return _bench(spark, args, out, security)
+        return _bench(spark, args, out, err, security)
     except (
         KafkaSecurityError,
         LogUnreadableError,
@@ -310,7 +310,9 @@ def _history(
     return EXIT_OK
 
 
-def _bench(spark: Any, args: argparse.Namespace, out: TextIO, security: KafkaSecurity) -> int:
+def _bench(
+    spark: Any, args: argparse.Namespace, out: TextIO, err: TextIO, security: KafkaSecurity
+) -> int:
     import os
     import platform
 
@@ -319,7 +321,11 @@ def _bench(spark: Any, args: argparse.Namespace, out: TextIO, security: KafkaSec
     kafka = None
     if args.bootstrap_servers:
         kafka = KafkaBenchLog(args.bootstrap_servers, args.topic, security)
-    result = run_bench(spark, args.records, args.data_dir, args.groups, kafka=kafka)
+    try:
+        result = run_bench(spark, args.records, args.data_dir, args.groups, kafka=kafka)
+    except ValueError as error:
+        print(f"coordinator-server analyze: {error}", file=err)
+        return EXIT_USAGE
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
         f"{platform.python_version()}, Spark {spark.version}, master {spark.sparkContext.master}",

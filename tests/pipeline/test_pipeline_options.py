@@ -5,10 +5,10 @@ the package matching PySpark, and the data cluster's settings for the lag."""
 from __future__ import annotations
 
 import ssl
-import subprocess
 from pathlib import Path
 
 import pyspark
+from pipeline_scenario import self_signed_ca
 
 from coordinator_server.cli import build_parser
 from coordinator_server.pipeline import cli as analyze
@@ -16,20 +16,6 @@ from coordinator_server.pipeline.history import aiokafka_options
 from coordinator_server.pipeline.kafka_source import KafkaLogTopic, kafka_source_conf
 
 PASSWORD = "s3cr3t-pa55word"
-
-
-def self_signed_ca(directory: Path) -> Path:
-    ca = directory / "ca.pem"
-    subprocess.run(
-        [
-            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-            "-subj", "/CN=some-ca", "-keyout", str(directory / "ca.key"), "-out", str(ca),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )  # fmt: skip
-    return ca
 
 
 def test_analyze_hands_the_security_settings_to_sparks_kafka_source(tmp_path: Path) -> None:
