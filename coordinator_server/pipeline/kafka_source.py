@@ -60,11 +60,16 @@ __all__ = [
 
 # Spark 4 is built for Scala 2.13 only.
 KAFKA_SOURCE_ARTIFACT: Final = "org.apache.spark:spark-sql-kafka-0-10_2.13"
-# Dependencies of the source that Spark itself ships, at the same versions: a second copy
-# would be a download and, on a cluster, a copy to every executor.
+# Dependencies of the source that Spark itself ships, at the same versions (the source is
+# Spark's own version): a second copy would be a download (50 of the 64 MB) and, on a
+# cluster, a copy to every executor.
 PROVIDED_BY_SPARK: Final = (
     "org.apache.hadoop:hadoop-client-api",
     "org.apache.hadoop:hadoop-client-runtime",
+    "at.yawk.lz4:lz4-java",
+    "org.xerial.snappy:snappy-java",
+    "org.slf4j:slf4j-api",
+    "org.scala-lang.modules:scala-parallel-collections_2.13",
 )
 SOURCE_DEFAULTS: Final = {
     "kafka.isolation.level": "read_committed",

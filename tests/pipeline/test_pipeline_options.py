@@ -70,7 +70,9 @@ def test_the_session_loads_the_kafka_source_of_the_running_pyspark() -> None:
         "spark.executor.memory": "1g",
         "spark.jars.packages": package,
         "spark.jars.excludes": "org.apache.hadoop:hadoop-client-api,"
-        "org.apache.hadoop:hadoop-client-runtime",
+        "org.apache.hadoop:hadoop-client-runtime,at.yawk.lz4:lz4-java,"
+        "org.xerial.snappy:snappy-java,org.slf4j:slf4j-api,"
+        "org.scala-lang.modules:scala-parallel-collections_2.13",
     }
     # Packages the user lists stay; a version of the source the user chose is kept.
     assert (
