@@ -199,7 +199,6 @@ class KafkaLogTopic(LogLocation):
                 "enable.auto.commit": "false",
                 # Asking about a topic must never create it.
                 "allow.auto.create.topics": "false",
-                "default.api.timeout.ms": str(self.timeout_ms),
             }
         )
         return properties

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,11 +37,13 @@ from pipeline_scenario import (
 from server_process import ServerProcess
 from wire_client import WireClient
 
+from coordinator_server.bench.processes import free_port
 from coordinator_server.cli import main as coordinator_main
 from coordinator_server.pipeline.audit import CHANGED, MISMATCH, AuditRun, run_audit
 from coordinator_server.pipeline.bench import generate_records
 from coordinator_server.pipeline.history import HistoryOptions, compute_history
 from coordinator_server.pipeline.kafka_source import KafkaLogTopic
+from coordinator_server.pipeline.logs import LogUnreadableError
 from coordinator_server.pipeline.session import read_log, read_log_stream
 from coordinator_server.pipeline.state import final_groups, final_offsets
 from coordinator_server.records import (
@@ -361,6 +364,16 @@ async def test_a_refused_password_an_untrusted_broker_or_a_missing_topic_is_one_
     code, err = await asyncio.to_thread(audit, sasl, "no-such-topic", *good)
     assert code == 3, err
     assert f"topic no-such-topic does not exist at {sasl}" in err
+
+
+def test_a_cluster_that_does_not_answer_is_a_clear_error_in_bounded_time(spark: Any) -> None:
+    nobody = f"127.0.0.1:{free_port()}"
+    location = KafkaLogTopic(nobody, "the-log", timeout_ms=2_000)
+    started = time.monotonic()
+    with pytest.raises(LogUnreadableError, match=rf"Kafka at {nobody} did not answer") as raised:
+        read_log(spark, location)
+    assert "within 2000 ms" in str(raised.value)
+    assert time.monotonic() - started < 30
 
 
 async def produce_raw(broker: KafkaBroker, topic: str, records: list[Any]) -> None:
