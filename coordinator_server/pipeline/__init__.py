@@ -1,9 +1,10 @@
 """Analytics and audit of the coordinator's log on Spark (the `pipeline` extra).
 
 - `decode`: the log's records as typed rows (the schema executors fill).
-- `logs`: reading the log where it is stored (a Kafka topic, the SQLite file).
-- `source`: the Spark data source `coordinator_log`, batch and streaming.
-- `session`: the Spark session, and the log as a DataFrame.
+- `logs`: where the log is stored, and reading the SQLite file.
+- `kafka_source`: a log in a Kafka topic, read through Spark's own Kafka source.
+- `source`: the Spark data source `coordinator_log` over the SQLite log, batch and streaming.
+- `session`: the Spark session, and the log as a DataFrame (whichever the store).
 - `state`: the final state the log leaves (compaction semantics).
 - `audit`, `history`, `report`, `bench`: the `coordinator-server analyze` commands, whose
   command line is `cli` (and `main`, the same as a file for `spark-submit`).

@@ -45,7 +45,7 @@ from pyspark.sql.types import (
 
 from coordinator_server.client import CoordinatorClient
 from coordinator_server.pipeline.logs import LogLocation, readable
-from coordinator_server.pipeline.session import read_log
+from coordinator_server.pipeline.session import log_end_offsets, read_log
 from coordinator_server.pipeline.state import final_groups, final_offsets, group_positions
 from protocol.consumer import ConsumerProtocolAssignment, InvalidConsumerProtocolError
 from protocol.errors import ErrorCode
@@ -555,7 +555,7 @@ class AuditRun:
 
     def log_watermarks(self) -> dict[int, int]:
         with readable(self.location) as location:
-            return location.end_offsets()
+            return log_end_offsets(self.spark, location)
 
     async def live_state(self) -> LiveState:
         """Every group ListGroups names, with its offsets and description."""

@@ -2,11 +2,13 @@
 
     coordinator-server analyze audit   (--bootstrap-servers B | --data-dir D) --server H:P
     coordinator-server analyze history (--bootstrap-servers B | --data-dir D) --output DIR
-    coordinator-server analyze bench   --records 1000000
+    coordinator-server analyze bench   --records 1000000 [--bootstrap-servers B]
 
 Every sub-command takes the usual Spark settings (`--master`, `--conf k=v`, memory and
-cores); without `--master` it runs on `local[*]`, or on what `spark-submit` says. PySpark
-is imported only when a sub-command runs, so the rest of the program never needs it.
+cores); without `--master` it runs on `local[*]`, or on what `spark-submit` says. A log in
+Kafka is read through Spark's own Kafka source, which the session loads for it (resolved
+from Maven Central on a machine's first use). PySpark is imported only when a sub-command
+runs, so the rest of the program never needs it.
 """
 
 from __future__ import annotations
@@ -15,13 +17,20 @@ import argparse
 import datetime
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from coordinator_server.storage.kafka_security import KafkaSecurity
 
 __all__ = ["add_parser", "main"]
 
 EXIT_OK = 0
 EXIT_MISMATCH = 1
 EXIT_USAGE = 2
+# The log could not be read (its cluster does not answer, refuses us, lacks the topic):
+# apart from a mismatch, so that a script can tell "inconsistent" from "could not look".
+EXIT_UNREADABLE = 3
+BENCH_TOPIC = "coordinator-analyze-bench"
 
 
 def _spark_options() -> argparse.ArgumentParser:
@@ -128,16 +137,32 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
 
     bench = actions.add_parser(
-        "bench", parents=[spark], help="rows per second over a generated SQLite log"
+        "bench",
+        parents=[spark],
+        help="rows per second over a generated log (SQLite, or a Kafka topic)",
     )
     bench.add_argument("--records", type=int, default=1_000_000, help="log size (default 1e6)")
     bench.add_argument("--groups", type=int, default=1_000, help="groups (default 1000)")
     bench.add_argument(
         "--data-dir",
         type=Path,
-        help="where to write the log (kept, and reused by the next run); default: a "
+        help="where to write the SQLite log (kept, and reused by the next run); default: a "
         "temporary directory",
     )
+    bench.add_argument(
+        "--bootstrap-servers",
+        help="write the log to a topic of this Kafka cluster instead, and read it through "
+        "Spark's Kafka source",
+    )
+    bench.add_argument(
+        "--topic",
+        default=BENCH_TOPIC,
+        help=f"the Kafka topic of the log (default {BENCH_TOPIC}; created, kept and reused "
+        "by the next run with as many records; one holding another count is refused)",
+    )
+    from coordinator_server.kafka_options import add_kafka_security_options
+
+    add_kafka_security_options(bench)
 
 
 def _conf(pairs: list[str]) -> dict[str, str]:
@@ -150,22 +175,25 @@ def _conf(pairs: list[str]) -> dict[str, str]:
     return conf
 
 
-def _location(args: argparse.Namespace, kafka_properties: dict[str, str]) -> Any:
-    from coordinator_server.pipeline.logs import KafkaLog, SqliteLogFile, sqlite_file
+def _location(args: argparse.Namespace, security: KafkaSecurity) -> Any:
+    """The log the options name: a Kafka topic, read through Spark's Kafka source with the
+    security settings as its `kafka.*` options, or the SQLite file."""
+    from coordinator_server.pipeline.kafka_source import KafkaLogTopic
+    from coordinator_server.pipeline.logs import SqliteLogFile, sqlite_file
 
     if bool(args.bootstrap_servers) == bool(args.data_dir):
         raise ValueError("give exactly one of --bootstrap-servers (Kafka log) or --data-dir")
     if args.bootstrap_servers:
-        return KafkaLog(args.bootstrap_servers, args.offsets_topic, kafka_options=kafka_properties)
+        return KafkaLogTopic(
+            args.bootstrap_servers, args.offsets_topic, options=security.spark_options()
+        )
     return SqliteLogFile(str(sqlite_file(args.data_dir)))
 
 
-def _kafka_properties(args: argparse.Namespace) -> dict[str, str]:
-    """The Kafka security options as librdkafka-style properties (strings: they travel to
-    Spark's executors, whose readers make their own SSL context of them)."""
+def _kafka_security(args: argparse.Namespace) -> KafkaSecurity:
     from coordinator_server.kafka_options import kafka_security_from_args
 
-    return kafka_security_from_args(args).properties()
+    return kafka_security_from_args(args)
 
 
 def _as_of_ms(text: str | None) -> int | None:
@@ -183,7 +211,9 @@ def main(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None
     try:
         from pyspark import SparkContext
 
+        from coordinator_server.pipeline.logs import LogInUseError, LogUnreadableError
         from coordinator_server.pipeline.session import SparkSettings, build_session
+        from coordinator_server.storage.kafka_security import KafkaSecurityError
     except ImportError as error:
         print(
             f"coordinator-server analyze: needs the pipeline extra ({error}); "
@@ -191,7 +221,12 @@ def main(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None
             file=err,
         )
         return EXIT_USAGE
+    bench = args.analyze_command == "bench"
     try:
+        security = _kafka_security(args)
+        if bench and args.bootstrap_servers and args.data_dir:
+            raise ValueError("give --bootstrap-servers (a Kafka log) or --data-dir, not both")
+        location = None if bench else _location(args, security)
         settings = SparkSettings(
             master=args.master,
             app_name=args.app_name,
@@ -200,10 +235,9 @@ def main(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None
             executor_cores=args.executor_cores,
             shuffle_partitions=args.shuffle_partitions,
             conf=_conf(args.conf),
+            kafka_source=bool(args.bootstrap_servers),
         )
-        kafka_properties = _kafka_properties(args) if args.analyze_command != "bench" else {}
-        location = _location(args, kafka_properties) if args.analyze_command != "bench" else None
-    except ValueError as error:
+    except (ValueError, KafkaSecurityError) as error:
         print(f"coordinator-server analyze: {error}", file=err)
         return EXIT_USAGE
     # A session already running in this process (a notebook, a test) is used and left
@@ -214,8 +248,17 @@ def main(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None
         if args.analyze_command == "audit":
             return _audit(spark, location, args, out)
         if args.analyze_command == "history":
-            return _history(spark, location, args, out, kafka_properties)
-        return _bench(spark, args, out)
+            return _history(spark, location, args, out, security.properties())
+        return _bench(spark, args, out, err, security)
+    except (
+        KafkaSecurityError,
+        LogUnreadableError,
+        LogInUseError,
+        FileNotFoundError,
+    ) as error:
+        # What to fix, in one line, not a stack trace (the password is never in it).
+        print(f"coordinator-server analyze: cannot read the log: {error}", file=err)
+        return EXIT_UNREADABLE
     finally:
         if owned:
             spark.stop()
@@ -267,13 +310,22 @@ def _history(
     return EXIT_OK
 
 
-def _bench(spark: Any, args: argparse.Namespace, out: TextIO) -> int:
+def _bench(
+    spark: Any, args: argparse.Namespace, out: TextIO, err: TextIO, security: KafkaSecurity
+) -> int:
     import os
     import platform
 
-    from coordinator_server.pipeline.bench import run_bench
+    from coordinator_server.pipeline.bench import KafkaBenchLog, run_bench
 
-    result = run_bench(spark, args.records, args.data_dir, args.groups)
+    kafka = None
+    if args.bootstrap_servers:
+        kafka = KafkaBenchLog(args.bootstrap_servers, args.topic, security)
+    try:
+        result = run_bench(spark, args.records, args.data_dir, args.groups, kafka=kafka)
+    except ValueError as error:
+        print(f"coordinator-server analyze: {error}", file=err)
+        return EXIT_USAGE
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
         f"{platform.python_version()}, Spark {spark.version}, master {spark.sparkContext.master}",

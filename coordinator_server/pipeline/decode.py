@@ -49,6 +49,7 @@ __all__ = [
     "SCHEMA",
     "RawLogRecord",
     "RecordBatchBuilder",
+    "decode_arrow_batches",
     "decode_batches",
 ]
 
@@ -273,4 +274,19 @@ def decode_batches(
         if len(builder) >= batch_rows:
             yield builder.flush()
     if len(builder):
+        yield builder.flush()
+
+
+def decode_arrow_batches(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Decode record batches of raw records (columns `log_partition`, `log_offset`,
+    `log_timestamp_ms`, `key`, `value`) into record batches of ARROW_SCHEMA, one out per
+    one in: the function `mapInArrow` runs over Spark's Kafka source."""
+    builder = RecordBatchBuilder()
+    for batch in batches:
+        columns = (
+            batch.column(name).to_pylist()
+            for name in ("log_partition", "log_offset", "log_timestamp_ms", "key", "value")
+        )
+        for log_partition, log_offset, timestamp_ms, key, value in zip(*columns, strict=True):
+            builder.append(decode_row(log_partition, log_offset, timestamp_ms, key, value))
         yield builder.flush()

@@ -16,7 +16,9 @@ Tables (each a function of the decoded log, written as Parquet by `write_history
 - `lag` and `lag_over_time` (given the data cluster): log-end offset minus committed offset
   per group, topic and partition, now and at points in time. A partition's end at a past
   time is the first offset whose record is at least that recent (a search over the record
-  timestamps Fetch returns), its end now the high watermark Fetch reports.
+  timestamps Fetch returns), its end now the high watermark Fetch reports. These are a few
+  offsets per data partition, which the driver asks for itself (the project's
+  `KafkaLogReader`); the log itself is read through Spark's Kafka source.
 
 A commit's time is the coordinator's `commit_timestamp`; a rebalance's is the log time of
 the first record of its generation.
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -39,6 +41,7 @@ from coordinator_server.pipeline.state import final_groups, final_offsets
 __all__ = [
     "HistoryOptions",
     "HistoryTables",
+    "aiokafka_options",
     "commit_rate",
     "commits",
     "compute_history",
@@ -62,7 +65,8 @@ class HistoryOptions:
     # "now" for idleness and current lag; default: the time of the run.
     as_of_ms: int | None = None
     kafka_bootstrap_servers: str | None = None
-    # The data cluster's client options, as a Kafka log's (security under librdkafka's names).
+    # The data cluster's security settings, as librdkafka-style properties
+    # (`KafkaSecurity.properties()`), and other aiokafka arguments.
     kafka_options: dict[str, Any] | None = None
     lag_points: int = 12
 
@@ -296,7 +300,6 @@ async def _log_ends(
     from aiokafka.structs import TopicPartition
 
     from coordinator_server.client.kafka_log import KafkaLogReader
-    from coordinator_server.pipeline.logs import aiokafka_options
 
     async with KafkaLogReader(bootstrap, **aiokafka_options(kafka_options)) as reader:
         counts = await reader.partition_counts({topic for topic, _ in partitions})
@@ -312,6 +315,19 @@ async def _log_ends(
             for tp, offset in found.items():
                 at_times[(tp.topic, tp.partition, time_ms)] = offset
     return {(tp.topic, tp.partition): offset for tp, offset in now.items()}, at_times
+
+
+def aiokafka_options(kafka_options: Mapping[str, Any]) -> dict[str, Any]:
+    """aiokafka's arguments from the data cluster's options: the security settings
+    (librdkafka's names) become an SSL context and SASL credentials; the rest pass as they
+    are."""
+    from coordinator_server.storage.kafka_security import KafkaSecurity, is_security_property
+
+    security = {k: str(v) for k, v in kafka_options.items() if is_security_property(k)}
+    rest = {k: v for k, v in kafka_options.items() if not is_security_property(k)}
+    if security:
+        rest.update(KafkaSecurity.from_properties(security).aiokafka_options())
+    return rest
 
 
 def consumer_lag(

@@ -1,5 +1,11 @@
 """The Spark session of the pipeline, and the log as a DataFrame.
 
+A log in Kafka is read through Spark's own Kafka source (`kafka_source`), which the session
+loads when started with `kafka_source=True`: Spark resolves the package from Maven Central
+into its Ivy directory (`spark.jars.ivy`, default Ivy's own in the home directory) on the
+first start, and from there afterwards. The SQLite log is read by the `coordinator_log`
+data source (`source`), which needs nothing more.
+
 Run locally (`local[*]`, the default) the executors are Python processes of this same
 interpreter, so `PYSPARK_PYTHON` is set to it unless already set, and Spark binds to
 127.0.0.1 (`SPARK_LOCAL_IP`) so that a machine whose host name does not resolve can run
@@ -19,10 +25,18 @@ from typing import Final
 
 from pyspark.sql import DataFrame, SparkSession
 
-from coordinator_server.pipeline.logs import KafkaLog, LogLocation, SqliteLogFile
+from coordinator_server.pipeline.kafka_source import KafkaLogTopic, kafka_source_conf
+from coordinator_server.pipeline.logs import LogLocation, SqliteLogFile
 from coordinator_server.pipeline.source import FORMAT, CoordinatorLogDataSource
 
-__all__ = ["SparkSettings", "build_session", "read_log", "read_log_stream", "source_options"]
+__all__ = [
+    "SparkSettings",
+    "build_session",
+    "log_end_offsets",
+    "read_log",
+    "read_log_stream",
+    "source_options",
+]
 
 DEFAULT_MASTER: Final = "local[*]"
 
@@ -36,6 +50,9 @@ class SparkSettings:
     executor_cores: int | None = None
     shuffle_partitions: int | None = None
     conf: Mapping[str, str] = field(default_factory=dict)
+    # Load Spark's Kafka source (for a log in Kafka). Only a session started here can: under
+    # spark-submit, give it --packages (kafka_source.kafka_source_package()).
+    kafka_source: bool = False
 
 
 def _under_spark_submit() -> bool:
@@ -65,6 +82,8 @@ def build_session(settings: SparkSettings | None = None) -> SparkSession:
     if settings.shuffle_partitions:
         conf["spark.sql.shuffle.partitions"] = str(settings.shuffle_partitions)
     conf.update(settings.conf)
+    if settings.kafka_source:
+        conf = kafka_source_conf(conf)
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
@@ -84,24 +103,31 @@ def register(spark: SparkSession) -> None:
 
 
 def source_options(location: LogLocation) -> dict[str, str]:
-    if isinstance(location, KafkaLog):
-        options = {
-            "bootstrapServers": location.bootstrap_servers,
-            "topic": location.topic,
-            "timeoutMs": str(location.timeout_ms),
-        }
-        options.update({f"kafka.{k}": v for k, v in location.kafka_options.items()})
-        return options
+    """The options of the source that reads `location`: Spark's Kafka source, or the
+    `coordinator_log` data source."""
+    if isinstance(location, KafkaLogTopic):
+        return location.source_options()
     if isinstance(location, SqliteLogFile):
         return {"path": location.path}
+    raise TypeError(f"unknown log location {location!r}")
+
+
+def log_end_offsets(spark: SparkSession, location: LogLocation) -> dict[int, int]:
+    """Each log partition's end now (the offset its next record will get)."""
+    if isinstance(location, KafkaLogTopic):
+        return location.end_offsets(spark)
+    if isinstance(location, SqliteLogFile):
+        return location.end_offsets()
     raise TypeError(f"unknown log location {location!r}")
 
 
 def read_log(
     spark: SparkSession, location: LogLocation, end_offsets: Mapping[int, int] | None = None
 ) -> DataFrame:
-    """The log as a DataFrame of `decode.SCHEMA`: up to `end_offsets` when given, else up
-    to each partition's end when the read is planned."""
+    """The log as a DataFrame of `decode.SCHEMA`, one Spark partition per log partition:
+    up to `end_offsets` when given, else up to each partition's end when a query runs."""
+    if isinstance(location, KafkaLogTopic):
+        return location.read(spark, end_offsets)
     register(spark)
     reader = spark.read.format(FORMAT).options(**source_options(location))
     if end_offsets is not None:
@@ -114,7 +140,11 @@ def read_log(
 def read_log_stream(
     spark: SparkSession, location: LogLocation, starting_offsets: str = "earliest"
 ) -> DataFrame:
-    """The log as a streaming DataFrame (use with a checkpoint location)."""
+    """The log as a streaming DataFrame (use with a checkpoint location): its offsets are
+    each log partition's next offset, so a query with a checkpoint reads, on each run, only
+    what was appended since the last one."""
+    if isinstance(location, KafkaLogTopic):
+        return location.read_stream(spark, starting_offsets)
     register(spark)
     return (
         spark.readStream.format(FORMAT)

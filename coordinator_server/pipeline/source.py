@@ -1,13 +1,11 @@
-"""The Spark data source `coordinator_log`: the coordinator's log as a DataFrame.
+"""The Spark data source `coordinator_log`: the embedded SQLite log as a DataFrame.
 
     spark.dataSource.register(CoordinatorLogDataSource)
-    spark.read.format("coordinator_log").option("bootstrapServers", "kafka:9092").load()
-    spark.read.format("coordinator_log").load("/var/lib/coordinator")   # the SQLite log
+    spark.read.format("coordinator_log").load("/var/lib/coordinator")
 
-Options: `bootstrapServers`, `topic` (default `__coordinator_offsets`), `timeoutMs` and
-`kafka.<name>` (passed to aiokafka: `kafka.security_protocol`, ...) for a Kafka log; `path`
-(the server's data directory or the file) for a SQLite one; `batchRows` (rows per Arrow
-batch, default 10000). The schema is `decode.SCHEMA`.
+Options: `path` (the server's data directory or the file); `batchRows` (rows per Arrow
+batch, default 10000). The schema is `decode.SCHEMA`. (A log in Kafka is read through
+Spark's own Kafka source: `kafka_source`.)
 
 A batch read plans one Spark partition per log partition, from its start to the end it
 has when the read is planned, and executors read and decode their partition. A streaming
@@ -32,7 +30,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from coordinator_server.pipeline.decode import SCHEMA, decode_batches
-from coordinator_server.pipeline.logs import LogLocation, log_location_from_options
+from coordinator_server.pipeline.logs import SqliteLogFile, log_location_from_options
 
 __all__ = ["FORMAT", "CoordinatorLogDataSource", "LogRange"]
 
@@ -53,7 +51,7 @@ class LogRange(InputPartition):
         return f"LogRange({self.partition}, {self.start}, {self.end})"
 
 
-def _read_range(location: LogLocation, batch_rows: int, log_range: LogRange) -> Iterator[Any]:
+def _read_range(location: SqliteLogFile, batch_rows: int, log_range: LogRange) -> Iterator[Any]:
     records = location.read(log_range.partition, log_range.start, log_range.end)
     yield from decode_batches(log_range.partition, records, batch_rows)
 
@@ -73,7 +71,7 @@ class CoordinatorLogDataSource(DataSource):
     def schema(self) -> StructType:
         return SCHEMA
 
-    def _location(self) -> LogLocation:
+    def _location(self) -> SqliteLogFile:
         return log_location_from_options(self.options)
 
     def _batch_rows(self) -> int:
@@ -93,7 +91,7 @@ class CoordinatorLogDataSource(DataSource):
 
 class CoordinatorLogReader(DataSourceReader):
     def __init__(
-        self, location: LogLocation, batch_rows: int, end_offsets: dict[int, int] | None
+        self, location: SqliteLogFile, batch_rows: int, end_offsets: dict[int, int] | None
     ) -> None:
         self.location = location
         self.batch_rows = batch_rows
@@ -118,7 +116,7 @@ def _offsets_json(offsets: Mapping[int, int]) -> dict[str, int]:
 
 
 class CoordinatorLogStreamReader(DataSourceStreamReader):
-    def __init__(self, location: LogLocation, batch_rows: int, starting: str) -> None:
+    def __init__(self, location: SqliteLogFile, batch_rows: int, starting: str) -> None:
         self.location = location
         self.batch_rows = batch_rows
         self.starting = starting

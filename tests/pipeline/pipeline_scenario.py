@@ -12,6 +12,7 @@ import asyncio
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from server_process import ServerProcess
@@ -257,3 +258,18 @@ async def produce_known_history(
         for client in (admin, first, second):
             await client.close()
     return expected
+
+
+def self_signed_ca(directory: Path) -> Path:
+    """A CA of its own in `directory` (ca.pem): one no broker of the tests is signed by."""
+    ca = directory / "ca.pem"
+    subprocess.run(
+        [
+            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            "-subj", "/CN=some-ca", "-keyout", str(directory / "ca.key"), "-out", str(ca),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )  # fmt: skip
+    return ca

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import msgpack
+import pyarrow as pa
 import pytest
 
 from coordinator_server.pipeline.decode import (
     ARROW_SCHEMA,
     SCHEMA,
     RecordBatchBuilder,
+    decode_arrow_batches,
     decode_batches,
     decode_row,
 )
@@ -138,3 +140,47 @@ def test_batches_hold_every_row_in_order() -> None:
     offsets = [value for batch in batches for value in batch.column("committed_offset").to_pylist()]
     assert offsets == list(range(25))
     assert len(RecordBatchBuilder()) == 0
+
+
+def test_arrow_batches_of_the_kafka_source_decode_one_for_one() -> None:
+    """What mapInArrow hands the decoder: Spark's Kafka rows, binary keys and values."""
+    raw = pa.schema(
+        [
+            ("log_partition", pa.int32()),
+            ("log_offset", pa.int64()),
+            ("log_timestamp_ms", pa.int64()),
+            ("key", pa.binary()),
+            ("value", pa.binary()),
+        ]
+    )
+    commits = [encode_record(new_offset_commit_record("g", "t", 0, n, -1, "", 5)) for n in (7, 9)]
+    tombstone = encode_record(new_group_metadata_tombstone_record("g"))
+    first = pa.RecordBatch.from_pylist(
+        [
+            {
+                "log_partition": 4,
+                "log_offset": 10 + i,
+                "log_timestamp_ms": 1_000,
+                "key": k,
+                "value": v,
+            }
+            for i, (k, v) in enumerate(commits)
+        ],
+        schema=raw,
+    )
+    second = pa.RecordBatch.from_pylist(
+        [{"log_partition": 4, "log_offset": 12, "log_timestamp_ms": None,
+          "key": tombstone[0], "value": tombstone[1]}],
+        schema=raw,
+    )  # fmt: skip
+    decoded = list(decode_arrow_batches(iter([first, second])))
+    assert [batch.num_rows for batch in decoded] == [2, 1]
+    assert all(batch.schema.equals(ARROW_SCHEMA) for batch in decoded)
+    rows = [row for batch in decoded for row in batch.to_pylist()]
+    assert [(r["record_type"], r["committed_offset"], r["tombstone"]) for r in rows] == [
+        ("offset_commit", 7, False),
+        ("offset_commit", 9, False),
+        ("group_metadata", None, True),
+    ]
+    assert [(r["log_partition"], r["log_offset"]) for r in rows] == [(4, 10), (4, 11), (4, 12)]
+    assert rows[0]["log_timestamp"] is not None and rows[2]["log_timestamp"] is None

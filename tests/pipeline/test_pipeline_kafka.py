@@ -1,39 +1,62 @@
-"""The pipeline over a real Kafka log (Apache Kafka) of a real server process: the
-history with consumer lag from the data topics, the audit against the live server (no
-mismatch; a commit during the audit is not one; a record written behind the server's back
-is exactly one), and the streaming reader's incremental runs."""
+"""The pipeline over a real Kafka log (Apache Kafka) of a real server process, read through
+Spark's own Kafka source: the history with consumer lag from the data topics, the audit
+against the live server (no mismatch; a commit during the audit is not one; a record
+written behind the server's back is exactly one), the streaming reader's incremental runs,
+and the benchmark. The security settings reach Spark's source (a read over SASL_SSL; a
+refused password, an untrusted broker and a missing topic are one clear line); aborted
+transactions are not read and compaction's gaps are no data loss."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.structs import TopicPartition
+from apache_kafka import ApacheKafkaBroker
 from kafka_broker import KafkaBroker
-from pipeline_checks import check_history
+from pipeline_checks import check_history, final_offsets_of
 from pipeline_scenario import (
     DATA_PARTITIONS,
     REWOUND_PARTITION,
     ExpectedHistory,
     produce_known_history,
+    self_signed_ca,
     server_group_args,
     simple_commit,
 )
 from server_process import ServerProcess
 from wire_client import WireClient
 
+from coordinator_server.bench.processes import free_port
 from coordinator_server.cli import main as coordinator_main
 from coordinator_server.pipeline.audit import CHANGED, MISMATCH, AuditRun, run_audit
+from coordinator_server.pipeline.bench import generate_records
 from coordinator_server.pipeline.history import HistoryOptions, compute_history
-from coordinator_server.pipeline.logs import KafkaLog
+from coordinator_server.pipeline.kafka_source import KafkaLogTopic
+from coordinator_server.pipeline.logs import LogUnreadableError
 from coordinator_server.pipeline.session import read_log, read_log_stream
-from coordinator_server.records import encode_record, new_offset_commit_record
+from coordinator_server.pipeline.state import final_groups, final_offsets
+from coordinator_server.records import (
+    GroupMetadataValue,
+    OffsetCommitKey,
+    decode_record,
+    encode_record,
+    new_group_metadata_record,
+    new_group_metadata_tombstone_record,
+    new_offset_commit_record,
+    new_offset_commit_tombstone_record,
+)
+from coordinator_server.storage.kafka_security import KafkaSecurity
 from protocol.hashing import partition_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka]
@@ -78,19 +101,19 @@ async def fill_topic(broker: KafkaBroker, topic: str, partitions: int, per_parti
 @pytest.fixture(scope="module")
 def history_served(
     kafka_broker: KafkaBroker,
-) -> Iterator[tuple[ServerProcess, ExpectedHistory, KafkaLog, str]]:
+) -> Iterator[tuple[ServerProcess, ExpectedHistory, KafkaLogTopic, str]]:
     log_topic, data_topic, simple_topic = name("log"), name("orders"), name("payments")
     asyncio.run(fill_topic(kafka_broker, data_topic, DATA_PARTITIONS, RECORDS_PER_DATA_PARTITION))
     asyncio.run(fill_topic(kafka_broker, simple_topic, 2, RECORDS_PER_SIMPLE_PARTITION))
     with kafka_server(kafka_broker, log_topic) as process:
         expected = asyncio.run(produce_known_history(process, data_topic, simple_topic))
-        yield process, expected, KafkaLog(kafka_broker.bootstrap, log_topic), simple_topic
+        yield process, expected, KafkaLogTopic(kafka_broker.bootstrap, log_topic), simple_topic
 
 
 def test_history_and_consumer_lag_from_a_kafka_log(
     spark: Any,
     kafka_broker: KafkaBroker,
-    history_served: tuple[ServerProcess, ExpectedHistory, KafkaLog, str],
+    history_served: tuple[ServerProcess, ExpectedHistory, KafkaLogTopic, str],
 ) -> None:
     _, expected, location, simple_topic = history_served
     log = read_log(spark, location).cache()
@@ -121,7 +144,7 @@ def test_history_and_consumer_lag_from_a_kafka_log(
 
 
 async def test_audit_of_the_live_server_finds_no_mismatch(
-    spark: Any, history_served: tuple[ServerProcess, ExpectedHistory, KafkaLog, str]
+    spark: Any, history_served: tuple[ServerProcess, ExpectedHistory, KafkaLogTopic, str]
 ) -> None:
     process, _, location, _ = history_served
     result = await asyncio.to_thread(run_audit, spark, location, f"{process.host}:{process.port}")
@@ -148,7 +171,7 @@ async def test_audit_tells_a_commit_during_the_audit_from_a_record_planted_in_th
     spark: Any, kafka_broker: KafkaBroker, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     log_topic = name("log")
-    location = KafkaLog(kafka_broker.bootstrap, log_topic)
+    location = KafkaLogTopic(kafka_broker.bootstrap, log_topic)
     with kafka_server(kafka_broker, log_topic) as process:
         servers = f"{process.host}:{process.port}"
         client = await WireClient.connect(process.host, process.port)
@@ -208,7 +231,7 @@ async def test_streaming_reads_only_the_records_appended_since_the_last_run(
     spark: Any, kafka_broker: KafkaBroker, tmp_path: Path
 ) -> None:
     log_topic = name("log")
-    location = KafkaLog(kafka_broker.bootstrap, log_topic)
+    location = KafkaLogTopic(kafka_broker.bootstrap, log_topic)
     checkpoint, sink = tmp_path / "checkpoint", tmp_path / "sink"
 
     def run_once() -> int:
@@ -240,3 +263,277 @@ async def test_streaming_reads_only_the_records_appended_since_the_last_run(
     assert sorted((r.group, r.committed_offset) for r in rows) == sorted(
         [(g, 1) for g in groups] + [(g, 2) for g in groups[:3]]
     )
+
+
+def sasl_ssl_options(
+    broker: ApacheKafkaBroker,
+    password_file: Path,
+    *,
+    password: str | None = None,
+    ca_file: Path | None = None,
+) -> list[str]:
+    """The command line's options for the broker's SASL_SSL listener (the password from a
+    file: a command line is visible to every user of the machine)."""
+    password_file.write_text((password or broker.sasl_password) + "\n")
+    return [
+        "--kafka-security-protocol", "SASL_SSL",
+        "--kafka-sasl-mechanism", "SCRAM-SHA-512",
+        "--kafka-sasl-username", broker.sasl_username,
+        "--kafka-sasl-password-file", str(password_file),
+        "--kafka-ssl-ca-location", str(ca_file or broker.ca_file),
+    ]  # fmt: skip
+
+
+def test_a_batch_read_over_sasl_ssl_reads_the_same_log(
+    spark: Any,
+    kafka_broker: ApacheKafkaBroker,
+    history_served: tuple[ServerProcess, ExpectedHistory, KafkaLogTopic, str],
+) -> None:
+    _, expected, plaintext, _ = history_served
+    security = KafkaSecurity.build(
+        security_protocol="SASL_SSL",
+        sasl_mechanism="SCRAM-SHA-512",
+        sasl_username=kafka_broker.sasl_username,
+        sasl_password=kafka_broker.sasl_password,
+        ssl_ca_location=kafka_broker.ca_file,
+    )
+    location = KafkaLogTopic(
+        kafka_broker.sasl_ssl_bootstrap, plaintext.topic, options=security.spark_options()
+    )
+    log = read_log(spark, location).cache()
+    assert log.count() == read_log(spark, plaintext).count() > 0
+    assert final_offsets_of(final_offsets(log).collect()) == expected.final_offsets
+    assert location.end_offsets(spark) == plaintext.end_offsets(spark)
+    # The options hold the password; the query's plan does not show it.
+    assert kafka_broker.sasl_password not in log._jdf.queryExecution().toString()
+    log.unpersist()
+
+
+async def test_command_line_audit_over_sasl_ssl_finds_no_mismatch(
+    spark: Any,
+    kafka_broker: ApacheKafkaBroker,
+    history_served: tuple[ServerProcess, ExpectedHistory, KafkaLogTopic, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    process, _, plaintext, _ = history_served
+    code = await asyncio.to_thread(
+        coordinator_main,
+        ["analyze", "audit", "--bootstrap-servers", kafka_broker.sasl_ssl_bootstrap,
+         "--offsets-topic", plaintext.topic, "--server", f"{process.host}:{process.port}",
+         *sasl_ssl_options(kafka_broker, tmp_path / "password")],
+    )  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    assert "audit: 2 groups and 6 offsets in the log; 0 mismatches" in out
+
+
+async def test_a_refused_password_an_untrusted_broker_or_a_missing_topic_is_one_clear_line(
+    spark: Any,
+    kafka_broker: ApacheKafkaBroker,
+    history_served: tuple[ServerProcess, ExpectedHistory, KafkaLogTopic, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _, _, plaintext, _ = history_served
+    good = sasl_ssl_options(kafka_broker, tmp_path / "password")
+    wrong_password = sasl_ssl_options(kafka_broker, tmp_path / "wrong", password="not-the-password")
+    untrusting = sasl_ssl_options(kafka_broker, tmp_path / "p", ca_file=self_signed_ca(tmp_path))
+
+    def audit(bootstrap: str, topic: str, *options: str) -> tuple[int, str]:
+        code = coordinator_main(
+            ["analyze", "audit", "--bootstrap-servers", bootstrap, "--offsets-topic", topic,
+             "--server", "127.0.0.1:1", *options]
+        )  # fmt: skip
+        out, err = capsys.readouterr()
+        assert kafka_broker.sasl_password not in out + err
+        assert "not-the-password" not in out + err
+        assert "Traceback" not in err
+        return code, err
+
+    sasl = kafka_broker.sasl_ssl_bootstrap
+    code, err = await asyncio.to_thread(audit, sasl, plaintext.topic, *wrong_password)
+    assert code == 3, err
+    assert err.startswith(f"coordinator-server analyze: cannot read the log: Kafka at {sasl} ")
+    assert "invalid credentials" in err and len(err.splitlines()) == 1
+
+    code, err = await asyncio.to_thread(audit, sasl, plaintext.topic, *untrusting)
+    assert code == 3, err
+    assert "do not trust each other" in err and "SSL handshake failed" in err
+
+    code, err = await asyncio.to_thread(audit, sasl, "no-such-topic", *good)
+    assert code == 3, err
+    assert f"topic no-such-topic does not exist at {sasl}" in err
+
+
+def test_a_cluster_that_does_not_answer_is_a_clear_error_in_bounded_time(spark: Any) -> None:
+    nobody = f"127.0.0.1:{free_port()}"
+    location = KafkaLogTopic(nobody, "the-log", timeout_ms=2_000)
+    started = time.monotonic()
+    with pytest.raises(LogUnreadableError, match=rf"Kafka at {nobody} did not answer") as raised:
+        read_log(spark, location)
+    assert "within 2000 ms" in str(raised.value)
+    assert time.monotonic() - started < 30
+
+
+async def produce_raw(broker: KafkaBroker, topic: str, records: list[Any]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap)
+    await producer.start()
+    try:
+        for record in records:
+            key, value = encode_record(record)
+            await producer.send_and_wait(topic, value, key=key, partition=0)
+    finally:
+        await producer.stop()
+
+
+def commit(group: str, partition: int, offset: int) -> Any:
+    return new_offset_commit_record(group, "t", partition, offset, -1, "", 1_764_000_000_000)
+
+
+async def test_aborted_transactions_are_not_read_and_their_markers_are_no_data_loss(
+    spark: Any, kafka_broker: ApacheKafkaBroker, unique_topic: str
+) -> None:
+    await create_topic(kafka_broker, unique_topic, {})
+    producer = AIOKafkaProducer(
+        bootstrap_servers=kafka_broker.bootstrap, transactional_id=f"tx-{unique_topic}"
+    )
+    await producer.start()
+    try:
+        for offset, outcome in ((1, "commit"), (2, "abort"), (3, "commit"), (4, "abort")):
+            await producer.begin_transaction()
+            key, value = encode_record(commit("ledger", 0, offset))
+            await producer.send_and_wait(unique_topic, value, key=key, partition=0)
+            if outcome == "commit":
+                await producer.commit_transaction()
+            else:
+                await producer.abort_transaction()
+    finally:
+        await producer.stop()
+
+    location = KafkaLogTopic(kafka_broker.bootstrap, unique_topic)
+    # Four records and four markers: offsets 0 to 7, of which the committed records are read
+    # (read_committed), and the gaps the others leave fail nothing (failOnDataLoss).
+    assert location.end_offsets(spark) == {0: 8}
+    rows = await asyncio.to_thread(lambda: read_log(spark, location).collect())
+    assert [(row.log_offset, row.committed_offset) for row in rows] == [(0, 1), (4, 3)]
+
+
+async def create_topic(broker: KafkaBroker, topic: str, configs: dict[str, str]) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, 1, 1, topic_configs=configs)])
+    finally:
+        await admin.close()
+
+
+async def alter_topic(broker: KafkaBroker, topic: str, configs: dict[str, str]) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    await admin.start()
+    try:
+        await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic, configs)])
+    finally:
+        await admin.close()
+
+
+async def records_left(broker: KafkaBroker, topic: str) -> int:
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=broker.bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        end = (await consumer.end_offsets([tp]))[tp]
+        count = 0
+        while await consumer.position(tp) < end:
+            fetched = await consumer.getmany(tp, timeout_ms=1000)
+            count += len(fetched.get(tp, []))
+        return count
+    finally:
+        await consumer.stop()
+
+
+@pytest.mark.timeout(240)
+async def test_a_compacted_log_is_read_with_its_gaps_and_gives_the_same_state(
+    spark: Any, unique_topic: str
+) -> None:
+    group = GroupMetadataValue("consumer", 1, "range", "", 1_764_000_000_000, ())
+    history = [
+        *(commit("kept", 0, offset) for offset in range(30)),
+        commit("deleted", 0, 7),
+        new_offset_commit_tombstone_record("deleted", "t", 0),
+        new_group_metadata_record("gone", group),
+        new_group_metadata_tombstone_record("gone"),
+    ]
+    # The cleaner wakes often; it cleans any segment but the active one.
+    with ApacheKafkaBroker(config={"log.cleaner.backoff.ms": "100"}) as broker:
+        configs = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"}
+        await create_topic(broker, unique_topic, configs)
+        await produce_raw(broker, unique_topic, history)
+        location = KafkaLogTopic(broker.bootstrap, unique_topic)
+
+        def state() -> tuple[int, dict[tuple[str, str, int], int], list[str]]:
+            log = read_log(spark, location).cache()
+            found = (
+                log.count(),
+                final_offsets_of(final_offsets(log).collect()),
+                sorted(row.group for row in final_groups(log).collect()),
+            )
+            log.unpersist()
+            return found
+
+        before = await asyncio.to_thread(state)
+        assert before == (len(history), {("kept", "t", 0): 29}, ["kept"])
+
+        # The history's segment becomes cleanable once a record goes to a new one: the
+        # active segment rolls at the first append 100 ms after it began.
+        await alter_topic(broker, unique_topic, {**configs, "segment.ms": "100"})
+        await asyncio.sleep(0.3)
+        await produce_raw(broker, unique_topic, [commit("kept", 1, 0)])
+        deadline = asyncio.get_running_loop().time() + 120
+        while await records_left(broker, unique_topic) > len(history) - 20:
+            assert asyncio.get_running_loop().time() < deadline, "the cleaner never ran"
+            await asyncio.sleep(0.5)
+
+        count, offsets, groups = await asyncio.to_thread(state)
+        # Fewer records, offsets with gaps, and exactly the state the whole history gave: the
+        # tombstones keep the deleted offset and group deleted.
+        assert count < len(history) - 20
+        assert offsets == {("kept", "t", 0): 29, ("kept", "t", 1): 0}
+        assert groups == ["kept"]
+        assert location.end_offsets(spark) == {0: len(history) + 1}
+
+
+async def test_benchmark_on_kafka_reads_through_sparks_source(
+    spark: Any,
+    kafka_broker: ApacheKafkaBroker,
+    unique_topic: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    def bench(records: int) -> tuple[int, str]:
+        code = coordinator_main(
+            ["analyze", "bench", "--records", str(records), "--groups", "100",
+             "--bootstrap-servers", kafka_broker.bootstrap, "--topic", unique_topic]
+        )  # fmt: skip
+        out, err = capsys.readouterr()
+        return code, out + err
+
+    code, out = await asyncio.to_thread(bench, 20_000)
+    assert code == 0, out
+    assert (
+        f"log: 20000 records in 8 partitions (Kafka topic {unique_topic}, read through "
+        "Spark's Kafka source)" in out
+    )
+    assert re.search(r"read \+ decode: [0-9.]+ s, [0-9,]+ rows/s", out)
+    final = {
+        decode_record(key, value).key
+        for _, (key, value) in generate_records(20_000, 100)
+        if isinstance(decode_record(key, value).key, OffsetCommitKey)
+    }
+    assert re.search(rf"read \+ decode \+ aggregate .* [0-9,]+ rows/s \({len(final)} final", out)
+    # A topic that holds another log is not written to.
+    code, out = await asyncio.to_thread(bench, 10_000)
+    assert code == 2, out
+    assert f"topic {unique_topic} holds 20000 records in 8 partitions, not 10000" in out

@@ -242,38 +242,6 @@ def test_bootstrap_addresses() -> None:
         bootstrap_addresses("nothing")
 
 
-def test_analyze_hands_the_settings_to_its_kafka_reader_as_properties(tmp_path: Path) -> None:
-    from coordinator_server.pipeline import cli as analyze
-    from coordinator_server.pipeline.logs import KafkaLog, aiokafka_options
-
-    args = build_parser().parse_args(
-        [
-            "analyze", "history", "--bootstrap-servers", "127.0.0.1:9093",
-            "--output", str(tmp_path),
-            "--kafka-security-protocol", "SASL_SSL",
-            "--kafka-sasl-mechanism", "SCRAM-SHA-256",
-            "--kafka-sasl-username", "coordinator",
-            "--kafka-sasl-password", PASSWORD,
-        ]
-    )  # fmt: skip
-    properties = analyze._kafka_properties(args)
-    location = analyze._location(args, properties)
-    assert isinstance(location, KafkaLog)
-    # Strings only: the location travels to Spark's executors, which make the SSL context.
-    shipped = pickle.loads(pickle.dumps(location))
-    options = aiokafka_options({**shipped.kafka_options, "client_id": "reader"})
-    assert isinstance(options.pop("ssl_context"), ssl.SSLContext)
-    assert options == {
-        "client_id": "reader",
-        "security_protocol": "SASL_SSL",
-        "sasl_mechanism": "SCRAM-SHA-256",
-        "sasl_plain_username": "coordinator",
-        "sasl_plain_password": PASSWORD,
-    }
-    assert PASSWORD not in location.describe()
-    assert PASSWORD not in repr(location)
-
-
 def test_an_encrypted_client_key_needs_its_password(tmp_path: Path) -> None:
     certificate, key = tmp_path / "client.pem", tmp_path / "client.key"
     subprocess.run(
