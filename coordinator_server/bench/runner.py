@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from coordinator_server.bench import scenarios
+from coordinator_server.bench.apache_kafka import ApacheKafkaStartError
+from coordinator_server.bench.brokers import BrokerStartError
 from coordinator_server.bench.environment import Environment
 from coordinator_server.bench.load import (
     cold_start,
@@ -492,7 +494,12 @@ def run(args: argparse.Namespace) -> int:
     async def main() -> None:
         document.update(await _main(args))
 
-    run_async(main)
+    try:
+        run_async(main)
+    except (ApacheKafkaStartError, BrokerStartError) as error:
+        # What to do about it is in the message; a traceback would only bury it.
+        print(f"bench: {error}", file=sys.stderr)
+        return 2
     if args.json_file:
         with open(args.json_file, "w", encoding="utf-8") as out:
             out.write(to_json(document) + "\n")
