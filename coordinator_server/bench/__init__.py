@@ -83,6 +83,15 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     how.add_argument("--duration", type=float, default=10.0, help="seconds measured per row")
     how.add_argument("--warmup", type=float, default=2.0, help="seconds run before measuring")
     how.add_argument("--runs", type=int, default=1, help="repeat each row; report medians")
+    how.add_argument(
+        "--jit-warmup",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="before a scenario's rows, each target runs its heaviest row this long, "
+        "unmeasured (rebalance: one rebalance of the largest group), so that a JVM broker is "
+        "measured on compiled code; 0: none",
+    )
     how.add_argument("--groups", type=int, default=100, help="groups (commits, heartbeats)")
     how.add_argument(
         "--partitions", type=int, default=10, help="partitions per OffsetCommit (commits)"

@@ -47,9 +47,17 @@ def loop_row(run: LoopRun, partitions: int = 0) -> dict[str, Any]:
     # What a request cost the processes the bench started, in CPU time: our server and the
     # broker share one core, so together they bound the rate; "others" are the started
     # processes the target does not use (on the same core, idle if the budget is fair).
-    for name, spent in run.process_cpu_s.items():
-        if result.requests:
+    # `core_cpu_us` is what a request cost the target's core (server and broker): the rate a
+    # core given wholly to the target would reach is one second over it, whatever else ran
+    # on the machine meanwhile.
+    if result.requests:
+        core_s = 0.0
+        for name, spent in run.process_cpu_s.items():
             row[f"{name}_cpu_us"] = round(spent / result.requests * 1e6, 1)
+            if name != "others":
+                core_s += spent
+        if core_s:
+            row["core_cpu_us"] = round(core_s / result.requests * 1e6, 1)
     return row
 
 

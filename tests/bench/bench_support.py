@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 # Short enough for a test, long enough for every number to be non-zero.
-BRIEF = ["--duration", "0.5", "--warmup", "0.2", "--json"]
+BRIEF = ["--duration", "0.5", "--warmup", "0.2", "--jit-warmup", "0.2", "--json"]
 
 
 def run_bench(*args: str, timeout: float = 240, pin: bool = False) -> dict[str, Any]:

@@ -30,6 +30,10 @@ def assert_commit_rows(document: dict[str, object], inflight: list[int]) -> None
             assert "others_cpu_us" in row
             if target == "ours":
                 assert row["server_cpu_us"] > 0
+            # What a request cost the target's core: the server and the broker it uses.
+            assert row["core_cpu_us"] == pytest.approx(
+                row.get("server_cpu_us", 0) + row["broker_cpu_us"], abs=0.2
+            )
     ratios = rows_of(document, "commits", "ours/peer")  # type: ignore[arg-type]
     assert len(ratios) == len(inflight)
     assert all(row["requests_per_s"] > 0 for row in ratios)
@@ -60,7 +64,7 @@ def test_the_peer_is_apache_kafkas_coordinator_in_a_broker_of_its_own() -> None:
     assert [row["connections"] for row in rows_of(document, "commits", "ours")] == [1, 4]
     # The goals at 64 in flight are stated against Kafka's own coordinator.
     goals = [check["target"] for check in document["targets"]]
-    assert len(goals) == 2
+    assert len(goals) == 3
     assert all("Apache Kafka 4." in goal for goal in goals)
 
 
