@@ -44,6 +44,7 @@ def loop_row(run: LoopRun, partitions: int = 0) -> dict[str, Any]:
     if result.error_codes:
         row["error_codes"] = {str(code): count for code, count in result.error_codes.items()}
     row["generator_cpu"] = round(run.generator_cpu, 3)
+    row["quiet_wait_s"] = run.quiet_wait_s
     # What a request cost the processes the bench started, in CPU time: our server and the
     # broker share one core, so together they bound the rate; "others" are the started
     # processes the target does not use (on the same core, idle if the budget is fair).

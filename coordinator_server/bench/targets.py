@@ -82,6 +82,8 @@ class LoopRun:
     generator_cpu: float
     process_cpu_s: dict[str, float] = field(default_factory=dict)
     connections: int = 0
+    # Seconds waited for the others to be quiet before the loop started.
+    quiet_wait_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -159,6 +161,30 @@ class Target(Protocol):
     async def close(self) -> None: ...
 
 
+# The started processes a target does not use count as quiet below this share of a core:
+# an idle Kafka broker spends 1 to 3 % of one (its controller, its timers).
+QUIET_SHARE = 0.05
+QUIET_WINDOW_S = 1.0
+QUIET_TIMEOUT_S = 60.0
+
+
+async def wait_until_quiet(pids: list[int], timeout_s: float = QUIET_TIMEOUT_S) -> float:
+    """Wait until the processes spend together under QUIET_SHARE of a core over a window:
+    a JVM broker compiles the code the previous target ran (its JIT's queue) for seconds
+    after it stops serving, on the core the next target is measured on. The seconds waited
+    (at most `timeout_s`: a process that never quiets down is reported, not waited out)."""
+    started = time.monotonic()
+    if not pids:
+        return 0.0
+    while True:
+        before = sum(cpu_seconds(pid) for pid in pids)
+        await asyncio.sleep(QUIET_WINDOW_S)
+        share = (sum(cpu_seconds(pid) for pid in pids) - before) / QUIET_WINDOW_S
+        waited = time.monotonic() - started
+        if share < QUIET_SHARE or waited >= timeout_s:
+            return waited
+
+
 async def _measure(
     start: Callable[[], None],
     set_measuring: Callable[[bool], None],
@@ -167,9 +193,11 @@ async def _measure(
     duration_s: float,
     watched: dict[str, int],
     others: list[int],
-) -> tuple[float, float, dict[str, float]]:
-    """Run a loop through warm-up and measurement; (seconds measured, generator CPU share,
-    CPU seconds of each watched process while measuring, and of the others together)."""
+) -> tuple[float, float, dict[str, float], float]:
+    """Run a loop through warm-up and measurement, once the others are quiet; (seconds
+    measured, generator CPU share, CPU seconds of each watched process while measuring, and
+    of the others together, seconds waited for the others)."""
+    waited = await wait_until_quiet(others)
     start()
     await asyncio.sleep(warmup_s)
     set_measuring(True)
@@ -186,7 +214,7 @@ async def _measure(
         spent["others"] = sum(cpu_seconds(pid) for pid in others) - others_started
     waiters = stop()
     await asyncio.wait_for(asyncio.gather(*waiters), 60)
-    return seconds, cpu / seconds, spent
+    return seconds, cpu / seconds, spent, waited
 
 
 async def run_loops(
@@ -227,7 +255,7 @@ async def run_loops(
                 loop.stop()
             return [loop.done for loop in loops]
 
-        seconds, cpu, spent = await _measure(
+        seconds, cpu, spent, waited = await _measure(
             start, set_measuring, stop, warmup_s, duration_s, watched, others
         )
     finally:
@@ -236,7 +264,7 @@ async def run_loops(
     total = LoadResult()
     for result in results:
         total.merge(result)
-    return LoopRun(total, seconds, cpu, spent, len(loops))
+    return LoopRun(total, seconds, cpu, spent, len(loops), round(waited, 1))
 
 
 def parse_address(address: str) -> tuple[str, int]:
