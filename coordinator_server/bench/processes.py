@@ -6,6 +6,7 @@ The server is stopped by the PID this module started it with, never by name.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
@@ -78,6 +79,30 @@ def cpu_seconds(pid: int) -> float:
         return 0.0
     ticks = os.sysconf("SC_CLK_TCK")
     return (int(fields[11]) + int(fields[12])) / ticks
+
+
+# The started processes a target does not use count as quiet below this share of a core:
+# an idle Kafka broker spends 1 to 3 % of one (its controller, its timers).
+QUIET_SHARE = 0.05
+QUIET_WINDOW_S = 1.0
+QUIET_TIMEOUT_S = 60.0
+
+
+async def wait_until_quiet(pids: list[int], timeout_s: float = QUIET_TIMEOUT_S) -> float:
+    """Wait until the processes spend together under QUIET_SHARE of a core over a window:
+    a JVM broker compiles the code the previous target ran (its JIT's queue) for seconds
+    after it stops serving, on the core the next target is measured on. The seconds waited
+    (at most `timeout_s`: a process that never quiets down is reported, not waited out)."""
+    started = time.monotonic()
+    if not pids:
+        return 0.0
+    while True:
+        before = sum(cpu_seconds(pid) for pid in pids)
+        await asyncio.sleep(QUIET_WINDOW_S)
+        share = (sum(cpu_seconds(pid) for pid in pids) - before) / QUIET_WINDOW_S
+        waited = time.monotonic() - started
+        if share < QUIET_SHARE or waited >= timeout_s:
+            return waited
 
 
 class ServerProcess:
