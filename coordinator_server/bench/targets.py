@@ -8,7 +8,10 @@ each side's cheapest way to keep C requests in flight.
 
 A Kafka broker handles one request of a connection at a time (a JoinGroup parked for a
 rebalance holds up the rest of its connection), so the peer's members each get their own
-connection for joining, as real consumers have.
+connection for joining, as real consumers have, and its measured loops by default keep one
+request in flight per connection: C requests in flight are C connections, as C clients would
+have them. Our server answers a connection's requests out of order, so its loops pipeline
+them over a few connections.
 """
 
 from __future__ import annotations
@@ -31,18 +34,31 @@ from coordinator_server.bench.ours import (
     first_error,
     parse_ours,
 )
-from coordinator_server.bench.processes import cpu_seconds
+from coordinator_server.bench.processes import cpu_seconds, wait_until_quiet
 from coordinator_server.bench.stats import LoadResult
 
 MEMBER_ID_REQUIRED = 79
 REBALANCE_IN_PROGRESS = 27
 UNKNOWN_MEMBER_ID = 25
 ILLEGAL_GENERATION = 22
+COORDINATOR_LOAD_IN_PROGRESS = 14
+COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
+# What a coordinator answers while it is not ready for a group yet: Kafka's until its
+# `__consumer_offsets` exists (created by the first FindCoordinator) and its partitions have
+# loaded; ours while its log loads.
+NOT_READY = frozenset({COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR})
+# How long a coordinator may take to become ready: Kafka creates `__consumer_offsets` on the
+# first FindCoordinator, seconds on one busy core.
+READY_TIMEOUT_S = 120.0
+READY_RETRY_S = 0.1
 PROTOCOL_TYPE = "consumer"
 PROTOCOL_NAME = "range"
-# The topic every commit names; a Kafka broker checks that it exists.
+# The topic every commit names; a Kafka broker checks that it exists, and Apache Kafka that
+# it has the partition committed (UNKNOWN_TOPIC_OR_PARTITION otherwise), so the peer's broker
+# gets it with at least as many partitions as a commit names.
 TOPIC = "bench-topic"
-TOPIC_PARTITIONS = 1000
+TOPIC_PARTITIONS = 100
 
 
 @dataclass
@@ -57,12 +73,17 @@ class JoinAnswer:
 @dataclass
 class LoopRun:
     """A measured loop: what it saw, how long it measured, the generator's CPU share, and
-    the CPU seconds each watched process (our server, the broker) spent meanwhile."""
+    the CPU seconds each watched process (our server, the broker) spent meanwhile; "others"
+    is the CPU seconds of the started processes the target does not use (they share its
+    core, and should be idle)."""
 
     result: LoadResult
     seconds: float
     generator_cpu: float
     process_cpu_s: dict[str, float] = field(default_factory=dict)
+    connections: int = 0
+    # Seconds waited for the others to be quiet before the loop started.
+    quiet_wait_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -83,6 +104,14 @@ class HeartbeatSpec:
 
 class Target(Protocol):
     name: str
+    # Processes whose CPU time the measured loops report (name -> pid), and the started
+    # processes the target does not use, whose CPU time is reported together as "others".
+    watched: dict[str, int]
+    others: list[int]
+
+    async def ready(self, groups: list[str]) -> None:
+        """Return once the coordinator of each group answers as a coordinator (not loading,
+        not NOT_COORDINATOR, its offsets topic there)."""
 
     async def join(
         self,
@@ -106,6 +135,10 @@ class Target(Protocol):
     async def heartbeat(
         self, index: int, group: str, generation_id: int, member_id: str
     ) -> int: ...
+
+    async def leave(self, group: str, members: list[tuple[int, str]]) -> None:
+        """The members (index, member id) leave the group, so that no session of theirs
+        expires later, while another target is measured on the same core."""
 
     async def commit_loop(
         self,
@@ -135,23 +168,29 @@ async def _measure(
     warmup_s: float,
     duration_s: float,
     watched: dict[str, int],
-) -> tuple[float, float, dict[str, float]]:
-    """Run a loop through warm-up and measurement; (seconds measured, generator CPU share,
-    CPU seconds of each watched process while measuring)."""
+    others: list[int],
+) -> tuple[float, float, dict[str, float], float]:
+    """Run a loop through warm-up and measurement, once the others are quiet; (seconds
+    measured, generator CPU share, CPU seconds of each watched process while measuring, and
+    of the others together, seconds waited for the others)."""
+    waited = await wait_until_quiet(others)
     start()
     await asyncio.sleep(warmup_s)
     set_measuring(True)
     cpu_started = time.process_time()
     watched_started = {name: cpu_seconds(pid) for name, pid in watched.items()}
+    others_started = sum(cpu_seconds(pid) for pid in others)
     wall_started = time.perf_counter()
     await asyncio.sleep(duration_s)
     set_measuring(False)
     seconds = time.perf_counter() - wall_started
     cpu = time.process_time() - cpu_started
     spent = {name: cpu_seconds(pid) - watched_started[name] for name, pid in watched.items()}
+    if others:
+        spent["others"] = sum(cpu_seconds(pid) for pid in others) - others_started
     waiters = stop()
     await asyncio.wait_for(asyncio.gather(*waiters), 60)
-    return seconds, cpu / seconds, spent
+    return seconds, cpu / seconds, spent, waited
 
 
 async def run_loops(
@@ -165,6 +204,7 @@ async def run_loops(
     warmup_s: float,
     duration_s: float,
     watched: dict[str, int],
+    others: list[int],
 ) -> LoopRun:
     """`inflight` requests kept outstanding over `connections` connections of their own."""
     results = [LoadResult() for _ in range(connections)]
@@ -191,8 +231,8 @@ async def run_loops(
                 loop.stop()
             return [loop.done for loop in loops]
 
-        seconds, cpu, spent = await _measure(
-            start, set_measuring, stop, warmup_s, duration_s, watched
+        seconds, cpu, spent, waited = await _measure(
+            start, set_measuring, stop, warmup_s, duration_s, watched, others
         )
     finally:
         for loop in loops:
@@ -200,7 +240,7 @@ async def run_loops(
     total = LoadResult()
     for result in results:
         total.merge(result)
-    return LoopRun(total, seconds, cpu, spent)
+    return LoopRun(total, seconds, cpu, spent, len(loops), round(waited, 1))
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -215,8 +255,8 @@ class OursTarget:
         self.host = host
         self.port = port
         self._connections = connections
-        # Processes whose CPU time the measured loops report (name -> pid).
         self.watched: dict[str, int] = {}
+        self.others: list[int] = []
 
     @classmethod
     async def connect(cls, address: str, connections: int = 8) -> OursTarget:
@@ -226,6 +266,21 @@ class OursTarget:
 
     def _connection(self, index: int) -> WireConnection:
         return self._connections[index % len(self._connections)]
+
+    async def ready(self, groups: list[str]) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        waiting = list(groups)
+        while waiting:
+            body = await self._connection(0).request(15, {"groups": waiting})
+            waiting = [
+                group["group_id"]
+                for group in body.get("groups") or ()
+                if group.get("error_code") in NOT_READY
+            ]
+            if waiting:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"ours: {len(waiting)} groups' coordinator never ready")
+                await asyncio.sleep(READY_RETRY_S)
 
     async def join(
         self,
@@ -283,6 +338,13 @@ class OursTarget:
         )
         return int(body["error_code"])
 
+    async def leave(self, group: str, members: list[tuple[int, str]]) -> None:
+        if members:
+            await self._connection(0).request(
+                13,
+                {"group_id": group, "members": [{"member_id": m} for _, m in members]},
+            )
+
     async def _loop(
         self,
         templates: list[RequestTemplate],
@@ -302,6 +364,7 @@ class OursTarget:
             warmup_s,
             duration_s,
             self.watched,
+            self.others,
         )
 
     async def commit_loop(
@@ -373,17 +436,41 @@ class OursTarget:
 _KAFKA_INT32 = struct.Struct(">i")
 
 
-async def _ensure_topic(address: str) -> None:
-    """A Kafka coordinator refuses commits to a topic that does not exist."""
+async def _ensure_topic(address: str, partitions: int) -> None:
+    """A Kafka coordinator refuses commits to a topic (or partition) that does not exist."""
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
     admin = AIOKafkaAdminClient(bootstrap_servers=address, request_timeout_ms=30000)
     await admin.start()
     try:
         if TOPIC not in await admin.list_topics():
-            await admin.create_topics([NewTopic(TOPIC, TOPIC_PARTITIONS, 1)])
+            await admin.create_topics([NewTopic(TOPIC, max(partitions, TOPIC_PARTITIONS), 1)])
     finally:
         await admin.close()
+
+
+async def find_coordinator(address: str, timeout_s: float = READY_TIMEOUT_S) -> tuple[str, int]:
+    """The group coordinator a Kafka broker names (FindCoordinator), asked again while it is
+    not available: Apache Kafka answers COORDINATOR_NOT_AVAILABLE until its
+    `__consumer_offsets` exists, which the first FindCoordinator has it create."""
+    from aiokafka.conn import create_conn
+    from aiokafka.protocol.coordination import FindCoordinatorRequest
+
+    host, port = parse_address(address)
+    deadline = time.monotonic() + timeout_s
+    connection = await create_conn(host, port, client_id="bench", request_timeout_ms=120000)
+    try:
+        while True:
+            answer = await connection.send(FindCoordinatorRequest("bench", 0))
+            if answer.error_code == 0:
+                return str(answer.host), int(answer.port)
+            if answer.error_code not in NOT_READY or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"FindCoordinator at {address} failed with error {answer.error_code}"
+                )
+            await asyncio.sleep(READY_RETRY_S)
+    finally:
+        connection.close()
 
 
 class KafkaRequestTemplate:
@@ -408,27 +495,44 @@ class PeerTarget:
     def __init__(self, host: str, port: int) -> None:
         self.host = host
         self.port = port
-        # Processes whose CPU time the measured loops report (name -> pid).
         self.watched: dict[str, int] = {}
+        self.others: list[int] = []
         self._members: dict[int, Any] = {}
         self._shared: list[Any] = []
         self._opening: dict[int, asyncio.Future[Any]] = {}
 
     @classmethod
-    async def connect(cls, address: str) -> PeerTarget:
-        from aiokafka.conn import create_conn
-        from aiokafka.protocol.coordination import FindCoordinatorRequest
+    async def connect(
+        cls, address: str, partitions: int = TOPIC_PARTITIONS, timeout_s: float = READY_TIMEOUT_S
+    ) -> PeerTarget:
+        """`partitions`: the most partitions of the benchmark topic a commit names."""
+        host, port = await find_coordinator(address, timeout_s)
+        await _ensure_topic(address, partitions)
+        return cls(host, port)
 
-        host, port = parse_address(address)
-        bootstrap = await create_conn(host, port, client_id="bench", request_timeout_ms=120000)
-        try:
-            answer = await bootstrap.send(FindCoordinatorRequest("bench", 0))
-        finally:
-            bootstrap.close()
-        if answer.error_code:
-            raise RuntimeError(f"FindCoordinator failed with error {answer.error_code}")
-        await _ensure_topic(address)
-        return cls(answer.host, answer.port)
+    async def ready(self, groups: list[str]) -> None:
+        # A heartbeat of no member probes a group's coordinator: what it answers once ready
+        # (UNKNOWN_MEMBER_ID, say) is not what it answers before. (DescribeGroups would do in
+        # one request, but aiokafka decodes Kafka's v3 answer with v2's schema.)
+        from aiokafka.protocol.group import HeartbeatRequest
+
+        connection = await self._open()
+        self._shared.append(connection)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        waiting = list(groups)
+        while waiting:
+            answers = await asyncio.gather(
+                *(connection.send(HeartbeatRequest(group, -1, "")) for group in waiting)
+            )
+            waiting = [
+                group
+                for group, answer in zip(waiting, answers, strict=True)
+                if answer.error_code in NOT_READY
+            ]
+            if waiting:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"peer: {len(waiting)} groups' coordinator never ready")
+                await asyncio.sleep(READY_RETRY_S)
 
     async def _open(self) -> Any:
         from aiokafka.conn import create_conn
@@ -500,6 +604,15 @@ class PeerTarget:
         answer = await connection.send(HeartbeatRequest(group, generation_id, member_id))
         return int(answer.error_code)
 
+    async def leave(self, group: str, members: list[tuple[int, str]]) -> None:
+        from aiokafka.protocol.group import LeaveGroupRequest
+
+        async def leave_one(index: int, member_id: str) -> None:
+            connection = await self._member_connection(index)
+            await connection.send(LeaveGroupRequest(group, member_id))
+
+        await asyncio.gather(*(leave_one(index, member_id) for index, member_id in members))
+
     async def _loop(
         self,
         requests: list[Any],
@@ -542,6 +655,7 @@ class PeerTarget:
             warmup_s,
             duration_s,
             self.watched,
+            self.others,
         )
 
     async def commit_loop(
@@ -600,6 +714,7 @@ class PeerTarget:
         for connection in [*self._members.values(), *self._shared]:
             connection.close()
         self._members.clear()
+        self._shared.clear()
 
 
 __all__ = [
@@ -610,5 +725,6 @@ __all__ = [
     "OursTarget",
     "PeerTarget",
     "Target",
+    "find_coordinator",
     "first_error",
 ]

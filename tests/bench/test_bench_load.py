@@ -53,26 +53,26 @@ def test_load_of_a_small_sqlite_log() -> None:
 def test_the_load_gets_a_broker_of_its_own_when_the_bench_starts_brokers() -> None:
     import argparse
 
-    from coordinator_server.bench.runner import Environment
+    from coordinator_server.bench.environment import Environment
 
-    given = Environment(
-        argparse.Namespace(
-            bootstrap_servers="127.0.0.1:9",
+    def arguments(bootstrap_servers: str | None) -> argparse.Namespace:
+        return argparse.Namespace(
+            bootstrap_servers=bootstrap_servers,
             no_pin=True,
             server_cpu=0,
             bootstrap=None,
+            peer=False,
             peer_bootstrap=None,
+            broker="tansu",
+            offsets_topic_partitions=4,
         )
-    )
+
+    given = Environment(arguments("127.0.0.1:9"))
     with given.broker_of_its_own() as bootstrap:
         assert bootstrap == "127.0.0.1:9"
     assert given.broker is None
 
-    started = Environment(
-        argparse.Namespace(
-            bootstrap_servers=None, no_pin=True, server_cpu=0, bootstrap=None, peer_bootstrap=None
-        )
-    )
+    started = Environment(arguments(None))
     try:
         shared = started.kafka()
         with started.broker_of_its_own() as own:
