@@ -37,13 +37,13 @@ def test_the_bench_from_an_install_without_the_repository_says_so_in_one_line(
     import subprocess
     import sys
 
-    import coordinator_server
-    import protocol
-
-    for package in (coordinator_server, protocol):
-        source = Path(package.__file__).parent
+    # Copied from the repository by name: `import protocol` from a test can find the tests'
+    # own `protocol` directory first, as a namespace package with no file.
+    for package in ("coordinator_server", "protocol"):
         shutil.copytree(
-            source, tmp_path / source.name, ignore=shutil.ignore_patterns("__pycache__")
+            apache_kafka.REPOSITORY / package,
+            tmp_path / package,
+            ignore=shutil.ignore_patterns("__pycache__"),
         )
     completed = subprocess.run(
         [sys.executable, "-m", "coordinator_server", "bench", "commits", "--no-pin"],
