@@ -224,6 +224,10 @@ class ClassicGroup:
     # The members' `join_answer_bytes` summed: derived from `members` and carried over the
     # same way, so that checking a join against the largest answer costs O(1).
     join_answer_bytes_cache: int | None = field(default=None, compare=False, repr=False)
+    # How many members hold a JoinGroup answer still to come (Kafka's
+    # numMembersAwaitingJoinResponse), carried over the same way: every join asks whether all
+    # members have joined, which would otherwise be a scan of the members each time.
+    awaiting_join_count_cache: int | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def create(cls, group_id: str, now_ms: int) -> ClassicGroup:
@@ -336,7 +340,24 @@ class ClassicGroup:
         return group_instance_id in self.static_members
 
     def num_awaiting_join_response(self) -> int:
-        return sum(1 for member in self.members.values() if member.join_handle is not None)
+        count = self.awaiting_join_count_cache
+        if count is None:
+            count = sum(1 for member in self.members.values() if member.join_handle is not None)
+            # A cache of a value derived from immutable fields, like the protocol counts.
+            object.__setattr__(self, "awaiting_join_count_cache", count)
+        return count
+
+    def _awaiting_with(
+        self, added: Iterable[ClassicGroupMember], removed: Iterable[ClassicGroupMember]
+    ) -> int | None:
+        count = self.awaiting_join_count_cache
+        if count is None:
+            return None
+        return (
+            count
+            + sum(1 for member in added if member.join_handle is not None)
+            - sum(1 for member in removed if member.join_handle is not None)
+        )
 
     def has_all_members_joined(self) -> bool:
         return (
@@ -541,7 +562,11 @@ class ClassicGroup:
     def _replace(self, **changes: object) -> ClassicGroup:
         # The caches derived from the members carry over unless the members change without
         # the change saying what they become.
-        for cache in ("protocol_counts_cache", "join_answer_bytes_cache"):
+        for cache in (
+            "protocol_counts_cache",
+            "join_answer_bytes_cache",
+            "awaiting_join_count_cache",
+        ):
             if "members" not in changes:
                 changes[cache] = getattr(self, cache)
             elif cache not in changes:
@@ -594,6 +619,9 @@ class ClassicGroup:
             join_answer_bytes_cache=self._join_bytes_with(
                 (member,), () if replaced is None else (replaced,)
             ),
+            awaiting_join_count_cache=self._awaiting_with(
+                (member,), () if replaced is None else (replaced,)
+            ),
         )
 
     def remove_members(self, member_ids: Iterable[str]) -> ClassicGroup:
@@ -627,6 +655,7 @@ class ClassicGroup:
             pending_sync_members=self.pending_sync_members - ids,
             protocol_counts_cache=self._counts_with((), removed),
             join_answer_bytes_cache=self._join_bytes_with((), removed),
+            awaiting_join_count_cache=self._awaiting_with((), removed),
         )
 
     def remove_member(self, member_id: str) -> ClassicGroup:
@@ -650,7 +679,10 @@ class ClassicGroup:
             counts = self._counts_with((member,), (previous,))
             join_bytes = self._join_bytes_with((member,), (previous,))
         return self._replace(
-            members=members, protocol_counts_cache=counts, join_answer_bytes_cache=join_bytes
+            members=members,
+            protocol_counts_cache=counts,
+            join_answer_bytes_cache=join_bytes,
+            awaiting_join_count_cache=self._awaiting_with((member,), (previous,)),
         )
 
     def update_members(
@@ -669,6 +701,9 @@ class ClassicGroup:
         return self._replace(
             protocol_counts_cache=self._counts_with((new_member,), (self.members[old_member_id],)),
             join_answer_bytes_cache=self._join_bytes_with(
+                (new_member,), (self.members[old_member_id],)
+            ),
+            awaiting_join_count_cache=self._awaiting_with(
                 (new_member,), (self.members[old_member_id],)
             ),
             members=members,

@@ -3,8 +3,12 @@ conditions and the GroupMetadata record round trip."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from groups_harness import subscription
+from hypothesis import given
+from hypothesis import strategies as st
 
 from coordinator_server.groups.classic import (
     ClassicGroup,
@@ -14,6 +18,7 @@ from coordinator_server.groups.classic import (
     compute_subscribed_topics,
 )
 from coordinator_server.records import GroupMemberValue, GroupMetadataValue, OffsetCommitValue
+from coordinator_server.runtime.api import ResponseHandle
 
 S = ClassicGroupState
 NOW = 1_000_000
@@ -222,3 +227,61 @@ def test_record_without_members_loads_empty_and_empty_protocol_type_means_none()
     assert group.state is S.EMPTY
     assert group.protocol_type is None
     assert group.current_state_timestamp_ms is None
+
+
+_MEMBER_IDS = ("m1", "m2", "m3", "m4")
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(("add", "update", "remove", "clear_all", "static")),
+            st.sampled_from(_MEMBER_IDS),
+            st.booleans(),
+            st.sampled_from((("range",), ("range", "roundrobin"), ("roundrobin",))),
+        ),
+        max_size=40,
+    )
+)
+def test_what_the_group_derives_from_its_members_is_always_what_a_fresh_count_gives(
+    changes: list[tuple[str, str, bool, tuple[str, ...]]],
+) -> None:
+    # The protocol counts, the join answer's size and the members awaiting a JoinGroup answer
+    # are carried over from snapshot to snapshot, not recounted: after any run of changes they
+    # must equal what a group built afresh from the same members counts.
+    group = ClassicGroup.create("g", NOW)
+    group.num_awaiting_join_response()
+    group.candidate_protocols()
+    group.join_answer_members_bytes()
+    for op, member_id, awaiting, protocols in changes:
+        handle = ResponseHandle(None) if awaiting else None
+        changed = dataclasses.replace(
+            member(member_id, *((name, subscription("t")) for name in protocols)),
+            join_handle=handle,
+        )
+        if op == "add" and member_id not in group.members:
+            group = group.add_member(changed)
+        elif op == "update" and member_id in group.members:
+            group = group.update_member(changed)
+        elif op == "remove":
+            group = group.remove_member(member_id)
+        elif op == "clear_all":
+            group = group.update_members(lambda m: dataclasses.replace(m, join_handle=None))
+        elif op == "static" and member_id in group.members:
+            instance = f"instance-{member_id}"
+            if not group.has_static_member(instance):
+                group = group.remove_member(member_id).add_member(
+                    dataclasses.replace(changed, group_instance_id=instance)
+                )
+            new = dataclasses.replace(
+                changed, member_id=f"{member_id}-again", group_instance_id=instance
+            )
+            group = group.replace_static_member(instance, member_id, new).remove_member(
+                new.member_id
+            )
+        fresh = ClassicGroup.create("g", NOW)
+        for m in group.members.values():
+            fresh = fresh.add_member(m)
+        assert group.num_awaiting_join_response() == fresh.num_awaiting_join_response()
+        assert group.candidate_protocols() == fresh.candidate_protocols()
+        assert group.join_answer_members_bytes() == fresh.join_answer_members_bytes()
