@@ -62,6 +62,12 @@ from coordinator_server.storage.api import (
     ReadyListener,
     RecordSink,
 )
+from coordinator_server.storage.error_codes import (
+    MESSAGE_TOO_LARGE,
+    TOPIC_ALREADY_EXISTS,
+    UNKNOWN_SERVER_ERROR,
+    UNKNOWN_TOPIC_OR_PARTITION,
+)
 from coordinator_server.storage.kafka_idempotence import (
     IdempotentProducer,
     ProducerIdAndEpoch,
@@ -91,11 +97,6 @@ __all__ = ["KafkaLog", "KafkaLogError", "offsets_topic_configs"]
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-UNKNOWN_SERVER_ERROR = -1
-UNKNOWN_TOPIC_OR_PARTITION = 3
-MESSAGE_TOO_LARGE = 10
-TOPIC_ALREADY_EXISTS = 36
 
 # As Kafka configures __consumer_offsets (GroupCoordinatorService.groupMetadataTopicConfigs).
 OFFSETS_TOPIC_SEGMENT_BYTES = 104_857_600

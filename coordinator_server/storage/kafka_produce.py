@@ -32,8 +32,19 @@ from dataclasses import dataclass
 from typing import cast
 
 from coordinator_server.storage.api import AppendError, ReadyListener
-from coordinator_server.storage.kafka_idempotence import (
+from coordinator_server.storage.error_codes import (
     DUPLICATE_SEQUENCE_NUMBER,
+    KAFKA_STORAGE_ERROR,
+    LEADER_NOT_AVAILABLE,
+    NETWORK_EXCEPTION,
+    NOT_ENOUGH_REPLICAS,
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    NOT_LEADER_OR_FOLLOWER,
+    REQUEST_TIMED_OUT,
+    UNKNOWN_SERVER_ERROR,
+    UNKNOWN_TOPIC_OR_PARTITION,
+)
+from coordinator_server.storage.kafka_idempotence import (
     NEW_EPOCH_ERRORS,
     NEW_PRODUCER_ID_ERRORS,
     IdempotentProducer,
@@ -53,15 +64,6 @@ PRODUCE_API_KEY = 0
 PRODUCE_VERSION = 3
 ACKS_ALL = -1
 
-UNKNOWN_SERVER_ERROR = -1
-UNKNOWN_TOPIC_OR_PARTITION = 3
-LEADER_NOT_AVAILABLE = 5
-NOT_LEADER_OR_FOLLOWER = 6
-REQUEST_TIMED_OUT = 7
-NETWORK_EXCEPTION = 13
-NOT_ENOUGH_REPLICAS = 19
-NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
-KAFKA_STORAGE_ERROR = 56
 # The broker refused these batches before writing them: they may go again once the
 # partition's leader is known again.
 _NOT_WRITTEN = frozenset(
