@@ -24,7 +24,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from coordinator_server.server.connection_events import CloseReason, RefusalReason
+from coordinator_server.server.connection_events import RefusalReason, ServerCloseReason
 from protocol.api_keys import api_name
 from protocol.errors import ErrorCode
 
@@ -296,7 +296,7 @@ class CoordinatorCollector(Collector):
             "Open connections the server closed, by reason.",
             labels=["reason"],
         )
-        for close in CloseReason:
+        for close in ServerCloseReason:
             closed.add_metric([close.value], server.connections_closed[close])
         yield closed
         yield CounterMetricFamily(
