@@ -35,9 +35,9 @@ from typing import Final, Protocol, TypeVar, cast
 
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
 
-from coordinator_server.client.backoff import ExponentialBackoff
-from coordinator_server.client.connection import Connection
-from coordinator_server.client.errors import (
+from coordinator_server.rpc.backoff import ExponentialBackoff
+from coordinator_server.rpc.connection import Connection
+from coordinator_server.rpc.errors import (
     ClientClosedError,
     ConnectionClosedError,
     OffsetCommitError,

@@ -1,0 +1,12 @@
+"""The RPC client: what talks over the network for the client library and the tools.
+
+- `CoordinatorClient` (`client`): every API of the wire contract, pipelined on one
+  `Connection` (`connection`) per server, with coordinator discovery, retries after an
+  `ExponentialBackoff` (`backoff`) and typed errors (`errors`).
+- `KafkaLogReader` (`kafka_log`): the offsets of a Kafka cluster's own partitions (ends,
+  starts, offsets by time), which a consumer's lag and an offset reset need beside the
+  coordinator's committed ones.
+
+It depends on `protocol` and aiokafka only: the client library (`client/`), the admin tool
+and the pipeline build on it, and none of them on each other.
+"""
