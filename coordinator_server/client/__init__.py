@@ -26,12 +26,7 @@ from coordinator_server.client.errors import CommitFailedError, GroupMemberError
 from coordinator_server.client.member import GroupMember, MemberState
 from coordinator_server.client.sticky import StickyAssignor
 from coordinator_server.rpc.backoff import ExponentialBackoff
-from coordinator_server.rpc.client import (
-    CoordinatorClient,
-    Node,
-    build_ssl_context,
-    parse_bootstrap,
-)
+from coordinator_server.rpc.client import CoordinatorClient
 from coordinator_server.rpc.errors import (
     ClientClosedError,
     ClientError,
@@ -44,6 +39,7 @@ from coordinator_server.rpc.errors import (
     RequestTooLargeError,
 )
 from coordinator_server.rpc.kafka_log import KafkaLogReader
+from coordinator_server.rpc.nodes import Node, build_ssl_context, parse_bootstrap
 from protocol.errors import ApiError, ErrorCode
 
 __all__ = [
