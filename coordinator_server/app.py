@@ -14,14 +14,9 @@ from prometheus_client import CollectorRegistry
 from coordinator_server import __version__
 from coordinator_server.config import CoordinatorConfig
 from coordinator_server.groups.manager import GroupsConfig
-from coordinator_server.metrics import (
-    CoordinatorCollector,
-    GroupMetrics,
-    RuntimeMetrics,
-    ServerMetrics,
-    Snapshot,
-)
+from coordinator_server.metrics import GroupMetrics, RuntimeMetrics, ServerMetrics
 from coordinator_server.offsets.manager import OffsetsConfig
+from coordinator_server.prometheus import CoordinatorCollector, Snapshot
 from coordinator_server.request_limits import RequestLimits
 from coordinator_server.runtime.clock import RuntimeClock, SystemClock
 from coordinator_server.runtime.runtime import (
