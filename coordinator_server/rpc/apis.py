@@ -135,10 +135,10 @@ class ApiHandler(Generic[Req, Resp]):
     split: Callable[[Req], Sequence[tuple[str, Req]]] | None = None
     """A request naming several groups as one request per group, with its group."""
     item: Callable[[Resp], Any] = _identity
-    """What a group's answer (or a server's, for `Lookup.EVERY_BOOTSTRAP`) contributes."""
+    """What one group's answer contributes to the joined answer."""
     join: Callable[[Req, list[Any]], Resp] | None = None
-    """The answer to the whole request, from the items in the request's (or the bootstrap
-    servers') order."""
+    """The answer to the whole request: from the groups' items in the request's order, or
+    (`Lookup.EVERY_BOOTSTRAP`) from the servers' answers in the bootstrap servers' order."""
     name: str = field(init=False)
 
     def __post_init__(self) -> None:
