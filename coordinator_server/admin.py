@@ -8,7 +8,7 @@ table for people, or JSON with `--json` for scripts, and exits 0 on success, 1 o
 The tool talks to coordinator-server (`--bootstrap-server`) for groups and committed
 offsets, and to Kafka (`--kafka-bootstrap-servers`) for what only the log knows: the
 log-end offset of each partition (the high watermark a Fetch reports, see
-`client.kafka_log`), the log start, and offsets by time. Both are also read from the
+`rpc.kafka_log`), the log start, and offsets by time. Both are also read from the
 environment, `COORDINATOR_BOOTSTRAP_SERVER` and `COORDINATOR_KAFKA_BOOTSTRAP_SERVERS`.
 
 `reset-offsets` is a dry run unless `--execute` is given, and is refused while the group

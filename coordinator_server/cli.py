@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import re
 import sys
 import time
-from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from pydantic import ValidationError
 
 from coordinator_server import __version__
 from coordinator_server.config import CoordinatorConfig
+from coordinator_server.event_loop import run_async
 from coordinator_server.storage.kafka_security import KafkaSecurityError
 
 
@@ -108,17 +107,6 @@ def configure_logging(level: str, log_format: str = "text") -> None:
     logging.basicConfig(level=level, handlers=[handler], force=True)
     # aiokafka reports every retry at WARNING; its errors still reach us as exceptions.
     logging.getLogger("aiokafka").setLevel(max(logging.getLevelName(level), logging.ERROR))
-
-
-def run_async(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    """Run on uvloop when it is installed, else on asyncio's own loop."""
-    try:
-        import uvloop
-    except ImportError:
-        asyncio.run(main())
-        return
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(main())
 
 
 def serve(config: CoordinatorConfig) -> None:

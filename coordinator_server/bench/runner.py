@@ -29,6 +29,7 @@ from coordinator_server.bench.load import (
 from coordinator_server.bench.processes import pin_self
 from coordinator_server.bench.stats import format_table, median_row, to_json
 from coordinator_server.bench.targets import OursTarget, PeerTarget, Target
+from coordinator_server.event_loop import run_async
 
 COMMIT_COLUMNS = [
     "target",
@@ -583,8 +584,6 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from coordinator_server.cli import run_async
-
     if not args.no_pin:
         pin_self(args.generator_cpu)
     document: dict[str, Any] = {}

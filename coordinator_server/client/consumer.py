@@ -21,7 +21,7 @@ Rebalances (eager, as Kafka's classic protocol):
   `on_partitions_revoked` runs, as Kafka's default `onPartitionsLost` does.
 - Assigned: each partition starts at its committed offset; with none, at
   `auto_offset_reset`: "earliest" (the log start), "latest" (the high watermark a Fetch
-  reports, see `kafka_log`) or "none" (an error). Then `on_partitions_assigned` runs.
+  reports, see `rpc.kafka_log`) or "none" (an error). Then `on_partitions_assigned` runs.
 
 Auto-commit (on by default) commits the consumed positions every `auto_commit_interval_ms`
 and when the consumer stops.
@@ -41,11 +41,12 @@ from aiokafka.errors import ConsumerStoppedError, KafkaError, NoOffsetForPartiti
 from aiokafka.structs import ConsumerRecord, OffsetAndMetadata, TopicPartition
 
 from coordinator_server.client.assignors import Assignor, RangeAssignor
-from coordinator_server.client.backoff import ExponentialBackoff
-from coordinator_server.client.client import CoordinatorClient
-from coordinator_server.client.errors import ClientError, CommitFailedError
-from coordinator_server.client.kafka_log import KafkaLogReader, stop_consumer
+from coordinator_server.client.errors import CommitFailedError
 from coordinator_server.client.member import GroupMember
+from coordinator_server.rpc.backoff import ExponentialBackoff
+from coordinator_server.rpc.client import CoordinatorClient
+from coordinator_server.rpc.errors import ClientError
+from coordinator_server.rpc.kafka_log import KafkaLogReader, stop_consumer
 from protocol.errors import ApiError
 
 __all__ = ["CoordinatedConsumer"]
@@ -465,7 +466,7 @@ class CoordinatedConsumer:
         self._committed.clear()
         # Paused rather than unassigned until the next assignment replaces them: aiokafka's
         # fetcher can lose the cancellation of a stop() that follows an assignment change
-        # (see kafka_log._idle).
+        # (see rpc.kafka_log._idle).
         self._consumer.pause(*(partitions & self._consumer.assignment()))
 
     async def _on_partitions_assigned(self, partitions: frozenset[TopicPartition]) -> None:

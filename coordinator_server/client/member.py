@@ -47,15 +47,10 @@ from coordinator_server.client.assignors import (
     Subscription,
     from_topic_partitions,
 )
-from coordinator_server.client.backoff import ExponentialBackoff
-from coordinator_server.client.client import CoordinatorClient
-from coordinator_server.client.errors import (
-    ClientClosedError,
-    ClientError,
-    CommitFailedError,
-    GroupMemberError,
-    OffsetCommitError,
-)
+from coordinator_server.client.errors import CommitFailedError, GroupMemberError
+from coordinator_server.rpc.backoff import ExponentialBackoff
+from coordinator_server.rpc.client import CoordinatorClient
+from coordinator_server.rpc.errors import ClientClosedError, ClientError, OffsetCommitError
 from protocol.consumer import (
     ConsumerProtocolSubscription,
     InvalidConsumerProtocolError,

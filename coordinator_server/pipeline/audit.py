@@ -43,10 +43,10 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from coordinator_server.client import CoordinatorClient
 from coordinator_server.pipeline.logs import LogLocation, readable
 from coordinator_server.pipeline.session import log_end_offsets, read_log
 from coordinator_server.pipeline.state import final_groups, final_offsets, group_positions
+from coordinator_server.rpc.client import CoordinatorClient
 from protocol.consumer import ConsumerProtocolAssignment, InvalidConsumerProtocolError
 from protocol.errors import ErrorCode
 from protocol.messages import DescribeGroupsRequest, OffsetFetchRequest, OffsetFetchRequestGroup

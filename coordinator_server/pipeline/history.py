@@ -299,7 +299,7 @@ async def _log_ends(
 ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int, int], int]]:
     from aiokafka.structs import TopicPartition
 
-    from coordinator_server.client.kafka_log import KafkaLogReader
+    from coordinator_server.rpc.kafka_log import KafkaLogReader
 
     async with KafkaLogReader(bootstrap, **aiokafka_options(kafka_options)) as reader:
         counts = await reader.partition_counts({topic for topic, _ in partitions})

@@ -28,7 +28,7 @@ from functools import partial
 from time import monotonic, perf_counter
 from typing import TYPE_CHECKING, cast
 
-from coordinator_server.server.connection_events import CloseReason, RefusalReason
+from coordinator_server.server.connection_events import RefusalReason, ServerCloseReason
 from coordinator_server.service import RequestContext
 from protocol.api_keys import ApiKey
 from protocol.envelope import (
@@ -144,7 +144,7 @@ class CoordinatorConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         if exc is not None and not self._closed:
-            self._state.events.closed(CloseReason.CONNECTION_ERROR, self._peer, str(exc))
+            self._state.events.closed(ServerCloseReason.CONNECTION_ERROR, self._peer, str(exc))
         self._closed = True
         self._waiting.clear()
         self._outgoing.clear()
@@ -410,7 +410,7 @@ class CoordinatorConnection(asyncio.Protocol):
             buffered = transport.get_write_buffer_size()
             if buffered > self._response_buffer_max_bytes:
                 self.expire(
-                    CloseReason.RESPONSE_BUFFER_FULL,
+                    ServerCloseReason.RESPONSE_BUFFER_FULL,
                     f"{buffered} bytes of answers unread, over response_buffer_max_bytes",
                 )
         elif self._waiting:
@@ -440,9 +440,9 @@ class CoordinatorConnection(asyncio.Protocol):
 
     def _protocol_violation(self, reason: str) -> None:
         self._state.metrics.malformed_frames += 1
-        self.expire(CloseReason.MALFORMED_FRAME, reason)
+        self.expire(ServerCloseReason.MALFORMED_FRAME, reason)
 
-    def expire(self, reason: CloseReason, detail: str) -> None:
+    def expire(self, reason: ServerCloseReason, detail: str) -> None:
         """Close for `reason`, counted and logged with back-off. The connection leaves the
         quotas at once (its place is free for the next one); it ends gracefully only if it
         is idle and owes the client nothing."""
@@ -452,7 +452,7 @@ class CoordinatorConnection(asyncio.Protocol):
         self._state.quotas.release(self)
         transport = self._transport
         if (
-            reason is CloseReason.IDLE
+            reason is ServerCloseReason.IDLE
             and transport is not None
             and not self._outgoing
             and not transport.get_write_buffer_size()
@@ -462,7 +462,7 @@ class CoordinatorConnection(asyncio.Protocol):
         else:
             # A broken stream ends as it always has; a client closed for what it holds or
             # does not read is reset (see abort).
-            self.abort(reset=reason is not CloseReason.MALFORMED_FRAME)
+            self.abort(reset=reason is not ServerCloseReason.MALFORMED_FRAME)
 
     def stop_reading(self) -> None:
         """Graceful shutdown: take no new requests, keep answering the ones in flight."""

@@ -32,7 +32,7 @@ class RefusalReason(StrEnum):
     SHUTTING_DOWN = "shutting_down"
 
 
-class CloseReason(StrEnum):
+class ServerCloseReason(StrEnum):
     """Why the server closed an open connection."""
 
     # Closed to make room for a new connection under max.connections(.per.ip).
@@ -52,7 +52,7 @@ class CloseReason(StrEnum):
 
 
 # What happens to well-behaved clients too; the rest is worth a WARNING.
-_ROUTINE: Final = frozenset({CloseReason.IDLE, CloseReason.CONNECTION_ERROR})
+_ROUTINE: Final = frozenset({ServerCloseReason.IDLE, ServerCloseReason.CONNECTION_ERROR})
 
 
 class ConnectionEventLog:
@@ -70,7 +70,7 @@ class ConnectionEventLog:
         self._metrics.connections_refused[reason] += 1
         self._note("refused", reason, peer, detail)
 
-    def closed(self, reason: CloseReason, peer: str, detail: str) -> None:
+    def closed(self, reason: ServerCloseReason, peer: str, detail: str) -> None:
         self._metrics.connections_closed[reason] += 1
         self._note("closed", reason, peer, detail)
 

@@ -21,9 +21,9 @@ from time import monotonic
 from typing import TYPE_CHECKING, Final
 
 from coordinator_server.server.connection_events import (
-    CloseReason,
     ConnectionEventLog,
     RefusalReason,
+    ServerCloseReason,
 )
 
 if TYPE_CHECKING:
@@ -116,7 +116,9 @@ class ConnectionQuotas:
                 break
         if victim is None:
             return False
-        victim.expire(CloseReason.EVICTED, f"closed to make room for a new connection: {detail}")
+        victim.expire(
+            ServerCloseReason.EVICTED, f"closed to make room for a new connection: {detail}"
+        )
         return True
 
 
@@ -160,7 +162,7 @@ class ConnectionSweeper:
         idle_before = now - self._idle_s
         frame_before = now - self._frame_s
         write_before = now - self._write_s
-        expired: list[tuple[CoordinatorConnection, CloseReason, str]] = []
+        expired: list[tuple[CoordinatorConnection, ServerCloseReason, str]] = []
         busy: list[CoordinatorConnection] = []
         for connection in quotas.connections:
             blocked_since = connection.write_blocked_since
@@ -168,7 +170,7 @@ class ConnectionSweeper:
                 expired.append(
                     (
                         connection,
-                        CloseReason.WRITE_TIMEOUT,
+                        ServerCloseReason.WRITE_TIMEOUT,
                         f"answers unread for {now - blocked_since:.1f} s",
                     )
                 )
@@ -182,7 +184,7 @@ class ConnectionSweeper:
                     expired.append(
                         (
                             connection,
-                            CloseReason.FRAME_TIMEOUT,
+                            ServerCloseReason.FRAME_TIMEOUT,
                             f"a frame unfinished after {now - frame_started:.1f} s",
                         )
                     )
@@ -193,7 +195,7 @@ class ConnectionSweeper:
                 expired.append(
                     (
                         connection,
-                        CloseReason.IDLE,
+                        ServerCloseReason.IDLE,
                         f"idle for {now - connection.last_request_at:.1f} s",
                     )
                 )

@@ -36,9 +36,10 @@ LogFailureListener = Callable[[str], None]
 class AppendError(Exception):
     """An append that did not become durable.
 
-    `error_code` is the Kafka error code that describes the failure (e.g. 19
-    NOT_ENOUGH_REPLICAS, 7 REQUEST_TIMED_OUT, 10 MESSAGE_TOO_LARGE, 6 NOT_LEADER_OR_FOLLOWER,
-    -1 for anything unknown); the service maps it to what the client sees.
+    `error_code` is the Kafka error code that describes the failure, one of `error_codes`
+    (e.g. 19 NOT_ENOUGH_REPLICAS, 7 REQUEST_TIMED_OUT, 10 MESSAGE_TOO_LARGE, 6
+    NOT_LEADER_OR_FOLLOWER, -1 for anything unknown); the service maps it to what the client
+    sees.
     """
 
     def __init__(self, error_code: int, message: str) -> None:

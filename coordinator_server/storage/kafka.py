@@ -62,6 +62,12 @@ from coordinator_server.storage.api import (
     ReadyListener,
     RecordSink,
 )
+from coordinator_server.storage.error_codes import (
+    MESSAGE_TOO_LARGE,
+    TOPIC_ALREADY_EXISTS,
+    UNKNOWN_SERVER_ERROR,
+    UNKNOWN_TOPIC_OR_PARTITION,
+)
 from coordinator_server.storage.kafka_idempotence import (
     IdempotentProducer,
     ProducerIdAndEpoch,
@@ -91,11 +97,6 @@ __all__ = ["KafkaLog", "KafkaLogError", "offsets_topic_configs"]
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-UNKNOWN_SERVER_ERROR = -1
-UNKNOWN_TOPIC_OR_PARTITION = 3
-MESSAGE_TOO_LARGE = 10
-TOPIC_ALREADY_EXISTS = 36
 
 # As Kafka configures __consumer_offsets (GroupCoordinatorService.groupMetadataTopicConfigs).
 OFFSETS_TOPIC_SEGMENT_BYTES = 104_857_600
@@ -150,10 +151,13 @@ class KafkaLog:
         metadata_max_age_ms: int = 30000,
         security: KafkaSecurity | None = None,
         idempotent: bool = True,
+        answer_turns: int = 0,
     ) -> None:
         """`security`: how every connection to the cluster is secured (PLAINTEXT by
         default). `idempotent` False writes batches without a producer id, as a broker that
-        hands out none gets them (for tests and measurements)."""
+        hands out none gets them (for tests and measurements). `answer_turns`: the turns of
+        the event loop the process takes to answer the writes a produce response commits;
+        the next ProduceRequest waits for them (see `ProduceSender`)."""
         if num_partitions < 1:
             raise ValueError(f"num_partitions must be at least 1, got {num_partitions}")
         if replication_factor < 1:
@@ -186,6 +190,7 @@ class KafkaLog:
         self._max_batch_bytes = max_batch_bytes
         self._max_inflight_produce_requests = max_inflight_produce_requests
         self._idempotent = idempotent
+        self._answer_turns = answer_turns
         self._api_versions: dict[int, tuple[int, int]] = {}
         self._sender: ProduceSender | None = None
         self._started = False
@@ -258,6 +263,7 @@ class KafkaLog:
                 producer=producer,
                 new_producer_id=self._new_producer_id,
                 delivery_timeout_ms=self._request_timeout_ms * DELIVERY_TIMEOUT_FACTOR,
+                answer_turns=self._answer_turns,
             )
             sender.ready_listener = self._ready_listener
             await self._at_start(sender.start)

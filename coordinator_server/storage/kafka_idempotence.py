@@ -53,8 +53,21 @@ from aiokafka.protocol.admin import ApiVersionRequest
 from aiokafka.protocol.transaction import InitProducerIdRequest
 from aiokafka.record.util import calc_crc32c
 
+from coordinator_server.storage.error_codes import (
+    CONCURRENT_TRANSACTIONS,
+    COORDINATOR_LOAD_IN_PROGRESS,
+    COORDINATOR_NOT_AVAILABLE,
+    INVALID_PRODUCER_EPOCH,
+    INVALID_PRODUCER_ID_MAPPING,
+    NETWORK_EXCEPTION,
+    NOT_COORDINATOR,
+    OUT_OF_ORDER_SEQUENCE_NUMBER,
+    PRODUCER_FENCED,
+    REQUEST_TIMED_OUT,
+    UNKNOWN_PRODUCER_ID,
+)
+
 __all__ = [
-    "DUPLICATE_SEQUENCE_NUMBER",
     "NEW_EPOCH_ERRORS",
     "NEW_PRODUCER_ID_ERRORS",
     "NO_PRODUCER_EPOCH",
@@ -90,12 +103,6 @@ MAX_EPOCH = 32767
 # What Kafka's idempotent producer asks for: no transaction, so no timeout.
 NO_TRANSACTION_TIMEOUT_MS = 2**31 - 1
 
-DUPLICATE_SEQUENCE_NUMBER = 46
-OUT_OF_ORDER_SEQUENCE_NUMBER = 45
-UNKNOWN_PRODUCER_ID = 59
-INVALID_PRODUCER_EPOCH = 47
-INVALID_PRODUCER_ID_MAPPING = 49
-PRODUCER_FENCED = 90
 # The broker lost track of this producer's sequence on the partition: a new epoch starts it
 # again from 0.
 NEW_EPOCH_ERRORS = frozenset({OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID})
@@ -108,12 +115,12 @@ NEW_PRODUCER_ID_ERRORS = frozenset(
 # coordinator is not ready yet).
 _RETRIABLE_INIT_ERRORS = frozenset(
     {
-        7,  # REQUEST_TIMED_OUT
-        13,  # NETWORK_EXCEPTION
-        14,  # COORDINATOR_LOAD_IN_PROGRESS
-        15,  # COORDINATOR_NOT_AVAILABLE
-        16,  # NOT_COORDINATOR
-        51,  # CONCURRENT_TRANSACTIONS
+        REQUEST_TIMED_OUT,
+        NETWORK_EXCEPTION,
+        COORDINATOR_LOAD_IN_PROGRESS,
+        COORDINATOR_NOT_AVAILABLE,
+        NOT_COORDINATOR,
+        CONCURRENT_TRANSACTIONS,
     }
 )
 INIT_RETRY_BACKOFF_S = (0.05, 0.1, 0.25, 0.5, 1.0)

@@ -29,6 +29,17 @@ from aiokafka.protocol.offset import OffsetRequest
 from aiokafka.record.memory_records import MemoryRecords
 
 from coordinator_server.storage.api import LoadError, LoadSummary, RecordSink
+from coordinator_server.storage.error_codes import (
+    FENCED_LEADER_EPOCH,
+    KAFKA_STORAGE_ERROR,
+    LEADER_NOT_AVAILABLE,
+    NOT_LEADER_OR_FOLLOWER,
+    OFFSET_NOT_AVAILABLE,
+    REPLICA_NOT_AVAILABLE,
+    REQUEST_TIMED_OUT,
+    UNKNOWN_LEADER_EPOCH,
+    UNKNOWN_TOPIC_OR_PARTITION,
+)
 from coordinator_server.storage.kafka_metadata import (
     TopicLostError,
     TopicMetadata,
@@ -60,15 +71,15 @@ EARLIEST_OFFSET = -2
 # partition's leader is looked up again (a metadata read, which also checks the topic).
 _RETRIABLE_ERRORS = frozenset(
     {
-        3,  # UNKNOWN_TOPIC_OR_PARTITION: a broker that does not host it (yet, or any more)
-        5,  # LEADER_NOT_AVAILABLE
-        6,  # NOT_LEADER_OR_FOLLOWER
-        7,  # REQUEST_TIMED_OUT
-        9,  # REPLICA_NOT_AVAILABLE
-        56,  # KAFKA_STORAGE_ERROR
-        74,  # FENCED_LEADER_EPOCH
-        75,  # UNKNOWN_LEADER_EPOCH
-        78,  # OFFSET_NOT_AVAILABLE
+        UNKNOWN_TOPIC_OR_PARTITION,  # a broker that does not host it (yet, or any more)
+        LEADER_NOT_AVAILABLE,
+        NOT_LEADER_OR_FOLLOWER,
+        REQUEST_TIMED_OUT,
+        REPLICA_NOT_AVAILABLE,
+        KAFKA_STORAGE_ERROR,
+        FENCED_LEADER_EPOCH,
+        UNKNOWN_LEADER_EPOCH,
+        OFFSET_NOT_AVAILABLE,
     }
 )
 

@@ -30,6 +30,7 @@ from aiokafka.protocol.api import Request
 from aiokafka.protocol.metadata import MetadataRequest_v4, MetadataRequest_v5
 
 from coordinator_server.storage.api import LoadError
+from coordinator_server.storage.error_codes import UNKNOWN_TOPIC_OR_PARTITION
 from coordinator_server.storage.kafka_produce import Leader
 
 __all__ = [
@@ -42,7 +43,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
 NO_LEADER = -1
 
 

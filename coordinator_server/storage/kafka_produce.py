@@ -32,8 +32,19 @@ from dataclasses import dataclass
 from typing import cast
 
 from coordinator_server.storage.api import AppendError, ReadyListener
-from coordinator_server.storage.kafka_idempotence import (
+from coordinator_server.storage.error_codes import (
     DUPLICATE_SEQUENCE_NUMBER,
+    KAFKA_STORAGE_ERROR,
+    LEADER_NOT_AVAILABLE,
+    NETWORK_EXCEPTION,
+    NOT_ENOUGH_REPLICAS,
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    NOT_LEADER_OR_FOLLOWER,
+    REQUEST_TIMED_OUT,
+    UNKNOWN_SERVER_ERROR,
+    UNKNOWN_TOPIC_OR_PARTITION,
+)
+from coordinator_server.storage.kafka_idempotence import (
     NEW_EPOCH_ERRORS,
     NEW_PRODUCER_ID_ERRORS,
     IdempotentProducer,
@@ -53,15 +64,6 @@ PRODUCE_API_KEY = 0
 PRODUCE_VERSION = 3
 ACKS_ALL = -1
 
-UNKNOWN_SERVER_ERROR = -1
-UNKNOWN_TOPIC_OR_PARTITION = 3
-LEADER_NOT_AVAILABLE = 5
-NOT_LEADER_OR_FOLLOWER = 6
-REQUEST_TIMED_OUT = 7
-NETWORK_EXCEPTION = 13
-NOT_ENOUGH_REPLICAS = 19
-NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
-KAFKA_STORAGE_ERROR = 56
 # The broker refused these batches before writing them: they may go again once the
 # partition's leader is known again.
 _NOT_WRITTEN = frozenset(
@@ -78,15 +80,6 @@ _FATE_UNKNOWN = frozenset(
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 RECONNECT_BACKOFF_S = 0.1
 METADATA_RETRY_BACKOFF_S = 0.1
-# After a response, the next request waits this many turns of the event loop: the turns in
-# which the response's appends complete, the writes they commit answer their callers, and
-# those answers are written to the callers' sockets. A request sent sooner wakes the broker,
-# which on a shared core then runs before the answers leave; the callers' next commits
-# arrive just after the request left and wait a whole round for the one after it. Sent
-# after the answers, it takes them: 8 commits a request instead of about 6 with 16 in
-# flight, 32 instead of about 18 with 64, and fewer requests cost the broker and the server
-# less. The turns cost microseconds when nothing else runs.
-ANSWER_TURNS = 3
 
 _HEADER = struct.Struct(">hhih")
 _BODY_START = struct.Struct(">hhii")
@@ -309,10 +302,10 @@ class _Node:
         self.inflight.popleft()
         sender = self.sender
         # Before the appends complete, so that nothing they start flushes sooner.
-        sender.schedule_flush(ANSWER_TURNS)
+        sender.schedule_flush(sender.answer_turns)
         sender.finish(request, payload)
         # Room on the way again: the writers that held their batches for it hand them over
-        # now; they leave with what the answered callers send next (see ANSWER_TURNS).
+        # now; they leave with what the answered callers send next (see `answer_turns`).
         sender.notify_ready()
 
     def link_lost(self, link: _Link, exc: Exception | None) -> None:
@@ -369,10 +362,16 @@ class ProduceSender:
         producer: IdempotentProducer | None = None,
         new_producer_id: ProducerIdSource | None = None,
         delivery_timeout_ms: int | None = None,
+        answer_turns: int = 0,
     ) -> None:
         """`producer` (with `new_producer_id`, where new ids come from) makes appends
         idempotent; `delivery_timeout_ms` (at least, and by default, the request timeout)
-        bounds how long an append is sent again before it fails."""
+        bounds how long an append is sent again before it fails. After a response the next
+        request waits `answer_turns` more turns of the event loop: the turns the process
+        takes to answer the writes the response commits, so that the writes those answers
+        bring join that request (the server says how many; the log alone cannot know)."""
+        if answer_turns < 0:
+            raise ValueError("answer_turns must not be negative")
         if max_inflight_requests < 1:
             raise ValueError("max_inflight_requests must be at least 1")
         self.connect = connect
@@ -391,6 +390,7 @@ class ProduceSender:
         self.delivery_timeout_s = delivery_timeout_ms / 1000
         self.max_inflight_requests = max_inflight_requests
         self.max_request_bytes = max_request_bytes
+        self.answer_turns = answer_turns
         self.produce_version = produce_version
         self.producer = producer
         self._new_producer_id = new_producer_id

@@ -26,6 +26,11 @@ import struct
 from collections.abc import Callable, Generator
 from typing import ClassVar, TypeVar, cast
 
+from coordinator_server.storage.error_codes import (
+    ILLEGAL_SASL_STATE,
+    SASL_AUTHENTICATION_FAILED,
+    UNSUPPORTED_SASL_MECHANISM,
+)
 from coordinator_server.storage.kafka_security import KafkaSecurity, KafkaSecurityError
 
 __all__ = ["KafkaConnector", "ScramClient", "bootstrap_addresses"]
@@ -42,9 +47,6 @@ SASL_HANDSHAKE_VERSION = 1
 SASL_AUTHENTICATE_API_KEY = 36
 SASL_AUTHENTICATE_VERSION = 1
 
-UNSUPPORTED_SASL_MECHANISM = 33
-ILLEGAL_SASL_STATE = 34
-SASL_AUTHENTICATION_FAILED = 58
 # An exchange answers a few hundred bytes.
 MAX_EXCHANGE_RESPONSE_BYTES = 1024 * 1024
 # OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH and X509_V_ERR_IP_ADDRESS_MISMATCH.

@@ -28,8 +28,7 @@ from coordinator_server.storage.api import (
     ReadyListener,
     RecordSink,
 )
-
-_UNKNOWN_TOPIC_OR_PARTITION = 3
+from coordinator_server.storage.error_codes import UNKNOWN_TOPIC_OR_PARTITION
 
 
 class InMemoryPartitionWriter:
@@ -77,11 +76,11 @@ class InMemoryPartitionWriter:
 
     async def _append(self, partition: int, records: Sequence[RawRecord]) -> int:
         if not 0 <= partition < self._num_partitions:
-            raise AppendError(_UNKNOWN_TOPIC_OR_PARTITION, f"no partition {partition}")
+            raise AppendError(UNKNOWN_TOPIC_OR_PARTITION, f"no partition {partition}")
         self._append_calls[partition] += 1
         await self._resumed.wait()
         if self.stopped is not None:
-            raise AppendError(_UNKNOWN_TOPIC_OR_PARTITION, f"the log stopped: {self.stopped}")
+            raise AppendError(UNKNOWN_TOPIC_OR_PARTITION, f"the log stopped: {self.stopped}")
         failures = self._failures[partition]
         if failures:
             error_code, message = failures.popleft()

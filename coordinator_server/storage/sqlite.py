@@ -38,6 +38,7 @@ from coordinator_server.storage.api import (
     ReadyListener,
     RecordSink,
 )
+from coordinator_server.storage.error_codes import KAFKA_STORAGE_ERROR, UNKNOWN_TOPIC_OR_PARTITION
 
 __all__ = ["PartitionCountMismatchError", "SqliteLog", "SqliteLogError"]
 
@@ -45,8 +46,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
-KAFKA_STORAGE_ERROR = 56
 SYNCHRONOUS_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 LOAD_CHUNK_ROWS = 10_000
 SCHEMA_VERSION = 1

@@ -23,7 +23,7 @@ from coordinator_server.client import (
     RequestTimeoutError,
     RequestTooLargeError,
 )
-from coordinator_server.client.connection import Connection
+from coordinator_server.rpc.connection import Connection
 from protocol.api_keys import ApiKey
 from protocol.errors import (
     ApiError,

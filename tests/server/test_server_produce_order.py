@@ -2,8 +2,8 @@
 Kafka broker the test pauses.
 
 The answers a produce response completes must leave before the next ProduceRequest does
-(see ANSWER_TURNS in the produce sender): the commits the answered clients send next then
-join that request instead of waiting a whole round for the one after it.
+(see ANSWER_TURNS where the server is wired, in app.py): the commits the answered clients
+send next then join that request instead of waiting a whole round for the one after it.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import pytest
 from kafka_broker import KafkaBroker
 from wire_client import WireClient, commit_body, commit_errors, until
 
+from coordinator_server import app as wiring
 from coordinator_server.app import CoordinatorApp
 from coordinator_server.config import CoordinatorConfig
 from coordinator_server.server.connection import CoordinatorConnection
-from coordinator_server.storage import kafka_produce
 from coordinator_server.storage.kafka_produce import ProduceSender
 from protocol.api_keys import ApiKey
 from protocol.hashing import partition_for
@@ -117,7 +117,7 @@ async def test_one_turn_fewer_and_the_next_request_overtakes_the_answers(
     """ANSWER_TURNS is as many turns as the answers take, no more: if the way from a
     produce response to the clients' sockets grows a turn, the test above fails; if it
     loses one, this one does."""
-    monkeypatch.setattr(kafka_produce, "ANSWER_TURNS", kafka_produce.ANSWER_TURNS - 1)
+    monkeypatch.setattr(wiring, "ANSWER_TURNS", wiring.ANSWER_TURNS - 1)
     writes = await two_rounds(fresh_kafka_broker, unique_topic, monkeypatch)
     b = partition_for("b", PARTITIONS)
     assert writes[1:3] == [("produce", [b]), ("answers", 1)]

@@ -19,30 +19,49 @@ The deadline passing while a request is out raises `RequestTimeoutError`; passin
 back-off raises the last error seen. Every other error code comes back in the response
 (the typed methods) or is raised as its `protocol.errors` class (`raise_on_error`, and the
 helpers). Closing the client fails every call still running with `ClientClosedError`.
+
+Every API takes the same path (`_call`): what differs between them (where a request goes,
+which answers are retried, what is raised, how a request naming several groups is split)
+is its `ApiHandler` in `apis`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import ssl
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from types import TracebackType
-from typing import Final, Protocol, TypeVar, cast
+from typing import Final, TypeVar
 
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
 
-from coordinator_server.client.backoff import ExponentialBackoff
-from coordinator_server.client.connection import Connection
-from coordinator_server.client.errors import (
+from coordinator_server.rpc import apis
+from coordinator_server.rpc.apis import (
+    RETRY_CODES,
+    RETRY_REDISCOVER,
+    ApiHandler,
+    Lookup,
+    single,
+)
+from coordinator_server.rpc.backoff import ExponentialBackoff
+from coordinator_server.rpc.connection import Connection
+from coordinator_server.rpc.errors import (
     ClientClosedError,
     ConnectionClosedError,
     OffsetCommitError,
     OffsetDeleteError,
     RequestTimeoutError,
+)
+from coordinator_server.rpc.nodes import Node, build_ssl_context, parse_bootstrap
+from coordinator_server.rpc.requests import (
+    commit_topics,
+    delete_topics,
+    fetch_topics,
+    partition_errors,
 )
 from protocol.errors import ErrorCode, error_for_code
 from protocol.framing import DEFAULT_MAX_FRAME_BYTES
@@ -51,7 +70,6 @@ from protocol.messages import (
     ApiVersionsResponse,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
-    DeleteGroupsResponseResult,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
     DescribeGroupsResponseGroup,
@@ -69,18 +87,12 @@ from protocol.messages import (
     ListGroupsResponseGroup,
     Message,
     OffsetCommitRequest,
-    OffsetCommitRequestPartition,
-    OffsetCommitRequestTopic,
     OffsetCommitResponse,
     OffsetDeleteRequest,
-    OffsetDeleteRequestPartition,
-    OffsetDeleteRequestTopic,
     OffsetDeleteResponse,
     OffsetFetchRequest,
     OffsetFetchRequestGroup,
-    OffsetFetchRequestTopic,
     OffsetFetchResponse,
-    OffsetFetchResponseGroup,
     SyncGroupRequest,
     SyncGroupResponse,
 )
@@ -90,83 +102,12 @@ __all__ = ["CoordinatorClient", "Node", "build_ssl_context", "parse_bootstrap"]
 log = logging.getLogger(__name__)
 
 R = TypeVar("R", bound=Message)
-RT = TypeVar("RT", bound=Message)
-
-
-class _TopLevelError(Protocol):
-    error_code: int
-    error_message: str | None
-
-
+Req = TypeVar("Req", bound=Message)
 T = TypeVar("T")
-
-# Answers that mean "try again": the first two on the same coordinator, the last two after
-# looking the coordinator up again.
-_RETRY_SAME_NODE: Final = frozenset(
-    {ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.REQUEST_TIMED_OUT}
-)
-_RETRY_REDISCOVER: Final = frozenset(
-    {ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR}
-)
-_RETRY_CODES: Final = _RETRY_SAME_NODE | _RETRY_REDISCOVER
 
 # Kafka's JOIN_GROUP_TIMEOUT_LAPSE: a JoinGroup may be parked for the whole rebalance
 # timeout, so its own timeout is that plus a margin.
 JOIN_GROUP_TIMEOUT_LAPSE_MS: Final = 5000
-
-
-@dataclass(frozen=True, slots=True)
-class Node:
-    """A coordinator server as FindCoordinator names it (bootstrap servers have id -1)."""
-
-    node_id: int
-    host: str
-    port: int
-
-    @property
-    def address(self) -> tuple[str, int]:
-        return (self.host, self.port)
-
-    def __str__(self) -> str:
-        return f"{self.host}:{self.port} (id: {self.node_id})"
-
-
-def parse_bootstrap(bootstrap: str | Sequence[str]) -> list[tuple[str, int]]:
-    """ "host:port[,host:port...]" (or a list of "host:port") as (host, port) pairs.
-
-    IPv6 hosts go in brackets: "[::1]:9094".
-
-    Raises:
-        ValueError: empty, or an entry without a valid port.
-    """
-    entries = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
-    addresses = []
-    for raw in entries:
-        entry = raw.strip()
-        if not entry:
-            continue
-        host, sep, port_text = entry.rpartition(":")
-        if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
-            raise ValueError(f"bootstrap server {entry!r} is not host:port")
-        if host.startswith("[") and host.endswith("]"):
-            host = host[1:-1]
-        addresses.append((host, int(port_text)))
-    if not addresses:
-        raise ValueError("no bootstrap server given")
-    return addresses
-
-
-def build_ssl_context(
-    cafile: str | None = None,
-    certfile: str | None = None,
-    keyfile: str | None = None,
-) -> ssl.SSLContext:
-    """A client TLS context: verifies the server against `cafile` (or the system's CAs) and
-    presents `certfile`/`keyfile` when given (mutual TLS)."""
-    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=cafile)
-    if certfile is not None:
-        context.load_cert_chain(certfile, keyfile)
-    return context
 
 
 class CoordinatorClient:
@@ -323,7 +264,7 @@ class CoordinatorClient:
     async def _lookup(self, group_id: str, deadline: float) -> Node:
         def retry_code(response: FindCoordinatorResponse) -> int | None:
             for coordinator in response.coordinators:
-                if coordinator.error_code in _RETRY_CODES:
+                if coordinator.error_code in RETRY_CODES:
                     return coordinator.error_code
             return None
 
@@ -484,29 +425,22 @@ class CoordinatorClient:
             await self._sleep(backoff_s)
 
     async def _call_coordinator(
-        self,
-        group_id: str,
-        request: Message,
-        response_type: type[R],
-        retry_code: Callable[[R], int | None],
-        timeout_ms: int | None,
+        self, api: ApiHandler[Req, R], group_id: str, request: Req, deadline: float
     ) -> R:
         """Send a group's request to its coordinator, re-discovering and retrying as the
         module docstring says."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._timeout_s(timeout_ms)
         node_used: list[Node] = []
 
         async def attempt(deadline: float) -> R:
             node = await self._coordinator_for(group_id, deadline)
             node_used[:] = [node]
-            return await self._send(node.address, request, response_type, deadline)
+            return await self._send(node.address, request, api.response_type, deadline)
 
         def on_retry(code: int | None) -> None:
             # Forget only the node this attempt used: a concurrent call may already have
             # found the new one.
             if (
-                (code is None or code in _RETRY_REDISCOVER)
+                (code is None or code in RETRY_REDISCOVER)
                 and node_used
                 and self._coordinators.get(group_id) == node_used[0]
             ):
@@ -514,60 +448,81 @@ class CoordinatorClient:
 
         return await self._call_with_retries(
             attempt,
-            retry_code,
+            api.retry_code,
             deadline,
             what=f"{type(request).__name__}({group_id!r})",
             on_retry=on_retry,
         )
 
-    # The contract's APIs, one typed method each
+    async def _call(
+        self,
+        api: ApiHandler[Req, R],
+        request: Req,
+        timeout_ms: int | None,
+        *,
+        raise_on_error: bool = False,
+    ) -> R:
+        """The one path of every API: send `request` where `api` says, retry within one
+        deadline, and with `raise_on_error` raise the first error `api` finds in the
+        answer."""
+        deadline = asyncio.get_running_loop().time() + self._timeout_s(timeout_ms)
+        response: R
+        if api.lookup is Lookup.COORDINATOR:
+            if api.split is None:
+                response = await self._call_coordinator(
+                    api, api.group_id(request), request, deadline
+                )
+            else:
+                # Each group is asked of its own coordinator, in parallel.
+                items = await _gather_all(
+                    self._call_group(api, group_id, part, deadline)
+                    for group_id, part in api.split(request)
+                )
+                assert api.join is not None
+                response = api.join(request, items)
+        elif api.lookup is Lookup.BOOTSTRAP:
+            response = await self._call_with_retries(
+                lambda d: self._send_to_bootstrap(request, api.response_type, d),
+                api.retry_code,
+                deadline,
+                what=api.name,
+            )
+        else:
+            answers = await _gather_all(
+                self._call_with_retries(
+                    functools.partial(self._send, address, request, api.response_type),
+                    api.retry_code,
+                    deadline,
+                    what=f"{api.name}({address[0]}:{address[1]})",
+                )
+                for address in self.bootstrap_servers
+            )
+            assert api.join is not None
+            response = api.join(request, answers)
+        if raise_on_error:
+            for code, message in api.errors(response):
+                _raise_for_code(code, message)
+        return response
+
+    async def _call_group(
+        self, api: ApiHandler[Req, R], group_id: str, request: Req, deadline: float
+    ) -> object:
+        return api.item(await self._call_coordinator(api, group_id, request, deadline))
+
+    # The contract's APIs, one typed method each, all on the one path (`_call`)
 
     async def api_versions(self, *, timeout_ms: int | None = None) -> ApiVersionsResponse:
         """ApiVersions (18) from a bootstrap server."""
-        deadline = asyncio.get_running_loop().time() + self._timeout_s(timeout_ms)
-        response = await self._call_with_retries(
-            lambda d: self._send_to_bootstrap(ApiVersionsRequest(), ApiVersionsResponse, d),
-            lambda _: None,
-            deadline,
-            what="ApiVersions",
+        return await self._call(
+            apis.API_VERSIONS, ApiVersionsRequest(), timeout_ms, raise_on_error=True
         )
-        _raise_for_code(response.error_code, response.error_message)
-        return response
 
     async def find_coordinator_raw(
         self, request: FindCoordinatorRequest, *, timeout_ms: int | None = None
     ) -> FindCoordinatorResponse:
         """FindCoordinator (10) as sent, from a bootstrap server; per-key errors stay in
         the response (use `find_coordinator` for the cached, retried lookup)."""
-        deadline = asyncio.get_running_loop().time() + self._timeout_s(timeout_ms)
-        return await self._call_with_retries(
-            lambda d: self._send_to_bootstrap(request, FindCoordinatorResponse, d),
-            lambda _: None,
-            deadline,
-            what="FindCoordinator",
-        )
-
-    async def _group_request(
-        self,
-        group_id: str | None,
-        request: Message,
-        response_type: type[RT],
-        timeout_ms: int | None,
-        raise_on_error: bool,
-    ) -> RT:
-        """A group API whose answer has a top-level error code: retried on the retriable
-        ones, raised (when asked) on the others."""
-        response = await self._call_coordinator(
-            _group_of(group_id),
-            request,
-            response_type,
-            lambda r: _retriable(cast(_TopLevelError, r).error_code),
-            timeout_ms,
-        )
-        if raise_on_error:
-            answer = cast(_TopLevelError, response)
-            _raise_for_code(answer.error_code, answer.error_message)
-        return response
+        return await self._call(apis.FIND_COORDINATOR, request, timeout_ms)
 
     async def join_group(
         self,
@@ -588,9 +543,7 @@ class CoordinatorClient:
             timeout_ms = max(
                 self.request_timeout_ms, rebalance_timeout_ms + JOIN_GROUP_TIMEOUT_LAPSE_MS
             )
-        return await self._group_request(
-            request.group_id, request, JoinGroupResponse, timeout_ms, raise_on_error
-        )
+        return await self._call(apis.JOIN_GROUP, request, timeout_ms, raise_on_error=raise_on_error)
 
     async def sync_group(
         self,
@@ -600,9 +553,7 @@ class CoordinatorClient:
         timeout_ms: int | None = None,
     ) -> SyncGroupResponse:
         """SyncGroup (14). A follower's SyncGroup waits for the leader's assignment."""
-        return await self._group_request(
-            request.group_id, request, SyncGroupResponse, timeout_ms, raise_on_error
-        )
+        return await self._call(apis.SYNC_GROUP, request, timeout_ms, raise_on_error=raise_on_error)
 
     async def heartbeat(
         self,
@@ -612,9 +563,7 @@ class CoordinatorClient:
         timeout_ms: int | None = None,
     ) -> HeartbeatResponse:
         """Heartbeat (12)."""
-        return await self._group_request(
-            request.group_id, request, HeartbeatResponse, timeout_ms, raise_on_error
-        )
+        return await self._call(apis.HEARTBEAT, request, timeout_ms, raise_on_error=raise_on_error)
 
     async def leave_group(
         self,
@@ -624,68 +573,30 @@ class CoordinatorClient:
         timeout_ms: int | None = None,
     ) -> LeaveGroupResponse:
         """LeaveGroup (13). With `raise_on_error`, a per-member error is raised too."""
-        response = await self._group_request(
-            request.group_id, request, LeaveGroupResponse, timeout_ms, raise_on_error
+        return await self._call(
+            apis.LEAVE_GROUP, request, timeout_ms, raise_on_error=raise_on_error
         )
-        if raise_on_error:
-            for member in response.members:
-                _raise_for_code(member.error_code, f"member {member.member_id!r}")
-        return response
 
     async def offset_commit(
         self, request: OffsetCommitRequest, *, timeout_ms: int | None = None
     ) -> OffsetCommitResponse:
         """OffsetCommit (8). Errors are per partition (as in Kafka, coordinator errors too,
         which are retried); the others are returned in the response."""
-
-        def retry_code(response: OffsetCommitResponse) -> int | None:
-            for topic in response.topics:
-                for partition in topic.partitions:
-                    if partition.error_code in _RETRY_CODES:
-                        return partition.error_code
-            return None
-
-        return await self._call_coordinator(
-            _group_of(request.group_id), request, OffsetCommitResponse, retry_code, timeout_ms
-        )
+        return await self._call(apis.OFFSET_COMMIT, request, timeout_ms)
 
     async def offset_fetch(
         self, request: OffsetFetchRequest, *, timeout_ms: int | None = None
     ) -> OffsetFetchResponse:
         """OffsetFetch (9). Each group is asked of its own coordinator (in parallel) and
         the answers are put back in request order; group errors stay in the response."""
-
-        async def fetch_one(group: OffsetFetchRequestGroup) -> OffsetFetchResponseGroup:
-            response = await self._call_coordinator(
-                group.group_id or "",
-                OffsetFetchRequest(groups=[group], require_stable=request.require_stable),
-                OffsetFetchResponse,
-                lambda r: _first_retriable(g.error_code for g in r.groups),
-                timeout_ms,
-            )
-            return _single(response.groups, "OffsetFetch")
-
-        groups = await _gather_all(fetch_one(group) for group in request.groups)
-        return OffsetFetchResponse(groups=groups)
+        return await self._call(apis.OFFSET_FETCH, request, timeout_ms)
 
     async def describe_groups(
         self, request: DescribeGroupsRequest, *, timeout_ms: int | None = None
     ) -> DescribeGroupsResponse:
         """DescribeGroups (15), each group asked of its own coordinator; group errors
         (GROUP_ID_NOT_FOUND, ...) stay in the response."""
-
-        async def describe_one(group_id: str | None) -> DescribeGroupsResponseGroup:
-            response = await self._call_coordinator(
-                group_id or "",
-                DescribeGroupsRequest(groups=[group_id]),
-                DescribeGroupsResponse,
-                lambda r: _first_retriable(g.error_code for g in r.groups),
-                timeout_ms,
-            )
-            return _single(response.groups, "DescribeGroups")
-
-        groups = await _gather_all(describe_one(group_id) for group_id in request.groups)
-        return DescribeGroupsResponse(groups=groups)
+        return await self._call(apis.DESCRIBE_GROUPS, request, timeout_ms)
 
     async def list_groups(
         self, request: ListGroupsRequest | None = None, *, timeout_ms: int | None = None
@@ -693,44 +604,14 @@ class CoordinatorClient:
         """ListGroups (16), asked of every bootstrap server (each lists the groups it
         coordinates) and merged; a group listed twice is listed once. If a server answers
         an error, that answer is returned (`list_all_groups` raises it)."""
-        request = request or ListGroupsRequest()
-        deadline = asyncio.get_running_loop().time() + self._timeout_s(timeout_ms)
-
-        async def list_on(address: tuple[str, int]) -> ListGroupsResponse:
-            return await self._call_with_retries(
-                lambda d: self._send(address, request, ListGroupsResponse, d),
-                lambda r: _retriable(r.error_code),
-                deadline,
-                what=f"ListGroups({address[0]}:{address[1]})",
-            )
-
-        responses = await _gather_all(list_on(address) for address in self.bootstrap_servers)
-        seen: dict[str, ListGroupsResponseGroup] = {}
-        for response in responses:
-            if response.error_code != ErrorCode.NONE:
-                return response
-            for group in response.groups:
-                seen.setdefault(group.group_id, group)
-        return ListGroupsResponse(groups=list(seen.values()))
+        return await self._call(apis.LIST_GROUPS, request or ListGroupsRequest(), timeout_ms)
 
     async def delete_groups(
         self, request: DeleteGroupsRequest, *, timeout_ms: int | None = None
     ) -> DeleteGroupsResponse:
         """DeleteGroups (42), each group sent to its own coordinator; per-group errors
         (NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND, ...) stay in the response."""
-
-        async def delete_one(group_id: str | None) -> DeleteGroupsResponseResult:
-            response = await self._call_coordinator(
-                group_id or "",
-                DeleteGroupsRequest(groups_names=[group_id]),
-                DeleteGroupsResponse,
-                lambda r: _first_retriable(result.error_code for result in r.results),
-                timeout_ms,
-            )
-            return _single(response.results, "DeleteGroups")
-
-        results = await _gather_all(delete_one(group_id) for group_id in request.groups_names)
-        return DeleteGroupsResponse(results=results)
+        return await self._call(apis.DELETE_GROUPS, request, timeout_ms)
 
     async def offset_delete(
         self,
@@ -741,16 +622,9 @@ class CoordinatorClient:
     ) -> OffsetDeleteResponse:
         """OffsetDelete (47). With `raise_on_error`, a top-level error is raised;
         per-partition errors stay in the response (`delete_offsets` raises them)."""
-        response = await self._call_coordinator(
-            _group_of(request.group_id),
-            request,
-            OffsetDeleteResponse,
-            lambda r: _retriable(r.error_code),
-            timeout_ms,
+        return await self._call(
+            apis.OFFSET_DELETE, request, timeout_ms, raise_on_error=raise_on_error
         )
-        if raise_on_error:
-            _raise_for_code(response.error_code, response.error_message)
-        return response
 
     # Helpers in Kafka's terms
 
@@ -780,17 +654,10 @@ class CoordinatorClient:
             generation_id_or_member_epoch=generation,
             member_id=member_id,
             group_instance_id=group_instance_id,
-            topics=_commit_topics(offsets),
+            topics=commit_topics(offsets),
         )
         response = await self.offset_commit(request, timeout_ms=timeout_ms)
-        errors = {
-            TopicPartition(topic.name, partition.partition_index): error_for_code(
-                partition.error_code
-            )
-            for topic in response.topics
-            for partition in topic.partitions
-            if partition.error_code != ErrorCode.NONE
-        }
+        errors = partition_errors(response.topics)
         if errors:
             raise OffsetCommitError(f"commit for group {group_id!r} failed", errors)
 
@@ -808,15 +675,7 @@ class CoordinatorClient:
         Raises:
             ApiError: the group's error (GROUP_AUTHORIZATION_FAILED, ...) or a partition's.
         """
-        topics: list[OffsetFetchRequestTopic] | None = None
-        if partitions is not None:
-            by_topic: dict[str, list[int]] = {}
-            for tp in partitions:
-                by_topic.setdefault(tp.topic, []).append(tp.partition)
-            topics = [
-                OffsetFetchRequestTopic(name=name, partition_indexes=sorted(indexes))
-                for name, indexes in by_topic.items()
-            ]
+        topics = None if partitions is None else fetch_topics(partitions)
         response = await self.offset_fetch(
             OffsetFetchRequest(
                 groups=[OffsetFetchRequestGroup(group_id=group_id, topics=topics)],
@@ -824,7 +683,7 @@ class CoordinatorClient:
             ),
             timeout_ms=timeout_ms,
         )
-        group = _single(response.groups, "OffsetFetch")
+        group = single(response.groups, "OffsetFetch")
         _raise_for_code(group.error_code, f"group {group_id!r}")
         result: dict[TopicPartition, OffsetAndMetadata] = {}
         for topic in group.topics:
@@ -849,7 +708,7 @@ class CoordinatorClient:
         response = await self.describe_groups(
             DescribeGroupsRequest(groups=[group_id]), timeout_ms=timeout_ms
         )
-        group = _single(response.groups, "DescribeGroups")
+        group = single(response.groups, "DescribeGroups")
         _raise_for_code(group.error_code, f"group {group_id!r}")
         return group
 
@@ -878,7 +737,7 @@ class CoordinatorClient:
         response = await self.delete_groups(
             DeleteGroupsRequest(groups_names=[group_id]), timeout_ms=timeout_ms
         )
-        result = _single(response.results, "DeleteGroups")
+        result = single(response.results, "DeleteGroups")
         _raise_for_code(result.error_code, f"group {group_id!r}")
 
     async def delete_offsets(
@@ -895,31 +754,9 @@ class CoordinatorClient:
             OffsetDeleteError: some partitions were refused (GROUP_SUBSCRIBED_TO_TOPIC:
                 a member subscribes to the topic); `errors` names them.
         """
-        by_topic: dict[str, list[int]] = {}
-        for tp in partitions:
-            by_topic.setdefault(tp.topic, []).append(tp.partition)
-        request = OffsetDeleteRequest(
-            group_id=group_id,
-            topics=[
-                OffsetDeleteRequestTopic(
-                    name=name,
-                    partitions=[
-                        OffsetDeleteRequestPartition(partition_index=index)
-                        for index in sorted(indexes)
-                    ],
-                )
-                for name, indexes in by_topic.items()
-            ],
-        )
+        request = OffsetDeleteRequest(group_id=group_id, topics=delete_topics(partitions))
         response = await self.offset_delete(request, timeout_ms=timeout_ms)
-        errors = {
-            TopicPartition(topic.name, partition.partition_index): error_for_code(
-                partition.error_code
-            )
-            for topic in response.topics
-            for partition in topic.partitions
-            if partition.error_code != ErrorCode.NONE
-        }
+        errors = partition_errors(response.topics)
         if errors:
             raise OffsetDeleteError(f"offset delete for group {group_id!r} failed", errors)
 
@@ -936,34 +773,9 @@ class CoordinatorClient:
         )
 
 
-def _group_of(group_id: str | None) -> str:
-    # A missing group id is sent as is (the server answers INVALID_GROUP_ID); any
-    # coordinator can say so, so it is routed like the empty id.
-    return group_id or ""
-
-
-def _retriable(code: int) -> int | None:
-    return code if code in _RETRY_CODES else None
-
-
-def _first_retriable(codes: Iterable[int]) -> int | None:
-    for code in codes:
-        if code in _RETRY_CODES:
-            return code
-    return None
-
-
 def _raise_for_code(code: int, message: str | None = None) -> None:
     if code != ErrorCode.NONE:
         raise error_for_code(code, message)
-
-
-def _single(items: Sequence[T], api: str) -> T:
-    if len(items) != 1:
-        raise error_for_code(
-            ErrorCode.UNKNOWN_SERVER_ERROR, f"{api} answered {len(items)} items for one"
-        )
-    return items[0]
 
 
 async def _gather_all(awaitables: Iterable[Awaitable[T]]) -> list[T]:
@@ -976,27 +788,3 @@ async def _gather_all(awaitables: Iterable[Awaitable[T]]) -> list[T]:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
-
-
-def _commit_topics(
-    offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
-) -> list[OffsetCommitRequestTopic]:
-    by_topic: dict[str, list[OffsetCommitRequestPartition]] = {}
-    for tp, value in sorted(offsets.items()):
-        if isinstance(value, OffsetAndMetadata):
-            offset, metadata = value.offset, value.metadata
-        else:
-            offset, metadata = value, ""
-        if offset < 0:
-            raise ValueError(f"offset for {tp.topic}-{tp.partition} must be >= 0, not {offset}")
-        by_topic.setdefault(tp.topic, []).append(
-            OffsetCommitRequestPartition(
-                partition_index=tp.partition,
-                committed_offset=offset,
-                committed_metadata=metadata,
-            )
-        )
-    return [
-        OffsetCommitRequestTopic(name=name, partitions=partitions)
-        for name, partitions in by_topic.items()
-    ]

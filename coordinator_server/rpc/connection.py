@@ -25,7 +25,7 @@ import ssl
 from collections import deque
 from typing import Final, NamedTuple, TypeVar
 
-from coordinator_server.client.errors import (
+from coordinator_server.rpc.errors import (
     ClientClosedError,
     ClientError,
     CloseReason,

@@ -1,0 +1,212 @@
+"""Prometheus metrics, read out at scrape time: one collector turns the counters every layer
+keeps (`metrics`) and figures read from live objects (`Snapshot`) into metric families.
+Names follow Prometheus's rules: prefix `coordinator_`, base units, `_total` counters, and
+never a group or member id as a label.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from coordinator_server.metrics import GroupMetrics, Histogram, RuntimeMetrics, ServerMetrics
+from coordinator_server.server.connection_events import RefusalReason, ServerCloseReason
+from protocol.api_keys import api_name
+from protocol.errors import ErrorCode
+
+
+def error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return str(code)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Figures read from live objects at scrape time."""
+
+    requests_in_flight: int
+    connections_open: int
+    partitions_by_state: dict[str, int]
+    queue_depth: int
+    uncommitted_offsets: dict[int, int]
+    groups_by_state: dict[str, int]
+    members: int
+    log_failed: bool = False
+
+
+class CoordinatorCollector(Collector):
+    def __init__(
+        self,
+        server: ServerMetrics,
+        runtime: RuntimeMetrics,
+        groups: GroupMetrics,
+        snapshot: Callable[[], Snapshot],
+        version: str,
+    ) -> None:
+        self._server = server
+        self._runtime = runtime
+        self._groups = groups
+        self._snapshot = snapshot
+        self._version = version
+        self.started = time.monotonic()
+
+    def collect(self) -> Iterable[Metric]:
+        yield from self._collect_server()
+        yield from self._collect_runtime()
+        yield from self._collect_groups()
+
+    def _collect_server(self) -> Iterator[Metric]:
+        server = self._server
+        snapshot = self._snapshot()
+        info = GaugeMetricFamily(
+            "coordinator_build_info", "The coordinator's version.", labels=["version"]
+        )
+        info.add_metric([self._version], 1)
+        yield info
+        requests = CounterMetricFamily(
+            "coordinator_requests", "Requests answered, by API and error.", labels=["api", "error"]
+        )
+        for (api_key, code), count in sorted(server.requests.items()):
+            requests.add_metric([api_name(api_key), error_name(code)], count)
+        yield requests
+        latency = HistogramMetricFamily(
+            "coordinator_request_duration_seconds",
+            "Time from a request's arrival to its response, by API.",
+            labels=["api"],
+        )
+        for api_key, histogram in sorted(server.request_latency.items()):
+            latency.add_metric([api_name(api_key)], histogram.buckets(), histogram.total)
+        yield latency
+        yield GaugeMetricFamily(
+            "coordinator_requests_in_flight",
+            "Requests received and not answered yet.",
+            value=snapshot.requests_in_flight,
+        )
+        yield GaugeMetricFamily(
+            "coordinator_connections_open",
+            "Open client connections.",
+            value=snapshot.connections_open,
+        )
+        refused = CounterMetricFamily(
+            "coordinator_connections_refused",
+            "Connections refused as they opened, by reason.",
+            labels=["reason"],
+        )
+        for refusal in RefusalReason:
+            refused.add_metric([refusal.value], server.connections_refused[refusal])
+        yield refused
+        closed = CounterMetricFamily(
+            "coordinator_connections_closed",
+            "Open connections the server closed, by reason.",
+            labels=["reason"],
+        )
+        for close in ServerCloseReason:
+            closed.add_metric([close.value], server.connections_closed[close])
+        yield closed
+        yield CounterMetricFamily(
+            "coordinator_malformed_frames",
+            "Connections closed for broken framing or a malformed request header.",
+            value=server.malformed_frames,
+        )
+        yield GaugeMetricFamily(
+            "coordinator_log_failed",
+            "1 once the log stopped for good (its topic disappeared or changed its partition "
+            "count): every partition stops until a restart.",
+            value=int(snapshot.log_failed),
+        )
+        partitions = GaugeMetricFamily(
+            "coordinator_partitions", "Log partitions by runtime state.", labels=["state"]
+        )
+        for state, count in sorted(snapshot.partitions_by_state.items()):
+            partitions.add_metric([state], count)
+        yield partitions
+        yield GaugeMetricFamily(
+            "coordinator_event_queue_depth",
+            "Operations queued on all partitions.",
+            value=snapshot.queue_depth,
+        )
+        uncommitted = GaugeMetricFamily(
+            "coordinator_uncommitted_offsets",
+            "Records written to a log partition and not committed yet.",
+            labels=["partition"],
+        )
+        for partition, count in sorted(snapshot.uncommitted_offsets.items()):
+            uncommitted.add_metric([str(partition)], count)
+        yield uncommitted
+        groups = GaugeMetricFamily("coordinator_groups", "Groups by state.", labels=["state"])
+        for state, count in sorted(snapshot.groups_by_state.items()):
+            groups.add_metric([state], count)
+        yield groups
+        yield GaugeMetricFamily(
+            "coordinator_group_members", "Members of all groups.", value=snapshot.members
+        )
+
+    def _collect_runtime(self) -> Iterator[Metric]:
+        runtime = self._runtime
+        yield _histogram(
+            "coordinator_event_queue_time_seconds",
+            "Time a write operation waited in its partition's queue.",
+            runtime.queue_time,
+        )
+        yield _histogram(
+            "coordinator_write_batch_records", "Records per appended batch.", runtime.batch_records
+        )
+        yield _histogram(
+            "coordinator_write_batch_bytes", "Bytes per appended batch.", runtime.batch_bytes
+        )
+        yield _histogram(
+            "coordinator_append_duration_seconds",
+            "Time from handing a batch to the log to its acknowledgement.",
+            runtime.append_latency,
+        )
+        yield CounterMetricFamily(
+            "coordinator_append_failures", "Appends the log failed.", value=runtime.append_failures
+        )
+        yield _histogram(
+            "coordinator_partition_load_duration_seconds",
+            "Time to load a log partition.",
+            runtime.load_duration,
+        )
+        yield CounterMetricFamily(
+            "coordinator_partition_load_records",
+            "Records replayed while loading partitions.",
+            value=runtime.records_loaded,
+        )
+
+    def _collect_groups(self) -> Iterator[Metric]:
+        groups = self._groups
+        yield CounterMetricFamily(
+            "coordinator_rebalances", "Completed rebalances (join phases).", value=groups.rebalances
+        )
+        yield _histogram(
+            "coordinator_rebalance_duration_seconds",
+            "Time from a rebalance's start to the end of its join phase.",
+            groups.rebalance_duration,
+        )
+        yield CounterMetricFamily(
+            "coordinator_offset_commits",
+            "Partition offsets committed.",
+            value=groups.offset_commits,
+        )
+        yield CounterMetricFamily(
+            "coordinator_offsets_expired",
+            "Offsets removed by retention.",
+            value=groups.offsets_expired,
+        )
+
+
+def _histogram(name: str, documentation: str, histogram: Histogram) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(name, documentation)
+    family.add_metric([], histogram.buckets(), histogram.total)
+    return family

@@ -1,0 +1,316 @@
+"""How the RPC client routes and reads each API of the wire contract: one `ApiHandler` per
+API, run by the one request path of `CoordinatorClient` (its `_call`).
+
+Kafka's admin client is built the same way (an `AdminApiHandler` per API, with the lookup
+strategy that finds the node to ask), so that what differs between APIs is data, and
+discovery, retries, deadlines and fan-out are written once. An API differs in:
+
+- where it goes (`Lookup`): any bootstrap server, every bootstrap server (each answers for
+  the groups it coordinates), or the coordinator of the group it names;
+- which answers mean "try again" (`retry_code`): COORDINATOR_LOAD_IN_PROGRESS and
+  REQUEST_TIMED_OUT on the same coordinator, COORDINATOR_NOT_AVAILABLE and NOT_COORDINATOR
+  after looking the coordinator up again, wherever the API puts its error codes;
+- what `raise_on_error` raises (`errors`);
+- for a request that names several groups (OffsetFetch, DescribeGroups, DeleteGroups), how
+  it is cut into one request per group, each sent to its own coordinator, and how the
+  answers are put back together in the request's order (`split`, `item`, `join`).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Generic, Protocol, TypeVar
+
+from protocol.api_keys import api_name
+from protocol.errors import ErrorCode, error_for_code
+from protocol.messages import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+    ListGroupsResponseGroup,
+    Message,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+
+__all__ = [
+    "API_VERSIONS",
+    "DELETE_GROUPS",
+    "DESCRIBE_GROUPS",
+    "FIND_COORDINATOR",
+    "HEARTBEAT",
+    "JOIN_GROUP",
+    "LEAVE_GROUP",
+    "LIST_GROUPS",
+    "OFFSET_COMMIT",
+    "OFFSET_DELETE",
+    "OFFSET_FETCH",
+    "RETRY_CODES",
+    "RETRY_REDISCOVER",
+    "SYNC_GROUP",
+    "ApiHandler",
+    "Lookup",
+    "first_retriable",
+    "single",
+]
+
+Req = TypeVar("Req", bound=Message)
+Resp = TypeVar("Resp", bound=Message)
+T = TypeVar("T")
+
+# Answers that mean "try again": the first two on the same coordinator, the last two after
+# looking the coordinator up again (Kafka's `markCoordinatorUnknown`).
+RETRY_SAME_NODE: Final = frozenset(
+    {ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.REQUEST_TIMED_OUT}
+)
+RETRY_REDISCOVER: Final = frozenset(
+    {ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR}
+)
+RETRY_CODES: Final = RETRY_SAME_NODE | RETRY_REDISCOVER
+
+
+class Lookup(enum.Enum):
+    """Which server a request goes to (Kafka's admin lookup strategies)."""
+
+    BOOTSTRAP = "bootstrap"
+    """A bootstrap server, the next one if it cannot be reached."""
+    EVERY_BOOTSTRAP = "every bootstrap"
+    """Every bootstrap server, the answers joined (Kafka's `AllBrokersStrategy`)."""
+    COORDINATOR = "coordinator"
+    """The coordinator of the group the request names, found with FindCoordinator and
+    cached (Kafka's `CoordinatorStrategy`)."""
+
+
+def _never(_: Message) -> int | None:
+    return None
+
+
+def _no_errors(_: Message) -> Iterator[tuple[int, str | None]]:
+    return iter(())
+
+
+def _no_group(_: Message) -> str:
+    raise TypeError("not an API of one group")
+
+
+def _identity(answer: T) -> T:
+    return answer
+
+
+@dataclass(frozen=True, slots=True)
+class ApiHandler(Generic[Req, Resp]):
+    """What one API's calls need besides what every call does; see the module docstring."""
+
+    request_type: type[Req]
+    response_type: type[Resp]
+    lookup: Lookup
+    retry_code: Callable[[Resp], int | None] = _never
+    """The retriable code an answer carries, or None: the call is answered."""
+    errors: Callable[[Resp], Iterator[tuple[int, str | None]]] = _no_errors
+    """(code, message) of each error in an answer, in the order `raise_on_error` checks
+    them: the first that is not NONE is raised."""
+    group_id: Callable[[Req], str] = _no_group
+    """The group whose coordinator answers (`Lookup.COORDINATOR`)."""
+    split: Callable[[Req], Sequence[tuple[str, Req]]] | None = None
+    """A request naming several groups as one request per group, with its group."""
+    item: Callable[[Resp], Any] = _identity
+    """What one group's answer contributes to the joined answer."""
+    join: Callable[[Req, list[Any]], Resp] | None = None
+    """The answer to the whole request: from the groups' items in the request's order, or
+    (`Lookup.EVERY_BOOTSTRAP`) from the servers' answers in the bootstrap servers' order."""
+    name: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", api_name(self.request_type.API_KEY))
+
+
+class _ErrorAtTopLevel(Protocol):
+    @property
+    def error_code(self) -> int: ...
+
+    @property
+    def error_message(self) -> str | None: ...
+
+
+def retriable(code: int) -> int | None:
+    return code if code in RETRY_CODES else None
+
+
+def first_retriable(codes: Iterable[int]) -> int | None:
+    for code in codes:
+        if code in RETRY_CODES:
+            return code
+    return None
+
+
+def single(items: Sequence[T], api: str) -> T:
+    """The one item an answer about one group holds."""
+    if len(items) != 1:
+        raise error_for_code(
+            ErrorCode.UNKNOWN_SERVER_ERROR, f"{api} answered {len(items)} items for one"
+        )
+    return items[0]
+
+
+def _group_of(group_id: str | None) -> str:
+    # A missing group id is sent as is (the server answers INVALID_GROUP_ID); any
+    # coordinator can say so, so it is routed like the empty id.
+    return group_id or ""
+
+
+def _top_level_retry(response: _ErrorAtTopLevel) -> int | None:
+    return retriable(response.error_code)
+
+
+def _top_level_error(response: _ErrorAtTopLevel) -> Iterator[tuple[int, str | None]]:
+    yield response.error_code, response.error_message
+
+
+def _leave_group_errors(response: LeaveGroupResponse) -> Iterator[tuple[int, str | None]]:
+    yield response.error_code, response.error_message
+    for member in response.members:
+        yield member.error_code, f"member {member.member_id!r}"
+
+
+def _commit_retry(response: OffsetCommitResponse) -> int | None:
+    # Kafka answers coordinator errors per partition too.
+    for topic in response.topics:
+        for partition in topic.partitions:
+            if partition.error_code in RETRY_CODES:
+                return partition.error_code
+    return None
+
+
+def _join_listed_groups(
+    _: ListGroupsRequest, responses: list[ListGroupsResponse]
+) -> ListGroupsResponse:
+    # The first server's error answers the call; otherwise a group listed twice is listed
+    # once.
+    seen: dict[str, ListGroupsResponseGroup] = {}
+    for response in responses:
+        if response.error_code != ErrorCode.NONE:
+            return response
+        for group in response.groups:
+            seen.setdefault(group.group_id, group)
+    return ListGroupsResponse(groups=list(seen.values()))
+
+
+API_VERSIONS: Final = ApiHandler(
+    ApiVersionsRequest, ApiVersionsResponse, Lookup.BOOTSTRAP, errors=_top_level_error
+)
+FIND_COORDINATOR: Final = ApiHandler(
+    FindCoordinatorRequest, FindCoordinatorResponse, Lookup.BOOTSTRAP
+)
+JOIN_GROUP: Final = ApiHandler(
+    JoinGroupRequest,
+    JoinGroupResponse,
+    Lookup.COORDINATOR,
+    retry_code=_top_level_retry,
+    errors=_top_level_error,
+    group_id=lambda request: _group_of(request.group_id),
+)
+SYNC_GROUP: Final = ApiHandler(
+    SyncGroupRequest,
+    SyncGroupResponse,
+    Lookup.COORDINATOR,
+    retry_code=_top_level_retry,
+    errors=_top_level_error,
+    group_id=lambda request: _group_of(request.group_id),
+)
+HEARTBEAT: Final = ApiHandler(
+    HeartbeatRequest,
+    HeartbeatResponse,
+    Lookup.COORDINATOR,
+    retry_code=_top_level_retry,
+    errors=_top_level_error,
+    group_id=lambda request: _group_of(request.group_id),
+)
+LEAVE_GROUP: Final = ApiHandler(
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    Lookup.COORDINATOR,
+    retry_code=_top_level_retry,
+    errors=_leave_group_errors,
+    group_id=lambda request: _group_of(request.group_id),
+)
+OFFSET_COMMIT: Final = ApiHandler(
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    Lookup.COORDINATOR,
+    retry_code=_commit_retry,
+    group_id=lambda request: _group_of(request.group_id),
+)
+OFFSET_DELETE: Final = ApiHandler(
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
+    Lookup.COORDINATOR,
+    retry_code=_top_level_retry,
+    errors=_top_level_error,
+    group_id=lambda request: _group_of(request.group_id),
+)
+OFFSET_FETCH: Final = ApiHandler(
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    Lookup.COORDINATOR,
+    retry_code=lambda response: first_retriable(g.error_code for g in response.groups),
+    split=lambda request: [
+        (
+            group.group_id or "",
+            OffsetFetchRequest(groups=[group], require_stable=request.require_stable),
+        )
+        for group in request.groups
+    ],
+    item=lambda response: single(response.groups, "OffsetFetch"),
+    join=lambda _, groups: OffsetFetchResponse(groups=groups),
+)
+DESCRIBE_GROUPS: Final = ApiHandler(
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    Lookup.COORDINATOR,
+    retry_code=lambda response: first_retriable(g.error_code for g in response.groups),
+    split=lambda request: [
+        (group_id or "", DescribeGroupsRequest(groups=[group_id])) for group_id in request.groups
+    ],
+    item=lambda response: single(response.groups, "DescribeGroups"),
+    join=lambda _, groups: DescribeGroupsResponse(groups=groups),
+)
+DELETE_GROUPS: Final = ApiHandler(
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    Lookup.COORDINATOR,
+    retry_code=lambda response: first_retriable(r.error_code for r in response.results),
+    split=lambda request: [
+        (group_id or "", DeleteGroupsRequest(groups_names=[group_id]))
+        for group_id in request.groups_names
+    ],
+    item=lambda response: single(response.results, "DeleteGroups"),
+    join=lambda _, results: DeleteGroupsResponse(results=results),
+)
+LIST_GROUPS: Final = ApiHandler(
+    ListGroupsRequest,
+    ListGroupsResponse,
+    Lookup.EVERY_BOOTSTRAP,
+    retry_code=_top_level_retry,
+    join=_join_listed_groups,
+)
