@@ -113,7 +113,7 @@ class GroupsContext(ShardTestContext):
     # Calls.
 
     def join(self, request: JoinGroupRequest) -> Parked:
-        return self.write_parkable(lambda s, h: s.groups.join_group(RC, request, h))
+        return self.write_parkable(lambda s, h: s.join_group(RC, request, h))
 
     def join_new(self, **kwargs: Any) -> tuple[str, Parked]:
         """A dynamic member's two-step join: the member id it is given, and its parked
@@ -148,7 +148,7 @@ class GroupsContext(ShardTestContext):
                 for m, a in (assignments or {}).items()
             ],
         )
-        return self.write_parkable(lambda s, h: s.groups.sync_group(RC, request, h))
+        return self.write_parkable(lambda s, h: s.sync_group(RC, request, h))
 
     def heartbeat(
         self, member_id: str, generation: int, *, group: str = GROUP, instance: str | None = None
@@ -159,7 +159,7 @@ class GroupsContext(ShardTestContext):
             member_id=member_id,
             group_instance_id=instance,
         )
-        response: HeartbeatResponse = self.write(lambda s: s.groups.heartbeat(RC, request))
+        response: HeartbeatResponse = self.write(lambda s: s.heartbeat(RC, request))
         return response.error_code
 
     def leave(self, *members: tuple[str, str | None], group: str = GROUP) -> LeaveGroupResponse:
@@ -167,7 +167,7 @@ class GroupsContext(ShardTestContext):
             group_id=group,
             members=[LeaveGroupRequestMember(member_id=m, group_instance_id=i) for m, i in members],
         )
-        return self.write(lambda s: s.groups.leave_group(RC, request))
+        return self.write(lambda s: s.leave_group(RC, request))
 
     def commit_offsets(
         self,
@@ -190,7 +190,7 @@ class GroupsContext(ShardTestContext):
             group_instance_id=instance,
             topics=[OffsetCommitRequestTopic(name=t, partitions=p) for t, p in by_topic.items()],
         )
-        response: OffsetCommitResponse = self.write(lambda s: s.offsets.commit_offset(request))
+        response: OffsetCommitResponse = self.write(lambda s: s.commit_offset(request))
         return response
 
     def fetch(
@@ -207,7 +207,7 @@ class GroupsContext(ShardTestContext):
             else [OffsetFetchRequestTopic(name=t, partition_indexes=p) for t, p in topics.items()],
         )
         at = None if latest else self.registry.committed_offset
-        response = self.shard.offsets.fetch_offsets(request, at)
+        response = self.shard.fetch_offsets(request, at)
         return {
             (topic.name, p.partition_index): p.committed_offset
             for topic in response.topics

@@ -184,13 +184,13 @@ def test_list_groups_stops_at_its_byte_limit() -> None:
         ctx.commit_offsets({("t", 0): 1}, group=f"group-{n:03}")
     ctx.commit()
     committed = ctx.registry.committed_offset
-    listed = ctx.shard.groups.list_groups(frozenset(), frozenset(), committed, 100_000)
+    listed = ctx.shard.list_groups(frozenset(), frozenset(), committed, 100_000)
     assert listed is not None
     groups, size = listed
     assert len(groups) == 50
     assert size >= sum(len(encode_body(g)) for g in groups)
-    assert ctx.shard.groups.list_groups(frozenset(), frozenset(), committed, size - 1) is None
-    assert ctx.shard.groups.list_groups(list_filter(["Dead"]), frozenset(), committed, 0) == (
+    assert ctx.shard.list_groups(frozenset(), frozenset(), committed, size - 1) is None
+    assert ctx.shard.list_groups(list_filter(["Dead"]), frozenset(), committed, 0) == (
         [],
         0,
     )

@@ -106,7 +106,7 @@ class ClassicGroupsMachine(RuleBasedStateMachine):
 
     def send_join(self, client: Client, member_id: str) -> Parked:
         request = self.join_request(client, member_id)
-        return self.park(self.ctx.write_parkable(lambda s, h: s.groups.join_group(RC, request, h)))
+        return self.park(self.ctx.write_parkable(lambda s, h: s.join_group(RC, request, h)))
 
     def settle(self) -> None:
         """Clients read the answers that arrived."""
@@ -204,9 +204,7 @@ class ClassicGroupsMachine(RuleBasedStateMachine):
             group_instance_id=client.instance,
             assignments=assignments,
         )
-        client.sync = self.park(
-            self.ctx.write_parkable(lambda s, h: s.groups.sync_group(RC, request, h))
-        )
+        client.sync = self.park(self.ctx.write_parkable(lambda s, h: s.sync_group(RC, request, h)))
         self.settle()
 
     @rule(group=st.sampled_from(GROUPS), slot=st.sampled_from(SLOTS))
