@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from coordinator_server import __version__
 from coordinator_server.config import CoordinatorConfig
-from coordinator_server.groups.manager import GroupsConfig
+from coordinator_server.groups.store import GroupsConfig
 from coordinator_server.metrics import (
     CoordinatorCollector,
     GroupMetrics,

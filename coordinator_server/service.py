@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar, cast
 
 from coordinator_server.bulk_requests import BulkRequests, ErrorOnlyResponse
-from coordinator_server.groups.manager import RequestContext as RequestContext
+from coordinator_server.groups.store import RequestContext as RequestContext
 from coordinator_server.offsets.manager import commit_error_response
 from coordinator_server.request_limits import (
     RequestLimits,

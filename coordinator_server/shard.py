@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from coordinator_server.groups.manager import (
+from coordinator_server.groups.manager import GroupMetadataManager
+from coordinator_server.groups.store import (
     ClassicGroupUpdate,
     GroupCoordinatorMetricsShard,
     GroupCount,
-    GroupMetadataManager,
     GroupsConfig,
 )
 from coordinator_server.offsets.manager import OffsetMetadataManager, OffsetsConfig
