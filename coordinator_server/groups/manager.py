@@ -4,12 +4,15 @@ Pure, like Kafka's class of the same name, with one difference of style: Kafka's
 change the group in place, here they build the group's next immutable snapshot and return
 it as a `ClassicGroupUpdate` in the CoordinatorResult (with the GroupMetadata record where
 Kafka writes one, not replayed since the update carries the state). The shard applies the
-update; a failed append reverts it with the records. Timers are armed and cancelled directly
-on the injected timer, as Kafka does; their operations look the group up again when they
-fire, since the world may have moved on.
+update; a failed append reverts it with the records.
 
-The manager is the partition's groups (a GroupStore: the groups, their lookups, replay and
-updates) with the handlers of every phase of the protocol.
+Kafka keeps every phase of the protocol in one class; here the manager is the partition's
+groups (a GroupStore), and these phases have a module of their own (the request handlers
+among them bound here under Kafka's names): `rebalance` (the join phase and its end, the
+sync phase's deadline and the members' sessions, with every timer of the protocol). Still
+here: JoinGroup, SyncGroup, Heartbeat and LeaveGroup, the admin views (DescribeGroups,
+ListGroups, DeleteGroups); and what spans the phases, the partition's life cycle and the
+offsets' view of the groups.
 
 JoinGroup and SyncGroup park their caller: the handle goes into the member of the new
 snapshot, and whichever later operation ends the wait puts the caller's answer into its
@@ -30,9 +33,13 @@ from coordinator_server.groups.classic import (
     ProtocolMetadata,
 )
 from coordinator_server.groups.limits import join_answer_refusal
+from coordinator_server.groups.rebalance import ClassicRebalance
 from coordinator_server.groups.store import (
     ClassicGroupUpdate,
     Effects,
+    GroupCoordinatorMetricsShard,
+    GroupCount,
+    GroupsConfig,
     GroupStore,
     RequestContext,
     group_result,
@@ -46,9 +53,12 @@ from coordinator_server.records import (
     new_group_metadata_tombstone_record,
 )
 from coordinator_server.runtime.api import (
+    Clock,
     CoordinatorResult,
+    CoordinatorTimer,
     ResponseHandle,
 )
+from coordinator_server.timeline import SnapshotRegistry
 from protocol.errors import (
     ApiError,
     ErrorCode,
@@ -77,26 +87,6 @@ COMPLETING_REBALANCE = ClassicGroupState.COMPLETING_REBALANCE
 STABLE = ClassicGroupState.STABLE
 DEAD = ClassicGroupState.DEAD
 
-CLASSIC_GROUP_TYPE = "classic"
-
-
-def list_filter(values: list[str]) -> frozenset[str]:
-    """A ListGroups filter as Kafka compares it (trimmed, lower case), each distinct value
-    once, made once per request rather than once per partition."""
-    return frozenset(value.strip().lower() for value in set(values))
-
-
-def classic_group_heartbeat_key(group_id: str, member_id: str) -> str:
-    return f"heartbeat-{group_id}-{member_id}"
-
-
-def classic_group_join_key(group_id: str) -> str:
-    return f"join-{group_id}"
-
-
-def classic_group_sync_key(group_id: str) -> str:
-    return f"sync-{group_id}"
-
 
 def _protocols_of(request: JoinGroupRequest) -> tuple[ProtocolMetadata, ...]:
     return tuple((protocol.name, protocol.metadata) for protocol in request.protocols)
@@ -106,8 +96,29 @@ def _is_protocol_inconsistent(requested: str | None, current: str | None) -> boo
     return requested is not None and requested != current
 
 
+CLASSIC_GROUP_TYPE = "classic"
+
+
+def list_filter(values: list[str]) -> frozenset[str]:
+    """A ListGroups filter as Kafka compares it (trimmed, lower case), each distinct value
+    once, made once per request rather than once per partition."""
+    return frozenset(value.strip().lower() for value in set(values))
+
+
 class GroupMetadataManager(GroupStore):
-    # JoinGroup.
+    def __init__(
+        self,
+        registry: SnapshotRegistry,
+        clock: Clock,
+        timer: CoordinatorTimer,
+        config: GroupsConfig,
+        metrics: GroupCoordinatorMetricsShard | None = None,
+        group_count: GroupCount | None = None,
+    ) -> None:
+        super().__init__(registry, clock, timer, config, metrics, group_count)
+        self._rebalance = rebalance = ClassicRebalance(self)
+        # Bound once: a heartbeat calls it every time.
+        self._reschedule_heartbeat = rebalance.reschedule_heartbeat
 
     def join_group(
         self, ctx: RequestContext, request: JoinGroupRequest, handle: ResponseHandle
@@ -154,8 +165,8 @@ class GroupMetadataManager(GroupStore):
             # Removing the member lets the last ones to rejoin be the ones left out when
             # the limit was lowered; if every member left has rejoined, the join phase ends
             # now rather than at the rebalance timeout.
-            group = self._remove_member_with_parked(group, member_id, fx)
-            group = self._maybe_complete_join_phase(group, fx)
+            group = self._rebalance.remove_member_with_parked(group, member_id, fx)
+            group = self._rebalance.maybe_complete_join_phase(group, fx)
             response = JoinGroupResponse(
                 error_code=ErrorCode.GROUP_MAX_SIZE_REACHED,
                 error_message=f"group {group_id} has reached its maximum size "
@@ -233,11 +244,8 @@ class GroupMetadataManager(GroupStore):
         # KIP-394: the member must come back with the id it is given, so that a client
         # retrying a timed-out JoinGroup does not leave a defunct member behind.
         group = group.add_pending_member(new_member_id)
-        group_id = group.group_id
-        self.timer.schedule(
-            classic_group_heartbeat_key(group_id, new_member_id),
-            request.session_timeout_ms,
-            lambda: self._expire_member_heartbeat(group_id, new_member_id),
+        self._rebalance.schedule_heartbeat(
+            group.group_id, new_member_id, request.session_timeout_ms
         )
         return group, join_error(ErrorCode.MEMBER_ID_REQUIRED, new_member_id)
 
@@ -335,10 +343,10 @@ class GroupMetadataManager(GroupStore):
         group = group.add_member(member)
         # A new member cannot heartbeat while its JoinGroup is parked, and a client that
         # timed out and retried would leave it behind: its JoinGroup gets a bounded wait.
-        self._reschedule_heartbeat(
+        self._rebalance.reschedule_heartbeat(
             group.group_id, member_id, self.config.new_member_join_timeout_ms
         )
-        return self._maybe_prepare_rebalance_or_complete_join(group, fx)
+        return self._rebalance.maybe_prepare_rebalance_or_complete_join(group, fx)
 
     def _update_member_then_rebalance_or_complete_join(
         self,
@@ -363,7 +371,7 @@ class GroupMetadataManager(GroupStore):
                 join_handle=handle,
             )
         )
-        return self._maybe_prepare_rebalance_or_complete_join(group, fx)
+        return self._rebalance.maybe_prepare_rebalance_or_complete_join(group, fx)
 
     def _update_static_member_then_rebalance_or_complete_join(
         self,
@@ -383,7 +391,9 @@ class GroupMetadataManager(GroupStore):
         )
         group = group.replace_static_member(instance_id, old_member_id, replacement)
         # The old id's heartbeat expires harmlessly: no member has that id any more.
-        self._reschedule_heartbeat(group.group_id, new_member_id, replacement.session_timeout_ms)
+        self._rebalance.reschedule_heartbeat(
+            group.group_id, new_member_id, replacement.session_timeout_ms
+        )
         updated = replace(
             replacement,
             protocols=_protocols_of(request),
@@ -409,14 +419,14 @@ class GroupMetadataManager(GroupStore):
                 )
                 return candidate, None
             group = group.update_member(replace(updated, join_handle=handle))
-            return self._maybe_prepare_rebalance_or_complete_join(group, fx), None
+            return self._rebalance.maybe_prepare_rebalance_or_complete_join(group, fx), None
 
         group = group.update_member(replace(updated, join_handle=handle))
         if group.state is COMPLETING_REBALANCE:
             # The leader may already be assigning with the old member id: start over.
-            return self._prepare_rebalance(group, fx), None
+            return self._rebalance.prepare_rebalance(group, fx), None
         assert group.state is PREPARING_REBALANCE, f"a static member in a {group.state} group"
-        return self._maybe_complete_join_phase(group, fx), None
+        return self._rebalance.maybe_complete_join_phase(group, fx), None
 
     def _fence_replaced_member(self, member: ClassicGroupMember, fx: Effects) -> None:
         if member.join_handle is not None:
@@ -430,252 +440,6 @@ class GroupMetadataManager(GroupStore):
             )
         if member.sync_handle is not None:
             fx.complete(member.sync_handle, sync_error(ErrorCode.FENCED_INSTANCE_ID))
-
-    # The join phase.
-
-    def _maybe_prepare_rebalance_or_complete_join(
-        self, group: ClassicGroup, fx: Effects
-    ) -> ClassicGroup:
-        if group.can_rebalance():
-            return self._prepare_rebalance(group, fx)
-        return self._maybe_complete_join_phase(group, fx)
-
-    def _prepare_rebalance(self, group: ClassicGroup, fx: Effects) -> ClassicGroup:
-        if group.state is COMPLETING_REBALANCE:
-            group = self._reset_and_propagate_assignment_with_error(
-                group, ErrorCode.REBALANCE_IN_PROGRESS, fx
-            )
-        group = self._remove_sync_expiration(group)
-        group_id = group.group_id
-        is_initial_rebalance = group.state is EMPTY
-        if is_initial_rebalance:
-            # A new group: give the other members time to join before the first assignment.
-            delay_ms = self.config.initial_rebalance_delay_ms
-            remaining_ms = max(group.rebalance_timeout_ms() - delay_ms, 0)
-            self.timer.schedule(
-                classic_group_join_key(group_id),
-                delay_ms,
-                lambda: self._try_complete_initial_rebalance_else_schedule(
-                    group_id, delay_ms, remaining_ms
-                ),
-            )
-        group = group.transition_to(PREPARING_REBALANCE, self.clock.now_ms())
-        if is_initial_rebalance:
-            return group
-        return self._maybe_complete_join_else_schedule(group, fx)
-
-    def _maybe_complete_join_else_schedule(self, group: ClassicGroup, fx: Effects) -> ClassicGroup:
-        if group.has_all_members_joined():
-            return self._complete_join(group, fx)
-        group_id = group.group_id
-        self.timer.schedule(
-            classic_group_join_key(group_id),
-            group.rebalance_timeout_ms(),
-            lambda: self._complete_join_on_timeout(group_id),
-        )
-        return group
-
-    def _maybe_complete_join_phase(self, group: ClassicGroup, fx: Effects) -> ClassicGroup:
-        if group.state is not PREPARING_REBALANCE:
-            return group
-        if group.previous_state is EMPTY:
-            # The initial rebalance waits for its delay even when everyone joined.
-            return group
-        if not group.has_all_members_joined():
-            return group
-        return self._complete_join(group, fx)
-
-    def _try_complete_initial_rebalance_else_schedule(
-        self, group_id: str, delay_ms: int, remaining_ms: int
-    ) -> CoordinatorResult[None]:
-        original = self.by_id.get(group_id)
-        if original is None or original.state is not PREPARING_REBALANCE:
-            return CoordinatorResult()
-        fx = Effects()
-        if original.new_member_added and remaining_ms != 0:
-            # Members are still arriving: wait a little longer, within the rebalance timeout.
-            group = original.with_new_member_added(False)
-            new_delay_ms = min(self.config.initial_rebalance_delay_ms, remaining_ms)
-            new_remaining_ms = max(remaining_ms - delay_ms, 0)
-            self.timer.schedule(
-                classic_group_join_key(group_id),
-                new_delay_ms,
-                lambda: self._try_complete_initial_rebalance_else_schedule(
-                    group_id, new_delay_ms, new_remaining_ms
-                ),
-            )
-        else:
-            group = self._complete_join(original, fx)
-        return group_result(group_id, original, group, fx, None, park=False)
-
-    def _complete_join_on_timeout(self, group_id: str) -> CoordinatorResult[None]:
-        original = self.by_id.get(group_id)
-        if original is None or original.state is not PREPARING_REBALANCE:
-            return CoordinatorResult()
-        fx = Effects()
-        group = self._complete_join(original, fx)
-        return group_result(group_id, original, group, fx, None, park=False)
-
-    def _complete_join(self, group: ClassicGroup, fx: Effects) -> ClassicGroup:
-        """End the join phase: drop the dynamic members that did not rejoin, then start the
-        next generation and answer every parked JoinGroup (the leader gets the members)."""
-        group_id = group.group_id
-        self.timer.cancel(classic_group_join_key(group_id))
-        not_rejoined = [
-            member.member_id
-            for member in group.members.values()
-            if not member.is_awaiting_join and not member.is_static
-        ]
-        if not_rejoined:
-            for member_id in not_rejoined:
-                self.timer.cancel(classic_group_heartbeat_key(group_id, member_id))
-            group = group.remove_members(not_rejoined)
-        if group.state is DEAD:
-            return group
-
-        group, has_leader = group.maybe_elect_new_joined_leader()
-        if not has_leader and group.members:
-            # Nobody rejoined (only static members are left): wait another rebalance timeout
-            # for them to rejoin or for their sessions to expire.
-            self.timer.schedule(
-                classic_group_join_key(group_id),
-                group.rebalance_timeout_ms(),
-                lambda: self._complete_join_on_timeout(group_id),
-            )
-            return group
-
-        group = group.init_next_generation(self.clock.now_ms())
-        if group.state is EMPTY:
-            fx.records.append(new_group_metadata_record(group_id, group.to_record_value()))
-            return group
-
-        leader_members = group.current_members_for_join()
-        for member in group.members.values():
-            if member.join_handle is not None:
-                is_leader = group.is_leader(member.member_id)
-                fx.complete(
-                    member.join_handle,
-                    JoinGroupResponse(
-                        error_code=ErrorCode.NONE,
-                        generation_id=group.generation_id,
-                        protocol_type=group.protocol_type,
-                        protocol_name=group.protocol_name,
-                        leader=group.leader_id or "",
-                        skip_assignment=False,
-                        member_id=member.member_id,
-                        members=leader_members if is_leader else [],
-                    ),
-                )
-            self._reschedule_heartbeat(group_id, member.member_id, member.session_timeout_ms)
-        group = group.update_members(
-            lambda member: replace(member, join_handle=None, is_new=False)
-        ).with_pending_sync_members(frozenset(group.members))
-        self._schedule_pending_sync(group)
-        return group
-
-    def _reset_and_propagate_assignment_with_error(
-        self, group: ClassicGroup, code: ErrorCode, fx: Effects
-    ) -> ClassicGroup:
-        assert group.state is COMPLETING_REBALANCE
-        group_id = group.group_id
-        for member in group.members.values():
-            if member.sync_handle is not None:
-                fx.complete(member.sync_handle, sync_error(code))
-                # Its session may have expired while it waited (the wait satisfied it).
-                self._reschedule_heartbeat(group_id, member.member_id, member.session_timeout_ms)
-        return group.update_members(
-            lambda member: replace(member, assignment=b"", sync_handle=None)
-        )
-
-    # Timers.
-
-    def _reschedule_heartbeat(self, group_id: str, member_id: str, timeout_ms: int) -> None:
-        key = classic_group_heartbeat_key(group_id, member_id)
-        # Every timer of this key expires this member, so an armed one only needs moving.
-        if not self.timer.reschedule(key, timeout_ms):
-            self.timer.schedule(
-                key, timeout_ms, lambda: self._expire_member_heartbeat(group_id, member_id)
-            )
-
-    def reschedule_member_heartbeat(self, group_id: str, member_id: str) -> None:
-        """Re-arm a member's session timer (a heartbeat, a SyncGroup or a commit)."""
-        group = self.by_id.get(group_id)
-        if group is None:
-            return
-        member = group.members.get(member_id)
-        if member is not None:
-            self._reschedule_heartbeat(group_id, member_id, member.session_timeout_ms)
-
-    def _schedule_pending_sync(self, group: ClassicGroup) -> None:
-        group_id = group.group_id
-        generation_id = group.generation_id
-        self.timer.schedule(
-            classic_group_sync_key(group_id),
-            group.rebalance_timeout_ms(),
-            lambda: self._expire_pending_sync(group_id, generation_id),
-        )
-
-    def _remove_sync_expiration(self, group: ClassicGroup) -> ClassicGroup:
-        self.timer.cancel(classic_group_sync_key(group.group_id))
-        return group.with_pending_sync_members(frozenset())
-
-    def _expire_member_heartbeat(self, group_id: str, member_id: str) -> CoordinatorResult[None]:
-        original = self.by_id.get(group_id)
-        if original is None or original.state is DEAD:
-            return CoordinatorResult()
-        fx = Effects()
-        if original.is_pending_member(member_id):
-            group = original.remove_member(member_id)
-            if group.state is PREPARING_REBALANCE and group.has_all_members_joined():
-                group = self._complete_join(group, fx)
-            return group_result(group_id, original, group, fx, None, park=False)
-        member = original.members.get(member_id)
-        if member is None or member.has_satisfied_heartbeat():
-            return CoordinatorResult()
-        group = self._remove_member_and_update_group(original, member, fx)
-        return group_result(group_id, original, group, fx, None, park=False)
-
-    def _remove_member_and_update_group(
-        self, group: ClassicGroup, member: ClassicGroupMember, fx: Effects
-    ) -> ClassicGroup:
-        group = self._remove_member_with_parked(group, member.member_id, fx)
-        if group.state is STABLE or group.state is COMPLETING_REBALANCE:
-            return self._maybe_prepare_rebalance_or_complete_join(group, fx)
-        if group.state is PREPARING_REBALANCE and group.has_all_members_joined():
-            return self._complete_join(group, fx)
-        return group
-
-    def _remove_member_with_parked(
-        self, group: ClassicGroup, member_id: str, fx: Effects
-    ) -> ClassicGroup:
-        """Remove a member; its parked JoinGroup or SyncGroup learns it is gone, so that a
-        client that is still alive joins again."""
-        self._answer_parked_of_removed(group, member_id, fx)
-        return group.remove_member(member_id)
-
-    def _answer_parked_of_removed(self, group: ClassicGroup, member_id: str, fx: Effects) -> None:
-        member = group.members.get(member_id)
-        if member is not None:
-            if member.join_handle is not None:
-                fx.complete(member.join_handle, join_error(ErrorCode.UNKNOWN_MEMBER_ID, ""))
-            if member.sync_handle is not None:
-                fx.complete(member.sync_handle, sync_error(ErrorCode.UNKNOWN_MEMBER_ID))
-
-    def _expire_pending_sync(self, group_id: str, generation_id: int) -> CoordinatorResult[None]:
-        original = self.by_id.get(group_id)
-        if original is None or original.generation_id != generation_id:
-            return CoordinatorResult()
-        if original.state is not COMPLETING_REBALANCE and original.state is not STABLE:
-            return CoordinatorResult()
-        if original.has_received_sync_from_all_members():
-            return CoordinatorResult()
-        fx = Effects()
-        expired = sorted(original.pending_sync_members)
-        for member_id in expired:
-            self._leave_current_member(original, member_id, fx)
-        # All at once: one at a time would copy the group once per member.
-        group = self._prepare_rebalance(original.remove_members(expired), fx)
-        return group_result(group_id, original, group, fx, None, park=False)
 
     # SyncGroup.
 
@@ -703,13 +467,13 @@ class GroupMetadataManager(GroupStore):
                     NotCoordinatorError("superseded by a newer SyncGroup of the same member"),
                 )
             group = original.update_member(replace(member, sync_handle=handle))
-            group = self._remove_pending_sync_member(group, member_id)
+            group = self._rebalance.remove_pending_sync_member(group, member_id)
             if group.is_leader(member_id):
                 group = self._complete_sync_with_assignment(group, request, fx)
             return group_result(group_id, original, group, fx, None, park=True)
 
         assert original.state is STABLE
-        group = self._remove_pending_sync_member(original, member_id)
+        group = self._rebalance.remove_pending_sync_member(original, member_id)
         member = group.member(member_id)
         response = SyncGroupResponse(
             error_code=ErrorCode.NONE,
@@ -734,14 +498,6 @@ class GroupMetadataManager(GroupStore):
         ) or _is_protocol_inconsistent(request.protocol_name, group.protocol_name):
             return ErrorCode.INCONSISTENT_GROUP_PROTOCOL
         return None
-
-    def _remove_pending_sync_member(self, group: ClassicGroup, member_id: str) -> ClassicGroup:
-        group = group.with_pending_sync_members(group.pending_sync_members - {member_id})
-        if group.state in (DEAD, EMPTY, PREPARING_REBALANCE) or (
-            group.has_received_sync_from_all_members()
-        ):
-            self.timer.cancel(classic_group_sync_key(group.group_id))
-        return group
 
     def _complete_sync_with_assignment(
         self, group: ClassicGroup, request: SyncGroupRequest, fx: Effects
@@ -802,7 +558,7 @@ class GroupMetadataManager(GroupStore):
                 replace(member, sync_handle=None) if member.sync_handle in failed else member
             )
         )
-        group = self._maybe_prepare_rebalance_or_complete_join(group, fx)
+        group = self._rebalance.maybe_prepare_rebalance_or_complete_join(group, fx)
         return group_result(group_id, original, group, fx, None, park=False)
 
     # Heartbeat.
@@ -879,7 +635,7 @@ class GroupMetadataManager(GroupStore):
                 if static_member_id is None or static_member_id in removed:
                     code = ErrorCode.UNKNOWN_MEMBER_ID
                 else:
-                    self._leave_current_member(original, static_member_id, fx)
+                    self._rebalance.leave_current_member(original, static_member_id, fx)
                     removed.add(static_member_id)
             elif member_id in removed or (
                 instance_id is not None and static_members.get(instance_id) in removed
@@ -888,14 +644,14 @@ class GroupMetadataManager(GroupStore):
                 # time the member is unknown).
                 code = ErrorCode.UNKNOWN_MEMBER_ID
             elif original.is_pending_member(member_id):
-                self.timer.cancel(classic_group_heartbeat_key(group_id, member_id))
+                self._rebalance.cancel_heartbeat(group_id, member_id)
                 removed.add(member_id)
             else:
                 error = original.validate_member(member_id, instance_id)
                 if error is not None:
                     code = error.code
                 else:
-                    self._leave_current_member(original, member_id, fx)
+                    self._rebalance.leave_current_member(original, member_id, fx)
                     removed.add(member_id)
             responses.append(
                 LeaveGroupResponseMember(
@@ -905,19 +661,13 @@ class GroupMetadataManager(GroupStore):
         group = original.remove_members(removed)
         if removed:
             if group.state is STABLE or group.state is COMPLETING_REBALANCE:
-                group = self._maybe_prepare_rebalance_or_complete_join(group, fx)
+                group = self._rebalance.maybe_prepare_rebalance_or_complete_join(group, fx)
             elif group.state is PREPARING_REBALANCE:
-                group = self._maybe_complete_join_phase(group, fx)
+                group = self._rebalance.maybe_complete_join_phase(group, fx)
         response = LeaveGroupResponse(error_code=ErrorCode.NONE, members=responses)
         return group_result(group_id, original, group, fx, response, park=False)
 
-    def _leave_current_member(self, group: ClassicGroup, member_id: str, fx: Effects) -> None:
-        """What a member's leaving ends besides its place in the group: its session timer and
-        its parked JoinGroup or SyncGroup."""
-        self.timer.cancel(classic_group_heartbeat_key(group.group_id, member_id))
-        self._answer_parked_of_removed(group, member_id, fx)
-
-    # Reads.
+    # DescribeGroups and ListGroups.
 
     def describe_groups(
         self, group_ids: list[str], committed_offset: int
@@ -1003,7 +753,28 @@ class GroupMetadataManager(GroupStore):
             return None
         return self.by_id.get(group_id) or committed
 
-    # Offsets' view of the groups.
+    # DeleteGroups.
+
+    def validate_delete_group(self, group_id: str) -> ApiError | None:
+        group = self.by_id.get(group_id)
+        if group is None:
+            return GroupIdNotFoundError(f"group {group_id} does not exist")
+        return group.validate_delete_group()
+
+    def create_group_tombstone_records(
+        self, group_id: str, records: list[CoordinatorRecord]
+    ) -> None:
+        """Delete the group: its tombstone, and its timers."""
+        records.append(new_group_metadata_tombstone_record(group_id))
+        self._rebalance.cancel_timers(group_id)
+
+    def maybe_delete_group(self, group_id: str, records: list[CoordinatorRecord]) -> None:
+        """Delete the group if it is Empty (the offset expiration job)."""
+        group = self.by_id.get(group_id)
+        if group is not None and group.state is EMPTY:
+            self.create_group_tombstone_records(group_id, records)
+
+    # The offsets' view of the groups.
 
     def validate_offset_commit(
         self,
@@ -1027,45 +798,23 @@ class GroupMetadataManager(GroupStore):
         """A member's accepted commit keeps its session alive (Stable or PreparingRebalance)."""
         group = self.by_id.get(group_id)
         if group is not None and (group.state is STABLE or group.state is PREPARING_REBALANCE):
-            self.reschedule_member_heartbeat(group_id, member_id)
+            self._rebalance.reschedule_member_heartbeat(group_id, member_id)
 
-    def validate_delete_group(self, group_id: str) -> ApiError | None:
-        group = self.by_id.get(group_id)
-        if group is None:
-            return GroupIdNotFoundError(f"group {group_id} does not exist")
-        return group.validate_delete_group()
-
-    def create_group_tombstone_records(
-        self, group_id: str, records: list[CoordinatorRecord]
-    ) -> None:
-        """Delete the group: its tombstone, and its timers."""
-        records.append(new_group_metadata_tombstone_record(group_id))
-        self._cancel_timers(group_id)
-
-    def maybe_delete_group(self, group_id: str, records: list[CoordinatorRecord]) -> None:
-        """Delete the group if it is Empty (the offset expiration job)."""
-        group = self.by_id.get(group_id)
-        if group is not None and group.state is EMPTY:
-            self.create_group_tombstone_records(group_id, records)
-
-    def _cancel_timers(self, group_id: str) -> None:
-        group = self.by_id.get(group_id)
-        self.timer.cancel(classic_group_join_key(group_id))
-        self.timer.cancel(classic_group_sync_key(group_id))
-        if group is not None:
-            for member_id in (*group.members, *group.pending_join_members):
-                self.timer.cancel(classic_group_heartbeat_key(group_id, member_id))
+    # The partition's life cycle.
 
     def on_loaded(self) -> None:
         """Every loaded member's session timer starts now; a group above the maximum size
         (lowered since it was written) rebalances, so the members that rejoin last are the
         ones left out."""
+        rebalance = self._rebalance
         for group_id, group in list(self.by_id.items()):
             for member in group.members.values():
-                self._reschedule_heartbeat(group_id, member.member_id, member.session_timeout_ms)
+                rebalance.reschedule_heartbeat(
+                    group_id, member.member_id, member.session_timeout_ms
+                )
             if group.num_members() > self.config.max_size:
                 fx = Effects()
-                rebalancing = self._prepare_rebalance(group, fx)
+                rebalancing = rebalance.prepare_rebalance(group, fx)
                 # Loaded groups have no parked callers, and a rebalance from Stable
                 # writes nothing until its join phase ends.
                 assert not fx.records and not fx.completions
