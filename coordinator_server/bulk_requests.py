@@ -20,6 +20,7 @@ import asyncio
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, Final, TypeVar
 
+from coordinator_server.groups.admin_views import list_filter
 from coordinator_server.groups.answer_sizes import (
     ARRAY_EXTRA,
     COORDINATOR_MIN_BYTES,
@@ -33,7 +34,6 @@ from coordinator_server.groups.answer_sizes import (
     fetched_topic_bytes,
     str_extra,
 )
-from coordinator_server.groups.manager import list_filter
 from coordinator_server.request_limits import RequestLimits, answer_too_large, too_long
 from coordinator_server.runtime.api import CoordinatorResult
 from coordinator_server.runtime.runtime import CoordinatorRuntime

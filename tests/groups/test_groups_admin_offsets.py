@@ -14,8 +14,8 @@ from groups_harness import (
     subscription,
 )
 
+from coordinator_server.groups.admin_views import list_filter
 from coordinator_server.groups.classic import ClassicGroupState
-from coordinator_server.groups.manager import list_filter
 from coordinator_server.records import (
     GroupMetadataKey,
     OffsetCommitKey,
