@@ -51,8 +51,6 @@ class ClassicGroupMembership:
         self._clock = store.clock
         self._metrics = store.metrics
         self._rebalance = rebalance
-        # Bound once: a heartbeat calls it every time.
-        self._reschedule_heartbeat = rebalance.reschedule_heartbeat
 
     # SyncGroup.
 
@@ -139,7 +137,9 @@ class ClassicGroupMembership:
                     ),
                 )
                 # Expirations were ignored while the member waited: expect heartbeats again.
-                self._reschedule_heartbeat(group_id, member.member_id, member.session_timeout_ms)
+                self._rebalance.reschedule_heartbeat(
+                    group_id, member.member_id, member.session_timeout_ms
+                )
         group = group.update_members(lambda member: replace(member, sync_handle=None))
         now_ms = self._clock.now_ms()
         if group.rebalance_started_ms is not None:
@@ -197,7 +197,7 @@ class ClassicGroupMembership:
             return _heartbeat(ErrorCode.ILLEGAL_GENERATION)
         if group.state is EMPTY:
             return _heartbeat(ErrorCode.UNKNOWN_MEMBER_ID)
-        self._reschedule_heartbeat(group_id, member.member_id, member.session_timeout_ms)
+        self._rebalance.reschedule_heartbeat(group_id, member.member_id, member.session_timeout_ms)
         if group.state is PREPARING_REBALANCE:
             return _heartbeat(ErrorCode.REBALANCE_IN_PROGRESS)
         # CompletingRebalance too: a member may heartbeat as soon as it has its JoinGroup
