@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from coordinator_server import __version__
 from coordinator_server.config import CoordinatorConfig
-from coordinator_server.groups.manager import GroupsConfig
+from coordinator_server.groups.store import GroupsConfig
 from coordinator_server.metrics import GroupMetrics, RuntimeMetrics, ServerMetrics
 from coordinator_server.offsets.manager import OffsetsConfig
 from coordinator_server.prometheus import CoordinatorCollector, Snapshot
@@ -348,7 +348,7 @@ class CoordinatorApp:
         for partition in runtime.partitions():
             shard = runtime.shard(partition)
             if shard is not None:
-                total += shard.groups.num_groups()
+                total += shard.num_groups()
         return total
 
     def _group_counts(self) -> tuple[dict[str, int], int]:
@@ -364,9 +364,9 @@ class CoordinatorApp:
             shard = runtime.shard(partition)
             if shard is None:
                 continue
-            for name, count in shard.groups.count_by_state().items():
+            for name, count in shard.count_groups_by_state().items():
                 by_state[name] = by_state.get(name, 0) + count
-            members += shard.groups.num_members()
+            members += shard.num_members()
         return by_state, members
 
     def snapshot(self) -> Snapshot:

@@ -20,6 +20,7 @@ import asyncio
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, Final, TypeVar
 
+from coordinator_server.groups.admin_views import list_filter
 from coordinator_server.groups.answer_sizes import (
     ARRAY_EXTRA,
     COORDINATOR_MIN_BYTES,
@@ -33,7 +34,6 @@ from coordinator_server.groups.answer_sizes import (
     fetched_topic_bytes,
     str_extra,
 )
-from coordinator_server.groups.manager import list_filter
 from coordinator_server.request_limits import RequestLimits, answer_too_large, too_long
 from coordinator_server.runtime.api import CoordinatorResult
 from coordinator_server.runtime.runtime import CoordinatorRuntime
@@ -351,7 +351,7 @@ class BulkRequests:
         fetched = self._fetch(
             group_id,
             require_stable,
-            lambda shard, committed: shard.offsets.fetch_all_offsets(
+            lambda shard, committed: shard.fetch_all_offsets(
                 group_id, committed, room - ARRAY_EXTRA
             ),
         )
@@ -520,7 +520,7 @@ def _fetch_chunks(
 def _describe_op(
     group_ids: list[str],
 ) -> Callable[[GroupCoordinatorShard, int], list[DescribeGroupsResponseGroup]]:
-    return lambda shard, committed: shard.groups.describe_groups(group_ids, committed)
+    return lambda shard, committed: shard.describe_groups(group_ids, committed)
 
 
 def _delete_op(
@@ -534,7 +534,7 @@ def _fetch_partitions_op(
 ) -> Callable[
     [GroupCoordinatorShard, int | None], tuple[list[OffsetFetchResponseTopic], int] | None
 ]:
-    return lambda shard, committed: shard.offsets.fetch_partition_offsets(
+    return lambda shard, committed: shard.fetch_partition_offsets(
         group_id, topics, committed, max_bytes
     )
 
@@ -542,7 +542,7 @@ def _fetch_partitions_op(
 def _list_op(
     states: frozenset[str], types: frozenset[str], max_bytes: int
 ) -> Callable[[GroupCoordinatorShard, int], tuple[list[ListGroupsResponseGroup], int] | None]:
-    return lambda shard, committed: shard.groups.list_groups(states, types, committed, max_bytes)
+    return lambda shard, committed: shard.list_groups(states, types, committed, max_bytes)
 
 
 def _failure(future: asyncio.Future[Any]) -> BaseException | None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar, cast
 
 from coordinator_server.bulk_requests import BulkRequests, ErrorOnlyResponse
-from coordinator_server.groups.manager import RequestContext as RequestContext
+from coordinator_server.groups.store import RequestContext as RequestContext
 from coordinator_server.offsets.manager import commit_error_response
 from coordinator_server.request_limits import (
     RequestLimits,
@@ -216,7 +216,7 @@ class GroupCoordinatorService:
         future = self._runtime.schedule_parkable_write(
             "classic-group-join",
             self.partition_for(request.group_id),
-            lambda shard, handle: shard.groups.join_group(ctx, request, handle),
+            lambda shard, handle: shard.join_group(ctx, request, handle),
         )
         return _chain(future, lambda exc: error(*map_operation_error("join-group", exc)))
 
@@ -232,7 +232,7 @@ class GroupCoordinatorService:
         future = self._runtime.schedule_parkable_write(
             "classic-group-sync",
             self.partition_for(request.group_id),
-            lambda shard, handle: shard.groups.sync_group(ctx, request, handle),
+            lambda shard, handle: shard.sync_group(ctx, request, handle),
         )
         return _chain(future, lambda exc: error(*map_operation_error("sync-group", exc)))
 
@@ -248,7 +248,7 @@ class GroupCoordinatorService:
         outcome = self._runtime.write(
             "classic-group-heartbeat",
             self.partition_for(group_id),
-            lambda shard: shard.groups.heartbeat(ctx, request),
+            lambda shard: shard.heartbeat(ctx, request),
         )
         return _chain(outcome, _heartbeat_error)
 
@@ -267,7 +267,7 @@ class GroupCoordinatorService:
         outcome = self._runtime.write(
             "classic-group-leave",
             self.partition_for(request.group_id),
-            lambda shard: shard.groups.leave_group(ctx, request),
+            lambda shard: shard.leave_group(ctx, request),
         )
         return _chain(outcome, on_error)
 
@@ -295,7 +295,7 @@ class GroupCoordinatorService:
         outcome = self._runtime.write(
             "commit-offset",
             self.partition_for(group_id),
-            lambda shard: shard.offsets.commit_offset(request, ctx),
+            lambda shard: shard.commit_offset(request, ctx),
         )
         return _chain(outcome, on_error)
 
@@ -317,7 +317,7 @@ class GroupCoordinatorService:
         future = self._runtime.schedule_write(
             "delete-offsets",
             self.partition_for(request.group_id),
-            lambda shard: shard.offsets.delete_offsets(request),
+            lambda shard: shard.delete_offsets(request),
         )
         return _chain(future, on_error)
 

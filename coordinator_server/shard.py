@@ -2,19 +2,20 @@
 
 It composes the managers and owns the single `replay` dispatch on record type and `apply`
 dispatch on update type, the only paths through which live writes and loads change the
-state. Operations that span both managers (DeleteGroups, the offset expiration job) live
-here, as in Kafka's GroupCoordinatorShard.
+state. It is the service's one door: an operation per API, reads included, and the service
+reaches no further in. Operations that span both managers (DeleteGroups, the offset
+expiration job) live here, as in Kafka's GroupCoordinatorShard.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from coordinator_server.groups.manager import (
+from coordinator_server.groups.manager import GroupMetadataManager
+from coordinator_server.groups.store import (
     ClassicGroupUpdate,
     GroupCoordinatorMetricsShard,
     GroupCount,
-    GroupMetadataManager,
     GroupsConfig,
 )
 from coordinator_server.offsets.manager import OffsetMetadataManager, OffsetsConfig
@@ -63,9 +64,30 @@ class GroupCoordinatorShard:
             metrics,
             group_count,
         )
-        self.offsets = OffsetMetadataManager(
+        self.offsets = offsets = OffsetMetadataManager(
             context.snapshot_registry, context.clock, config.offsets, self.groups
         )
+        groups = self.groups
+        # The shard's door, as Kafka's GroupCoordinatorService sees its GroupCoordinatorShard:
+        # one operation per API. They are the managers' own handlers, bound here once, so
+        # that the service's call through the shard costs what a call to the manager does
+        # (heartbeats and commits are the hot path).
+        self.join_group = groups.join_group
+        self.sync_group = groups.sync_group
+        self.heartbeat = groups.heartbeat
+        self.leave_group = groups.leave_group
+        self.describe_groups = groups.describe_groups
+        self.list_groups = groups.list_groups
+        self.commit_offset = offsets.commit_offset
+        self.delete_offsets = offsets.delete_offsets
+        self.fetch_offsets = offsets.fetch_offsets
+        self.fetch_partition_offsets = offsets.fetch_partition_offsets
+        self.fetch_all_offsets = offsets.fetch_all_offsets
+        # What the gauges read at scrape time (the latest state, committed or not), and the
+        # node's group count for `max_groups`.
+        self.num_groups = groups.num_groups
+        self.count_groups_by_state = groups.count_by_state
+        self.num_members = groups.num_members
 
     def replay(self, offset: int, record: CoordinatorRecord) -> None:
         key = record.key

@@ -4,9 +4,17 @@ Pure, like Kafka's class of the same name, with one difference of style: Kafka's
 change the group in place, here they build the group's next immutable snapshot and return
 it as a `ClassicGroupUpdate` in the CoordinatorResult (with the GroupMetadata record where
 Kafka writes one, not replayed since the update carries the state). The shard applies the
-update; a failed append reverts it with the records. Timers are armed and cancelled directly
-on the injected timer, as Kafka does; their operations look the group up again when they
-fire, since the world may have moved on.
+update; a failed append reverts it with the records.
+
+Kafka keeps every phase of the protocol in this one class; here the manager is the
+partition's groups (a GroupStore) with the handlers of each phase, bound under Kafka's
+names:
+- `join`: JoinGroup;
+- `rebalance`: the join phase and its end, the sync phase's deadline and the members'
+  sessions, with every timer of the protocol;
+- `membership`: SyncGroup, Heartbeat and LeaveGroup;
+- `admin_views`: DescribeGroups, ListGroups and DeleteGroups.
+What spans them stays here: the partition's life cycle and the offsets' view of the groups.
 
 JoinGroup and SyncGroup park their caller: the handle goes into the member of the new
 snapshot, and whichever later operation ends the wait puts the caller's answer into its
@@ -15,173 +23,38 @@ result's `completions`.
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Collection
-from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, TypeVar
+from dataclasses import replace
 
-from coordinator_server.groups.answer_sizes import listed_group_bytes
-from coordinator_server.groups.classic import (
-    ClassicGroup,
-    ClassicGroupMember,
-    ClassicGroupState,
-    ProtocolMetadata,
+from coordinator_server.groups.admin_views import ClassicGroupAdmin
+from coordinator_server.groups.classic import ClassicGroupState
+from coordinator_server.groups.join import ClassicGroupJoin
+from coordinator_server.groups.membership import ClassicGroupMembership
+from coordinator_server.groups.rebalance import ClassicRebalance
+from coordinator_server.groups.store import (
+    ClassicGroupUpdate,
+    Effects,
+    GroupCoordinatorMetricsShard,
+    GroupCount,
+    GroupsConfig,
+    GroupStore,
+    join_error,
+    sync_error,
 )
-from coordinator_server.groups.limits import join_answer_refusal, new_group_refusal
-from coordinator_server.records import (
-    CoordinatorRecord,
-    GroupMetadataKey,
-    GroupMetadataValue,
-    new_group_metadata_record,
-    new_group_metadata_tombstone_record,
-)
-from coordinator_server.runtime.api import (
-    Clock,
-    CoordinatorResult,
-    CoordinatorTimer,
-    ResponseHandle,
-)
-from coordinator_server.timeline import SnapshotRegistry, TimelineDict
+from coordinator_server.runtime.api import Clock, CoordinatorTimer, ResponseHandle
+from coordinator_server.timeline import SnapshotRegistry
 from protocol.errors import (
     ApiError,
     ErrorCode,
     GroupIdNotFoundError,
-    NotCoordinatorError,
     PolicyViolationError,
 )
-from protocol.messages import (
-    DescribeGroupsResponseGroup,
-    DescribeGroupsResponseMember,
-    HeartbeatRequest,
-    HeartbeatResponse,
-    JoinGroupRequest,
-    JoinGroupResponse,
-    LeaveGroupRequest,
-    LeaveGroupResponse,
-    LeaveGroupResponseMember,
-    ListGroupsResponseGroup,
-    SyncGroupRequest,
-    SyncGroupResponse,
-)
 
-T = TypeVar("T")
-
-EMPTY = ClassicGroupState.EMPTY
 PREPARING_REBALANCE = ClassicGroupState.PREPARING_REBALANCE
-COMPLETING_REBALANCE = ClassicGroupState.COMPLETING_REBALANCE
 STABLE = ClassicGroupState.STABLE
 DEAD = ClassicGroupState.DEAD
 
-CLASSIC_GROUP_TYPE = "classic"
 
-
-class GroupCoordinatorMetricsShard(Protocol):
-    """What the state machines report (Kafka's class of the same name): counters bumped
-    in place, nothing else."""
-
-    offset_commits: int
-    offsets_expired: int
-
-    def rebalance_completed(self, duration_ms: int) -> None: ...
-
-
-class NoopGroupCoordinatorMetrics:
-    """Metrics nobody reads (tests, tools)."""
-
-    __slots__ = ("offset_commits", "offsets_expired")
-
-    def __init__(self) -> None:
-        self.offset_commits = 0
-        self.offsets_expired = 0
-
-    def rebalance_completed(self, duration_ms: int) -> None:
-        pass
-
-
-@dataclass(frozen=True, slots=True)
-class GroupsConfig:
-    initial_rebalance_delay_ms: int = 3000
-    min_session_timeout_ms: int = 6000
-    max_session_timeout_ms: int = 1800000
-    max_size: int = 2147483647
-    new_member_join_timeout_ms: int = 300000
-    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
-    offsets_retention_check_interval_ms: int = 600000
-    # Groups this node may hold, over all its partitions (see GroupCount).
-    max_groups: int = 2147483647
-    # The largest answer: a group whose leader's JoinGroup answer would exceed it cannot form.
-    max_response_bytes: int = 2147483647
-
-
-GroupCount = Callable[[], int]
-"""How many groups the node holds over all its partitions, for `max_groups`: injected, since
-a manager sees only its own partition's groups."""
-
-
-@dataclass(frozen=True, slots=True)
-class RequestContext:
-    """Who sent a request: the header's client id and the peer's address as Kafka writes
-    it ("/1.2.3.4")."""
-
-    client_id: str
-    client_host: str
-
-
-@dataclass(frozen=True, slots=True)
-class ClassicGroupUpdate:
-    """The next snapshot of a group (None: the group is gone); an in-memory update."""
-
-    group_id: str
-    group: ClassicGroup | None
-
-
-def list_filter(values: list[str]) -> frozenset[str]:
-    """A ListGroups filter as Kafka compares it (trimmed, lower case), each distinct value
-    once, made once per request rather than once per partition."""
-    return frozenset(value.strip().lower() for value in set(values))
-
-
-def classic_group_heartbeat_key(group_id: str, member_id: str) -> str:
-    return f"heartbeat-{group_id}-{member_id}"
-
-
-def classic_group_join_key(group_id: str) -> str:
-    return f"join-{group_id}"
-
-
-def classic_group_sync_key(group_id: str) -> str:
-    return f"sync-{group_id}"
-
-
-@dataclass(slots=True)
-class _Effects:
-    """What an operation has produced besides the group's next snapshot."""
-
-    records: list[CoordinatorRecord] = field(default_factory=list)
-    completions: list[tuple[ResponseHandle, object]] = field(default_factory=list)
-    on_append_failure: Callable[[], CoordinatorResult[Any]] | None = None
-
-    def complete(self, handle: ResponseHandle, response: object) -> None:
-        self.completions.append((handle, response))
-
-
-def _join_error(code: ErrorCode, member_id: str) -> JoinGroupResponse:
-    return JoinGroupResponse(error_code=code, member_id=member_id)
-
-
-def _sync_error(code: ErrorCode) -> SyncGroupResponse:
-    return SyncGroupResponse(error_code=code)
-
-
-def _protocols_of(request: JoinGroupRequest) -> tuple[ProtocolMetadata, ...]:
-    return tuple((protocol.name, protocol.metadata) for protocol in request.protocols)
-
-
-def _is_protocol_inconsistent(requested: str | None, current: str | None) -> bool:
-    return requested is not None and requested != current
-
-
-class GroupMetadataManager:
+class GroupMetadataManager(GroupStore):
     def __init__(
         self,
         registry: SnapshotRegistry,
@@ -191,951 +64,24 @@ class GroupMetadataManager:
         metrics: GroupCoordinatorMetricsShard | None = None,
         group_count: GroupCount | None = None,
     ) -> None:
-        self._clock = clock
-        self._timer = timer
-        self._config = config
-        self.metrics: GroupCoordinatorMetricsShard = metrics or NoopGroupCoordinatorMetrics()
-        self._groups: TimelineDict[str, ClassicGroup] = TimelineDict(registry)
-        self._group_count: GroupCount = group_count or self.num_groups
-
-    @property
-    def config(self) -> GroupsConfig:
-        return self._config
-
-    # Lookups for the shard, the offsets manager and tests.
-
-    def group(self, group_id: str, committed_offset: int | None = None) -> ClassicGroup | None:
-        """The group now, or as of `committed_offset`."""
-        if committed_offset is None:
-            return self._groups.get(group_id)
-        return self._groups.get_at(group_id, committed_offset)
-
-    def group_ids(self) -> list[str]:
-        return list(self._groups.keys())
-
-    def num_groups(self) -> int:
-        """Groups of this partition, committed or not."""
-        return len(self._groups)
-
-    def new_group_refusal(self) -> str | None:
-        """Why a request may not create a group now (`max_groups`), or None."""
-        return new_group_refusal(self._group_count(), self._config.max_groups)
-
-    def groups(self) -> list[ClassicGroup]:
-        return list(self._groups.values())
-
-    def count_by_state(self) -> dict[str, int]:
-        """Groups per state (display names), for the metrics."""
-        counts: dict[str, int] = {}
-        for group in self._groups.values():
-            name = group.state.value
-            counts[name] = counts.get(name, 0) + 1
-        return counts
-
-    def num_members(self) -> int:
-        return sum(len(group.members) for group in self._groups.values())
-
-    def is_subscribed_to_topic(self, group_id: str, topic: str) -> bool:
-        group = self._groups.get(group_id)
-        return group is not None and group.is_subscribed_to_topic(topic)
-
-    # JoinGroup.
-
-    def join_group(
-        self, ctx: RequestContext, request: JoinGroupRequest, handle: ResponseHandle
-    ) -> CoordinatorResult[JoinGroupResponse]:
-        group_id = request.group_id
-        assert group_id, "the service answers a missing or empty group id"
-        member_id = request.member_id
-        config = self._config
-        if not (
-            config.min_session_timeout_ms
-            <= request.session_timeout_ms
-            <= config.max_session_timeout_ms
-        ):
-            return CoordinatorResult(
-                response=_join_error(ErrorCode.INVALID_SESSION_TIMEOUT, member_id)
-            )
-        if request.rebalance_timeout_ms == -1:
-            # JoinGroup v0's rule: the rebalance timeout is the session timeout.
-            request = request.replace(rebalance_timeout_ms=request.session_timeout_ms)
-
-        original = self._groups.get(group_id)
-        is_unknown_member = member_id == ""
-        if original is None:
-            if not is_unknown_member:
-                return CoordinatorResult(
-                    response=_join_error(ErrorCode.UNKNOWN_MEMBER_ID, member_id)
-                )
-            refusal = self.new_group_refusal()
-            if refusal is not None:
-                return CoordinatorResult(
-                    response=JoinGroupResponse(
-                        error_code=ErrorCode.POLICY_VIOLATION,
-                        error_message=refusal,
-                        member_id=member_id,
-                    )
-                )
-            group = ClassicGroup.create(group_id, self._clock.now_ms())
-        else:
-            group = original
-
-        fx = _Effects()
-        response: JoinGroupResponse | None
-        if not self._accept_joining_member(group, member_id):
-            # Removing the member lets the last ones to rejoin be the ones left out when
-            # the limit was lowered; if every member left has rejoined, the join phase ends
-            # now rather than at the rebalance timeout.
-            group = self._remove_member_with_parked(group, member_id, fx)
-            group = self._maybe_complete_join_phase(group, fx)
-            response = JoinGroupResponse(
-                error_code=ErrorCode.GROUP_MAX_SIZE_REACHED,
-                error_message=f"group {group_id} has reached its maximum size "
-                f"(group.max.size {config.max_size})",
-            )
-        elif (
-            refusal := join_answer_refusal(group, request, config.max_response_bytes)
-        ) is not None:
-            # Nothing changes (not even a new group is made): a member already in the
-            # group keeps what it had.
-            return CoordinatorResult(
-                response=JoinGroupResponse(
-                    error_code=ErrorCode.GROUP_MAX_SIZE_REACHED,
-                    error_message=refusal,
-                    member_id=member_id,
-                )
-            )
-        elif is_unknown_member:
-            group, response = self._join_new_member(ctx, request, group, handle, fx)
-        else:
-            group, response = self._join_existing_member(ctx, request, group, handle, fx)
-
-        if original is None and not fx.records:
-            # A new group needs a record of its own to exist in the log (and for readers).
-            fx.records.append(
-                new_group_metadata_record(
-                    group_id,
-                    GroupMetadataValue(
-                        protocol_type="",
-                        generation=0,
-                        protocol_name=None,
-                        leader=None,
-                        current_state_timestamp_ms=group.current_state_timestamp_or_default(),
-                    ),
-                )
-            )
-        return self._result(group_id, original, group, fx, response, park=response is None)
-
-    def _accept_joining_member(self, group: ClassicGroup, member_id: str) -> bool:
-        state = group.state
-        if state is EMPTY or state is DEAD:
-            return True
-        if state is PREPARING_REBALANCE:
-            # Counting members awaiting a join answer (not all members) keeps working when
-            # the group is already above a lowered limit.
-            member = group.members.get(member_id)
-            return (
-                member is not None and member.is_awaiting_join
-            ) or group.num_awaiting_join_response() < self._config.max_size
-        return group.has_member(member_id) or group.num_members() < self._config.max_size
-
-    def _join_new_member(
-        self,
-        ctx: RequestContext,
-        request: JoinGroupRequest,
-        group: ClassicGroup,
-        handle: ResponseHandle,
-        fx: _Effects,
-    ) -> tuple[ClassicGroup, JoinGroupResponse | None]:
-        if group.state is DEAD:
-            return group, _join_error(ErrorCode.COORDINATOR_NOT_AVAILABLE, "")
-        if not group.supports_protocols(request.protocol_type, {p.name for p in request.protocols}):
-            return group, _join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, "")
-        instance_id = request.group_instance_id
-        new_member_id = f"{ctx.client_id if instance_id is None else instance_id}-{uuid.uuid4()}"
-        if instance_id is not None:
-            existing = group.static_member_id(instance_id)
-            if existing is not None:
-                return self._update_static_member_then_rebalance_or_complete_join(
-                    request, group, existing, new_member_id, handle, fx
-                )
-            return self._add_member_then_rebalance_or_complete_join(
-                ctx, request, group, new_member_id, handle, fx
-            ), None
-        # KIP-394: the member must come back with the id it is given, so that a client
-        # retrying a timed-out JoinGroup does not leave a defunct member behind.
-        group = group.add_pending_member(new_member_id)
-        group_id = group.group_id
-        self._timer.schedule(
-            classic_group_heartbeat_key(group_id, new_member_id),
-            request.session_timeout_ms,
-            lambda: self._expire_member_heartbeat(group_id, new_member_id),
-        )
-        return group, _join_error(ErrorCode.MEMBER_ID_REQUIRED, new_member_id)
-
-    def _join_existing_member(
-        self,
-        ctx: RequestContext,
-        request: JoinGroupRequest,
-        group: ClassicGroup,
-        handle: ResponseHandle,
-        fx: _Effects,
-    ) -> tuple[ClassicGroup, JoinGroupResponse | None]:
-        member_id = request.member_id
-        instance_id = request.group_instance_id
-        if group.state is DEAD:
-            return group, _join_error(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id)
-        if not group.supports_protocols(request.protocol_type, {p.name for p in request.protocols}):
-            return group, _join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)
-        if group.is_pending_member(member_id):
-            if instance_id is not None:
-                # Pending members are dynamic by construction; Kafka fails such a request.
-                return group, _join_error(ErrorCode.UNKNOWN_SERVER_ERROR, member_id)
-            return self._add_member_then_rebalance_or_complete_join(
-                ctx, request, group, member_id, handle, fx
-            ), None
-        error = group.validate_member(member_id, instance_id)
-        if error is not None:
-            return group, _join_error(error.code, member_id)
-
-        member = group.member(member_id)
-        protocols = _protocols_of(request)
-        state = group.state
-        if state is PREPARING_REBALANCE:
-            return self._update_member_then_rebalance_or_complete_join(
-                request, group, member, handle, fx
-            ), None
-        if state is COMPLETING_REBALANCE:
-            if member.matches(protocols):
-                # Same metadata (it probably missed the JoinGroup answer): the current
-                # generation again.
-                return group, self._current_generation_join_response(
-                    group, member_id, with_members=group.is_leader(member_id)
-                )
-            return self._update_member_then_rebalance_or_complete_join(
-                request, group, member, handle, fx
-            ), None
-        if state is STABLE:
-            if group.is_leader(member_id) or not member.matches(protocols):
-                # A leader's JoinGroup always rebalances: it is how the leader asks for a
-                # new assignment when something outside the metadata changed.
-                return self._update_member_then_rebalance_or_complete_join(
-                    request, group, member, handle, fx
-                ), None
-            return group, self._current_generation_join_response(
-                group, member_id, with_members=False
-            )
-        return group, _join_error(ErrorCode.UNKNOWN_MEMBER_ID, member_id)
-
-    def _current_generation_join_response(
-        self, group: ClassicGroup, member_id: str, *, with_members: bool, skip: bool = False
-    ) -> JoinGroupResponse:
-        return JoinGroupResponse(
-            error_code=ErrorCode.NONE,
-            generation_id=group.generation_id,
-            protocol_type=group.protocol_type,
-            protocol_name=group.protocol_name,
-            leader=group.leader_id or "",
-            skip_assignment=skip,
-            member_id=member_id,
-            members=group.current_members_for_join() if with_members else [],
-        )
-
-    def _add_member_then_rebalance_or_complete_join(
-        self,
-        ctx: RequestContext,
-        request: JoinGroupRequest,
-        group: ClassicGroup,
-        member_id: str,
-        handle: ResponseHandle,
-        fx: _Effects,
-    ) -> ClassicGroup:
-        member = ClassicGroupMember(
-            member_id=member_id,
-            group_instance_id=request.group_instance_id,
-            client_id=ctx.client_id,
-            client_host=ctx.client_host,
-            rebalance_timeout_ms=request.rebalance_timeout_ms,
-            session_timeout_ms=request.session_timeout_ms,
-            protocol_type=request.protocol_type,
-            protocols=_protocols_of(request),
-            join_handle=handle,
-            is_new=True,
-        )
-        if group.state is PREPARING_REBALANCE and group.previous_state is EMPTY:
-            group = group.with_new_member_added(True)
-        group = group.add_member(member)
-        # A new member cannot heartbeat while its JoinGroup is parked, and a client that
-        # timed out and retried would leave it behind: its JoinGroup gets a bounded wait.
-        self._reschedule_heartbeat(
-            group.group_id, member_id, self._config.new_member_join_timeout_ms
-        )
-        return self._maybe_prepare_rebalance_or_complete_join(group, fx)
-
-    def _update_member_then_rebalance_or_complete_join(
-        self,
-        request: JoinGroupRequest,
-        group: ClassicGroup,
-        member: ClassicGroupMember,
-        handle: ResponseHandle,
-        fx: _Effects,
-    ) -> ClassicGroup:
-        if member.join_handle is not None:
-            # The member sent JoinGroup again: answer the older one rather than orphan it.
-            fx.complete(
-                member.join_handle,
-                NotCoordinatorError("superseded by a newer JoinGroup of the same member"),
-            )
-        group = group.update_member(
-            replace(
-                member,
-                protocols=_protocols_of(request),
-                rebalance_timeout_ms=request.rebalance_timeout_ms,
-                session_timeout_ms=request.session_timeout_ms,
-                join_handle=handle,
-            )
-        )
-        return self._maybe_prepare_rebalance_or_complete_join(group, fx)
-
-    def _update_static_member_then_rebalance_or_complete_join(
-        self,
-        request: JoinGroupRequest,
-        group: ClassicGroup,
-        old_member_id: str,
-        new_member_id: str,
-        handle: ResponseHandle,
-        fx: _Effects,
-    ) -> tuple[ClassicGroup, JoinGroupResponse | None]:
-        instance_id = request.group_instance_id
-        assert instance_id is not None
-        old_member = group.member(old_member_id)
-        self._fence_replaced_member(old_member, fx)
-        replacement = replace(
-            old_member, member_id=new_member_id, join_handle=None, sync_handle=None, is_new=False
-        )
-        group = group.replace_static_member(instance_id, old_member_id, replacement)
-        # The old id's heartbeat expires harmlessly: no member has that id any more.
-        self._reschedule_heartbeat(group.group_id, new_member_id, replacement.session_timeout_ms)
-        updated = replace(
-            replacement,
-            protocols=_protocols_of(request),
-            rebalance_timeout_ms=request.rebalance_timeout_ms,
-            session_timeout_ms=request.session_timeout_ms,
-        )
-
-        if group.state is STABLE:
-            candidate = group.update_member(updated)
-            if group.protocol_name == candidate.select_protocol():
-                # Nothing the assignment depends on changed: persist the new member id and
-                # answer with the current generation once it is committed. A replaced leader
-                # gets the members but must not reassign (skip_assignment).
-                is_leader = candidate.is_leader(new_member_id)
-                fx.records.append(
-                    new_group_metadata_record(candidate.group_id, candidate.to_record_value())
-                )
-                fx.complete(
-                    handle,
-                    self._current_generation_join_response(
-                        candidate, new_member_id, with_members=is_leader, skip=is_leader
-                    ),
-                )
-                return candidate, None
-            group = group.update_member(replace(updated, join_handle=handle))
-            return self._maybe_prepare_rebalance_or_complete_join(group, fx), None
-
-        group = group.update_member(replace(updated, join_handle=handle))
-        if group.state is COMPLETING_REBALANCE:
-            # The leader may already be assigning with the old member id: start over.
-            return self._prepare_rebalance(group, fx), None
-        assert group.state is PREPARING_REBALANCE, f"a static member in a {group.state} group"
-        return self._maybe_complete_join_phase(group, fx), None
-
-    def _fence_replaced_member(self, member: ClassicGroupMember, fx: _Effects) -> None:
-        if member.join_handle is not None:
-            fx.complete(
-                member.join_handle,
-                JoinGroupResponse(
-                    error_code=ErrorCode.FENCED_INSTANCE_ID,
-                    member_id=member.member_id,
-                    leader="",
-                ),
-            )
-        if member.sync_handle is not None:
-            fx.complete(member.sync_handle, _sync_error(ErrorCode.FENCED_INSTANCE_ID))
-
-    # The join phase.
-
-    def _maybe_prepare_rebalance_or_complete_join(
-        self, group: ClassicGroup, fx: _Effects
-    ) -> ClassicGroup:
-        if group.can_rebalance():
-            return self._prepare_rebalance(group, fx)
-        return self._maybe_complete_join_phase(group, fx)
-
-    def _prepare_rebalance(self, group: ClassicGroup, fx: _Effects) -> ClassicGroup:
-        if group.state is COMPLETING_REBALANCE:
-            group = self._reset_and_propagate_assignment_with_error(
-                group, ErrorCode.REBALANCE_IN_PROGRESS, fx
-            )
-        group = self._remove_sync_expiration(group)
-        group_id = group.group_id
-        is_initial_rebalance = group.state is EMPTY
-        if is_initial_rebalance:
-            # A new group: give the other members time to join before the first assignment.
-            delay_ms = self._config.initial_rebalance_delay_ms
-            remaining_ms = max(group.rebalance_timeout_ms() - delay_ms, 0)
-            self._timer.schedule(
-                classic_group_join_key(group_id),
-                delay_ms,
-                lambda: self._try_complete_initial_rebalance_else_schedule(
-                    group_id, delay_ms, remaining_ms
-                ),
-            )
-        group = group.transition_to(PREPARING_REBALANCE, self._clock.now_ms())
-        if is_initial_rebalance:
-            return group
-        return self._maybe_complete_join_else_schedule(group, fx)
-
-    def _maybe_complete_join_else_schedule(self, group: ClassicGroup, fx: _Effects) -> ClassicGroup:
-        if group.has_all_members_joined():
-            return self._complete_join(group, fx)
-        group_id = group.group_id
-        self._timer.schedule(
-            classic_group_join_key(group_id),
-            group.rebalance_timeout_ms(),
-            lambda: self._complete_join_on_timeout(group_id),
-        )
-        return group
-
-    def _maybe_complete_join_phase(self, group: ClassicGroup, fx: _Effects) -> ClassicGroup:
-        if group.state is not PREPARING_REBALANCE:
-            return group
-        if group.previous_state is EMPTY:
-            # The initial rebalance waits for its delay even when everyone joined.
-            return group
-        if not group.has_all_members_joined():
-            return group
-        return self._complete_join(group, fx)
-
-    def _try_complete_initial_rebalance_else_schedule(
-        self, group_id: str, delay_ms: int, remaining_ms: int
-    ) -> CoordinatorResult[None]:
-        original = self._groups.get(group_id)
-        if original is None or original.state is not PREPARING_REBALANCE:
-            return CoordinatorResult()
-        fx = _Effects()
-        if original.new_member_added and remaining_ms != 0:
-            # Members are still arriving: wait a little longer, within the rebalance timeout.
-            group = original.with_new_member_added(False)
-            new_delay_ms = min(self._config.initial_rebalance_delay_ms, remaining_ms)
-            new_remaining_ms = max(remaining_ms - delay_ms, 0)
-            self._timer.schedule(
-                classic_group_join_key(group_id),
-                new_delay_ms,
-                lambda: self._try_complete_initial_rebalance_else_schedule(
-                    group_id, new_delay_ms, new_remaining_ms
-                ),
-            )
-        else:
-            group = self._complete_join(original, fx)
-        return self._result(group_id, original, group, fx, None, park=False)
-
-    def _complete_join_on_timeout(self, group_id: str) -> CoordinatorResult[None]:
-        original = self._groups.get(group_id)
-        if original is None or original.state is not PREPARING_REBALANCE:
-            return CoordinatorResult()
-        fx = _Effects()
-        group = self._complete_join(original, fx)
-        return self._result(group_id, original, group, fx, None, park=False)
-
-    def _complete_join(self, group: ClassicGroup, fx: _Effects) -> ClassicGroup:
-        """End the join phase: drop the dynamic members that did not rejoin, then start the
-        next generation and answer every parked JoinGroup (the leader gets the members)."""
-        group_id = group.group_id
-        self._timer.cancel(classic_group_join_key(group_id))
-        not_rejoined = [
-            member.member_id
-            for member in group.members.values()
-            if not member.is_awaiting_join and not member.is_static
-        ]
-        if not_rejoined:
-            for member_id in not_rejoined:
-                self._timer.cancel(classic_group_heartbeat_key(group_id, member_id))
-            group = group.remove_members(not_rejoined)
-        if group.state is DEAD:
-            return group
-
-        group, has_leader = group.maybe_elect_new_joined_leader()
-        if not has_leader and group.members:
-            # Nobody rejoined (only static members are left): wait another rebalance timeout
-            # for them to rejoin or for their sessions to expire.
-            self._timer.schedule(
-                classic_group_join_key(group_id),
-                group.rebalance_timeout_ms(),
-                lambda: self._complete_join_on_timeout(group_id),
-            )
-            return group
-
-        group = group.init_next_generation(self._clock.now_ms())
-        if group.state is EMPTY:
-            fx.records.append(new_group_metadata_record(group_id, group.to_record_value()))
-            return group
-
-        leader_members = group.current_members_for_join()
-        for member in group.members.values():
-            if member.join_handle is not None:
-                is_leader = group.is_leader(member.member_id)
-                fx.complete(
-                    member.join_handle,
-                    JoinGroupResponse(
-                        error_code=ErrorCode.NONE,
-                        generation_id=group.generation_id,
-                        protocol_type=group.protocol_type,
-                        protocol_name=group.protocol_name,
-                        leader=group.leader_id or "",
-                        skip_assignment=False,
-                        member_id=member.member_id,
-                        members=leader_members if is_leader else [],
-                    ),
-                )
-            self._reschedule_heartbeat(group_id, member.member_id, member.session_timeout_ms)
-        group = group.update_members(
-            lambda member: replace(member, join_handle=None, is_new=False)
-        ).with_pending_sync_members(frozenset(group.members))
-        self._schedule_pending_sync(group)
-        return group
-
-    def _reset_and_propagate_assignment_with_error(
-        self, group: ClassicGroup, code: ErrorCode, fx: _Effects
-    ) -> ClassicGroup:
-        assert group.state is COMPLETING_REBALANCE
-        group_id = group.group_id
-        for member in group.members.values():
-            if member.sync_handle is not None:
-                fx.complete(member.sync_handle, _sync_error(code))
-                # Its session may have expired while it waited (the wait satisfied it).
-                self._reschedule_heartbeat(group_id, member.member_id, member.session_timeout_ms)
-        return group.update_members(
-            lambda member: replace(member, assignment=b"", sync_handle=None)
-        )
-
-    # Timers.
-
-    def _reschedule_heartbeat(self, group_id: str, member_id: str, timeout_ms: int) -> None:
-        key = classic_group_heartbeat_key(group_id, member_id)
-        # Every timer of this key expires this member, so an armed one only needs moving.
-        if not self._timer.reschedule(key, timeout_ms):
-            self._timer.schedule(
-                key, timeout_ms, lambda: self._expire_member_heartbeat(group_id, member_id)
-            )
-
-    def reschedule_member_heartbeat(self, group_id: str, member_id: str) -> None:
-        """Re-arm a member's session timer (a heartbeat, a SyncGroup or a commit)."""
-        group = self._groups.get(group_id)
-        if group is None:
-            return
-        member = group.members.get(member_id)
-        if member is not None:
-            self._reschedule_heartbeat(group_id, member_id, member.session_timeout_ms)
-
-    def _schedule_pending_sync(self, group: ClassicGroup) -> None:
-        group_id = group.group_id
-        generation_id = group.generation_id
-        self._timer.schedule(
-            classic_group_sync_key(group_id),
-            group.rebalance_timeout_ms(),
-            lambda: self._expire_pending_sync(group_id, generation_id),
-        )
-
-    def _remove_sync_expiration(self, group: ClassicGroup) -> ClassicGroup:
-        self._timer.cancel(classic_group_sync_key(group.group_id))
-        return group.with_pending_sync_members(frozenset())
-
-    def _expire_member_heartbeat(self, group_id: str, member_id: str) -> CoordinatorResult[None]:
-        original = self._groups.get(group_id)
-        if original is None or original.state is DEAD:
-            return CoordinatorResult()
-        fx = _Effects()
-        if original.is_pending_member(member_id):
-            group = original.remove_member(member_id)
-            if group.state is PREPARING_REBALANCE and group.has_all_members_joined():
-                group = self._complete_join(group, fx)
-            return self._result(group_id, original, group, fx, None, park=False)
-        member = original.members.get(member_id)
-        if member is None or member.has_satisfied_heartbeat():
-            return CoordinatorResult()
-        group = self._remove_member_and_update_group(original, member, fx)
-        return self._result(group_id, original, group, fx, None, park=False)
-
-    def _remove_member_and_update_group(
-        self, group: ClassicGroup, member: ClassicGroupMember, fx: _Effects
-    ) -> ClassicGroup:
-        group = self._remove_member_with_parked(group, member.member_id, fx)
-        if group.state is STABLE or group.state is COMPLETING_REBALANCE:
-            return self._maybe_prepare_rebalance_or_complete_join(group, fx)
-        if group.state is PREPARING_REBALANCE and group.has_all_members_joined():
-            return self._complete_join(group, fx)
-        return group
-
-    def _remove_member_with_parked(
-        self, group: ClassicGroup, member_id: str, fx: _Effects
-    ) -> ClassicGroup:
-        """Remove a member; its parked JoinGroup or SyncGroup learns it is gone, so that a
-        client that is still alive joins again."""
-        self._answer_parked_of_removed(group, member_id, fx)
-        return group.remove_member(member_id)
-
-    def _answer_parked_of_removed(self, group: ClassicGroup, member_id: str, fx: _Effects) -> None:
-        member = group.members.get(member_id)
-        if member is not None:
-            if member.join_handle is not None:
-                fx.complete(member.join_handle, _join_error(ErrorCode.UNKNOWN_MEMBER_ID, ""))
-            if member.sync_handle is not None:
-                fx.complete(member.sync_handle, _sync_error(ErrorCode.UNKNOWN_MEMBER_ID))
-
-    def _expire_pending_sync(self, group_id: str, generation_id: int) -> CoordinatorResult[None]:
-        original = self._groups.get(group_id)
-        if original is None or original.generation_id != generation_id:
-            return CoordinatorResult()
-        if original.state is not COMPLETING_REBALANCE and original.state is not STABLE:
-            return CoordinatorResult()
-        if original.has_received_sync_from_all_members():
-            return CoordinatorResult()
-        fx = _Effects()
-        expired = sorted(original.pending_sync_members)
-        for member_id in expired:
-            self._leave_current_member(original, member_id, fx)
-        # All at once: one at a time would copy the group once per member.
-        group = self._prepare_rebalance(original.remove_members(expired), fx)
-        return self._result(group_id, original, group, fx, None, park=False)
-
-    # SyncGroup.
-
-    def sync_group(
-        self, ctx: RequestContext, request: SyncGroupRequest, handle: ResponseHandle
-    ) -> CoordinatorResult[SyncGroupResponse]:
-        group_id = request.group_id
-        assert group_id, "the service answers a missing or empty group id"
-        member_id = request.member_id
-        original = self._groups.get(group_id)
-        if original is None or original.state is EMPTY:
-            return CoordinatorResult(response=_sync_error(ErrorCode.UNKNOWN_MEMBER_ID))
-        error = self._validate_sync_group(original, request)
-        if error is not None:
-            return CoordinatorResult(response=_sync_error(error))
-        if original.state is PREPARING_REBALANCE:
-            return CoordinatorResult(response=_sync_error(ErrorCode.REBALANCE_IN_PROGRESS))
-
-        fx = _Effects()
-        if original.state is COMPLETING_REBALANCE:
-            member = original.member(member_id)
-            if member.sync_handle is not None:
-                fx.complete(
-                    member.sync_handle,
-                    NotCoordinatorError("superseded by a newer SyncGroup of the same member"),
-                )
-            group = original.update_member(replace(member, sync_handle=handle))
-            group = self._remove_pending_sync_member(group, member_id)
-            if group.is_leader(member_id):
-                group = self._complete_sync_with_assignment(group, request, fx)
-            return self._result(group_id, original, group, fx, None, park=True)
-
-        assert original.state is STABLE
-        group = self._remove_pending_sync_member(original, member_id)
-        member = group.member(member_id)
-        response = SyncGroupResponse(
-            error_code=ErrorCode.NONE,
-            protocol_type=group.protocol_type,
-            protocol_name=group.protocol_name,
-            assignment=member.assignment,
-        )
-        return self._result(group_id, original, group, fx, response, park=False)
-
-    def _validate_sync_group(
-        self, group: ClassicGroup, request: SyncGroupRequest
-    ) -> ErrorCode | None:
-        if group.state is DEAD:
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        error = group.validate_member(request.member_id, request.group_instance_id)
-        if error is not None:
-            return error.code
-        if request.generation_id != group.generation_id:
-            return ErrorCode.ILLEGAL_GENERATION
-        if _is_protocol_inconsistent(
-            request.protocol_type, group.protocol_type
-        ) or _is_protocol_inconsistent(request.protocol_name, group.protocol_name):
-            return ErrorCode.INCONSISTENT_GROUP_PROTOCOL
-        return None
-
-    def _remove_pending_sync_member(self, group: ClassicGroup, member_id: str) -> ClassicGroup:
-        group = group.with_pending_sync_members(group.pending_sync_members - {member_id})
-        if group.state in (DEAD, EMPTY, PREPARING_REBALANCE) or (
-            group.has_received_sync_from_all_members()
-        ):
-            self._timer.cancel(classic_group_sync_key(group.group_id))
-        return group
-
-    def _complete_sync_with_assignment(
-        self, group: ClassicGroup, request: SyncGroupRequest, fx: _Effects
-    ) -> ClassicGroup:
-        """The leader's assignment: one GroupMetadata record with every member's assignment
-        (missing ones empty), and every parked SyncGroup answered with its own assignment.
-        The runtime delivers those answers only once the record is committed and fails them
-        with the append's error otherwise; a failed append then starts a new rebalance."""
-        group_id = group.group_id
-        assignments = {a.member_id: a.assignment for a in request.assignments}
-        group = group.update_members(
-            lambda member: replace(member, assignment=assignments.get(member.member_id, b""))
-        )
-        fx.records.append(new_group_metadata_record(group_id, group.to_record_value()))
-        answered: list[ResponseHandle] = []
-        for member in group.members.values():
-            if member.sync_handle is not None:
-                answered.append(member.sync_handle)
-                fx.complete(
-                    member.sync_handle,
-                    SyncGroupResponse(
-                        error_code=ErrorCode.NONE,
-                        protocol_type=group.protocol_type,
-                        protocol_name=group.protocol_name,
-                        assignment=member.assignment,
-                    ),
-                )
-                # Expirations were ignored while the member waited: expect heartbeats again.
-                self._reschedule_heartbeat(group_id, member.member_id, member.session_timeout_ms)
-        group = group.update_members(lambda member: replace(member, sync_handle=None))
-        now_ms = self._clock.now_ms()
-        if group.rebalance_started_ms is not None:
-            self.metrics.rebalance_completed(now_ms - group.rebalance_started_ms)
-        group = group.transition_to(STABLE, now_ms)
-        generation_id = group.generation_id
-        handles = frozenset(answered)
-        fx.on_append_failure = lambda: self._on_assignment_append_failure(
-            group_id, generation_id, handles
-        )
-        return group
-
-    def _on_assignment_append_failure(
-        self, group_id: str, generation_id: int, failed: frozenset[ResponseHandle]
-    ) -> CoordinatorResult[None]:
-        """The leader's assignment was not persisted: the state is back in
-        CompletingRebalance, the SyncGroups it answered have had the append's error; every
-        other parked SyncGroup gets REBALANCE_IN_PROGRESS and the group rebalances."""
-        original = self._groups.get(group_id)
-        if (
-            original is None
-            or original.state is not COMPLETING_REBALANCE
-            or original.generation_id != generation_id
-        ):
-            return CoordinatorResult()
-        fx = _Effects()
-        group = original.update_members(
-            lambda member: (
-                replace(member, sync_handle=None) if member.sync_handle in failed else member
-            )
-        )
-        group = self._maybe_prepare_rebalance_or_complete_join(group, fx)
-        return self._result(group_id, original, group, fx, None, park=False)
-
-    # Heartbeat.
-
-    def heartbeat(
-        self, ctx: RequestContext, request: HeartbeatRequest
-    ) -> CoordinatorResult[HeartbeatResponse]:
-        group_id = request.group_id
-        assert group_id, "the service answers a missing or empty group id"
-        group = self._groups.get(group_id)
-        if group is None:
-            return _heartbeat(ErrorCode.UNKNOWN_MEMBER_ID)
-        if group.state is DEAD:
-            return _heartbeat(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        # A dynamic member of the group (nearly every heartbeat) needs no more checking here.
-        member = group.members.get(request.member_id) if request.group_instance_id is None else None
-        if member is None:
-            error = group.validate_member(request.member_id, request.group_instance_id)
-            if error is not None:
-                return _heartbeat(error.code)
-            member = group.member(request.member_id)
-        if request.generation_id != group.generation_id:
-            return _heartbeat(ErrorCode.ILLEGAL_GENERATION)
-        if group.state is EMPTY:
-            return _heartbeat(ErrorCode.UNKNOWN_MEMBER_ID)
-        self._reschedule_heartbeat(group_id, member.member_id, member.session_timeout_ms)
-        if group.state is PREPARING_REBALANCE:
-            return _heartbeat(ErrorCode.REBALANCE_IN_PROGRESS)
-        # CompletingRebalance too: a member may heartbeat as soon as it has its JoinGroup
-        # answer, before the leader's assignment arrives.
-        return _HEARTBEAT_ANSWERED
-
-    # LeaveGroup.
-
-    def leave_group(
-        self, ctx: RequestContext, request: LeaveGroupRequest
-    ) -> CoordinatorResult[LeaveGroupResponse]:
-        group_id = request.group_id
-        assert group_id, "the service answers a missing or empty group id"
-        original = self._groups.get(group_id)
-        if original is None:
-            return CoordinatorResult(
-                response=LeaveGroupResponse(
-                    error_code=ErrorCode.NONE,
-                    members=[
-                        LeaveGroupResponseMember(
-                            member_id=m.member_id,
-                            group_instance_id=m.group_instance_id,
-                            error_code=ErrorCode.UNKNOWN_MEMBER_ID,
-                        )
-                        for m in request.members
-                    ],
-                )
-            )
-        if original.state is DEAD:
-            return CoordinatorResult(
-                response=LeaveGroupResponse(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE)
-            )
-
-        fx = _Effects()
-        # Every leaving member is taken out at once at the end: one at a time would copy the
-        # group once per member, and a request naming every member of a large group would
-        # cost the group's size squared. Until then `removed` says who has left.
-        removed: set[str] = set()
-        static_members = original.static_members
-        responses: list[LeaveGroupResponseMember] = []
-        for identity in request.members:
-            code = ErrorCode.NONE
-            member_id = identity.member_id
-            instance_id = identity.group_instance_id
-            if member_id == "":
-                # Removal by instance id alone (an admin removing a static member).
-                static_member_id = None if instance_id is None else static_members.get(instance_id)
-                if static_member_id is None or static_member_id in removed:
-                    code = ErrorCode.UNKNOWN_MEMBER_ID
-                else:
-                    self._leave_current_member(original, static_member_id, fx)
-                    removed.add(static_member_id)
-            elif member_id in removed or (
-                instance_id is not None and static_members.get(instance_id) in removed
-            ):
-                # Named again after it left (Kafka removes members one by one: the second
-                # time the member is unknown).
-                code = ErrorCode.UNKNOWN_MEMBER_ID
-            elif original.is_pending_member(member_id):
-                self._timer.cancel(classic_group_heartbeat_key(group_id, member_id))
-                removed.add(member_id)
-            else:
-                error = original.validate_member(member_id, instance_id)
-                if error is not None:
-                    code = error.code
-                else:
-                    self._leave_current_member(original, member_id, fx)
-                    removed.add(member_id)
-            responses.append(
-                LeaveGroupResponseMember(
-                    member_id=member_id, group_instance_id=instance_id, error_code=code
-                )
-            )
-        group = original.remove_members(removed)
-        if removed:
-            if group.state is STABLE or group.state is COMPLETING_REBALANCE:
-                group = self._maybe_prepare_rebalance_or_complete_join(group, fx)
-            elif group.state is PREPARING_REBALANCE:
-                group = self._maybe_complete_join_phase(group, fx)
-        response = LeaveGroupResponse(error_code=ErrorCode.NONE, members=responses)
-        return self._result(group_id, original, group, fx, response, park=False)
-
-    def _leave_current_member(self, group: ClassicGroup, member_id: str, fx: _Effects) -> None:
-        """What a member's leaving ends besides its place in the group: its session timer and
-        its parked JoinGroup or SyncGroup."""
-        self._timer.cancel(classic_group_heartbeat_key(group.group_id, member_id))
-        self._answer_parked_of_removed(group, member_id, fx)
-
-    # Reads.
-
-    def describe_groups(
-        self, group_ids: list[str], committed_offset: int
-    ) -> list[DescribeGroupsResponseGroup]:
-        """Groups that exist as of `committed_offset`, with their latest content."""
-        described: list[DescribeGroupsResponseGroup] = []
-        for group_id in group_ids:
-            group = self._visible_group(group_id, committed_offset)
-            if group is None:
-                described.append(
-                    DescribeGroupsResponseGroup(
-                        error_code=ErrorCode.GROUP_ID_NOT_FOUND,
-                        group_id=group_id,
-                        group_state=DEAD.value,
-                    )
-                )
-                continue
-            protocol_name = group.protocol_name
-            stable = group.state is STABLE and protocol_name is not None
-            described.append(
-                DescribeGroupsResponseGroup(
-                    error_code=ErrorCode.NONE,
-                    group_id=group_id,
-                    group_state=group.state.value,
-                    protocol_type=group.protocol_type or "",
-                    protocol_data=protocol_name if stable and protocol_name is not None else "",
-                    members=[
-                        DescribeGroupsResponseMember(
-                            member_id=member.member_id,
-                            group_instance_id=member.group_instance_id,
-                            client_id=member.client_id,
-                            client_host=member.client_host,
-                            member_metadata=(
-                                member.metadata(protocol_name)
-                                if stable and protocol_name is not None
-                                else b""
-                            ),
-                            member_assignment=member.assignment,
-                        )
-                        for member in group.members.values()
-                    ],
-                )
-            )
-        return described
-
-    def list_groups(
-        self,
-        states: Collection[str],
-        types: Collection[str],
-        committed_offset: int,
-        max_bytes: int | None = None,
-    ) -> tuple[list[ListGroupsResponseGroup], int] | None:
-        """The groups as of `committed_offset` in one of `states` and of one of `types`
-        (filters as `list_filter` makes them; empty: any), and the bytes they take in the
-        answer; None once they would take more than `max_bytes`."""
-        if types and CLASSIC_GROUP_TYPE not in types:
-            return [], 0
-        listed: list[ListGroupsResponseGroup] = []
-        size = 0
-        for group_id, committed in self._groups.items_at(committed_offset):
-            group = self._groups.get(group_id) or committed
-            if states and group.state.lower_name not in states:
-                continue
-            protocol_type = group.protocol_type or ""
-            state = group.state.value
-            if max_bytes is not None:
-                size += listed_group_bytes(group_id, protocol_type, state)
-                if size > max_bytes:
-                    return None
-            listed.append(
-                ListGroupsResponseGroup(
-                    group_id=group_id,
-                    protocol_type=protocol_type,
-                    group_state=state,
-                    group_type=CLASSIC_GROUP_TYPE,
-                )
-            )
-        return listed, size
-
-    def _visible_group(self, group_id: str, committed_offset: int) -> ClassicGroup | None:
-        committed = self._groups.get_at(group_id, committed_offset)
-        if committed is None:
-            return None
-        return self._groups.get(group_id) or committed
-
-    # Offsets' view of the groups.
+        super().__init__(registry, clock, timer, config, metrics, group_count)
+        self._rebalance = rebalance = ClassicRebalance(self)
+        join = ClassicGroupJoin(self, rebalance)
+        membership = ClassicGroupMembership(self, rebalance)
+        admin = ClassicGroupAdmin(self, rebalance)
+        # The phases' handlers, bound once: a call through the manager (or the shard) costs
+        # what a call to the phase does.
+        self.join_group = join.join_group
+        self.sync_group = membership.sync_group
+        self.heartbeat = membership.heartbeat
+        self.leave_group = membership.leave_group
+        self.describe_groups = admin.describe_groups
+        self.list_groups = admin.list_groups
+        self.validate_delete_group = admin.validate_delete_group
+        self.create_group_tombstone_records = admin.create_group_tombstone_records
+        self.maybe_delete_group = admin.maybe_delete_group
+
+    # The offsets' view of the groups.
 
     def validate_offset_commit(
         self,
@@ -1147,7 +93,7 @@ class GroupMetadataManager:
         """Kafka's checks of an OffsetCommit (v9+ semantics). A commit to an unknown group
         with a negative generation is accepted, unless the node holds `max_groups` already:
         replaying its records creates the group."""
-        group = self._groups.get(group_id)
+        group = self.by_id.get(group_id)
         if group is None:
             if generation_id < 0:
                 refusal = self.new_group_refusal()
@@ -1157,68 +103,25 @@ class GroupMetadataManager:
 
     def rearm_heartbeat_on_commit(self, group_id: str, member_id: str) -> None:
         """A member's accepted commit keeps its session alive (Stable or PreparingRebalance)."""
-        group = self._groups.get(group_id)
+        group = self.by_id.get(group_id)
         if group is not None and (group.state is STABLE or group.state is PREPARING_REBALANCE):
-            self.reschedule_member_heartbeat(group_id, member_id)
+            self._rebalance.reschedule_member_heartbeat(group_id, member_id)
 
-    def validate_delete_group(self, group_id: str) -> ApiError | None:
-        group = self._groups.get(group_id)
-        if group is None:
-            return GroupIdNotFoundError(f"group {group_id} does not exist")
-        return group.validate_delete_group()
-
-    def create_group_tombstone_records(
-        self, group_id: str, records: list[CoordinatorRecord]
-    ) -> None:
-        """Delete the group: its tombstone, and its timers."""
-        records.append(new_group_metadata_tombstone_record(group_id))
-        self._cancel_timers(group_id)
-
-    def maybe_delete_group(self, group_id: str, records: list[CoordinatorRecord]) -> None:
-        """Delete the group if it is Empty (the offset expiration job)."""
-        group = self._groups.get(group_id)
-        if group is not None and group.state is EMPTY:
-            self.create_group_tombstone_records(group_id, records)
-
-    def _cancel_timers(self, group_id: str) -> None:
-        group = self._groups.get(group_id)
-        self._timer.cancel(classic_group_join_key(group_id))
-        self._timer.cancel(classic_group_sync_key(group_id))
-        if group is not None:
-            for member_id in (*group.members, *group.pending_join_members):
-                self._timer.cancel(classic_group_heartbeat_key(group_id, member_id))
-
-    def ensure_simple_group(self, group_id: str) -> None:
-        """Replay of a commit to a group that does not exist: Kafka's "simple" group, Empty
-        and without protocol type, for a consumer that only stores offsets."""
-        if group_id not in self._groups:
-            self._groups[group_id] = ClassicGroup.create(group_id, self._clock.now_ms())
-
-    # Replay, updates and the partition's life cycle.
-
-    def replay(self, key: GroupMetadataKey, value: GroupMetadataValue | None) -> None:
-        if value is None:
-            self._groups.pop(key.group)
-        else:
-            self._groups[key.group] = ClassicGroup.from_record(key.group, value)
-
-    def apply(self, update: ClassicGroupUpdate) -> None:
-        if update.group is None:
-            self._groups.pop(update.group_id)
-        else:
-            assert update.group.group_id == update.group_id
-            self._groups[update.group_id] = update.group
+    # The partition's life cycle.
 
     def on_loaded(self) -> None:
         """Every loaded member's session timer starts now; a group above the maximum size
         (lowered since it was written) rebalances, so the members that rejoin last are the
         ones left out."""
-        for group_id, group in list(self._groups.items()):
+        rebalance = self._rebalance
+        for group_id, group in list(self.by_id.items()):
             for member in group.members.values():
-                self._reschedule_heartbeat(group_id, member.member_id, member.session_timeout_ms)
-            if group.num_members() > self._config.max_size:
-                fx = _Effects()
-                rebalancing = self._prepare_rebalance(group, fx)
+                rebalance.reschedule_heartbeat(
+                    group_id, member.member_id, member.session_timeout_ms
+                )
+            if group.num_members() > self.config.max_size:
+                fx = Effects()
+                rebalancing = rebalance.prepare_rebalance(group, fx)
                 # Loaded groups have no parked callers, and a rebalance from Stable
                 # writes nothing until its join phase ends.
                 assert not fx.records and not fx.completions
@@ -1228,63 +131,20 @@ class GroupMetadataManager:
         """Every group goes Dead. Returns what Kafka answers the parked callers with
         (NOT_COORDINATOR); the runtime fails every parked caller of the partition itself."""
         completions: list[tuple[ResponseHandle, object]] = []
-        now_ms = self._clock.now_ms()
-        for group_id, group in list(self._groups.items()):
+        now_ms = self.clock.now_ms()
+        for group_id, group in list(self.by_id.items()):
             for member in group.members.values():
                 if group.state is PREPARING_REBALANCE and member.join_handle is not None:
                     completions.append(
                         (
                             member.join_handle,
-                            _join_error(ErrorCode.NOT_COORDINATOR, member.member_id),
+                            join_error(ErrorCode.NOT_COORDINATOR, member.member_id),
                         )
                     )
                 if member.sync_handle is not None:
-                    completions.append((member.sync_handle, _sync_error(ErrorCode.NOT_COORDINATOR)))
+                    completions.append((member.sync_handle, sync_error(ErrorCode.NOT_COORDINATOR)))
             dead = group.update_members(
                 lambda member: replace(member, join_handle=None, sync_handle=None)
             ).transition_to(DEAD, now_ms)
-            self._groups[group_id] = dead
+            self.by_id[group_id] = dead
         return completions
-
-    # Results.
-
-    def _result(
-        self,
-        group_id: str,
-        original: ClassicGroup | None,
-        group: ClassicGroup | None,
-        fx: _Effects,
-        response: T | None,
-        *,
-        park: bool,
-    ) -> CoordinatorResult[T]:
-        updates: tuple[ClassicGroupUpdate, ...] = (
-            () if group is original else (ClassicGroupUpdate(group_id, group),)
-        )
-        return CoordinatorResult(
-            records=fx.records,
-            response=response,
-            updates=updates,
-            # The records are GroupMetadata records of the snapshot the update carries.
-            replay_records=False,
-            park=park,
-            completions=fx.completions,
-            on_append_failure=fx.on_append_failure,
-        )
-
-
-# A heartbeat's result is one of a few values, each the same every time: made once, shared
-# (nothing changes a result or a response once made).
-_heartbeat_results: dict[ErrorCode, CoordinatorResult[HeartbeatResponse]] = {}
-
-
-def _heartbeat(code: ErrorCode) -> CoordinatorResult[HeartbeatResponse]:
-    result = _heartbeat_results.get(code)
-    if result is None:
-        result = _heartbeat_results[code] = CoordinatorResult(
-            response=HeartbeatResponse(error_code=code)
-        )
-    return result
-
-
-_HEARTBEAT_ANSWERED = _heartbeat(ErrorCode.NONE)

@@ -19,7 +19,8 @@ from coordinator_server.groups.answer_sizes import (
     str_bytes,
 )
 from coordinator_server.groups.classic import ClassicGroupState
-from coordinator_server.groups.manager import GroupMetadataManager, RequestContext
+from coordinator_server.groups.manager import GroupMetadataManager
+from coordinator_server.groups.store import RequestContext
 from coordinator_server.records import (
     CoordinatorRecord,
     OffsetCommitKey,

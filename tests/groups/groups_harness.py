@@ -8,7 +8,7 @@ from typing import Any
 from shard_context import Parked, ShardTestContext
 
 from coordinator_server.groups.classic import ClassicGroup, ClassicGroupState
-from coordinator_server.groups.manager import GroupsConfig, RequestContext
+from coordinator_server.groups.store import GroupsConfig, RequestContext
 from coordinator_server.offsets.manager import OffsetsConfig
 from coordinator_server.records import GroupMetadataKey, GroupMetadataValue
 from coordinator_server.shard import ShardConfig
@@ -33,6 +33,7 @@ from protocol.messages import (
     OffsetCommitResponse,
     OffsetFetchRequestGroup,
     OffsetFetchRequestTopic,
+    OffsetFetchResponseGroup,
     SyncGroupRequest,
     SyncGroupRequestAssignment,
     SyncGroupResponse,
@@ -83,6 +84,66 @@ def join_request(
     )
 
 
+def heartbeat_request(
+    member_id: str, generation: int, *, group: str = GROUP, instance: str | None = None
+) -> HeartbeatRequest:
+    return HeartbeatRequest(
+        group_id=group,
+        generation_id=generation,
+        member_id=member_id,
+        group_instance_id=instance,
+    )
+
+
+def leave_request(*members: tuple[str, str | None], group: str = GROUP) -> LeaveGroupRequest:
+    return LeaveGroupRequest(
+        group_id=group,
+        members=[LeaveGroupRequestMember(member_id=m, group_instance_id=i) for m, i in members],
+    )
+
+
+def commit_request(
+    offsets: dict[tuple[str, int], int],
+    *,
+    group: str = GROUP,
+    generation: int = -1,
+    member_id: str = "",
+    instance: str | None = None,
+) -> OffsetCommitRequest:
+    by_topic: dict[str, list[OffsetCommitRequestPartition]] = {}
+    for (topic, partition), offset in offsets.items():
+        by_topic.setdefault(topic, []).append(
+            OffsetCommitRequestPartition(partition_index=partition, committed_offset=offset)
+        )
+    return OffsetCommitRequest(
+        group_id=group,
+        generation_id_or_member_epoch=generation,
+        member_id=member_id,
+        group_instance_id=instance,
+        topics=[OffsetCommitRequestTopic(name=t, partitions=p) for t, p in by_topic.items()],
+    )
+
+
+def fetch_request(
+    topics: dict[str, list[int]] | None = None, *, group: str = GROUP
+) -> OffsetFetchRequestGroup:
+    return OffsetFetchRequestGroup(
+        group_id=group,
+        topics=None
+        if topics is None
+        else [OffsetFetchRequestTopic(name=t, partition_indexes=p) for t, p in topics.items()],
+    )
+
+
+def fetched(group: OffsetFetchResponseGroup) -> dict[tuple[str, int], int]:
+    """A fetched group's offsets by (topic, partition)."""
+    return {
+        (topic.name, p.partition_index): p.committed_offset
+        for topic in group.topics
+        for p in topic.partitions
+    }
+
+
 def shard_config(**groups: Any) -> ShardConfig:
     return ShardConfig(offsets=OffsetsConfig(), groups=GroupsConfig(**groups))
 
@@ -92,6 +153,9 @@ class GroupsContext(ShardTestContext):
 
     def __init__(self, config: ShardConfig | None = None, **groups: Any) -> None:
         super().__init__(config or shard_config(**groups))
+
+    def close(self) -> None:
+        """Nothing to release: the shard lives in memory only."""
 
     # State.
 
@@ -103,6 +167,12 @@ class GroupsContext(ShardTestContext):
     def state(self, group_id: str = GROUP) -> ClassicGroupState:
         return self.group(group_id).state
 
+    def find_group(self, group_id: str) -> ClassicGroup | None:
+        return self.shard.groups.group(group_id)
+
+    def all_groups(self) -> list[ClassicGroup]:
+        return self.shard.groups.groups()
+
     def group_records(self, since: int = 0) -> list[tuple[str, GroupMetadataValue | None]]:
         return [
             (r.key.group, r.value)  # type: ignore[misc]
@@ -113,7 +183,7 @@ class GroupsContext(ShardTestContext):
     # Calls.
 
     def join(self, request: JoinGroupRequest) -> Parked:
-        return self.write_parkable(lambda s, h: s.groups.join_group(RC, request, h))
+        return self.write_parkable(lambda s, h: s.join_group(RC, request, h))
 
     def join_new(self, **kwargs: Any) -> tuple[str, Parked]:
         """A dynamic member's two-step join: the member id it is given, and its parked
@@ -148,26 +218,21 @@ class GroupsContext(ShardTestContext):
                 for m, a in (assignments or {}).items()
             ],
         )
-        return self.write_parkable(lambda s, h: s.groups.sync_group(RC, request, h))
+        return self.sync_group(request)
+
+    def sync_group(self, request: SyncGroupRequest) -> Parked:
+        return self.write_parkable(lambda s, h: s.sync_group(RC, request, h))
 
     def heartbeat(
         self, member_id: str, generation: int, *, group: str = GROUP, instance: str | None = None
     ) -> int:
-        request = HeartbeatRequest(
-            group_id=group,
-            generation_id=generation,
-            member_id=member_id,
-            group_instance_id=instance,
-        )
-        response: HeartbeatResponse = self.write(lambda s: s.groups.heartbeat(RC, request))
+        request = heartbeat_request(member_id, generation, group=group, instance=instance)
+        response: HeartbeatResponse = self.write(lambda s: s.heartbeat(RC, request))
         return response.error_code
 
     def leave(self, *members: tuple[str, str | None], group: str = GROUP) -> LeaveGroupResponse:
-        request = LeaveGroupRequest(
-            group_id=group,
-            members=[LeaveGroupRequestMember(member_id=m, group_instance_id=i) for m, i in members],
-        )
-        return self.write(lambda s: s.groups.leave_group(RC, request))
+        request = leave_request(*members, group=group)
+        return self.write(lambda s: s.leave_group(RC, request))
 
     def commit_offsets(
         self,
@@ -178,19 +243,10 @@ class GroupsContext(ShardTestContext):
         member_id: str = "",
         instance: str | None = None,
     ) -> OffsetCommitResponse:
-        by_topic: dict[str, list[OffsetCommitRequestPartition]] = {}
-        for (topic, partition), offset in offsets.items():
-            by_topic.setdefault(topic, []).append(
-                OffsetCommitRequestPartition(partition_index=partition, committed_offset=offset)
-            )
-        request = OffsetCommitRequest(
-            group_id=group,
-            generation_id_or_member_epoch=generation,
-            member_id=member_id,
-            group_instance_id=instance,
-            topics=[OffsetCommitRequestTopic(name=t, partitions=p) for t, p in by_topic.items()],
+        request = commit_request(
+            offsets, group=group, generation=generation, member_id=member_id, instance=instance
         )
-        response: OffsetCommitResponse = self.write(lambda s: s.offsets.commit_offset(request))
+        response: OffsetCommitResponse = self.write(lambda s: s.commit_offset(request))
         return response
 
     def fetch(
@@ -200,19 +256,8 @@ class GroupsContext(ShardTestContext):
         group: str = GROUP,
         latest: bool = False,
     ) -> dict[tuple[str, int], int]:
-        request = OffsetFetchRequestGroup(
-            group_id=group,
-            topics=None
-            if topics is None
-            else [OffsetFetchRequestTopic(name=t, partition_indexes=p) for t, p in topics.items()],
-        )
         at = None if latest else self.registry.committed_offset
-        response = self.shard.offsets.fetch_offsets(request, at)
-        return {
-            (topic.name, p.partition_index): p.committed_offset
-            for topic in response.topics
-            for p in topic.partitions
-        }
+        return fetched(self.shard.fetch_offsets(fetch_request(topics, group=group), at))
 
     # Scenarios.
 

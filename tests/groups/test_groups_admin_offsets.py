@@ -14,8 +14,8 @@ from groups_harness import (
     subscription,
 )
 
+from coordinator_server.groups.admin_views import list_filter
 from coordinator_server.groups.classic import ClassicGroupState
-from coordinator_server.groups.manager import list_filter
 from coordinator_server.records import (
     GroupMetadataKey,
     OffsetCommitKey,
@@ -156,7 +156,7 @@ def delete_offsets(ctx: GroupsContext, topics: dict[str, list[int]]) -> OffsetDe
             for t, ps in topics.items()
         ],
     )
-    return ctx.write(lambda s: s.offsets.delete_offsets(request))
+    return ctx.write(lambda s: s.delete_offsets(request))
 
 
 def test_offset_delete_of_unknown_group_is_group_id_not_found() -> None:
@@ -314,7 +314,7 @@ def test_delete_groups() -> None:
     ctx.commit()
     assert ctx.shard.groups.group("simple") is None
     assert ctx.fetch({"t": [0]}, group="simple") == {("t", 0): -1}
-    (described,) = ctx.shard.groups.describe_groups(["simple"], ctx.registry.committed_offset)
+    (described,) = ctx.shard.describe_groups(["simple"], ctx.registry.committed_offset)
     assert (described.error_code, described.group_state) == (ErrorCode.GROUP_ID_NOT_FOUND, "Dead")
 
 
@@ -323,7 +323,7 @@ def test_describe_stable_group_shows_members_with_metadata_and_assignment() -> N
     ctx = GroupsContext()
     members, _generation = ctx.stable_group(2, protos=[("range", subscription("t"))])
     ctx.commit()
-    (group,) = ctx.shard.groups.describe_groups([GROUP], ctx.registry.committed_offset)
+    (group,) = ctx.shard.describe_groups([GROUP], ctx.registry.committed_offset)
     assert (group.error_code, group.group_state, group.protocol_type, group.protocol_data) == (
         ErrorCode.NONE,
         "Stable",
@@ -341,7 +341,7 @@ def test_describe_non_stable_group_has_no_protocol_or_metadata() -> None:  # D2
     members, _generation = ctx.stable_group(2)
     ctx.join(join_request(members[0]))
     ctx.commit()
-    (group,) = ctx.shard.groups.describe_groups([GROUP], ctx.registry.committed_offset)
+    (group,) = ctx.shard.describe_groups([GROUP], ctx.registry.committed_offset)
     assert (group.group_state, group.protocol_data) == ("PreparingRebalance", "")
     assert all(m.member_metadata == b"" for m in group.members)
     # Assignments are kept until the next generation's assignment replaces them.
@@ -351,10 +351,10 @@ def test_describe_non_stable_group_has_no_protocol_or_metadata() -> None:  # D2
 def test_describe_sees_only_committed_groups() -> None:  # D2, A11
     ctx = GroupsContext()
     ctx.join(join_request())
-    (group,) = ctx.shard.groups.describe_groups([GROUP], ctx.registry.committed_offset)
+    (group,) = ctx.shard.describe_groups([GROUP], ctx.registry.committed_offset)
     assert (group.error_code, group.group_state) == (ErrorCode.GROUP_ID_NOT_FOUND, "Dead")
     ctx.commit()
-    (group,) = ctx.shard.groups.describe_groups([GROUP], ctx.registry.committed_offset)
+    (group,) = ctx.shard.describe_groups([GROUP], ctx.registry.committed_offset)
     assert (group.error_code, group.group_state) == (ErrorCode.NONE, "Empty")
 
 
@@ -369,7 +369,7 @@ def test_list_groups_with_state_and_type_filters() -> None:
     committed = ctx.registry.committed_offset
 
     def listed(states: list[str], types: list[str]) -> set[tuple[str, str, str, str]]:
-        result = ctx.shard.groups.list_groups(list_filter(states), list_filter(types), committed)
+        result = ctx.shard.list_groups(list_filter(states), list_filter(types), committed)
         assert result is not None
         return {(g.group_id, g.protocol_type, g.group_state, g.group_type) for g in result[0]}
 
@@ -427,7 +427,7 @@ def test_group_metadata_is_written_where_kafka_writes_it() -> None:  # E6
     assert len(ctx.group_records()) == 1  # join completion into CompletingRebalance: none
     generation = join_response(ja).generation_id
     ctx.write_parkable(
-        lambda s, h: s.groups.sync_group(
+        lambda s, h: s.sync_group(
             RC, SyncGroupRequest(group_id=GROUP, generation_id=generation, member_id=a), h
         )
     )

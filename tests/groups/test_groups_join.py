@@ -62,9 +62,7 @@ def test_join_with_a_member_id_to_an_unknown_group_is_unknown_member_id() -> Non
 def test_failed_append_of_a_new_group_removes_it_and_fails_the_join() -> None:  # B4
     ctx = GroupsContext()
     error = NotEnoughReplicasError("down")
-    parked = ctx.fail_append_parkable(
-        lambda s, h: s.groups.join_group(RC, join_request(), h), error
-    )
+    parked = ctx.fail_append_parkable(lambda s, h: s.join_group(RC, join_request(), h), error)
     assert parked.response is error
     assert ctx.shard.groups.group(GROUP) is None
 

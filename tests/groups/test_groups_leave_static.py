@@ -174,7 +174,7 @@ def test_failed_persist_of_a_static_replacement_reverts_it() -> None:  # B23
     ids, generation = static_stable_group(ctx, "i1", "i2")
     error = NotEnoughReplicasError("down")
     parked = ctx.fail_append_parkable(
-        lambda s, h: s.groups.join_group(RC, join_request(instance="i2"), h), error
+        lambda s, h: s.join_group(RC, join_request(instance="i2"), h), error
     )
     assert parked.response is error
     assert ctx.group().static_member_id("i2") == ids["i2"]

@@ -16,9 +16,9 @@ from groups_harness import (
 )
 from shard_context import Parked
 
+from coordinator_server.groups.admin_views import list_filter
 from coordinator_server.groups.answer_sizes import ENVELOPE_BYTES
 from coordinator_server.groups.classic import ClassicGroupState as S
-from coordinator_server.groups.manager import list_filter
 from coordinator_server.runtime.api import ShardContext
 from coordinator_server.shard import GroupCoordinatorShard, ShardConfig
 from protocol.envelope import encode_body
@@ -184,13 +184,13 @@ def test_list_groups_stops_at_its_byte_limit() -> None:
         ctx.commit_offsets({("t", 0): 1}, group=f"group-{n:03}")
     ctx.commit()
     committed = ctx.registry.committed_offset
-    listed = ctx.shard.groups.list_groups(frozenset(), frozenset(), committed, 100_000)
+    listed = ctx.shard.list_groups(frozenset(), frozenset(), committed, 100_000)
     assert listed is not None
     groups, size = listed
     assert len(groups) == 50
     assert size >= sum(len(encode_body(g)) for g in groups)
-    assert ctx.shard.groups.list_groups(frozenset(), frozenset(), committed, size - 1) is None
-    assert ctx.shard.groups.list_groups(list_filter(["Dead"]), frozenset(), committed, 0) == (
+    assert ctx.shard.list_groups(frozenset(), frozenset(), committed, size - 1) is None
+    assert ctx.shard.list_groups(list_filter(["Dead"]), frozenset(), committed, 0) == (
         [],
         0,
     )

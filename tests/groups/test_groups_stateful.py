@@ -1,6 +1,12 @@
-"""A Hypothesis state machine of clients driving classic groups through the shard: two-step
-joins, static joins, syncs (the leader assigns), heartbeats, leaves, commits, time passing,
-and crashes with a reload from the log.
+"""A Hypothesis state machine of clients driving classic groups: two-step joins, static
+joins, syncs (the leader assigns), heartbeats, leaves, commits, time passing, and crashes
+with a reload from the log.
+
+It runs the way production serves the requests (`ServiceGroupsContext`: the server's own
+wiring, the service's handlers, the runtime as the server configures it, an append and its
+commit before each answer) and the other way the pure layers are tested (`GroupsContext`:
+a handler called on the shard and its records replayed at once), for as long as that one
+exists.
 
 Invariants: a group's generation only grows while the shard lives; in Stable every member
 holds the assignment its leader gave it for the current generation, and every SyncGroup
@@ -12,12 +18,13 @@ Empty groups, the last record of the others); committed offsets equal a dict mod
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-from groups_harness import RC, GroupsContext, shard_config, subscription
+from groups_harness import GroupsContext, shard_config, subscription
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
-from shard_context import Parked
+from service_context import ServiceGroupsContext
 
 from coordinator_server.groups.classic import ClassicGroup, ClassicGroupState
 from coordinator_server.records import GroupMetadataKey, GroupMetadataValue
@@ -38,6 +45,19 @@ REBALANCE_MS = 20_000
 TOPIC_SETS = (("t",), ("t", "u"))
 
 
+class Answered(Protocol):
+    """A caller's answer as a context gives it (a Parked handle, or the service's answer)."""
+
+    @property
+    def done(self) -> bool: ...
+
+    @property
+    def response(self) -> Any: ...
+
+    @property
+    def completions(self) -> int: ...
+
+
 def assignment_for(generation: int, slot: str) -> bytes:
     return f"{generation}:{slot}".encode()
 
@@ -50,8 +70,8 @@ class Client:
     member_id: str = ""
     generation: int = -1
     leader_members: list[tuple[str, str | None]] | None = None  # as the leader: who to assign
-    join: Parked | None = None
-    sync: Parked | None = None
+    join: Answered | None = None
+    sync: Answered | None = None
     synced_generation: int = -1
 
     @property
@@ -70,24 +90,26 @@ class Model:
 
 
 class ClassicGroupsMachine(RuleBasedStateMachine):
+    """The rules and invariants; a subclass says which context serves the requests."""
+
+    def make_context(self) -> Any:
+        raise NotImplementedError
+
     def __init__(self) -> None:
         super().__init__()
-        self.ctx = GroupsContext(
-            shard_config(
-                offsets_retention_ms=10**12,
-                initial_rebalance_delay_ms=3000,
-            )
-        )
-        self.ctx.reload()  # an empty load: arms the periodic expiration job as a load does
+        self.ctx = self.make_context()
         self.clients = {(g, s): Client(g, s) for g in GROUPS for s in SLOTS}
         self.model = Model()
         self.member_slots: dict[str, str] = {}
         self.generations: dict[str, int] = {}
-        self.parked: list[Parked] = []
+        self.parked: list[Answered] = []
+
+    def teardown(self) -> None:
+        self.ctx.close()
 
     # Helpers.
 
-    def park(self, parked: Parked) -> Parked:
+    def park(self, parked: Answered) -> Answered:
         self.parked.append(parked)
         return parked
 
@@ -104,9 +126,8 @@ class ClassicGroupsMachine(RuleBasedStateMachine):
             ],
         )
 
-    def send_join(self, client: Client, member_id: str) -> Parked:
-        request = self.join_request(client, member_id)
-        return self.park(self.ctx.write_parkable(lambda s, h: s.groups.join_group(RC, request, h)))
+    def send_join(self, client: Client, member_id: str) -> Answered:
+        return self.park(self.ctx.join(self.join_request(client, member_id)))
 
     def settle(self) -> None:
         """Clients read the answers that arrived."""
@@ -169,15 +190,22 @@ class ClassicGroupsMachine(RuleBasedStateMachine):
             client.join = self.send_join(client, "" if fresh else client.member_id)
         elif client.member_id == "" or fresh:
             first = self.send_join(client, "")
+            assert first.done
             response = first.response
-            assert first.done and isinstance(response, JoinGroupResponse)
+            assert isinstance(response, JoinGroupResponse)
             if response.error_code != ErrorCode.MEMBER_ID_REQUIRED:
                 return
             client.forget_membership()
             client.member_id = response.member_id
             self.member_slots[response.member_id] = slot
             if second_step:
-                client.join = self.send_join(client, client.member_id)
+                second = client.join = self.send_join(client, client.member_id)
+                # KIP-394: the group takes back the member id it has just given.
+                assert not (
+                    second.done
+                    and isinstance(second.response, JoinGroupResponse)
+                    and second.response.error_code == ErrorCode.UNKNOWN_MEMBER_ID
+                ), "the second step of a join does not know the id the first gave"
         else:
             client.join = self.send_join(client, client.member_id)
         self.settle()
@@ -204,9 +232,7 @@ class ClassicGroupsMachine(RuleBasedStateMachine):
             group_instance_id=client.instance,
             assignments=assignments,
         )
-        client.sync = self.park(
-            self.ctx.write_parkable(lambda s, h: s.groups.sync_group(RC, request, h))
-        )
+        client.sync = self.park(self.ctx.sync_group(request))
         self.settle()
 
     @rule(group=st.sampled_from(GROUPS), slot=st.sampled_from(SLOTS))
@@ -226,8 +252,16 @@ class ClassicGroupsMachine(RuleBasedStateMachine):
         client = self.client(group, slot)
         if client.member_id == "":
             return
-        self.ctx.leave((client.member_id, client.instance), group=group)
+        member_id = client.member_id
+        response = self.ctx.leave((member_id, client.instance), group=group)
         client.forget_membership()
+        if response.error_code == ErrorCode.NONE and (
+            response.members[0].error_code == ErrorCode.NONE
+        ):
+            current = self.ctx.find_group(group)
+            assert current is None or not (
+                current.has_member(member_id) or current.is_pending_member(member_id)
+            ), "a member whose leave was answered NONE is gone"
         self.settle()
 
     @rule(
@@ -263,7 +297,7 @@ class ClassicGroupsMachine(RuleBasedStateMachine):
             if client.join is None and client.member_id == "":
                 self.join(group, client.slot, client.topics, second_step=True, fresh=False)
         for _ in range(REBALANCE_MS // 3000 + 2):
-            current = self.ctx.shard.groups.group(group)
+            current = self.ctx.find_group(group)
             if current is None or current.state is not ClassicGroupState.PREPARING_REBALANCE:
                 break
             for client in clients:
@@ -275,7 +309,7 @@ class ClassicGroupsMachine(RuleBasedStateMachine):
             self.settle()
             self.ctx.sleep(3000)
             self.settle()
-        current = self.ctx.shard.groups.group(group)
+        current = self.ctx.find_group(group)
         if current is None or current.state is not ClassicGroupState.COMPLETING_REBALANCE:
             return
         members = [c for c in clients if c.member_id and c.generation == current.generation_id]
@@ -296,11 +330,9 @@ class ClassicGroupsMachine(RuleBasedStateMachine):
         for client in self.clients.values():
             client.join = None
             client.sync = None
-        actual = {
-            group.group_id: group.persisted_view() for group in self.ctx.shard.groups.groups()
-        }
+        actual = {group.group_id: group.persisted_view() for group in self.ctx.all_groups()}
         assert actual == expected
-        self.generations = {g.group_id: g.generation_id for g in self.ctx.shard.groups.groups()}
+        self.generations = {g.group_id: g.generation_id for g in self.ctx.all_groups()}
 
     def expected_after_reload(self) -> dict[str, tuple[object, ...]]:
         """Stable and Empty groups are persisted as they are; the others come back as their
@@ -312,7 +344,7 @@ class ClassicGroupsMachine(RuleBasedStateMachine):
                 assert value is None or isinstance(value, GroupMetadataValue)
                 last_records[record.key.group] = value
         expected: dict[str, tuple[object, ...]] = {}
-        for group in self.ctx.shard.groups.groups():
+        for group in self.ctx.all_groups():
             if group.state in (ClassicGroupState.STABLE, ClassicGroupState.EMPTY):
                 expected[group.group_id] = group.persisted_view()
                 continue
@@ -330,7 +362,7 @@ class ClassicGroupsMachine(RuleBasedStateMachine):
     @invariant()
     def generations_only_grow(self) -> None:
         for group_id in GROUPS:
-            group = self.ctx.shard.groups.group(group_id)
+            group = self.ctx.find_group(group_id)
             if group is None:
                 self.generations.pop(group_id, None)
                 continue
@@ -339,7 +371,7 @@ class ClassicGroupsMachine(RuleBasedStateMachine):
 
     @invariant()
     def stable_members_hold_their_assignment_of_the_current_generation(self) -> None:
-        for group in self.ctx.shard.groups.groups():
+        for group in self.ctx.all_groups():
             if group.state is not ClassicGroupState.STABLE:
                 continue
             for member in group.members.values():
@@ -361,7 +393,36 @@ class ClassicGroupsMachine(RuleBasedStateMachine):
             assert self.ctx.fetch(group=group_id) == expected
 
 
-ClassicGroupsMachine.TestCase.settings = settings(
+class ThroughTheService(ClassicGroupsMachine):
+    """Production's route."""
+
+    def make_context(self) -> ServiceGroupsContext:
+        # Two log partitions, one for each group (g1 and g2 hash apart): a load of Kafka's
+        # fifty at every restart would only cost time.
+        return ServiceGroupsContext(
+            offsets_topic_partitions=2,
+            offsets_retention_minutes=10**12 // 60_000,
+            group_initial_rebalance_delay_ms=3000,
+        )
+
+
+class ThroughTheShardContext(ClassicGroupsMachine):
+    """The pure layers' route."""
+
+    def make_context(self) -> GroupsContext:
+        ctx = GroupsContext(
+            shard_config(offsets_retention_ms=10**12, initial_rebalance_delay_ms=3000)
+        )
+        ctx.reload()  # an empty load: arms the periodic expiration job as a load does
+        return ctx
+
+
+ThroughTheService.TestCase.settings = settings(
     max_examples=75, stateful_step_count=40, deadline=None
 )
-test_classic_groups_state_machine = ClassicGroupsMachine.TestCase
+test_classic_groups_through_the_service = ThroughTheService.TestCase
+
+ThroughTheShardContext.TestCase.settings = settings(
+    max_examples=75, stateful_step_count=40, deadline=None
+)
+test_classic_groups_through_the_shard_context = ThroughTheShardContext.TestCase

@@ -16,7 +16,7 @@ from groups_harness import (
 from shard_context import Parked
 
 from coordinator_server.groups.classic import ClassicGroupState
-from coordinator_server.groups.manager import ClassicGroupUpdate
+from coordinator_server.groups.store import ClassicGroupUpdate
 from coordinator_server.records import GroupMetadataKey, GroupMetadataValue
 from protocol.errors import ErrorCode, NotCoordinatorError, NotEnoughReplicasError
 from protocol.messages import SyncGroupRequest, SyncGroupRequestAssignment, SyncGroupResponse
@@ -54,7 +54,7 @@ def test_leader_sync_writes_the_assignment_and_answers_everyone_in_the_same_resu
             SyncGroupRequestAssignment(member_id=b, assignment=assignment("t", 1)),
         ],
     )
-    result = ctx.shard.groups.sync_group(RC, request, leader.handle)
+    result = ctx.shard.sync_group(RC, request, leader.handle)
     # Nothing is answered by the handler itself: the leader parks, and the answers ride on
     # the result's completions, which the runtime delivers once the record is committed.
     assert result.park
@@ -99,7 +99,7 @@ def test_failed_append_of_the_assignment_fails_the_syncs_and_starts_a_rebalance(
     follower = ctx.sync(b, generation)
     error = NotEnoughReplicasError("the log is down")
     leader = ctx.fail_append_parkable(
-        lambda s, h: s.groups.sync_group(
+        lambda s, h: s.sync_group(
             RC,
             SyncGroupRequest(
                 group_id=GROUP,
@@ -129,7 +129,7 @@ def test_failed_assignment_append_gives_other_parked_syncs_rebalance_in_progress
     (a, b), generation = completing_group(ctx, 2)
     base = ctx.end_offset
     leader = Parked()
-    result = ctx.shard.groups.sync_group(
+    result = ctx.shard.sync_group(
         RC, SyncGroupRequest(group_id=GROUP, generation_id=generation, member_id=a), leader.handle
     )
     ctx.apply_result(

@@ -85,7 +85,7 @@ def test_a_commit_writes_the_bytes_of_its_records_in_request_order() -> None:
     ctx = ShardTestContext(CONFIG)
     now = ctx.clock.now_ms()
     response = ctx.write(
-        lambda s: s.offsets.commit_offset(
+        lambda s: s.commit_offset(
             request(
                 "g1",
                 [("t", 1, 10, "m"), ("t", 0, 11, "long"), ("u", 5, 12, None), ("t", 1, 13, "")],
@@ -114,7 +114,7 @@ def test_a_commit_writes_the_bytes_of_its_records_in_request_order() -> None:
 def test_a_commit_with_every_partition_refused_writes_nothing_and_creates_no_group() -> None:
     ctx = ShardTestContext(CONFIG)
     response = ctx.write(
-        lambda s: s.offsets.commit_offset(request("g1", [("t", 0, 1, "long"), ("t", 1, 1, "xyzw")]))
+        lambda s: s.commit_offset(request("g1", [("t", 0, 1, "long"), ("t", 1, 1, "xyzw")]))
     )
     assert {code for _, _, code in answers(response)} == {ErrorCode.OFFSET_METADATA_TOO_LARGE}
     assert ctx.log == []
@@ -124,9 +124,9 @@ def test_a_commit_with_every_partition_refused_writes_nothing_and_creates_no_gro
 def test_commits_of_the_same_partitions_get_equal_answers() -> None:
     ctx = ShardTestContext(CONFIG)
     partitions = [("t", 0, 1, None), ("t", 1, 2, None), ("u", 0, 3, None)]
-    first = ctx.write(lambda s: s.offsets.commit_offset(request("g1", partitions)))
-    second = ctx.write(lambda s: s.offsets.commit_offset(request("g2", partitions)))
-    other = ctx.write(lambda s: s.offsets.commit_offset(request("g1", partitions[:2])))
+    first = ctx.write(lambda s: s.commit_offset(request("g1", partitions)))
+    second = ctx.write(lambda s: s.commit_offset(request("g2", partitions)))
+    other = ctx.write(lambda s: s.commit_offset(request("g1", partitions[:2])))
     assert (
         answers(first) == answers(second) == [(t, p, ErrorCode.NONE) for t, p, _, _ in partitions]
     )
@@ -135,18 +135,16 @@ def test_commits_of_the_same_partitions_get_equal_answers() -> None:
 
 def test_a_failed_append_of_a_commit_leaves_nothing_of_it() -> None:
     ctx = ShardTestContext(CONFIG)
-    ctx.write(lambda s: s.offsets.commit_offset(request("g1", [("t", 0, 1, None)])))
+    ctx.write(lambda s: s.commit_offset(request("g1", [("t", 0, 1, None)])))
     ctx.commit()
     before = state_of(ctx.shard)
     groups = groups_of(ctx.shard)
     ctx.fail_append(
-        lambda s: s.offsets.commit_offset(
-            request("g1", [("t", 0, 2, None), ("t", 1, 3, None)] * 2)
-        ),
+        lambda s: s.commit_offset(request("g1", [("t", 0, 2, None), ("t", 1, 3, None)] * 2)),
         RuntimeError("append failed"),
     )
     ctx.fail_append(
-        lambda s: s.offsets.commit_offset(request("g2", [("t", 0, 4, None)])),
+        lambda s: s.commit_offset(request("g2", [("t", 0, 4, None)])),
         RuntimeError("append failed"),
     )
     assert state_of(ctx.shard) == before
@@ -195,11 +193,11 @@ def test_live_commits_and_a_load_of_their_log_build_the_same_state(
             commit_request = request(group, partitions)
             if fails:
                 ctx.fail_append(
-                    lambda s, r=commit_request: s.offsets.commit_offset(r),
+                    lambda s, r=commit_request: s.commit_offset(r),
                     RuntimeError("append failed"),
                 )
             else:
-                response = ctx.write(lambda s, r=commit_request: s.offsets.commit_offset(r))
+                response = ctx.write(lambda s, r=commit_request: s.commit_offset(r))
                 for (topic, partition, offset, metadata), (_, _, code) in zip(
                     partitions, answers(response), strict=True
                 ):
@@ -240,7 +238,7 @@ def test_a_commit_split_over_two_batches_replays_each_part_in_its_own_batch() ->
     # each under its batch's epoch; reads as of the first batch's end see the first run.
     ctx = ShardTestContext(CONFIG)
     partitions = [("t", 0, 1, None), ("t", 1, 2, None), ("u", 0, 3, None), ("t", 0, 4, None)]
-    result = ctx.shard.offsets.commit_offset(request("g1", partitions))
+    result = ctx.shard.commit_offset(request("g1", partitions))
     encoded = result.encoded
     assert encoded is not None and len(encoded.records) == 4
     ctx.registry.set_epoch(0)
@@ -267,9 +265,7 @@ def test_offsets_of_every_group_share_one_string_per_topic_name() -> None:
     for group in GROUPS:
         # A new str object per request, as decoding a request makes.
         topic = "".join(["top", "ic"])
-        ctx.write(
-            lambda s, g=group, t=topic: s.offsets.commit_offset(request(g, [(t, 0, 1, None)]))
-        )
+        ctx.write(lambda s, g=group, t=topic: s.commit_offset(request(g, [(t, 0, 1, None)])))
 
     def topic_names(shard: GroupCoordinatorShard) -> list[str]:
         return [topic for group in GROUPS for (topic, _) in shard.offsets._offsets[group]]

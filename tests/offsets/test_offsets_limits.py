@@ -47,7 +47,7 @@ def commit(
             )
         )
     response = ctx.write(
-        lambda s: s.offsets.commit_offset(OffsetCommitRequest(group_id=group, topics=topics))
+        lambda s: s.commit_offset(OffsetCommitRequest(group_id=group, topics=topics))
     )
     return [
         (t.name, p.partition_index, p.error_code) for t in response.topics for p in t.partitions
@@ -108,7 +108,7 @@ def test_a_commit_whose_records_cannot_fit_one_batch_is_refused_whole_before_any
         )
     )
     too_many = [("t", n) for n in range(fitting + 1)]
-    result = ctx.shard.offsets.commit_offset(
+    result = ctx.shard.commit_offset(
         OffsetCommitRequest(
             group_id="g",
             topics=[
@@ -139,7 +139,7 @@ def test_a_commit_whose_records_cannot_fit_one_batch_is_refused_whole_before_any
 def test_a_commits_result_asks_for_one_batch() -> None:
     ctx = ShardTestContext()
     result = ctx.write_result(
-        lambda s: s.offsets.commit_offset(
+        lambda s: s.commit_offset(
             OffsetCommitRequest(
                 group_id="g",
                 topics=[
@@ -173,9 +173,7 @@ def delete(ctx: ShardTestContext, group: str, partitions: list[tuple[str, int]])
         if not topics or topics[-1].name != topic:
             topics.append(OffsetDeleteRequestTopic(name=topic, partitions=[]))
         topics[-1].partitions.append(OffsetDeleteRequestPartition(partition_index=partition))
-    return ctx.write(
-        lambda s: s.offsets.delete_offsets(OffsetDeleteRequest(group_id=group, topics=topics))
-    )
+    return ctx.write(lambda s: s.delete_offsets(OffsetDeleteRequest(group_id=group, topics=topics)))
 
 
 def test_offset_delete_answers_each_repeat_and_writes_one_tombstone_per_partition() -> None:
@@ -218,15 +216,15 @@ def test_fetch_stops_at_its_byte_limit_and_shares_the_answer_of_a_repeated_parti
     ctx.commit()
     at = ctx.registry.committed_offset
     requested = [("t", [0] * 1000 + [1, 2])]
-    fetched = ctx.shard.offsets.fetch_partition_offsets("g", requested, at, 10_000_000)
+    fetched = ctx.shard.fetch_partition_offsets("g", requested, at, 10_000_000)
     assert fetched is not None
     (topic,), size = fetched
     assert len(topic.partitions) == 1002
     assert len({id(p) for p in topic.partitions}) == 3
     assert size >= len(encode_body(OffsetFetchResponseTopic(name="t", partitions=topic.partitions)))
-    assert ctx.shard.offsets.fetch_partition_offsets("g", requested, at, size - 1) is None
+    assert ctx.shard.fetch_partition_offsets("g", requested, at, size - 1) is None
     # What the partitions cost without their metadata is refused before any look-up.
-    assert ctx.shard.offsets.fetch_partition_offsets("g", [("t", [0] * 10**6)], at, 1000) is None
+    assert ctx.shard.fetch_partition_offsets("g", [("t", [0] * 10**6)], at, 1000) is None
 
 
 def test_fetch_all_is_refused_from_the_offset_count_alone() -> None:
@@ -234,7 +232,7 @@ def test_fetch_all_is_refused_from_the_offset_count_alone() -> None:
     commit(ctx, "g", [("t", n) for n in range(1000)])
     ctx.commit()
     at = ctx.registry.committed_offset
-    whole = ctx.shard.offsets.fetch_all_offsets("g", at, 10_000_000)
+    whole = ctx.shard.fetch_all_offsets("g", at, 10_000_000)
     assert whole is not None and len(whole[0][0].partitions) == 1000
-    assert ctx.shard.offsets.fetch_all_offsets("g", at, whole[1] - 1) is None
-    assert ctx.shard.offsets.fetch_all_offsets("g", at, 1000) is None
+    assert ctx.shard.fetch_all_offsets("g", at, whole[1] - 1) is None
+    assert ctx.shard.fetch_all_offsets("g", at, 1000) is None

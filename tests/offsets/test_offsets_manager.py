@@ -68,7 +68,7 @@ def fetch(
         else [OffsetFetchRequestTopic(name=t, partition_indexes=p) for t, p in topics.items()],
     )
     at = ctx.registry.committed_offset if committed else None
-    response = ctx.shard.offsets.fetch_offsets(request, at)
+    response = ctx.shard.fetch_offsets(request, at)
     assert response.error_code == ErrorCode.NONE
     return {
         (topic.name, p.partition_index): (p.committed_offset, p.committed_leader_epoch, p.metadata)
@@ -80,7 +80,7 @@ def fetch(
 def test_simple_commit_writes_one_record_per_partition_with_the_commit_time() -> None:
     ctx = ShardTestContext()
     response = ctx.write(
-        lambda s: s.offsets.commit_offset(
+        lambda s: s.commit_offset(
             commit_request("g", {("t", 0): 10, ("t", 1): 20}, metadata="m", leader_epoch=3)
         )
     )
@@ -95,7 +95,7 @@ def test_simple_commit_writes_one_record_per_partition_with_the_commit_time() ->
 
 def test_fetch_returns_committed_offsets_and_minus_one_for_partitions_without_commit() -> None:
     ctx = ShardTestContext()
-    ctx.write(lambda s: s.offsets.commit_offset(commit_request("g", {("t", 0): 10})))
+    ctx.write(lambda s: s.commit_offset(commit_request("g", {("t", 0): 10})))
     ctx.commit()
     assert fetch(ctx, "g", {"t": [0, 1]}) == {("t", 0): (10, -1, ""), ("t", 1): (-1, -1, "")}
 
@@ -108,8 +108,8 @@ def test_fetch_of_unknown_group_returns_minus_one_and_fetch_all_returns_nothing(
 
 def test_fetch_all_returns_every_committed_offset_of_the_group_only() -> None:
     ctx = ShardTestContext()
-    ctx.write(lambda s: s.offsets.commit_offset(commit_request("g", {("a", 1): 1, ("b", 0): 2})))
-    ctx.write(lambda s: s.offsets.commit_offset(commit_request("other", {("a", 0): 9})))
+    ctx.write(lambda s: s.commit_offset(commit_request("g", {("a", 1): 1, ("b", 0): 2})))
+    ctx.write(lambda s: s.commit_offset(commit_request("other", {("a", 0): 9})))
     ctx.commit()
     assert fetch(ctx, "g") == {("a", 1): (1, -1, ""), ("b", 0): (2, -1, "")}
 
@@ -132,7 +132,7 @@ def test_metadata_over_the_limit_fails_that_partition_only() -> None:
             )
         ],
     )
-    response = ctx.write(lambda s: s.offsets.commit_offset(request))
+    response = ctx.write(lambda s: s.commit_offset(request))
     assert errors_of(response) == {
         ("t", 0): ErrorCode.OFFSET_METADATA_TOO_LARGE,
         ("t", 1): ErrorCode.NONE,
@@ -144,11 +144,9 @@ def test_metadata_over_the_limit_fails_that_partition_only() -> None:
 def test_metadata_limit_counts_utf16_units_as_kafka_does() -> None:
     ctx = ShardTestContext(ShardConfig(offsets=OffsetsConfig(offset_metadata_max_bytes=2)))
     # One character outside the Basic Multilingual Plane is two UTF-16 units: at the limit.
-    ok = ctx.write(
-        lambda s: s.offsets.commit_offset(commit_request("g", {("t", 0): 1}, metadata="😀"))
-    )
+    ok = ctx.write(lambda s: s.commit_offset(commit_request("g", {("t", 0): 1}, metadata="😀")))
     too_large = ctx.write(
-        lambda s: s.offsets.commit_offset(commit_request("g", {("t", 0): 1}, metadata="a😀"))
+        lambda s: s.commit_offset(commit_request("g", {("t", 0): 1}, metadata="a😀"))
     )
     assert errors_of(ok) == {("t", 0): ErrorCode.NONE}
     assert errors_of(too_large) == {("t", 0): ErrorCode.OFFSET_METADATA_TOO_LARGE}
@@ -157,9 +155,7 @@ def test_metadata_limit_counts_utf16_units_as_kafka_does() -> None:
 def test_member_commit_to_unknown_group_is_group_id_not_found() -> None:
     ctx = ShardTestContext()
     response = ctx.write(
-        lambda s: s.offsets.commit_offset(
-            commit_request("g", {("t", 0): 1}, generation=1, member_id="m")
-        )
+        lambda s: s.commit_offset(commit_request("g", {("t", 0): 1}, generation=1, member_id="m"))
     )
     assert errors_of(response) == {("t", 0): ErrorCode.GROUP_ID_NOT_FOUND}
     assert ctx.records_written() == []
@@ -167,11 +163,9 @@ def test_member_commit_to_unknown_group_is_group_id_not_found() -> None:
 
 def test_member_commit_to_memberless_group_is_unknown_member_id() -> None:
     ctx = ShardTestContext()
-    ctx.write(lambda s: s.offsets.commit_offset(commit_request("g", {("t", 0): 1})))
+    ctx.write(lambda s: s.commit_offset(commit_request("g", {("t", 0): 1})))
     response = ctx.write(
-        lambda s: s.offsets.commit_offset(
-            commit_request("g", {("t", 0): 2}, generation=0, member_id="m")
-        )
+        lambda s: s.commit_offset(commit_request("g", {("t", 0): 2}, generation=0, member_id="m"))
     )
     assert errors_of(response) == {("t", 0): ErrorCode.UNKNOWN_MEMBER_ID}
 
@@ -180,16 +174,16 @@ def test_negative_generation_with_a_member_id_is_still_a_simple_commit() -> None
     # Kafka: generation < 0 on an empty group is accepted whatever the member id says.
     ctx = ShardTestContext()
     response = ctx.write(
-        lambda s: s.offsets.commit_offset(commit_request("g", {("t", 0): 5}, member_id="m"))
+        lambda s: s.commit_offset(commit_request("g", {("t", 0): 5}, member_id="m"))
     )
     assert errors_of(response) == {("t", 0): ErrorCode.NONE}
 
 
 def test_committed_reads_do_not_see_a_write_until_it_commits() -> None:
     ctx = ShardTestContext()
-    ctx.write(lambda s: s.offsets.commit_offset(commit_request("g", {("t", 0): 1})))
+    ctx.write(lambda s: s.commit_offset(commit_request("g", {("t", 0): 1})))
     ctx.commit()
-    ctx.write(lambda s: s.offsets.commit_offset(commit_request("g", {("t", 0): 2, ("u", 0): 7})))
+    ctx.write(lambda s: s.commit_offset(commit_request("g", {("t", 0): 2, ("u", 0): 7})))
     assert fetch(ctx, "g", {"t": [0], "u": [0]}) == {("t", 0): (1, -1, ""), ("u", 0): (-1, -1, "")}
     assert fetch(ctx, "g") == {("t", 0): (1, -1, "")}
     # require_stable reads the latest state.
@@ -200,11 +194,11 @@ def test_committed_reads_do_not_see_a_write_until_it_commits() -> None:
 
 def test_revert_restores_the_committed_offsets() -> None:
     ctx = ShardTestContext()
-    ctx.write(lambda s: s.offsets.commit_offset(commit_request("g", {("t", 0): 1})))
+    ctx.write(lambda s: s.commit_offset(commit_request("g", {("t", 0): 1})))
     ctx.commit()
     base = ctx.end_offset
-    ctx.write(lambda s: s.offsets.commit_offset(commit_request("g", {("t", 0): 2})))
-    ctx.write(lambda s: s.offsets.commit_offset(commit_request("new", {("t", 0): 3})))
+    ctx.write(lambda s: s.commit_offset(commit_request("g", {("t", 0): 2})))
+    ctx.write(lambda s: s.commit_offset(commit_request("new", {("t", 0): 3})))
     ctx.revert_to(base)
     assert fetch(ctx, "g", committed=False) == {("t", 0): (1, -1, "")}
     assert not ctx.shard.offsets.group_exists("new")
@@ -214,7 +208,7 @@ def test_tombstone_deletes_and_reload_rebuilds_the_same_state() -> None:
     from coordinator_server.records import new_offset_commit_tombstone_record
 
     ctx = ShardTestContext()
-    ctx.write(lambda s: s.offsets.commit_offset(commit_request("g", {("t", 0): 1, ("t", 1): 2})))
+    ctx.write(lambda s: s.commit_offset(commit_request("g", {("t", 0): 1, ("t", 1): 2})))
     ctx.replay_all([new_offset_commit_tombstone_record("g", "t", 0)])
     ctx.commit()
     assert fetch(ctx, "g") == {("t", 1): (2, -1, "")}
@@ -243,7 +237,7 @@ def test_committed_offsets_equal_a_simple_model_across_reloads(
     committed: dict[tuple[str, str, int], int] = {}
     for group, topic, partition, offset, flush in commits:
         ctx.write(
-            lambda s, g=group, t=topic, p=partition, o=offset: s.offsets.commit_offset(
+            lambda s, g=group, t=topic, p=partition, o=offset: s.commit_offset(
                 commit_request(g, {(t, p): o})
             )
         )
