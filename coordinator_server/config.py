@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from coordinator_server import defaults
 from coordinator_server.storage.kafka_security import (
     EndpointIdentification,
     KafkaSecurity,
@@ -90,7 +91,7 @@ class CoordinatorConfig(BaseSettings):
         "reading (at least one frame is always taken).",
     )
     max_response_bytes: int = Field(
-        8 * 1024 * 1024,
+        defaults.MAX_RESPONSE_BYTES,
         ge=1024,
         description="Largest answer; a larger one is answered MESSAGE_TOO_LARGE instead.",
     )
@@ -197,30 +198,42 @@ class CoordinatorConfig(BaseSettings):
         5000, ge=1, description="offsets.commit.timeout.ms: how long a write may wait for the log."
     )
     offset_metadata_max_bytes: int = Field(
-        4096, ge=0, description="offset.metadata.max.bytes: largest commit metadata."
+        defaults.OFFSET_METADATA_MAX_BYTES,
+        ge=0,
+        description="offset.metadata.max.bytes: largest commit metadata.",
     )
     offsets_retention_minutes: int = Field(
-        10080, ge=1, description="offsets.retention.minutes: how long offsets of empty groups live."
+        defaults.OFFSETS_RETENTION_MINUTES,
+        ge=1,
+        description="offsets.retention.minutes: how long offsets of empty groups live.",
     )
     offsets_retention_check_interval_ms: int = Field(
-        600000, ge=1, description="offsets.retention.check.interval.ms: expiration scan period."
+        defaults.OFFSETS_RETENTION_CHECK_INTERVAL_MS,
+        ge=1,
+        description="offsets.retention.check.interval.ms: expiration scan period.",
     )
     group_initial_rebalance_delay_ms: int = Field(
-        3000, ge=0, description="group.initial.rebalance.delay.ms: wait for joins of a new group."
+        defaults.GROUP_INITIAL_REBALANCE_DELAY_MS,
+        ge=0,
+        description="group.initial.rebalance.delay.ms: wait for joins of a new group.",
     )
     group_min_session_timeout_ms: int = Field(
-        6000, ge=1, description="group.min.session.timeout.ms: shortest member session timeout."
+        defaults.GROUP_MIN_SESSION_TIMEOUT_MS,
+        ge=1,
+        description="group.min.session.timeout.ms: shortest member session timeout.",
     )
     group_max_session_timeout_ms: int = Field(
-        1800000, ge=1, description="group.max.session.timeout.ms: longest member session timeout."
+        defaults.GROUP_MAX_SESSION_TIMEOUT_MS,
+        ge=1,
+        description="group.max.session.timeout.ms: longest member session timeout.",
     )
     group_max_size: int = Field(
-        2147483647, ge=1, description="group.max.size: most members in one group."
+        defaults.GROUP_MAX_SIZE, ge=1, description="group.max.size: most members in one group."
     )
 
     # Limits on what clients may make the coordinator hold.
     max_id_length: int = Field(
-        1024,
+        defaults.MAX_ID_LENGTH,
         ge=1,
         description="Longest group id, group instance id, client id, protocol type or name and "
         "topic name, in characters (member ids: this plus the generated suffix).",
@@ -232,10 +245,12 @@ class CoordinatorConfig(BaseSettings):
         "largest member assignment.",
     )
     max_groups: int = Field(
-        1000000, ge=1, description="Most groups this node holds; new ones beyond are refused."
+        defaults.MAX_GROUPS,
+        ge=1,
+        description="Most groups this node holds; new ones beyond are refused.",
     )
     max_committed_offsets_per_group: int = Field(
-        100000,
+        defaults.MAX_COMMITTED_OFFSETS_PER_GROUP,
         ge=1,
         description="Most committed offsets one group holds; commits of new partitions beyond "
         "are refused.",

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from coordinator_server import defaults
 from coordinator_server.groups.classic import ClassicGroup
 from coordinator_server.groups.limits import new_group_refusal
 from coordinator_server.records import (
@@ -59,17 +60,19 @@ class NoopGroupCoordinatorMetrics:
 
 @dataclass(frozen=True, slots=True)
 class GroupsConfig:
-    initial_rebalance_delay_ms: int = 3000
-    min_session_timeout_ms: int = 6000
-    max_session_timeout_ms: int = 1800000
-    max_size: int = 2147483647
+    """The classic groups' settings, with the server's defaults (`defaults.py`)."""
+
+    initial_rebalance_delay_ms: int = defaults.GROUP_INITIAL_REBALANCE_DELAY_MS
+    min_session_timeout_ms: int = defaults.GROUP_MIN_SESSION_TIMEOUT_MS
+    max_session_timeout_ms: int = defaults.GROUP_MAX_SESSION_TIMEOUT_MS
+    max_size: int = defaults.GROUP_MAX_SIZE
     new_member_join_timeout_ms: int = 300000
-    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
-    offsets_retention_check_interval_ms: int = 600000
+    offsets_retention_ms: int = defaults.OFFSETS_RETENTION_MINUTES * 60_000
+    offsets_retention_check_interval_ms: int = defaults.OFFSETS_RETENTION_CHECK_INTERVAL_MS
     # Groups this node may hold, over all its partitions (see GroupCount).
-    max_groups: int = 2147483647
+    max_groups: int = defaults.MAX_GROUPS
     # The largest answer: a group whose leader's JoinGroup answer would exceed it cannot form.
-    max_response_bytes: int = 2147483647
+    max_response_bytes: int = defaults.MAX_RESPONSE_BYTES
 
 
 GroupCount = Callable[[], int]

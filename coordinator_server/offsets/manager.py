@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from coordinator_server import defaults
 from coordinator_server.groups.answer_sizes import (
     FETCHED_PARTITION_BYTES,
     fetched_partition_bytes,
@@ -52,10 +53,13 @@ TopicPartition = tuple[str, int]
 
 @dataclass(frozen=True, slots=True)
 class OffsetsConfig:
-    offset_metadata_max_bytes: int = 4096
-    max_committed_offsets_per_group: int = 2147483647
+    """The offsets' settings, with the server's defaults (`defaults.py`); the record sizes
+    come from the log the server is given."""
+
+    offset_metadata_max_bytes: int = defaults.OFFSET_METADATA_MAX_BYTES
+    max_committed_offsets_per_group: int = defaults.MAX_COMMITTED_OFFSETS_PER_GROUP
     # Longest topic name, in characters.
-    max_id_length: int = 2147483647
+    max_id_length: int = defaults.MAX_ID_LENGTH
     # The bytes of records one write may append (the largest batch less its header), and
     # what each record adds to its key and value there: a commit must fit.
     max_records_bytes: int = 2147483647

@@ -1,0 +1,27 @@
+"""The default of every setting the server offers, in one place (Kafka's default where Kafka
+has the setting).
+
+The server's configuration (`config.py`) and the pure layers' own configurations
+(`GroupsConfig`, `OffsetsConfig`) both take their defaults from here, so that a state machine
+built with its configuration's defaults, as tests build it, behaves as the server does. A leaf:
+it imports nothing, so every layer may read it.
+"""
+
+from __future__ import annotations
+
+# The classic group protocol (Kafka's group.* settings).
+GROUP_INITIAL_REBALANCE_DELAY_MS = 3000
+GROUP_MIN_SESSION_TIMEOUT_MS = 6000
+GROUP_MAX_SESSION_TIMEOUT_MS = 1_800_000
+GROUP_MAX_SIZE = 2_147_483_647
+
+# Committed offsets (Kafka's offsets.* and offset.* settings).
+OFFSET_METADATA_MAX_BYTES = 4096
+OFFSETS_RETENTION_MINUTES = 10080
+OFFSETS_RETENTION_CHECK_INTERVAL_MS = 600_000
+
+# What clients may make the coordinator hold.
+MAX_ID_LENGTH = 1024
+MAX_GROUPS = 1_000_000
+MAX_COMMITTED_OFFSETS_PER_GROUP = 100_000
+MAX_RESPONSE_BYTES = 8 * 1024 * 1024

@@ -1,0 +1,37 @@
+"""One source of defaults: the server's settings and the state machines' own configurations
+take theirs from `coordinator_server.defaults`, so a state machine built with its
+configuration's defaults (as tests build it) runs as the server runs it."""
+
+from __future__ import annotations
+
+import pytest
+
+from coordinator_server.config import CoordinatorConfig
+from coordinator_server.groups.store import GroupsConfig
+from coordinator_server.offsets.manager import OffsetsConfig
+
+
+@pytest.mark.parametrize(
+    ("setting", "field", "scale"),
+    [
+        ("group_initial_rebalance_delay_ms", "initial_rebalance_delay_ms", 1),
+        ("group_min_session_timeout_ms", "min_session_timeout_ms", 1),
+        ("group_max_session_timeout_ms", "max_session_timeout_ms", 1),
+        ("group_max_size", "max_size", 1),
+        ("offsets_retention_minutes", "offsets_retention_ms", 60_000),
+        ("offsets_retention_check_interval_ms", "offsets_retention_check_interval_ms", 1),
+        ("max_groups", "max_groups", 1),
+        ("max_response_bytes", "max_response_bytes", 1),
+    ],
+)
+def test_each_group_setting_defaults_to_what_the_groups_default_to(
+    setting: str, field: str, scale: int
+) -> None:
+    assert CoordinatorConfig.model_fields[setting].default * scale == getattr(GroupsConfig(), field)
+
+
+@pytest.mark.parametrize(
+    "setting", ["offset_metadata_max_bytes", "max_committed_offsets_per_group", "max_id_length"]
+)
+def test_each_offsets_setting_defaults_to_what_the_offsets_default_to(setting: str) -> None:
+    assert CoordinatorConfig.model_fields[setting].default == getattr(OffsetsConfig(), setting)
