@@ -23,14 +23,10 @@ from coordinator_server.metrics import (
 )
 from coordinator_server.offsets.manager import OffsetsConfig
 from coordinator_server.request_limits import RequestLimits
+from coordinator_server.runtime.batch import BATCH_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES
 from coordinator_server.runtime.clock import RuntimeClock, SystemClock
-from coordinator_server.runtime.runtime import (
-    BATCH_OVERHEAD_BYTES,
-    RECORD_OVERHEAD_BYTES,
-    CoordinatorRuntime,
-    CoordinatorState,
-    RuntimeConfig,
-)
+from coordinator_server.runtime.config import RuntimeConfig
+from coordinator_server.runtime.runtime import CoordinatorRuntime, CoordinatorState
 from coordinator_server.server.http import OperatorHttpServer, Probe
 from coordinator_server.server.listener import CoordinatorServer, ServerConfig, ServerState, bind
 from coordinator_server.service import GroupCoordinatorService, NodeAddress

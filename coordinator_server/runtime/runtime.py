@@ -67,7 +67,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Generic, Protocol, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast
 
 from coordinator_server.records import CoordinatorRecord, encode_record
 from coordinator_server.runtime.api import (
@@ -79,7 +79,15 @@ from coordinator_server.runtime.api import (
     ShardContext,
     TimeoutOperation,
 )
+from coordinator_server.runtime.batch import (
+    BATCH_OVERHEAD_BYTES,
+    RECORD_OVERHEAD_BYTES,
+    CoordinatorBatch,
+    record_sizes,
+)
 from coordinator_server.runtime.clock import Cancellable, RuntimeClock
+from coordinator_server.runtime.config import RUNTIME_DEFAULTS, RuntimeConfig
+from coordinator_server.runtime.observer import NoObserver, RuntimeObserver
 from coordinator_server.storage.api import (
     AppendError,
     CoordinatorLoader,
@@ -100,39 +108,7 @@ from protocol.errors import (
 S = TypeVar("S", bound=CoordinatorShard)
 
 
-class RuntimeObserver(Protocol):
-    """Where the runtime reports what metrics are made of (see coordinator_server.metrics)."""
-
-    def batch_appended(self, records: int, size_bytes: int, seconds: float) -> None: ...
-
-    def append_failed(self) -> None: ...
-
-    def event_queued(self, seconds: float) -> None: ...
-
-    def partition_loaded(self, seconds: float, records: int) -> None: ...
-
-
-class _NoObserver:
-    def batch_appended(self, records: int, size_bytes: int, seconds: float) -> None:
-        pass
-
-    def append_failed(self) -> None:
-        pass
-
-    def event_queued(self, seconds: float) -> None:
-        pass
-
-    def partition_loaded(self, seconds: float, records: int) -> None:
-        pass
-
-
 T = TypeVar("T")
-
-BATCH_OVERHEAD_BYTES = 61
-"""Bytes a batch takes besides its records (Kafka's record batch v2 header)."""
-
-RECORD_OVERHEAD_BYTES = 21
-"""Most bytes a record takes besides its key and value (Kafka's DefaultRecord varints)."""
 
 
 def _replay_each(shard: CoordinatorShard, records: Sequence[CoordinatorRecord]) -> EncodedReplay:
@@ -143,14 +119,6 @@ def _replay_each(shard: CoordinatorShard, records: Sequence[CoordinatorRecord]) 
             shard.replay(offset + index - start, records[index])
 
     return replay
-
-
-def _record_sizes(raw: Sequence[RawRecord]) -> list[int]:
-    """What each record counts for against a batch's size."""
-    return [
-        len(key) + (0 if value is None else len(value)) + RECORD_OVERHEAD_BYTES
-        for key, value in raw
-    ]
 
 
 # The drain task yields to the loop after this many events, so that one busy partition
@@ -185,56 +153,6 @@ class IllegalStateError(RuntimeError):
 
 
 @dataclass(frozen=True, slots=True)
-class RuntimeConfig:
-    """The runtime's limits and timings.
-
-    Attributes:
-        write_timeout_ms: how long a parked write waits for the high watermark before it
-            fails with REQUEST_TIMED_OUT (Kafka's `offsets.commit.timeout.ms`).
-        append_linger_ms: -1 flushes adaptively (once the writes already queued have run),
-            0 after each write, and a positive value that many milliseconds after the batch
-            opened (Kafka's `group.coordinator.append.linger.ms`).
-        max_batch_bytes: the most bytes one appended batch may hold, header included.
-        max_queued_events: the most events queued per partition; past it writes fail with
-            COORDINATOR_NOT_AVAILABLE.
-        timer_retry_backoff_ms: the default delay before a failed retrying timer runs again.
-        append_failure_timeout_ms: a partition whose appends have all failed for this long
-            (counted from the first failure after the last success) goes FAILED; 0: never.
-        run_when_idle: a write scheduled while its partition has nothing queued or running
-            runs at once, in the caller's call, instead of waiting for the drain task (the
-            order is the same; a write that needs no append completes before
-            `schedule_write` returns). Off, every write goes through the queue, which tests
-            of the queue itself rely on.
-    """
-
-    write_timeout_ms: int = 5000
-    append_linger_ms: int = -1
-    max_batch_bytes: int = 1048576
-    max_queued_events: int = 10000
-    timer_retry_backoff_ms: int = 500
-    run_when_idle: bool = False
-    append_failure_timeout_ms: int = 0
-
-    def __post_init__(self) -> None:
-        if self.write_timeout_ms <= 0:
-            raise ValueError(f"write_timeout_ms must be positive, got {self.write_timeout_ms}")
-        if self.append_linger_ms < -1:
-            raise ValueError(f"append_linger_ms must be -1 or more, got {self.append_linger_ms}")
-        if self.max_batch_bytes <= BATCH_OVERHEAD_BYTES + RECORD_OVERHEAD_BYTES:
-            raise ValueError(f"max_batch_bytes is too small: {self.max_batch_bytes}")
-        if self.max_queued_events < 1:
-            raise ValueError(f"max_queued_events must be positive, got {self.max_queued_events}")
-        if self.timer_retry_backoff_ms < 0:
-            raise ValueError(
-                f"timer_retry_backoff_ms must be 0 or more, got {self.timer_retry_backoff_ms}"
-            )
-        if self.append_failure_timeout_ms < 0:
-            raise ValueError(
-                f"append_failure_timeout_ms must be 0 or more, got {self.append_failure_timeout_ms}"
-            )
-
-
-@dataclass(frozen=True, slots=True)
 class PartitionStats:
     """A partition's counters at one moment, for metrics and tests."""
 
@@ -257,30 +175,6 @@ class PartitionStats:
     last_batch_bytes: int
     append_failures: int
     timers: int
-
-
-class _Batch:
-    """Records on their way to one append, and where they start in the log."""
-
-    __slots__ = (
-        "base_offset",
-        "epoch",
-        "flush_due",
-        "linger_handle",
-        "next_offset",
-        "records",
-        "size_bytes",
-    )
-
-    def __init__(self, base_offset: int, epoch: int) -> None:
-        self.base_offset = base_offset
-        self.next_offset = base_offset
-        self.epoch = epoch
-        self.records: list[RawRecord] = []
-        self.size_bytes = BATCH_OVERHEAD_BYTES
-        # A flush was asked for while an append was in flight: go out when it completes.
-        self.flush_due = False
-        self.linger_handle: Cancellable | None = None
 
 
 class WriteDone(Generic[T]):
@@ -740,9 +634,9 @@ class _PartitionContext:
         self.load_task: asyncio.Task[None] | None = None
         self.last_written_offset = 0
         self.last_committed_offset = 0
-        self.open_batch: _Batch | None = None
-        self.sealed: deque[_Batch] = deque()
-        self.inflight: _Batch | None = None
+        self.open_batch: CoordinatorBatch | None = None
+        self.sealed: deque[CoordinatorBatch] = deque()
+        self.inflight: CoordinatorBatch | None = None
         self.append_future: asyncio.Future[int] | None = None
         self.batch_epoch = 0
         # End offsets of the sealed batches not committed yet, oldest first.
@@ -776,7 +670,7 @@ class CoordinatorRuntime(Generic[S]):
         writer: PartitionWriter,
         loader: CoordinatorLoader,
         clock: RuntimeClock,
-        config: RuntimeConfig = RuntimeConfig(),
+        config: RuntimeConfig = RUNTIME_DEFAULTS,
         logger: logging.Logger | None = None,
         observer: RuntimeObserver | None = None,
     ) -> None:
@@ -786,7 +680,7 @@ class CoordinatorRuntime(Generic[S]):
         self._clock = clock
         self._config = config
         self._log = logger or logging.getLogger(__name__)
-        self._observer: RuntimeObserver = observer or _NoObserver()
+        self._observer: RuntimeObserver = observer or NoObserver()
         self._contexts: dict[int, _PartitionContext] = {}
         self._closing = False
         self._closed = False
@@ -1364,7 +1258,7 @@ class CoordinatorRuntime(Generic[S]):
             if atomic:
                 too_large = f"{count} records of {remaining} bytes"
             else:
-                sizes = _record_sizes(raw)
+                sizes = record_sizes(raw)
                 largest = max(sizes)
                 fits = largest + BATCH_OVERHEAD_BYTES <= max_bytes
                 too_large = None if fits else f"a record of {largest} bytes"
@@ -1392,7 +1286,7 @@ class CoordinatorRuntime(Generic[S]):
                     # Only a write that is not atomic gets here: the records that do not fit
                     # go on in a new batch (each fits an empty one).
                     if sizes is None:
-                        sizes = _record_sizes(raw)
+                        sizes = record_sizes(raw)
                     stop = start
                     size = 0
                     while batch.size_bytes + size + sizes[stop] <= max_bytes:
@@ -1483,9 +1377,9 @@ class CoordinatorRuntime(Generic[S]):
             context.expiry_handle.cancel()
             context.expiry_handle = None
 
-    def _open_batch(self, context: _PartitionContext) -> _Batch:
+    def _open_batch(self, context: _PartitionContext) -> CoordinatorBatch:
         context.batch_epoch += 1
-        batch = _Batch(context.last_written_offset, context.batch_epoch)
+        batch = CoordinatorBatch(context.last_written_offset, context.batch_epoch)
         cast(SnapshotRegistry, context.registry).set_epoch(batch.base_offset)
         linger_ms = self._config.append_linger_ms
         if linger_ms < 0:
@@ -1515,7 +1409,7 @@ class CoordinatorRuntime(Generic[S]):
         context.queue.append(event)
         self._wake(context)
 
-    def _on_linger_expired(self, context: _PartitionContext, batch: _Batch) -> None:
+    def _on_linger_expired(self, context: _PartitionContext, batch: CoordinatorBatch) -> None:
         if context.open_batch is batch:
             batch.linger_handle = None
             self._flush(context)
@@ -1560,7 +1454,7 @@ class CoordinatorRuntime(Generic[S]):
         else:
             context.sealed.append(batch)
 
-    def _start_append(self, context: _PartitionContext, batch: _Batch) -> None:
+    def _start_append(self, context: _PartitionContext, batch: CoordinatorBatch) -> None:
         context.inflight = batch
         future = self._writer.append(context.partition, batch.records)
         context.append_future = future
@@ -1573,7 +1467,7 @@ class CoordinatorRuntime(Generic[S]):
     def _on_append_done(
         self,
         context: _PartitionContext,
-        batch: _Batch,
+        batch: CoordinatorBatch,
         generation: int,
         started: float,
         done: asyncio.Future[int],
@@ -1599,7 +1493,7 @@ class CoordinatorRuntime(Generic[S]):
             self._on_append_succeeded(context, batch, done.result())
 
     def _on_append_succeeded(
-        self, context: _PartitionContext, batch: _Batch, end_offset: int
+        self, context: _PartitionContext, batch: CoordinatorBatch, end_offset: int
     ) -> None:
         context.inflight = None
         context.append_future = None
@@ -1630,7 +1524,7 @@ class CoordinatorRuntime(Generic[S]):
             self._flush(context)
 
     def _on_append_failed(
-        self, context: _PartitionContext, batch: _Batch, error: Exception
+        self, context: _PartitionContext, batch: CoordinatorBatch, error: Exception
     ) -> None:
         context.inflight = None
         context.append_future = None
@@ -1924,11 +1818,9 @@ class CoordinatorRuntime(Generic[S]):
 
 
 __all__ = [
-    "BATCH_OVERHEAD_BYTES",
-    "RECORD_OVERHEAD_BYTES",
     "CoordinatorRuntime",
     "CoordinatorState",
     "IllegalStateError",
     "PartitionStats",
-    "RuntimeConfig",
+    "WriteDone",
 ]

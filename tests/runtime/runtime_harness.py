@@ -29,13 +29,10 @@ from coordinator_server.runtime.api import (
     EncodedRecords,
     ShardContext,
 )
+from coordinator_server.runtime.batch import BATCH_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES
 from coordinator_server.runtime.clock import ManualClock
-from coordinator_server.runtime.runtime import (
-    BATCH_OVERHEAD_BYTES,
-    RECORD_OVERHEAD_BYTES,
-    CoordinatorRuntime,
-    RuntimeConfig,
-)
+from coordinator_server.runtime.config import RuntimeConfig
+from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.storage.memory import InMemoryLog
 from coordinator_server.timeline import TimelineDict
 

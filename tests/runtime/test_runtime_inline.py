@@ -9,7 +9,8 @@ import pytest
 from runtime_harness import Harness, KeyValueShard, get_latest, put, settle
 
 from coordinator_server.runtime.api import CoordinatorResult
-from coordinator_server.runtime.runtime import RuntimeConfig, WriteDone
+from coordinator_server.runtime.config import RuntimeConfig
+from coordinator_server.runtime.runtime import WriteDone
 from protocol.errors import InvalidGroupIdError, NotCoordinatorError, RequestTimedOutError
 
 

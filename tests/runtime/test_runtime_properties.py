@@ -29,12 +29,9 @@ from runtime_harness import (
 
 from coordinator_server.records import OffsetCommitValue, decode_record, encode_record
 from coordinator_server.runtime.api import CoordinatorResult
-from coordinator_server.runtime.runtime import (
-    BATCH_OVERHEAD_BYTES,
-    RECORD_OVERHEAD_BYTES,
-    CoordinatorState,
-    RuntimeConfig,
-)
+from coordinator_server.runtime.batch import BATCH_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES
+from coordinator_server.runtime.config import RuntimeConfig
+from coordinator_server.runtime.runtime import CoordinatorState
 from coordinator_server.storage.api import RawRecord
 
 PARTITIONS = (0, 1)

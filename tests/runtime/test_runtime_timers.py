@@ -8,7 +8,7 @@ from typing import Any
 from runtime_harness import Harness, KeyValueShard, put_record, settle
 
 from coordinator_server.runtime.api import CoordinatorResult, CoordinatorTimer
-from coordinator_server.runtime.runtime import RuntimeConfig
+from coordinator_server.runtime.config import RuntimeConfig
 from protocol.errors import UnknownMemberIdError
 
 

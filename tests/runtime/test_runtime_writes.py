@@ -20,7 +20,7 @@ from runtime_harness import (
 )
 
 from coordinator_server.runtime.api import CoordinatorResult
-from coordinator_server.runtime.runtime import RuntimeConfig
+from coordinator_server.runtime.config import RuntimeConfig
 from coordinator_server.storage.api import AppendError
 from protocol.errors import (
     CoordinatorNotAvailableError,
