@@ -87,6 +87,7 @@ from coordinator_server.runtime.batch import (
 )
 from coordinator_server.runtime.clock import Cancellable, RuntimeClock
 from coordinator_server.runtime.config import RUNTIME_DEFAULTS, RuntimeConfig
+from coordinator_server.runtime.events import WriteOutcome
 from coordinator_server.runtime.observer import NoObserver, RuntimeObserver
 from coordinator_server.runtime.timer import PartitionTimer
 from coordinator_server.storage.api import (
@@ -178,69 +179,25 @@ class PartitionStats:
     timers: int
 
 
-class WriteDone(Generic[T]):
-    """A write that was over before `CoordinatorRuntime.write` returned: its response, or
-    the error its future would have failed with."""
+class _WriteEvent(WriteOutcome[Any]):
+    """A write operation on its way: queued, running, then parked until the log commits
+    its records; and its caller's outcome all along.
 
-    __slots__ = ("error", "response")
-
-    def __init__(self, response: T | None, error: BaseException | None) -> None:
-        self.response = response
-        self.error = error
-
-
-class _InlineOutcome:
-    """The caller's end of a write run inline, in place of a future: the few uses the
-    runtime makes of a write's future (done, set_result, set_exception) are kept here until
-    the write parks, when `attach` hands them on to a real future."""
-
-    __slots__ = ("error", "finished", "future", "response")
-
-    def __init__(self) -> None:
-        self.finished = False
-        self.response: Any = None
-        self.error: BaseException | None = None
-        self.future: asyncio.Future[Any] | None = None
-
-    def done(self) -> bool:
-        future = self.future
-        return self.finished if future is None else future.done()
-
-    def set_result(self, response: Any) -> None:
-        if self.future is None:
-            self.finished = True
-            self.response = response
-        else:
-            self.future.set_result(response)
-
-    def set_exception(self, error: BaseException) -> None:
-        if self.future is None:
-            self.finished = True
-            self.error = error
-        else:
-            self.future.set_exception(error)
-
-    def attach(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[Any]:
-        assert self.future is None and not self.finished
-        future: asyncio.Future[Any] = loop.create_future()
-        self.future = future
-        return future
-
-
-class _WriteEvent:
-    """A queued write operation, and later the parked caller waiting for its commit."""
+    A queued write gets its caller's future when it is queued. One run at once gets none
+    unless it must wait: until then its answer is kept in the outcome's own fields
+    (`answered`), and the runtime attaches a future only when the write parks.
+    """
 
     __slots__ = (
+        "answered",
         "completions",
         "deadline_ms",
-        "future",
         "name",
         "offset",
         "on_failure",
         "op",
         "park",
         "queued_at",
-        "response",
         "settled",
         "timeout_handle",
         "timeout_ms",
@@ -250,19 +207,23 @@ class _WriteEvent:
         self,
         name: str,
         op: Callable[[Any], CoordinatorResult[Any]],
-        future: asyncio.Future[Any] | _InlineOutcome,
         timeout_ms: int,
+        future: asyncio.Future[Any] | None = None,
     ) -> None:
+        self.response = None
+        self.error = None
+        self.future = future
+        # Answered while it had no future yet: `response` or `error` is the answer.
+        self.answered = False
         self.name = name
         self.op = op
-        self.future = future
         self.timeout_ms = timeout_ms
         # Set when the event waits in the queue; one run at once waited for nothing.
         self.queued_at = 0.0
-        self.response: Any = None
+        # The offset the log's high watermark must reach for the write to be committed.
         self.offset = 0
         self.deadline_ms = 0
-        # Set only for a timeout other than the default (see CoordinatorRuntime._park).
+        # Set only for a timeout other than the default (see DeferredEventCollection).
         self.timeout_handle: Cancellable | None = None
         # From the operation's result: whether its caller waits for a later completion,
         # the parked callers it answers, and what to run if its append fails.
@@ -273,43 +234,78 @@ class _WriteEvent:
         self.settled = False
 
     def run(self, runtime: CoordinatorRuntime[Any], context: _PartitionContext) -> None:
-        runtime._run_write(context, self)
+        runtime._run_write(context, self, self.name, self.op, self.timeout_ms)
+
+    def done(self) -> bool:
+        """The caller has its answer."""
+        future = self.future
+        return self.answered if future is None else future.done()
+
+    @property
+    def finished(self) -> bool:
+        """Nothing more to do for this write: settled, or its caller answered."""
+        return self.settled or self.done()
+
+    def resolve(self, response: Any) -> None:
+        """Answer the caller with `response`, unless it has its answer already."""
+        future = self.future
+        if future is None:
+            if not self.answered:
+                self.answered = True
+                self.response = response
+        elif not future.done():
+            future.set_result(response)
+
+    def reject(self, error: BaseException) -> None:
+        """Answer the caller with `error`, unless it has its answer already."""
+        future = self.future
+        if future is None:
+            if not self.answered:
+                self.answered = True
+                self.error = error
+        elif not future.done():
+            future.set_exception(error)
+
+    def wait_on(self, loop: asyncio.AbstractEventLoop) -> None:
+        """A write run at once that was not answered waits for the log: from here on its
+        caller waits on a future."""
+        if self.future is None and not self.answered:
+            self.future = loop.create_future()
 
     def complete(self) -> None:
+        """The write's records are committed (or it had none to wait for)."""
         self.settled = True
         handle = self.timeout_handle
         if handle is not None:
             self.timeout_handle = None
             handle.cancel()
-        if not self.park and not self.future.done():
-            self.future.set_result(self.response)
+        if not self.park:
+            self.resolve(self.response)
         if self.completions:
             deliver_completions(self.completions)
 
     def fail(self, error: BaseException) -> None:
+        """The write failed: its caller and the parked callers it would have answered get
+        `error`."""
         self.settled = True
         handle = self.timeout_handle
         if handle is not None:
             self.timeout_handle = None
             handle.cancel()
-        if not self.future.done():
-            self.future.set_exception(error)
+        self.reject(error)
         for parked, _ in self.completions:
             _ParkedCaller.of(parked).fail(error)
 
     def expire(self) -> None:
-        # The records stay where they are: the append may still land or fail later, and
-        # only the caller stops waiting. A parked caller's own wait is not bounded by the
-        # write timeout (a JoinGroup may wait a whole rebalance timeout), only its commit.
-        self.timeout_handle = None
-        if not self.settled and not self.future.done():
-            self.future.set_exception(
-                RequestTimedOutError(f"{self.name} timed out after {self.timeout_ms}ms")
-            )
+        """The write timeout passed while the write was parked.
 
-    @property
-    def finished(self) -> bool:
-        return self.settled or self.future.done()
+        The records stay where they are: the append may still land or fail later, and only
+        the caller stops waiting. A parked caller's own wait is not bounded by the write
+        timeout (a JoinGroup may wait a whole rebalance timeout), only its commit.
+        """
+        self.timeout_handle = None
+        if not self.settled and not self.done():
+            self.reject(RequestTimedOutError(f"{self.name} timed out after {self.timeout_ms}ms"))
 
 
 class _ParkedCaller:
@@ -650,12 +646,7 @@ class CoordinatorRuntime(Generic[S]):
         for context in self._contexts.values():
             if context.state is CoordinatorState.ACTIVE:
                 self._flush(context)
-                for event in context.deferred:
-                    waiter = event.future
-                    # A write run inline that parked waits on the future it was attached to.
-                    future = waiter.future if isinstance(waiter, _InlineOutcome) else waiter
-                    if future is not None:
-                        parked.append(future)
+                parked.extend(e.future for e in context.deferred if e.future is not None)
         pending = [future for future in parked if not future.done()]
         if pending:
             await asyncio.wait(pending)
@@ -675,6 +666,71 @@ class CoordinatorRuntime(Generic[S]):
 
     # Operations.
 
+    def write(
+        self,
+        name: str,
+        partition: int,
+        op: Callable[[S], CoordinatorResult[T]],
+        *,
+        timeout_ms: int | None = None,
+    ) -> WriteOutcome[T]:
+        """Run a write operation on `partition`; its caller gets the response once the
+        records it returned are committed.
+
+        The write fails with COORDINATOR_LOAD_IN_PROGRESS while the partition loads,
+        NOT_COORDINATOR when it is not hosted or not active, COORDINATOR_NOT_AVAILABLE when
+        its queue is full or the runtime is shutting down, REQUEST_TIMED_OUT after
+        `timeout_ms` (default: the config's write timeout) parked, MESSAGE_TOO_LARGE for
+        records that cannot fit a batch, the ApiError the operation raised (anything else
+        it raises becomes UNKNOWN_SERVER_ERROR), or the AppendError of a failed append.
+        """
+        context = self._contexts.get(partition)
+        if context is None or context.state is not CoordinatorState.ACTIVE:
+            return WriteOutcome(None, self._not_active_error(partition, context))
+        if (
+            not context.queue
+            and not context.running
+            and self._config.run_when_idle
+            and not self._closing
+        ):
+            # Nothing queued and nothing running: the drain task would run this write next
+            # anyway, so it runs now (see run_when_idle).
+            context.running = True
+            context.inline = True
+            try:
+                return self._run_write(context, None, name, op, timeout_ms)
+            finally:
+                context.running = False
+                context.inline = False
+        return self._enqueue_write(context, name, op, timeout_ms, None)
+
+    def parkable_write(
+        self,
+        name: str,
+        partition: int,
+        op: Callable[[S, ResponseHandle], CoordinatorResult[T]],
+        *,
+        timeout_ms: int | None = None,
+    ) -> WriteOutcome[T]:
+        """Like `write`, for an operation that may park its caller.
+
+        `op` also gets the caller's ResponseHandle. When its result says `park`, the caller
+        is answered later, by the completion of that handle in another operation's result
+        (or fails with NOT_COORDINATOR when the partition unloads, or with the append's
+        error when the records of the operation that parked it fail). The handle's caller
+        waits on a future from the start.
+        """
+        context = self._contexts.get(partition)
+        if context is None or context.state is not CoordinatorState.ACTIVE:
+            return WriteOutcome(None, self._not_active_error(partition, context))
+        future: asyncio.Future[T] = context.loop.create_future()
+        parked_callers = context.parked_callers
+        handle = ResponseHandle(_ParkedCaller(future, parked_callers))
+        future.add_done_callback(lambda _: parked_callers.discard(_ParkedCaller.of(handle)))
+        return self._enqueue_write(
+            context, name, lambda shard: op(shard, handle), timeout_ms, future
+        )
+
     def schedule_write(
         self,
         name: str,
@@ -683,108 +739,28 @@ class CoordinatorRuntime(Generic[S]):
         *,
         timeout_ms: int | None = None,
     ) -> asyncio.Future[T]:
-        """Queue a write operation on `partition`; its future gets the response once the
-        records it returned are committed.
-
-        The future fails with COORDINATOR_LOAD_IN_PROGRESS while the partition loads,
-        NOT_COORDINATOR when it is not hosted or not active, COORDINATOR_NOT_AVAILABLE when
-        its queue is full or the runtime is shutting down, REQUEST_TIMED_OUT after
-        `timeout_ms` (default: the config's write timeout) parked, MESSAGE_TOO_LARGE for
-        records that cannot fit a batch, the ApiError the operation raised (anything else
-        it raises becomes UNKNOWN_SERVER_ERROR), or the AppendError of a failed append.
-        """
+        """`write`, answered as a future, for callers that await or gather it."""
         outcome = self.write(name, partition, op, timeout_ms=timeout_ms)
-        if isinstance(outcome, asyncio.Future):
-            return outcome
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        future = outcome.future
+        if future is not None:
+            return future
+        future = asyncio.get_running_loop().create_future()
         if outcome.error is None:
             future.set_result(cast(T, outcome.response))
         else:
             future.set_exception(outcome.error)
         return future
 
-    def write(
-        self,
-        name: str,
-        partition: int,
-        op: Callable[[S], CoordinatorResult[T]],
-        *,
-        timeout_ms: int | None = None,
-    ) -> WriteDone[T] | asyncio.Future[T]:
-        """`schedule_write`, answered without a future when the write is over before this
-        returns: refused at once, or run at once on an idle partition and needing no append
-        (a heartbeat). A future costs little, but the busiest operations pay it on every
-        call."""
-        context = self._contexts.get(partition)
-        if context is None or context.state is not CoordinatorState.ACTIVE:
-            return WriteDone(None, self._not_active_error(partition, context))
-        if (
-            not context.queue
-            and not context.running
-            and self._config.run_when_idle
-            and not self._closing
-        ):
-            return self._write_now(context, name, op, timeout_ms)
-        return self._enqueue_write(context, name, op, None, timeout_ms)
-
-    def _write_now(
-        self,
-        context: _PartitionContext,
-        name: str,
-        op: Callable[[S], CoordinatorResult[T]],
-        timeout_ms: int | None,
-    ) -> WriteDone[T] | asyncio.Future[T]:
-        """Run a write on an idle partition now (see run_when_idle). One whose result needs
-        nothing more than its answer, with nothing pending before it (a heartbeat), is
-        answered without the event and the outcome the others go through."""
-        context.running = True
-        context.inline = True
-        try:
-            self._observer.event_queued(0.0)
-            try:
-                result = op(cast(S, context.shard))
-            except ApiError as error:
-                return WriteDone(None, error)
-            except Exception as error:
-                self._log.exception("partition=%d write %s failed", context.partition, name)
-                return WriteDone(None, UnknownServerError(f"{name} failed: {error!r}"))
-            if (
-                not result.records
-                and result.encoded is None
-                and not result.updates
-                and not result.park
-                and not result.completions
-            ):
-                batch = context.open_batch
-                pending_end = context.last_written_offset if batch is None else batch.next_offset
-                if pending_end <= context.last_committed_offset:
-                    return WriteDone(result.response, None)
-            outcome = _InlineOutcome()
-            timeout = self._config.write_timeout_ms if timeout_ms is None else timeout_ms
-            event = _WriteEvent(name, op, outcome, timeout)
-            try:
-                self._apply_result(context, event, result)
-            except Exception as error:
-                self._log.exception("partition=%d write %s failed", context.partition, name)
-                event.fail(UnknownServerError(f"internal error: {error!r}"))
-        finally:
-            context.running = False
-            context.inline = False
-        if outcome.finished:
-            return WriteDone(outcome.response, outcome.error)
-        # Waiting for the log: from here on its caller waits on a future.
-        return outcome.attach(context.loop)
-
     def _enqueue_write(
         self,
         context: _PartitionContext,
         name: str,
         op: Callable[[S], CoordinatorResult[T]],
-        future: asyncio.Future[T] | None,
         timeout_ms: int | None,
-    ) -> WriteDone[T] | asyncio.Future[T]:
-        """Run or queue the write; with `future` None (a write `write` did not run at once),
-        its caller gets a new future."""
+        future: asyncio.Future[T] | None,
+    ) -> WriteOutcome[T]:
+        """Queue the write, or run it at once if the partition is idle; with `future` None
+        (a write `write` could not run at once), its caller gets a new future."""
         partition = context.partition
         refusal: ApiError | None = None
         queue = context.queue
@@ -796,13 +772,13 @@ class CoordinatorRuntime(Generic[S]):
             )
         if refusal is not None:
             if future is None:
-                return WriteDone(None, refusal)
+                return WriteOutcome(None, refusal)
             future.set_exception(refusal)
-            return future
+            return WriteOutcome(None, None, future)
         if future is None:
             future = context.loop.create_future()
         timeout = self._config.write_timeout_ms if timeout_ms is None else timeout_ms
-        event = _WriteEvent(name, op, future, timeout)
+        event = _WriteEvent(name, op, timeout, future)
         if not queue and not context.running and self._config.run_when_idle:
             # Nothing queued and nothing running: the drain task would run this event next
             # anyway, so run it now and spare the queue, the wake-up and a loop iteration. A
@@ -812,43 +788,11 @@ class CoordinatorRuntime(Generic[S]):
                 self._run_event(context, event)
             finally:
                 context.inline = False
-            return future
+            return event
         event.queued_at = time.perf_counter()
         queue.append(event)
-        wakeup = context.wakeup
-        if wakeup is not None:
-            context.wakeup = None
-            if not wakeup.done():
-                wakeup.set_result(None)
-        return future
-
-    def schedule_parkable_write(
-        self,
-        name: str,
-        partition: int,
-        op: Callable[[S, ResponseHandle], CoordinatorResult[T]],
-        *,
-        timeout_ms: int | None = None,
-    ) -> asyncio.Future[T]:
-        """Like `schedule_write`, for an operation that may park its caller.
-
-        `op` also gets the caller's ResponseHandle. When its result says `park`, the future
-        is completed later, by the completion of that handle in another operation's result
-        (or fails with NOT_COORDINATOR when the partition unloads, or with the append's
-        error when the records of the operation that parked it fail).
-        """
-        context = self._contexts.get(partition)
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        if context is None or context.state is not CoordinatorState.ACTIVE:
-            future.set_exception(self._not_active_error(partition, context))
-            return future
-        handle = ResponseHandle(_ParkedCaller(future, context.parked_callers))
-        future.add_done_callback(lambda _: context.parked_callers.discard(_ParkedCaller.of(handle)))
-        outcome = self._enqueue_write(
-            context, name, lambda shard: op(shard, handle), future, timeout_ms
-        )
-        assert outcome is future
-        return future
+        self._wake(context)
+        return event
 
     def schedule_read(
         self, name: str, partition: int, op: Callable[[S, int], T]
@@ -957,32 +901,75 @@ class CoordinatorRuntime(Generic[S]):
 
     # Writes.
 
-    def _run_write(self, context: _PartitionContext, event: _WriteEvent) -> None:
-        queued_at = event.queued_at
-        self._observer.event_queued(time.perf_counter() - queued_at if queued_at else 0.0)
-        future = event.future
-        if future.done():
-            # The caller gave up before the operation ran.
-            return
-        if context.state is not CoordinatorState.ACTIVE:
-            future.set_exception(self._not_active_error(context.partition, context))
-            return
+    def _run_write(
+        self,
+        context: _PartitionContext,
+        event: _WriteEvent | None,
+        name: str,
+        op: Callable[[Any], CoordinatorResult[Any]],
+        timeout_ms: int | None,
+    ) -> WriteOutcome[Any]:
+        """Run a write operation and carry out its result: the path of every write.
+
+        `event` is the write as it was queued (or run at once from `_enqueue_write`), with
+        its caller's future; None for a write `write` runs at once on an idle partition,
+        which gets an event only if it needs more than its answer, and a future only if it
+        must wait for the log. The caller's outcome is returned.
+        """
+        if event is None:
+            self._observer.event_queued(0.0)
+        else:
+            queued_at = event.queued_at
+            self._observer.event_queued(time.perf_counter() - queued_at if queued_at else 0.0)
+            if event.done():
+                # The caller gave up before the operation ran.
+                return event
+            if context.state is not CoordinatorState.ACTIVE:
+                event.reject(self._not_active_error(context.partition, context))
+                return event
         try:
-            result = event.op(context.shard)
+            result = op(context.shard)
         except ApiError as error:
-            future.set_exception(error)
-            return
+            return self._refuse(event, error)
         except Exception as error:
-            self._log.exception("partition=%d write %s failed", context.partition, event.name)
-            future.set_exception(UnknownServerError(f"{event.name} failed: {error!r}"))
-            return
-        self._apply_result(context, event, result)
+            self._log.exception("partition=%d write %s failed", context.partition, name)
+            return self._refuse(event, UnknownServerError(f"{name} failed: {error!r}"))
+        if event is None:
+            if (
+                not result.records
+                and result.encoded is None
+                and not result.updates
+                and not result.park
+                and not result.completions
+            ):
+                # Nothing but its answer, and nothing pending before it (a heartbeat):
+                # answered without an event or a future.
+                batch = context.open_batch
+                pending_end = context.last_written_offset if batch is None else batch.next_offset
+                if pending_end <= context.last_committed_offset:
+                    return WriteOutcome(result.response)
+            timeout = self._config.write_timeout_ms if timeout_ms is None else timeout_ms
+            event = _WriteEvent(name, op, timeout)
+        try:
+            self._apply_result(context, event, result)
+        except Exception as error:
+            self._log.exception("partition=%d write %s failed", context.partition, name)
+            event.fail(UnknownServerError(f"internal error: {error!r}"))
+        # Waiting for the log: from here on its caller waits on a future.
+        event.wait_on(context.loop)
+        return event
+
+    @staticmethod
+    def _refuse(event: _WriteEvent | None, error: BaseException) -> WriteOutcome[Any]:
+        if event is None:
+            return WriteOutcome(None, error)
+        event.reject(error)
+        return event
 
     def _apply_result(
         self, context: _PartitionContext, event: _WriteEvent, result: CoordinatorResult[Any]
     ) -> None:
         """Carry out what a write operation returned: its records, updates and answer."""
-        future = event.future
         shard = cast(CoordinatorShard, context.shard)
         try:
             encoded = result.encoded
@@ -999,11 +986,11 @@ class CoordinatorRuntime(Generic[S]):
                 raw = ()
                 replay = None
         except ApiError as error:
-            future.set_exception(error)
+            event.reject(error)
             return
         except Exception as error:
             self._log.exception("partition=%d write %s failed", context.partition, event.name)
-            future.set_exception(UnknownServerError(f"{event.name} failed: {error!r}"))
+            event.reject(UnknownServerError(f"{event.name} failed: {error!r}"))
             return
         event.response = result.response
         event.park = result.park
@@ -1646,5 +1633,4 @@ __all__ = [
     "CoordinatorState",
     "IllegalStateError",
     "PartitionStats",
-    "WriteDone",
 ]

@@ -27,11 +27,13 @@ from coordinator_server.runtime.api import (
     CoordinatorResult,
     DecodingReplay,
     EncodedRecords,
+    ResponseHandle,
     ShardContext,
 )
 from coordinator_server.runtime.batch import BATCH_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES
 from coordinator_server.runtime.clock import ManualClock
 from coordinator_server.runtime.config import RuntimeConfig
+from coordinator_server.runtime.events import WriteOutcome
 from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.storage.memory import InMemoryLog
 from coordinator_server.timeline import TimelineDict
@@ -180,6 +182,18 @@ def get_committed(key: str) -> Callable[[KeyValueShard, int], int | None]:
     return op
 
 
+def as_future(outcome: WriteOutcome[Any]) -> asyncio.Future[Any]:
+    """A write's outcome as a future (done already when the write is over)."""
+    if outcome.future is not None:
+        return outcome.future
+    future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    if outcome.error is None:
+        future.set_result(outcome.response)
+    else:
+        future.set_exception(outcome.error)
+    return future
+
+
 async def settle(rounds: int = 50) -> None:
     """Let the loop run the runtime's tasks (drain, append, load) to quiescence."""
     for _ in range(rounds):
@@ -235,6 +249,14 @@ class Harness:
 
     def put(self, partition: int, key: str, value: int, **kwargs: Any) -> asyncio.Future[Any]:
         return self.write(partition, put(key, value), **kwargs)
+
+    def parkable_write(
+        self, name: str, partition: int, op: Callable[[KeyValueShard, ResponseHandle], Any]
+    ) -> asyncio.Future[Any]:
+        """A write that may park its caller, answered as a future."""
+        future = as_future(self.runtime.parkable_write(name, partition, op))
+        self._written.append(future)
+        return future
 
     async def read(self, partition: int, key: str) -> int | None:
         value: int | None = await self.runtime.schedule_read(
