@@ -87,7 +87,14 @@ from coordinator_server.runtime.batch import (
 )
 from coordinator_server.runtime.clock import Cancellable, RuntimeClock
 from coordinator_server.runtime.config import RUNTIME_DEFAULTS, RuntimeConfig
-from coordinator_server.runtime.events import WriteOutcome
+from coordinator_server.runtime.events import (
+    BarrierEvent,
+    CoordinatorEvent,
+    FlushEvent,
+    ParkedCaller,
+    WriteEvent,
+    WriteOutcome,
+)
 from coordinator_server.runtime.observer import NoObserver, RuntimeObserver
 from coordinator_server.runtime.timer import PartitionTimer
 from coordinator_server.storage.api import (
@@ -103,7 +110,6 @@ from protocol.errors import (
     CoordinatorNotAvailableError,
     MessageTooLargeError,
     NotCoordinatorError,
-    RequestTimedOutError,
     UnknownServerError,
 )
 
@@ -179,209 +185,6 @@ class PartitionStats:
     timers: int
 
 
-class _WriteEvent(WriteOutcome[Any]):
-    """A write operation on its way: queued, running, then parked until the log commits
-    its records; and its caller's outcome all along.
-
-    A queued write gets its caller's future when it is queued. One run at once gets none
-    unless it must wait: until then its answer is kept in the outcome's own fields
-    (`answered`), and the runtime attaches a future only when the write parks.
-    """
-
-    __slots__ = (
-        "answered",
-        "completions",
-        "deadline_ms",
-        "name",
-        "offset",
-        "on_failure",
-        "op",
-        "park",
-        "queued_at",
-        "settled",
-        "timeout_handle",
-        "timeout_ms",
-    )
-
-    def __init__(
-        self,
-        name: str,
-        op: Callable[[Any], CoordinatorResult[Any]],
-        timeout_ms: int,
-        future: asyncio.Future[Any] | None = None,
-    ) -> None:
-        self.response = None
-        self.error = None
-        self.future = future
-        # Answered while it had no future yet: `response` or `error` is the answer.
-        self.answered = False
-        self.name = name
-        self.op = op
-        self.timeout_ms = timeout_ms
-        # Set when the event waits in the queue; one run at once waited for nothing.
-        self.queued_at = 0.0
-        # The offset the log's high watermark must reach for the write to be committed.
-        self.offset = 0
-        self.deadline_ms = 0
-        # Set only for a timeout other than the default (see DeferredEventCollection).
-        self.timeout_handle: Cancellable | None = None
-        # From the operation's result: whether its caller waits for a later completion,
-        # the parked callers it answers, and what to run if its append fails.
-        self.park = False
-        self.completions: Sequence[tuple[ResponseHandle, object]] = ()
-        self.on_failure: TimeoutOperation | None = None
-        # Committed (or failed): nothing more to wait for, even if the caller stays parked.
-        self.settled = False
-
-    def run(self, runtime: CoordinatorRuntime[Any], context: _PartitionContext) -> None:
-        runtime._run_write(context, self, self.name, self.op, self.timeout_ms)
-
-    def done(self) -> bool:
-        """The caller has its answer."""
-        future = self.future
-        return self.answered if future is None else future.done()
-
-    @property
-    def finished(self) -> bool:
-        """Nothing more to do for this write: settled, or its caller answered."""
-        return self.settled or self.done()
-
-    def resolve(self, response: Any) -> None:
-        """Answer the caller with `response`, unless it has its answer already."""
-        future = self.future
-        if future is None:
-            if not self.answered:
-                self.answered = True
-                self.response = response
-        elif not future.done():
-            future.set_result(response)
-
-    def reject(self, error: BaseException) -> None:
-        """Answer the caller with `error`, unless it has its answer already."""
-        future = self.future
-        if future is None:
-            if not self.answered:
-                self.answered = True
-                self.error = error
-        elif not future.done():
-            future.set_exception(error)
-
-    def wait_on(self, loop: asyncio.AbstractEventLoop) -> None:
-        """A write run at once that was not answered waits for the log: from here on its
-        caller waits on a future."""
-        if self.future is None and not self.answered:
-            self.future = loop.create_future()
-
-    def complete(self) -> None:
-        """The write's records are committed (or it had none to wait for)."""
-        self.settled = True
-        handle = self.timeout_handle
-        if handle is not None:
-            self.timeout_handle = None
-            handle.cancel()
-        if not self.park:
-            self.resolve(self.response)
-        if self.completions:
-            deliver_completions(self.completions)
-
-    def fail(self, error: BaseException) -> None:
-        """The write failed: its caller and the parked callers it would have answered get
-        `error`."""
-        self.settled = True
-        handle = self.timeout_handle
-        if handle is not None:
-            self.timeout_handle = None
-            handle.cancel()
-        self.reject(error)
-        for parked, _ in self.completions:
-            _ParkedCaller.of(parked).fail(error)
-
-    def expire(self) -> None:
-        """The write timeout passed while the write was parked.
-
-        The records stay where they are: the append may still land or fail later, and only
-        the caller stops waiting. A parked caller's own wait is not bounded by the write
-        timeout (a JoinGroup may wait a whole rebalance timeout), only its commit.
-        """
-        self.timeout_handle = None
-        if not self.settled and not self.done():
-            self.reject(RequestTimedOutError(f"{self.name} timed out after {self.timeout_ms}ms"))
-
-
-class _ParkedCaller:
-    """The caller behind a ResponseHandle: a future and the partition that parked it."""
-
-    __slots__ = ("future", "parked")
-
-    def __init__(self, future: asyncio.Future[Any], parked: set[_ParkedCaller]) -> None:
-        self.future = future
-        self.parked = parked
-        parked.add(self)
-
-    @staticmethod
-    def of(handle: ResponseHandle) -> _ParkedCaller:
-        sink = handle.sink
-        assert isinstance(sink, _ParkedCaller), f"not a runtime handle: {handle!r}"
-        return sink
-
-    def complete(self, response: object) -> None:
-        self.parked.discard(self)
-        if self.future.done():
-            return
-        if isinstance(response, BaseException):
-            self.future.set_exception(response)
-        else:
-            self.future.set_result(response)
-
-    def fail(self, error: BaseException) -> None:
-        self.complete(error)
-
-
-def deliver_completions(completions: Sequence[tuple[ResponseHandle, object]]) -> None:
-    for handle, response in completions:
-        _ParkedCaller.of(handle).complete(response)
-
-
-class _FlushEvent:
-    """Flushes the batch that was open when it was queued (adaptive linger)."""
-
-    __slots__ = ("batch_epoch",)
-
-    def __init__(self, batch_epoch: int) -> None:
-        self.batch_epoch = batch_epoch
-
-    def run(self, runtime: CoordinatorRuntime[Any], context: _PartitionContext) -> None:
-        batch = context.open_batch
-        # The batch may be gone already (sealed when full, or failed); a newer batch has
-        # its own flush event further back in the queue.
-        if batch is not None and batch.epoch == self.batch_epoch:
-            runtime._flush(context)
-
-    def fail(self, error: BaseException) -> None:
-        """Nothing waits on a flush."""
-
-
-class _BarrierEvent:
-    """Completes its future once every event queued before it has run."""
-
-    __slots__ = ("future",)
-
-    def __init__(self, future: asyncio.Future[None]) -> None:
-        self.future = future
-
-    def run(self, runtime: CoordinatorRuntime[Any], context: _PartitionContext) -> None:
-        if not self.future.done():
-            self.future.set_result(None)
-
-    def fail(self, error: BaseException) -> None:
-        # A partition that goes away has nothing left to wait for.
-        if not self.future.done():
-            self.future.set_result(None)
-
-
-_Event = _WriteEvent | _FlushEvent | _BarrierEvent
-
-
 class _PartitionContext:
     """Everything the runtime holds for one partition."""
 
@@ -436,7 +239,7 @@ class _PartitionContext:
         self.shard: CoordinatorShard | None = None
         self.registry: SnapshotRegistry | None = None
         self.timer: PartitionTimer | None = None
-        self.queue: deque[_Event] = deque()
+        self.queue: deque[CoordinatorEvent] = deque()
         # An event is running: one scheduled meanwhile (a follow-up) must wait its turn.
         self.running = False
         # The running event was not queued: it runs from the scheduler's own call.
@@ -456,13 +259,13 @@ class _PartitionContext:
         self.batch_ends: deque[int] = deque()
         # Parked writes in offset order: offsets never decrease along the deque, because
         # operations run one at a time and a revert drops everything above its offset.
-        self.deferred: deque[_WriteEvent] = deque()
+        self.deferred: deque[WriteEvent] = deque()
         # Parked writes with the default timeout, oldest deadline first.
-        self.expiries: deque[_WriteEvent] = deque()
+        self.expiries: deque[WriteEvent] = deque()
         self.expiry_handle: Cancellable | None = None
         self.state_waiters: list[asyncio.Future[None]] = []
         # Callers of parkable writes still waiting for a completion.
-        self.parked_callers: set[_ParkedCaller] = set()
+        self.parked_callers: set[ParkedCaller] = set()
         self.batches_appended = 0
         self.records_appended = 0
         self.bytes_appended = 0
@@ -637,7 +440,7 @@ class CoordinatorRuntime(Generic[S]):
         for context in self._contexts.values():
             if context.state is CoordinatorState.ACTIVE:
                 barrier: asyncio.Future[None] = loop.create_future()
-                context.queue.append(_BarrierEvent(barrier))
+                context.queue.append(BarrierEvent(barrier))
                 self._wake(context)
                 barriers.append(barrier)
         if barriers:
@@ -725,8 +528,8 @@ class CoordinatorRuntime(Generic[S]):
             return WriteOutcome(None, self._not_active_error(partition, context))
         future: asyncio.Future[T] = context.loop.create_future()
         parked_callers = context.parked_callers
-        handle = ResponseHandle(_ParkedCaller(future, parked_callers))
-        future.add_done_callback(lambda _: parked_callers.discard(_ParkedCaller.of(handle)))
+        handle = ResponseHandle(ParkedCaller(future, parked_callers))
+        future.add_done_callback(lambda _: parked_callers.discard(ParkedCaller.of(handle)))
         return self._enqueue_write(
             context, name, lambda shard: op(shard, handle), timeout_ms, future
         )
@@ -778,7 +581,7 @@ class CoordinatorRuntime(Generic[S]):
         if future is None:
             future = context.loop.create_future()
         timeout = self._config.write_timeout_ms if timeout_ms is None else timeout_ms
-        event = _WriteEvent(name, op, timeout, future)
+        event = WriteEvent(name, op, timeout, future)
         if not queue and not context.running and self._config.run_when_idle:
             # Nothing queued and nothing running: the drain task would run this event next
             # anyway, so run it now and spare the queue, the wake-up and a loop iteration. A
@@ -882,10 +685,16 @@ class CoordinatorRuntime(Generic[S]):
             else:
                 await asyncio.sleep(0)
 
-    def _run_event(self, context: _PartitionContext, event: _Event) -> None:
+    def _run_event(self, context: _PartitionContext, event: CoordinatorEvent) -> None:
+        """Run one event of the partition's queue: the runtime dispatches on its type."""
         context.running = True
         try:
-            event.run(self, context)
+            if isinstance(event, WriteEvent):
+                self._run_write(context, event, event.name, event.op, event.timeout_ms)
+            elif isinstance(event, FlushEvent):
+                self._flush_batch(context, event.batch_epoch)
+            else:
+                event.release()
         except Exception as error:
             self._log.exception("partition=%d event %r failed", context.partition, event)
             event.fail(UnknownServerError(f"internal error: {error!r}"))
@@ -904,7 +713,7 @@ class CoordinatorRuntime(Generic[S]):
     def _run_write(
         self,
         context: _PartitionContext,
-        event: _WriteEvent | None,
+        event: WriteEvent | None,
         name: str,
         op: Callable[[Any], CoordinatorResult[Any]],
         timeout_ms: int | None,
@@ -949,7 +758,7 @@ class CoordinatorRuntime(Generic[S]):
                 if pending_end <= context.last_committed_offset:
                     return WriteOutcome(result.response)
             timeout = self._config.write_timeout_ms if timeout_ms is None else timeout_ms
-            event = _WriteEvent(name, op, timeout)
+            event = WriteEvent(name, op, timeout)
         try:
             self._apply_result(context, event, result)
         except Exception as error:
@@ -960,14 +769,14 @@ class CoordinatorRuntime(Generic[S]):
         return event
 
     @staticmethod
-    def _refuse(event: _WriteEvent | None, error: BaseException) -> WriteOutcome[Any]:
+    def _refuse(event: WriteEvent | None, error: BaseException) -> WriteOutcome[Any]:
         if event is None:
             return WriteOutcome(None, error)
         event.reject(error)
         return event
 
     def _apply_result(
-        self, context: _PartitionContext, event: _WriteEvent, result: CoordinatorResult[Any]
+        self, context: _PartitionContext, event: WriteEvent, result: CoordinatorResult[Any]
     ) -> None:
         """Carry out what a write operation returned: its records, updates and answer."""
         shard = cast(CoordinatorShard, context.shard)
@@ -1016,7 +825,7 @@ class CoordinatorRuntime(Generic[S]):
         )
 
     def _apply_updates(
-        self, context: _PartitionContext, event: _WriteEvent, updates: Sequence[object]
+        self, context: _PartitionContext, event: WriteEvent, updates: Sequence[object]
     ) -> bool:
         """Apply a result's in-memory updates; False (and the partition reloads) if the
         shard rejects one, since such a bug leaves the state unknown."""
@@ -1042,7 +851,7 @@ class CoordinatorRuntime(Generic[S]):
     def _append_records(
         self,
         context: _PartitionContext,
-        event: _WriteEvent,
+        event: WriteEvent,
         raw: Sequence[RawRecord],
         replay: EncodedReplay | None,
         atomic: bool,
@@ -1132,7 +941,7 @@ class CoordinatorRuntime(Generic[S]):
         elif self._config.append_linger_ms == 0:
             self._flush(context)
 
-    def _park(self, context: _PartitionContext, event: _WriteEvent, offset: int) -> None:
+    def _park(self, context: _PartitionContext, event: WriteEvent, offset: int) -> None:
         event.offset = offset
         context.deferred.append(event)
         timeout_ms = event.timeout_ms
@@ -1204,7 +1013,7 @@ class CoordinatorRuntime(Generic[S]):
     def _queue_flush(self, context: _PartitionContext, batch_epoch: int) -> None:
         if context.closed:
             return
-        event = _FlushEvent(batch_epoch)
+        event = FlushEvent(batch_epoch)
         if not context.queue and not context.running and self._config.run_when_idle:
             # Nothing queued: the drain task would run the flush next, so run it now and
             # spare the wake-up (as _enqueue_write does for writes).
@@ -1216,6 +1025,14 @@ class CoordinatorRuntime(Generic[S]):
     def _on_linger_expired(self, context: _PartitionContext, batch: CoordinatorBatch) -> None:
         if context.open_batch is batch:
             batch.linger_handle = None
+            self._flush(context)
+
+    def _flush_batch(self, context: _PartitionContext, batch_epoch: int) -> None:
+        """A flush event's turn: flush the batch it was queued for, if it is still open."""
+        batch = context.open_batch
+        # The batch may be gone already (sealed when full, or failed); a newer batch has
+        # its own flush event further back in the queue.
+        if batch is not None and batch.epoch == batch_epoch:
             self._flush(context)
 
     def _flush(self, context: _PartitionContext) -> None:
@@ -1412,7 +1229,7 @@ class CoordinatorRuntime(Generic[S]):
         self, context: _PartitionContext, offset: int, error: BaseException
     ) -> None:
         deferred = context.deferred
-        failed: list[_WriteEvent] = []
+        failed: list[WriteEvent] = []
         while deferred and deferred[-1].offset > offset:
             failed.append(deferred.pop())
         for event in reversed(failed):
