@@ -87,6 +87,7 @@ from coordinator_server.runtime.batch import (
 )
 from coordinator_server.runtime.clock import Cancellable, RuntimeClock
 from coordinator_server.runtime.config import RUNTIME_DEFAULTS, RuntimeConfig
+from coordinator_server.runtime.event_processor import EventProcessor, EventQueue
 from coordinator_server.runtime.events import (
     BarrierEvent,
     CoordinatorEvent,
@@ -127,11 +128,6 @@ def _replay_each(shard: CoordinatorShard, records: Sequence[CoordinatorRecord]) 
             shard.replay(offset + index - start, records[index])
 
     return replay
-
-
-# The drain task yields to the loop after this many events, so that one busy partition
-# cannot hold up the others, the connections and the append completions for long.
-_EVENTS_PER_SLICE = 256
 
 
 class CoordinatorState(Enum):
@@ -195,16 +191,13 @@ class _PartitionContext:
         "batch_epoch",
         "batches_appended",
         "bytes_appended",
-        "closed",
         "deferred",
-        "drain_task",
         "epoch",
         "expiries",
         "expiry_handle",
         "failing_since_ms",
         "generation",
         "inflight",
-        "inline",
         "last_batch_bytes",
         "last_batch_records",
         "last_committed_offset",
@@ -217,16 +210,19 @@ class _PartitionContext:
         "queue",
         "records_appended",
         "registry",
-        "running",
         "sealed",
         "shard",
         "state",
         "state_waiters",
         "timer",
-        "wakeup",
     )
 
-    def __init__(self, partition: int, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        partition: int,
+        loop: asyncio.AbstractEventLoop,
+        open_queue: Callable[[_PartitionContext], EventQueue[CoordinatorEvent]],
+    ) -> None:
         self.partition = partition
         # Kept because asyncio.get_running_loop() costs a getpid() system call each time,
         # and writes need the loop on their busiest paths.
@@ -239,14 +235,6 @@ class _PartitionContext:
         self.shard: CoordinatorShard | None = None
         self.registry: SnapshotRegistry | None = None
         self.timer: PartitionTimer | None = None
-        self.queue: deque[CoordinatorEvent] = deque()
-        # An event is running: one scheduled meanwhile (a follow-up) must wait its turn.
-        self.running = False
-        # The running event was not queued: it runs from the scheduler's own call.
-        self.inline = False
-        self.wakeup: asyncio.Future[None] | None = None
-        self.drain_task: asyncio.Task[None] | None = None
-        self.closed = False
         self.load_task: asyncio.Task[None] | None = None
         self.last_written_offset = 0
         self.last_committed_offset = 0
@@ -274,6 +262,7 @@ class _PartitionContext:
         self.append_failures = 0
         # When the appends started failing, every one since (None: the last one worked).
         self.failing_since_ms: int | None = None
+        self.queue = open_queue(self)
 
 
 class CoordinatorRuntime(Generic[S]):
@@ -289,6 +278,7 @@ class CoordinatorRuntime(Generic[S]):
         config: RuntimeConfig = RUNTIME_DEFAULTS,
         logger: logging.Logger | None = None,
         observer: RuntimeObserver | None = None,
+        event_processor: type[EventProcessor[CoordinatorEvent]] = EventProcessor,
     ) -> None:
         self._shard_builder = shard_builder
         self._writer = writer
@@ -297,6 +287,9 @@ class CoordinatorRuntime(Generic[S]):
         self._config = config
         self._log = logger or logging.getLogger(__name__)
         self._observer: RuntimeObserver = observer or NoObserver()
+        self._processor = event_processor(
+            run_when_idle=config.run_when_idle, max_queued_events=config.max_queued_events
+        )
         self._contexts: dict[int, _PartitionContext] = {}
         self._closing = False
         self._closed = False
@@ -314,6 +307,10 @@ class CoordinatorRuntime(Generic[S]):
     def clock(self) -> RuntimeClock:
         return self._clock
 
+    @property
+    def event_processor(self) -> EventProcessor[CoordinatorEvent]:
+        return self._processor
+
     # Lifecycle.
 
     def schedule_load(self, partition: int, epoch: int) -> None:
@@ -329,11 +326,8 @@ class CoordinatorRuntime(Generic[S]):
             raise NotCoordinatorError("the coordinator runtime is closed")
         context = self._contexts.get(partition)
         if context is None:
-            context = _PartitionContext(partition, asyncio.get_running_loop())
+            context = _PartitionContext(partition, asyncio.get_running_loop(), self._open_queue)
             self._contexts[partition] = context
-            context.drain_task = context.loop.create_task(
-                self._drain(context), name=f"coordinator-partition-{partition}"
-            )
         if epoch <= context.epoch:
             self._log.info(
                 "partition=%d load with epoch %d ignored: the current epoch is %d",
@@ -440,8 +434,7 @@ class CoordinatorRuntime(Generic[S]):
         for context in self._contexts.values():
             if context.state is CoordinatorState.ACTIVE:
                 barrier: asyncio.Future[None] = loop.create_future()
-                context.queue.append(BarrierEvent(barrier))
-                self._wake(context)
+                self._processor.enqueue(context.queue, BarrierEvent(barrier))
                 barriers.append(barrier)
         if barriers:
             await asyncio.gather(*barriers)
@@ -453,10 +446,9 @@ class CoordinatorRuntime(Generic[S]):
         pending = [future for future in parked if not future.done()]
         if pending:
             await asyncio.wait(pending)
-        tasks = [c.drain_task for c in self._contexts.values() if c.drain_task is not None]
+        queues = [context.queue for context in self._contexts.values()]
         self.close()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await self._processor.wait_closed(queues)
 
     def close(self) -> None:
         """Unload every partition now, failing whatever waits with NOT_COORDINATOR."""
@@ -490,21 +482,13 @@ class CoordinatorRuntime(Generic[S]):
         context = self._contexts.get(partition)
         if context is None or context.state is not CoordinatorState.ACTIVE:
             return WriteOutcome(None, self._not_active_error(partition, context))
-        if (
-            not context.queue
-            and not context.running
-            and self._config.run_when_idle
-            and not self._closing
-        ):
-            # Nothing queued and nothing running: the drain task would run this write next
-            # anyway, so it runs now (see run_when_idle).
-            context.running = True
-            context.inline = True
+        queue = context.queue
+        processor = self._processor
+        if not self._closing and processor.claim(queue):
             try:
                 return self._run_write(context, None, name, op, timeout_ms)
             finally:
-                context.running = False
-                context.inline = False
+                processor.release(queue)
         return self._enqueue_write(context, name, op, timeout_ms, None)
 
     def parkable_write(
@@ -564,14 +548,14 @@ class CoordinatorRuntime(Generic[S]):
     ) -> WriteOutcome[T]:
         """Queue the write, or run it at once if the partition is idle; with `future` None
         (a write `write` could not run at once), its caller gets a new future."""
-        partition = context.partition
-        refusal: ApiError | None = None
+        processor = self._processor
         queue = context.queue
+        refusal: ApiError | None = None
         if self._closing:
             refusal = CoordinatorNotAvailableError("the coordinator is shutting down")
-        elif len(queue) >= self._config.max_queued_events:
+        elif processor.full(queue):
             refusal = CoordinatorNotAvailableError(
-                f"partition {partition} has {len(queue)} events queued already"
+                f"partition {context.partition} has {len(queue)} events queued already"
             )
         if refusal is not None:
             if future is None:
@@ -582,19 +566,9 @@ class CoordinatorRuntime(Generic[S]):
             future = context.loop.create_future()
         timeout = self._config.write_timeout_ms if timeout_ms is None else timeout_ms
         event = WriteEvent(name, op, timeout, future)
-        if not queue and not context.running and self._config.run_when_idle:
-            # Nothing queued and nothing running: the drain task would run this event next
-            # anyway, so run it now and spare the queue, the wake-up and a loop iteration. A
-            # write that needs no append then completes before this returns.
-            context.inline = True
-            try:
-                self._run_event(context, event)
-            finally:
-                context.inline = False
-            return event
-        event.queued_at = time.perf_counter()
-        queue.append(event)
-        self._wake(context)
+        if not processor.run_now(queue, event):
+            event.queued_at = time.perf_counter()
+            processor.enqueue(queue, event)
         return event
 
     def schedule_read(
@@ -667,27 +641,16 @@ class CoordinatorRuntime(Generic[S]):
         context = self._contexts.get(partition)
         return 0 if context is None else len(context.queue)
 
-    # The drain loop.
+    # Events.
 
-    async def _drain(self, context: _PartitionContext) -> None:
-        queue = context.queue
-        loop = asyncio.get_running_loop()
-        while not context.closed:
-            if not queue:
-                wakeup = loop.create_future()
-                context.wakeup = wakeup
-                await wakeup
-                continue
-            for _ in range(_EVENTS_PER_SLICE):
-                if not queue or context.closed:
-                    break
-                self._run_event(context, queue.popleft())
-            else:
-                await asyncio.sleep(0)
+    def _open_queue(self, context: _PartitionContext) -> EventQueue[CoordinatorEvent]:
+        return self._processor.open(
+            f"coordinator-partition-{context.partition}",
+            functools.partial(self._run_event, context),
+        )
 
     def _run_event(self, context: _PartitionContext, event: CoordinatorEvent) -> None:
-        """Run one event of the partition's queue: the runtime dispatches on its type."""
-        context.running = True
+        """Run one event of the partition's queue: what the event processor calls."""
         try:
             if isinstance(event, WriteEvent):
                 self._run_write(context, event, event.name, event.op, event.timeout_ms)
@@ -698,15 +661,6 @@ class CoordinatorRuntime(Generic[S]):
         except Exception as error:
             self._log.exception("partition=%d event %r failed", context.partition, event)
             event.fail(UnknownServerError(f"internal error: {error!r}"))
-        finally:
-            context.running = False
-
-    def _wake(self, context: _PartitionContext) -> None:
-        wakeup = context.wakeup
-        if wakeup is not None:
-            context.wakeup = None
-            if not wakeup.done():
-                wakeup.set_result(None)
 
     # Writes.
 
@@ -996,9 +950,9 @@ class CoordinatorRuntime(Generic[S]):
         cast(SnapshotRegistry, context.registry).set_epoch(batch.base_offset)
         linger_ms = self._config.append_linger_ms
         if linger_ms < 0:
-            if context.inline:
-                # Run outside the queue (see _enqueue_write): the writes that arrive in this
-                # turn of the event loop run inline too and join the batch; it flushes once
+            if context.queue.inline:
+                # Run outside the queue (the idle fast path): the writes that arrive in this
+                # turn of the event loop run at once too and join the batch; it flushes once
                 # they are done, when the flush event queued at the end of the turn runs.
                 context.loop.call_soon(self._queue_flush, context, batch.epoch)
             else:
@@ -1011,16 +965,11 @@ class CoordinatorRuntime(Generic[S]):
         return batch
 
     def _queue_flush(self, context: _PartitionContext, batch_epoch: int) -> None:
-        if context.closed:
+        queue = context.queue
+        if queue.closed:
             return
-        event = FlushEvent(batch_epoch)
-        if not context.queue and not context.running and self._config.run_when_idle:
-            # Nothing queued: the drain task would run the flush next, so run it now and
-            # spare the wake-up (as _enqueue_write does for writes).
-            self._run_event(context, event)
-            return
-        context.queue.append(event)
-        self._wake(context)
+        # Nothing queued: the flush runs next anyway, so it runs now (spares the wake-up).
+        self._processor.submit(queue, FlushEvent(batch_epoch))
 
     def _on_linger_expired(self, context: _PartitionContext, batch: CoordinatorBatch) -> None:
         if context.open_batch is batch:
@@ -1057,7 +1006,7 @@ class CoordinatorRuntime(Generic[S]):
         self._waiting_for_writer = {}
         for context in waiting.values():
             batch = context.open_batch
-            if not context.closed and batch is not None and batch.flush_due:
+            if not context.queue.closed and batch is not None and batch.flush_due:
                 self._flush(context)
 
     def _seal(self, context: _PartitionContext) -> None:
@@ -1387,11 +1336,8 @@ class CoordinatorRuntime(Generic[S]):
             # Always forget the context, or the partition could never load again.
             if self._contexts.get(context.partition) is context:
                 del self._contexts[context.partition]
-            context.closed = True
-            queue = context.queue
-            while queue:
-                queue.popleft().fail(error)
-            self._wake(context)
+            for event in self._processor.close(context.queue):
+                event.fail(error)
 
     def _unload_shard(self, context: _PartitionContext, error: BaseException) -> None:
         """Throw the shard away: timers, batches and parked writes go with it."""

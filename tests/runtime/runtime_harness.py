@@ -5,7 +5,8 @@
 `encoded=True`, as EncodedRecords whose replay sets runs of keys in one go. The log does
 not commit by itself (`auto_commit=False`): a test moves the high watermark with `commit`,
 so responses stay parked until it does. `settle` lets the event loop run until the runtime
-has nothing left to do that needs no clock or commit.
+has nothing left to do that needs no clock or commit. With `manual=True` the partitions'
+queued events run only when the test polls `processor`, one at a time.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from coordinator_server.runtime.api import (
 from coordinator_server.runtime.batch import BATCH_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES
 from coordinator_server.runtime.clock import ManualClock
 from coordinator_server.runtime.config import RuntimeConfig
+from coordinator_server.runtime.event_processor import EventProcessor, ManualEventProcessor
 from coordinator_server.runtime.events import WriteOutcome
 from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.storage.memory import InMemoryLog
@@ -207,6 +209,7 @@ class Harness:
         num_partitions: int = 3,
         config: RuntimeConfig | None = None,
         auto_commit: bool = False,
+        manual: bool = False,
     ) -> None:
         self.log = InMemoryLog(num_partitions, auto_commit=auto_commit)
         self.writer = self.log.writer
@@ -223,7 +226,10 @@ class Harness:
             loader=self.loader,
             clock=self.clock,
             config=self.config,
+            event_processor=ManualEventProcessor if manual else EventProcessor,
         )
+        # With `manual`, queued events run only when the test polls this processor.
+        self.processor = self.runtime.event_processor
 
     def _build(self, context: ShardContext) -> KeyValueShard:
         shard = KeyValueShard(context)
