@@ -85,8 +85,9 @@ from coordinator_server.runtime.batch import (
     CoordinatorBatch,
     record_sizes,
 )
-from coordinator_server.runtime.clock import Cancellable, RuntimeClock
+from coordinator_server.runtime.clock import RuntimeClock
 from coordinator_server.runtime.config import RUNTIME_DEFAULTS, RuntimeConfig
+from coordinator_server.runtime.deferred import DeferredEventCollection
 from coordinator_server.runtime.event_processor import EventProcessor, EventQueue
 from coordinator_server.runtime.events import (
     BarrierEvent,
@@ -193,8 +194,6 @@ class _PartitionContext:
         "bytes_appended",
         "deferred",
         "epoch",
-        "expiries",
-        "expiry_handle",
         "failing_since_ms",
         "generation",
         "inflight",
@@ -221,6 +220,7 @@ class _PartitionContext:
         self,
         partition: int,
         loop: asyncio.AbstractEventLoop,
+        deferred: DeferredEventCollection,
         open_queue: Callable[[_PartitionContext], EventQueue[CoordinatorEvent]],
     ) -> None:
         self.partition = partition
@@ -245,12 +245,8 @@ class _PartitionContext:
         self.batch_epoch = 0
         # End offsets of the sealed batches not committed yet, oldest first.
         self.batch_ends: deque[int] = deque()
-        # Parked writes in offset order: offsets never decrease along the deque, because
-        # operations run one at a time and a revert drops everything above its offset.
-        self.deferred: deque[WriteEvent] = deque()
-        # Parked writes with the default timeout, oldest deadline first.
-        self.expiries: deque[WriteEvent] = deque()
-        self.expiry_handle: Cancellable | None = None
+        # Writes waiting for the high watermark.
+        self.deferred = deferred
         self.state_waiters: list[asyncio.Future[None]] = []
         # Callers of parkable writes still waiting for a completion.
         self.parked_callers: set[ParkedCaller] = set()
@@ -326,7 +322,12 @@ class CoordinatorRuntime(Generic[S]):
             raise NotCoordinatorError("the coordinator runtime is closed")
         context = self._contexts.get(partition)
         if context is None:
-            context = _PartitionContext(partition, asyncio.get_running_loop(), self._open_queue)
+            context = _PartitionContext(
+                partition,
+                asyncio.get_running_loop(),
+                DeferredEventCollection(self._clock, self._config.write_timeout_ms),
+                self._open_queue,
+            )
             self._contexts[partition] = context
         if epoch <= context.epoch:
             self._log.info(
@@ -767,7 +768,7 @@ class CoordinatorRuntime(Generic[S]):
             if pending_end <= context.last_committed_offset:
                 event.complete()
             else:
-                self._park(context, event, pending_end)
+                context.deferred.add(event, pending_end)
             return
         self._append_records(
             context,
@@ -889,60 +890,11 @@ class CoordinatorRuntime(Generic[S]):
             event.fail(failure)
             self._fail_open_batch(context, failure)
             return
-        self._park(context, event, batch.next_offset)
+        context.deferred.add(event, batch.next_offset)
         if batch.size_bytes + RECORD_OVERHEAD_BYTES > max_bytes:
             self._seal(context)
         elif self._config.append_linger_ms == 0:
             self._flush(context)
-
-    def _park(self, context: _PartitionContext, event: WriteEvent, offset: int) -> None:
-        event.offset = offset
-        context.deferred.append(event)
-        timeout_ms = event.timeout_ms
-        if timeout_ms != self._config.write_timeout_ms:
-            event.timeout_handle = self._clock.call_later(timeout_ms, event.expire)
-            return
-        # Writes with the default timeout are parked in time order, so their deadlines come
-        # in order too: one clock callback per partition, armed for the oldest, serves them
-        # all (a callback per write would cost more than the rest of the write path).
-        event.deadline_ms = self._clock.now_ms() + timeout_ms
-        context.expiries.append(event)
-        if context.expiry_handle is None:
-            context.expiry_handle = self._clock.call_later(
-                timeout_ms, lambda: self._expire_parked(context)
-            )
-
-    def _expire_parked(self, context: _PartitionContext) -> None:
-        context.expiry_handle = None
-        now_ms = self._clock.now_ms()
-        expiries = context.expiries
-        while expiries:
-            event = expiries[0]
-            if not event.finished:
-                if event.deadline_ms > now_ms:
-                    context.expiry_handle = self._clock.call_later(
-                        event.deadline_ms - now_ms, lambda: self._expire_parked(context)
-                    )
-                    return
-                event.expire()
-            expiries.popleft()
-
-    def _forget_expiries(self, context: _PartitionContext, *, disarm: bool = False) -> None:
-        """Drop finished writes from both ends of the expiry queue.
-
-        An emptied queue keeps its clock callback armed (unless `disarm`, for an unload):
-        the next write parked within the timeout needs none of its own, and a callback that
-        finds the queue empty does nothing. Cancelling and arming one per batch cost as much
-        as the rest of the batch's bookkeeping.
-        """
-        expiries = context.expiries
-        while expiries and expiries[0].finished:
-            expiries.popleft()
-        while expiries and expiries[-1].finished:
-            expiries.pop()
-        if disarm and not expiries and context.expiry_handle is not None:
-            context.expiry_handle.cancel()
-            context.expiry_handle = None
 
     def _open_batch(self, context: _PartitionContext) -> CoordinatorBatch:
         context.batch_epoch += 1
@@ -1177,15 +1129,8 @@ class CoordinatorRuntime(Generic[S]):
     def _fail_parked_above(
         self, context: _PartitionContext, offset: int, error: BaseException
     ) -> None:
-        deferred = context.deferred
-        failed: list[WriteEvent] = []
-        while deferred and deferred[-1].offset > offset:
-            failed.append(deferred.pop())
-        for event in reversed(failed):
-            event.fail(error)
-        if context.expiries:
-            self._forget_expiries(context)
-        for event in reversed(failed):
+        failed = context.deferred.fail_above(offset, error)
+        for event in failed:
             on_failure = event.on_failure
             if on_failure is not None and context.state is CoordinatorState.ACTIVE:
                 self._schedule_follow_up(context, event.name, on_failure)
@@ -1230,11 +1175,7 @@ class CoordinatorRuntime(Generic[S]):
             return
         context.last_committed_offset = offset
         cast(SnapshotRegistry, context.registry).commit(offset)
-        deferred = context.deferred
-        while deferred and deferred[0].offset <= offset:
-            deferred.popleft().complete()
-        if context.expiries:
-            self._forget_expiries(context)
+        context.deferred.complete_up_to(offset)
 
     # Loading and unloading.
 
@@ -1355,10 +1296,7 @@ class CoordinatorRuntime(Generic[S]):
         context.sealed.clear()
         context.batch_ends.clear()
         context.inflight = None
-        deferred = context.deferred
-        while deferred:
-            deferred.popleft().fail(error)
-        self._forget_expiries(context, disarm=True)
+        context.deferred.fail_all(error)
         for parked in list(context.parked_callers):
             parked.fail(error)
         context.parked_callers.clear()
