@@ -26,7 +26,8 @@ from coordinator_server.request_limits import RequestLimits
 from coordinator_server.runtime.batch import BATCH_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES
 from coordinator_server.runtime.clock import RuntimeClock, SystemClock
 from coordinator_server.runtime.config import RuntimeConfig
-from coordinator_server.runtime.runtime import CoordinatorRuntime, CoordinatorState
+from coordinator_server.runtime.context import CoordinatorState
+from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.server.http import OperatorHttpServer, Probe
 from coordinator_server.server.listener import CoordinatorServer, ServerConfig, ServerState, bind
 from coordinator_server.service import GroupCoordinatorService, NodeAddress

@@ -63,10 +63,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from enum import Enum
 from typing import Any, Generic, TypeVar, cast
 
 from coordinator_server.records import CoordinatorRecord, encode_record
@@ -87,6 +84,11 @@ from coordinator_server.runtime.batch import (
 )
 from coordinator_server.runtime.clock import RuntimeClock
 from coordinator_server.runtime.config import RUNTIME_DEFAULTS, RuntimeConfig
+from coordinator_server.runtime.context import (
+    CoordinatorContext,
+    CoordinatorState,
+    PartitionStats,
+)
 from coordinator_server.runtime.deferred import DeferredEventCollection
 from coordinator_server.runtime.event_processor import EventProcessor, EventQueue
 from coordinator_server.runtime.events import (
@@ -108,7 +110,6 @@ from coordinator_server.storage.api import (
 from coordinator_server.timeline import SnapshotRegistry
 from protocol.errors import (
     ApiError,
-    CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
     MessageTooLargeError,
     NotCoordinatorError,
@@ -131,134 +132,10 @@ def _replay_each(shard: CoordinatorShard, records: Sequence[CoordinatorRecord]) 
     return replay
 
 
-class CoordinatorState(Enum):
-    """A partition context's lifecycle state (Kafka's `CoordinatorState`)."""
-
-    INITIAL = "INITIAL"
-    LOADING = "LOADING"
-    ACTIVE = "ACTIVE"
-    FAILED = "FAILED"
-    CLOSED = "CLOSED"
-
-    def can_transition_from(self, previous: CoordinatorState) -> bool:
-        return previous in _ALLOWED_PREVIOUS[self]
-
-
-_ALLOWED_PREVIOUS: dict[CoordinatorState, frozenset[CoordinatorState]] = {
-    CoordinatorState.INITIAL: frozenset(),
-    CoordinatorState.LOADING: frozenset({CoordinatorState.INITIAL, CoordinatorState.FAILED}),
-    CoordinatorState.ACTIVE: frozenset({CoordinatorState.LOADING, CoordinatorState.ACTIVE}),
-    CoordinatorState.FAILED: frozenset({CoordinatorState.LOADING, CoordinatorState.ACTIVE}),
-    CoordinatorState.CLOSED: frozenset(CoordinatorState),
-}
-
-
-class IllegalStateError(RuntimeError):
-    """A lifecycle transition that Kafka's state machine does not allow."""
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionStats:
-    """A partition's counters at one moment, for metrics and tests."""
-
-    partition: int
-    state: CoordinatorState
-    epoch: int
-    last_written_offset: int
-    last_committed_offset: int
-    queued_events: int
-    parked_operations: int
-    """Writes waiting for the high watermark (ones that timed out meanwhile included)."""
-    open_batch_records: int
-    open_batch_bytes: int
-    pending_batches: int
-    """Sealed batches, the one in flight included."""
-    batches_appended: int
-    records_appended: int
-    bytes_appended: int
-    last_batch_records: int
-    last_batch_bytes: int
-    append_failures: int
-    timers: int
-
-
-class _PartitionContext:
-    """Everything the runtime holds for one partition."""
-
-    __slots__ = (
-        "append_failures",
-        "append_future",
-        "batch_ends",
-        "batch_epoch",
-        "batches_appended",
-        "bytes_appended",
-        "deferred",
-        "epoch",
-        "failing_since_ms",
-        "generation",
-        "inflight",
-        "last_batch_bytes",
-        "last_batch_records",
-        "last_committed_offset",
-        "last_written_offset",
-        "load_task",
-        "loop",
-        "open_batch",
-        "parked_callers",
-        "partition",
-        "queue",
-        "records_appended",
-        "registry",
-        "sealed",
-        "shard",
-        "state",
-        "state_waiters",
-        "timer",
-    )
-
-    def __init__(
-        self,
-        partition: int,
-        loop: asyncio.AbstractEventLoop,
-        deferred: DeferredEventCollection,
-        open_queue: Callable[[_PartitionContext], EventQueue[CoordinatorEvent]],
-    ) -> None:
-        self.partition = partition
-        # Kept because asyncio.get_running_loop() costs a getpid() system call each time,
-        # and writes need the loop on their busiest paths.
-        self.loop = loop
-        self.state = CoordinatorState.INITIAL
-        self.epoch = -1
-        # Bumped whenever the shard is thrown away, so that loads and appends started for
-        # an older shard find out and drop their results.
-        self.generation = 0
-        self.shard: CoordinatorShard | None = None
-        self.registry: SnapshotRegistry | None = None
-        self.timer: PartitionTimer | None = None
-        self.load_task: asyncio.Task[None] | None = None
-        self.last_written_offset = 0
-        self.last_committed_offset = 0
-        self.open_batch: CoordinatorBatch | None = None
-        self.sealed: deque[CoordinatorBatch] = deque()
-        self.inflight: CoordinatorBatch | None = None
-        self.append_future: asyncio.Future[int] | None = None
-        self.batch_epoch = 0
-        # End offsets of the sealed batches not committed yet, oldest first.
-        self.batch_ends: deque[int] = deque()
-        # Writes waiting for the high watermark.
-        self.deferred = deferred
-        self.state_waiters: list[asyncio.Future[None]] = []
-        # Callers of parkable writes still waiting for a completion.
-        self.parked_callers: set[ParkedCaller] = set()
-        self.batches_appended = 0
-        self.records_appended = 0
-        self.bytes_appended = 0
-        self.last_batch_records = 0
-        self.last_batch_bytes = 0
-        self.append_failures = 0
-        # When the appends started failing, every one since (None: the last one worked).
-        self.failing_since_ms: int | None = None
-        self.queue = open_queue(self)
+def _not_active_error(partition: int, context: CoordinatorContext | None) -> ApiError:
+    if context is None:
+        return NotCoordinatorError(f"partition {partition} is not hosted here")
+    return context.not_active_error()
 
 
 class CoordinatorRuntime(Generic[S]):
@@ -286,14 +163,14 @@ class CoordinatorRuntime(Generic[S]):
         self._processor = event_processor(
             run_when_idle=config.run_when_idle, max_queued_events=config.max_queued_events
         )
-        self._contexts: dict[int, _PartitionContext] = {}
+        self._contexts: dict[int, CoordinatorContext] = {}
         self._closing = False
         self._closed = False
         writer.register_listener(self._on_high_watermark)
         writer.register_ready_listener(self._on_writer_ready)
         # Partitions whose batch is due but waits for the writer to have room (see
         # PartitionWriter.backlogged), by partition.
-        self._waiting_for_writer: dict[int, _PartitionContext] = {}
+        self._waiting_for_writer: dict[int, CoordinatorContext] = {}
 
     @property
     def config(self) -> RuntimeConfig:
@@ -322,11 +199,12 @@ class CoordinatorRuntime(Generic[S]):
             raise NotCoordinatorError("the coordinator runtime is closed")
         context = self._contexts.get(partition)
         if context is None:
-            context = _PartitionContext(
+            context = CoordinatorContext(
                 partition,
                 asyncio.get_running_loop(),
                 DeferredEventCollection(self._clock, self._config.write_timeout_ms),
                 self._open_queue,
+                self._log,
             )
             self._contexts[partition] = context
         if epoch <= context.epoch:
@@ -482,7 +360,7 @@ class CoordinatorRuntime(Generic[S]):
         """
         context = self._contexts.get(partition)
         if context is None or context.state is not CoordinatorState.ACTIVE:
-            return WriteOutcome(None, self._not_active_error(partition, context))
+            return WriteOutcome(None, _not_active_error(partition, context))
         queue = context.queue
         processor = self._processor
         if not self._closing and processor.claim(queue):
@@ -510,7 +388,7 @@ class CoordinatorRuntime(Generic[S]):
         """
         context = self._contexts.get(partition)
         if context is None or context.state is not CoordinatorState.ACTIVE:
-            return WriteOutcome(None, self._not_active_error(partition, context))
+            return WriteOutcome(None, _not_active_error(partition, context))
         future: asyncio.Future[T] = context.loop.create_future()
         parked_callers = context.parked_callers
         handle = ResponseHandle(ParkedCaller(future, parked_callers))
@@ -541,7 +419,7 @@ class CoordinatorRuntime(Generic[S]):
 
     def _enqueue_write(
         self,
-        context: _PartitionContext,
+        context: CoordinatorContext,
         name: str,
         op: Callable[[S], CoordinatorResult[T]],
         timeout_ms: int | None,
@@ -584,7 +462,7 @@ class CoordinatorRuntime(Generic[S]):
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         context = self._contexts.get(partition)
         if context is None or context.state is not CoordinatorState.ACTIVE:
-            future.set_exception(self._not_active_error(partition, context))
+            future.set_exception(_not_active_error(partition, context))
             return future
         try:
             future.set_result(op(cast(S, context.shard), context.last_committed_offset))
@@ -607,28 +485,7 @@ class CoordinatorRuntime(Generic[S]):
 
     def partition_stats(self, partition: int) -> PartitionStats | None:
         context = self._contexts.get(partition)
-        if context is None:
-            return None
-        batch = context.open_batch
-        return PartitionStats(
-            partition=partition,
-            state=context.state,
-            epoch=context.epoch,
-            last_written_offset=context.last_written_offset,
-            last_committed_offset=context.last_committed_offset,
-            queued_events=len(context.queue),
-            parked_operations=len(context.deferred),
-            open_batch_records=0 if batch is None else len(batch.records),
-            open_batch_bytes=0 if batch is None else batch.size_bytes,
-            pending_batches=len(context.sealed) + (context.inflight is not None),
-            batches_appended=context.batches_appended,
-            records_appended=context.records_appended,
-            bytes_appended=context.bytes_appended,
-            last_batch_records=context.last_batch_records,
-            last_batch_bytes=context.last_batch_bytes,
-            append_failures=context.append_failures,
-            timers=0 if context.timer is None else context.timer.size(),
-        )
+        return None if context is None else context.stats()
 
     def last_written_offset(self, partition: int) -> int | None:
         context = self._contexts.get(partition)
@@ -644,13 +501,13 @@ class CoordinatorRuntime(Generic[S]):
 
     # Events.
 
-    def _open_queue(self, context: _PartitionContext) -> EventQueue[CoordinatorEvent]:
+    def _open_queue(self, context: CoordinatorContext) -> EventQueue[CoordinatorEvent]:
         return self._processor.open(
             f"coordinator-partition-{context.partition}",
             functools.partial(self._run_event, context),
         )
 
-    def _run_event(self, context: _PartitionContext, event: CoordinatorEvent) -> None:
+    def _run_event(self, context: CoordinatorContext, event: CoordinatorEvent) -> None:
         """Run one event of the partition's queue: what the event processor calls."""
         try:
             if isinstance(event, WriteEvent):
@@ -667,7 +524,7 @@ class CoordinatorRuntime(Generic[S]):
 
     def _run_write(
         self,
-        context: _PartitionContext,
+        context: CoordinatorContext,
         event: WriteEvent | None,
         name: str,
         op: Callable[[Any], CoordinatorResult[Any]],
@@ -689,7 +546,7 @@ class CoordinatorRuntime(Generic[S]):
                 # The caller gave up before the operation ran.
                 return event
             if context.state is not CoordinatorState.ACTIVE:
-                event.reject(self._not_active_error(context.partition, context))
+                event.reject(context.not_active_error())
                 return event
         try:
             result = op(context.shard)
@@ -731,7 +588,7 @@ class CoordinatorRuntime(Generic[S]):
         return event
 
     def _apply_result(
-        self, context: _PartitionContext, event: WriteEvent, result: CoordinatorResult[Any]
+        self, context: CoordinatorContext, event: WriteEvent, result: CoordinatorResult[Any]
     ) -> None:
         """Carry out what a write operation returned: its records, updates and answer."""
         shard = cast(CoordinatorShard, context.shard)
@@ -780,7 +637,7 @@ class CoordinatorRuntime(Generic[S]):
         )
 
     def _apply_updates(
-        self, context: _PartitionContext, event: WriteEvent, updates: Sequence[object]
+        self, context: CoordinatorContext, event: WriteEvent, updates: Sequence[object]
     ) -> bool:
         """Apply a result's in-memory updates; False (and the partition reloads) if the
         shard rejects one, since such a bug leaves the state unknown."""
@@ -805,7 +662,7 @@ class CoordinatorRuntime(Generic[S]):
 
     def _append_records(
         self,
-        context: _PartitionContext,
+        context: CoordinatorContext,
         event: WriteEvent,
         raw: Sequence[RawRecord],
         replay: EncodedReplay | None,
@@ -896,7 +753,7 @@ class CoordinatorRuntime(Generic[S]):
         elif self._config.append_linger_ms == 0:
             self._flush(context)
 
-    def _open_batch(self, context: _PartitionContext) -> CoordinatorBatch:
+    def _open_batch(self, context: CoordinatorContext) -> CoordinatorBatch:
         context.batch_epoch += 1
         batch = CoordinatorBatch(context.last_written_offset, context.batch_epoch)
         cast(SnapshotRegistry, context.registry).set_epoch(batch.base_offset)
@@ -916,19 +773,19 @@ class CoordinatorRuntime(Generic[S]):
         context.open_batch = batch
         return batch
 
-    def _queue_flush(self, context: _PartitionContext, batch_epoch: int) -> None:
+    def _queue_flush(self, context: CoordinatorContext, batch_epoch: int) -> None:
         queue = context.queue
         if queue.closed:
             return
         # Nothing queued: the flush runs next anyway, so it runs now (spares the wake-up).
         self._processor.submit(queue, FlushEvent(batch_epoch))
 
-    def _on_linger_expired(self, context: _PartitionContext, batch: CoordinatorBatch) -> None:
+    def _on_linger_expired(self, context: CoordinatorContext, batch: CoordinatorBatch) -> None:
         if context.open_batch is batch:
             batch.linger_handle = None
             self._flush(context)
 
-    def _flush_batch(self, context: _PartitionContext, batch_epoch: int) -> None:
+    def _flush_batch(self, context: CoordinatorContext, batch_epoch: int) -> None:
         """A flush event's turn: flush the batch it was queued for, if it is still open."""
         batch = context.open_batch
         # The batch may be gone already (sealed when full, or failed); a newer batch has
@@ -936,7 +793,7 @@ class CoordinatorRuntime(Generic[S]):
         if batch is not None and batch.epoch == batch_epoch:
             self._flush(context)
 
-    def _flush(self, context: _PartitionContext) -> None:
+    def _flush(self, context: CoordinatorContext) -> None:
         """Send the open batch to the writer, or, while an append is in flight or the
         writer is backlogged, as soon as that ends (the batch keeps taking records
         meanwhile)."""
@@ -961,7 +818,7 @@ class CoordinatorRuntime(Generic[S]):
             if not context.queue.closed and batch is not None and batch.flush_due:
                 self._flush(context)
 
-    def _seal(self, context: _PartitionContext) -> None:
+    def _seal(self, context: CoordinatorContext) -> None:
         """Close the open batch to new records and queue it for the writer."""
         batch = context.open_batch
         if batch is None:
@@ -976,7 +833,7 @@ class CoordinatorRuntime(Generic[S]):
         else:
             context.sealed.append(batch)
 
-    def _start_append(self, context: _PartitionContext, batch: CoordinatorBatch) -> None:
+    def _start_append(self, context: CoordinatorContext, batch: CoordinatorBatch) -> None:
         context.inflight = batch
         future = self._writer.append(context.partition, batch.records)
         context.append_future = future
@@ -988,7 +845,7 @@ class CoordinatorRuntime(Generic[S]):
 
     def _on_append_done(
         self,
-        context: _PartitionContext,
+        context: CoordinatorContext,
         batch: CoordinatorBatch,
         generation: int,
         started: float,
@@ -1015,7 +872,7 @@ class CoordinatorRuntime(Generic[S]):
             self._on_append_succeeded(context, batch, done.result())
 
     def _on_append_succeeded(
-        self, context: _PartitionContext, batch: CoordinatorBatch, end_offset: int
+        self, context: CoordinatorContext, batch: CoordinatorBatch, end_offset: int
     ) -> None:
         context.inflight = None
         context.append_future = None
@@ -1037,7 +894,7 @@ class CoordinatorRuntime(Generic[S]):
         context.last_batch_bytes = batch.size_bytes
         self._append_next(context)
 
-    def _append_next(self, context: _PartitionContext) -> None:
+    def _append_next(self, context: CoordinatorContext) -> None:
         if context.sealed:
             self._start_append(context, context.sealed.popleft())
             return
@@ -1046,7 +903,7 @@ class CoordinatorRuntime(Generic[S]):
             self._flush(context)
 
     def _on_append_failed(
-        self, context: _PartitionContext, batch: CoordinatorBatch, error: Exception
+        self, context: CoordinatorContext, batch: CoordinatorBatch, error: Exception
     ) -> None:
         context.inflight = None
         context.append_future = None
@@ -1081,7 +938,7 @@ class CoordinatorRuntime(Generic[S]):
             batch_ends.pop()
         self._fail_parked_above(context, base_offset, error)
 
-    def _failing_too_long(self, context: _PartitionContext) -> bool:
+    def _failing_too_long(self, context: CoordinatorContext) -> bool:
         """After a failed append: True (and the partition is FAILED) when every append since
         the first of this run of failures has failed, for `append_failure_timeout_ms` or
         more. Checked as appends fail, so a partition that fails once and then writes
@@ -1109,7 +966,7 @@ class CoordinatorRuntime(Generic[S]):
         )
         return True
 
-    def _fail_open_batch(self, context: _PartitionContext, error: BaseException) -> None:
+    def _fail_open_batch(self, context: CoordinatorContext, error: BaseException) -> None:
         batch = context.open_batch
         if batch is None:
             return
@@ -1117,7 +974,7 @@ class CoordinatorRuntime(Generic[S]):
         cast(SnapshotRegistry, context.registry).revert_to(batch.base_offset)
         self._fail_parked_above(context, batch.base_offset, error)
 
-    def _drop_open_batch(self, context: _PartitionContext) -> None:
+    def _drop_open_batch(self, context: CoordinatorContext) -> None:
         batch = context.open_batch
         if batch is None:
             return
@@ -1127,7 +984,7 @@ class CoordinatorRuntime(Generic[S]):
             batch.linger_handle = None
 
     def _fail_parked_above(
-        self, context: _PartitionContext, offset: int, error: BaseException
+        self, context: CoordinatorContext, offset: int, error: BaseException
     ) -> None:
         failed = context.deferred.fail_above(offset, error)
         for event in failed:
@@ -1136,7 +993,7 @@ class CoordinatorRuntime(Generic[S]):
                 self._schedule_follow_up(context, event.name, on_failure)
 
     def _schedule_follow_up(
-        self, context: _PartitionContext, name: str, operation: TimeoutOperation
+        self, context: CoordinatorContext, name: str, operation: TimeoutOperation
     ) -> None:
         """Run what an operation asked for in case its append failed (after the revert)."""
         follow_up = self.schedule_write(
@@ -1188,8 +1045,8 @@ class CoordinatorRuntime(Generic[S]):
             self._log,
         )
 
-    def _start_load(self, context: _PartitionContext) -> None:
-        self._transition(context, CoordinatorState.LOADING)
+    def _start_load(self, context: CoordinatorContext) -> None:
+        context.transition_to(CoordinatorState.LOADING)
         context.generation += 1
         registry = SnapshotRegistry()
         timer = self._new_timer(context.partition)
@@ -1209,7 +1066,7 @@ class CoordinatorRuntime(Generic[S]):
             self._load(context, context.generation)
         )
 
-    async def _load(self, context: _PartitionContext, generation: int) -> None:
+    async def _load(self, context: CoordinatorContext, generation: int) -> None:
         partition = context.partition
         shard = cast(CoordinatorShard, context.shard)
         registry = cast(SnapshotRegistry, context.registry)
@@ -1239,7 +1096,7 @@ class CoordinatorRuntime(Generic[S]):
         registry.reset(summary.end_offset)
         context.last_written_offset = context.last_committed_offset = summary.end_offset
         try:
-            self._transition(context, CoordinatorState.ACTIVE)
+            context.transition_to(CoordinatorState.ACTIVE)
             shard.on_loaded()
         except Exception:
             self._log.exception("partition=%d on_loaded failed", partition)
@@ -1257,19 +1114,19 @@ class CoordinatorRuntime(Generic[S]):
             context.epoch,
         )
 
-    def _fail(self, context: _PartitionContext, error: BaseException) -> None:
-        self._transition(context, CoordinatorState.FAILED)
+    def _fail(self, context: CoordinatorContext, error: BaseException) -> None:
+        context.transition_to(CoordinatorState.FAILED)
         self._unload_shard(context, error)
 
-    def _fail_and_reload(self, context: _PartitionContext) -> None:
+    def _fail_and_reload(self, context: CoordinatorContext) -> None:
         self._fail(
             context,
             NotCoordinatorError(f"partition {context.partition} is reloading after a divergence"),
         )
         self._start_load(context)
 
-    def _close_context(self, context: _PartitionContext) -> None:
-        self._transition(context, CoordinatorState.CLOSED)
+    def _close_context(self, context: CoordinatorContext) -> None:
+        context.transition_to(CoordinatorState.CLOSED)
         error = NotCoordinatorError(f"partition {context.partition} was unloaded")
         try:
             self._unload_shard(context, error)
@@ -1280,7 +1137,7 @@ class CoordinatorRuntime(Generic[S]):
             for event in self._processor.close(context.queue):
                 event.fail(error)
 
-    def _unload_shard(self, context: _PartitionContext, error: BaseException) -> None:
+    def _unload_shard(self, context: CoordinatorContext, error: BaseException) -> None:
         """Throw the shard away: timers, batches and parked writes go with it."""
         context.generation += 1
         if context.load_task is not None:
@@ -1308,30 +1165,5 @@ class CoordinatorRuntime(Generic[S]):
             except Exception:
                 self._log.exception("partition=%d on_unloaded failed", context.partition)
 
-    def _transition(self, context: _PartitionContext, state: CoordinatorState) -> None:
-        if not state.can_transition_from(context.state):
-            raise IllegalStateError(
-                f"partition {context.partition} cannot go from {context.state.name} to {state.name}"
-            )
-        self._log.debug("partition=%d %s -> %s", context.partition, context.state.name, state.name)
-        context.state = state
-        if state is not CoordinatorState.LOADING and context.state_waiters:
-            waiters, context.state_waiters = context.state_waiters, []
-            for waiter in waiters:
-                if not waiter.done():
-                    waiter.set_result(None)
 
-    def _not_active_error(self, partition: int, context: _PartitionContext | None) -> ApiError:
-        if context is not None and context.state is CoordinatorState.LOADING:
-            return CoordinatorLoadInProgressError(f"partition {partition} is loading")
-        if context is None:
-            return NotCoordinatorError(f"partition {partition} is not hosted here")
-        return NotCoordinatorError(f"partition {partition} is {context.state.name}")
-
-
-__all__ = [
-    "CoordinatorRuntime",
-    "CoordinatorState",
-    "IllegalStateError",
-    "PartitionStats",
-]
+__all__ = ["CoordinatorRuntime"]

@@ -11,7 +11,7 @@ import pytest
 from runtime_harness import Harness, settle
 
 from coordinator_server.runtime.config import RuntimeConfig
-from coordinator_server.runtime.runtime import CoordinatorState
+from coordinator_server.runtime.context import CoordinatorState
 from coordinator_server.storage.api import AppendError
 from protocol.errors import NotCoordinatorError
 

@@ -31,7 +31,7 @@ from coordinator_server.records import OffsetCommitValue, decode_record, encode_
 from coordinator_server.runtime.api import CoordinatorResult
 from coordinator_server.runtime.batch import BATCH_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES
 from coordinator_server.runtime.config import RuntimeConfig
-from coordinator_server.runtime.runtime import CoordinatorState
+from coordinator_server.runtime.context import CoordinatorState
 from coordinator_server.storage.api import RawRecord
 
 PARTITIONS = (0, 1)

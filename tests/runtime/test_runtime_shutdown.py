@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from runtime_harness import Harness, get_latest, settle
 
-from coordinator_server.runtime.runtime import CoordinatorState
+from coordinator_server.runtime.context import CoordinatorState
 from protocol.errors import CoordinatorNotAvailableError, NotCoordinatorError, RequestTimedOutError
 
 
