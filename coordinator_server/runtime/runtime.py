@@ -73,7 +73,6 @@ from coordinator_server.runtime.api import (
     EncodedReplay,
     ResponseHandle,
     ShardBuilder,
-    ShardContext,
     TimeoutOperation,
 )
 from coordinator_server.runtime.batch import (
@@ -99,6 +98,7 @@ from coordinator_server.runtime.events import (
     WriteEvent,
     WriteOutcome,
 )
+from coordinator_server.runtime.loading import PartitionLoader
 from coordinator_server.runtime.observer import NoObserver, RuntimeObserver
 from coordinator_server.runtime.timer import PartitionTimer
 from coordinator_server.storage.api import (
@@ -153,15 +153,22 @@ class CoordinatorRuntime(Generic[S]):
         observer: RuntimeObserver | None = None,
         event_processor: type[EventProcessor[CoordinatorEvent]] = EventProcessor,
     ) -> None:
-        self._shard_builder = shard_builder
         self._writer = writer
-        self._loader = loader
         self._clock = clock
         self._config = config
-        self._log = logger or logging.getLogger(__name__)
+        self._log = log = logger or logging.getLogger(__name__)
         self._observer: RuntimeObserver = observer or NoObserver()
         self._processor = event_processor(
             run_when_idle=config.run_when_idle, max_queued_events=config.max_queued_events
+        )
+        self._loading = PartitionLoader(
+            loader=loader,
+            shard_builder=shard_builder,
+            clock=clock,
+            observer=self._observer,
+            log=log,
+            new_timer=self._new_timer,
+            fail=self._fail,
         )
         self._contexts: dict[int, CoordinatorContext] = {}
         self._closing = False
@@ -218,7 +225,7 @@ class CoordinatorRuntime(Generic[S]):
         context.epoch = epoch
         if context.state in (CoordinatorState.INITIAL, CoordinatorState.FAILED):
             self._log.debug("partition=%d loading with epoch %d", partition, epoch)
-            self._start_load(context)
+            self._loading.start(context)
         else:
             self._log.info(
                 "partition=%d is %s already; epoch is now %d", partition, context.state.name, epoch
@@ -1045,75 +1052,6 @@ class CoordinatorRuntime(Generic[S]):
             self._log,
         )
 
-    def _start_load(self, context: CoordinatorContext) -> None:
-        context.transition_to(CoordinatorState.LOADING)
-        context.generation += 1
-        registry = SnapshotRegistry()
-        timer = self._new_timer(context.partition)
-        context.registry = registry
-        context.timer = timer
-        context.last_written_offset = context.last_committed_offset = 0
-        context.failing_since_ms = None
-        try:
-            context.shard = self._shard_builder(
-                ShardContext(context.partition, self._clock, timer, registry)
-            )
-        except Exception:
-            self._log.exception("partition=%d building the shard failed", context.partition)
-            self._fail(context, NotCoordinatorError(f"partition {context.partition} failed"))
-            return
-        context.load_task = asyncio.get_running_loop().create_task(
-            self._load(context, context.generation)
-        )
-
-    async def _load(self, context: CoordinatorContext, generation: int) -> None:
-        partition = context.partition
-        shard = cast(CoordinatorShard, context.shard)
-        registry = cast(SnapshotRegistry, context.registry)
-        # Loaded records are committed already, so they need no history to revert to.
-        registry.set_tracking(False)
-
-        sink = shard.load_replay()
-
-        started = time.perf_counter()
-        try:
-            summary = await self._loader.load(partition, sink)
-            sink.close()
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            if generation == context.generation:
-                self._log.exception("partition=%d load failed", partition)
-                context.load_task = None
-                self._fail(context, NotCoordinatorError(f"partition {partition} failed to load"))
-            return
-        if generation != context.generation:
-            return
-        context.load_task = None
-        load_seconds = time.perf_counter() - started
-        self._observer.partition_loaded(load_seconds, summary.records)
-        registry.set_tracking(True)
-        registry.reset(summary.end_offset)
-        context.last_written_offset = context.last_committed_offset = summary.end_offset
-        try:
-            context.transition_to(CoordinatorState.ACTIVE)
-            shard.on_loaded()
-        except Exception:
-            self._log.exception("partition=%d on_loaded failed", partition)
-            self._fail(context, NotCoordinatorError(f"partition {partition} failed to load"))
-            return
-        self._log.info(
-            "partition=%d loaded %d records (%d bytes) up to offset %d in %.3f s "
-            "(%.0f records/s) with epoch %d",
-            partition,
-            summary.records,
-            summary.bytes,
-            summary.end_offset,
-            load_seconds,
-            summary.records / load_seconds if load_seconds > 0 else 0.0,
-            context.epoch,
-        )
-
     def _fail(self, context: CoordinatorContext, error: BaseException) -> None:
         context.transition_to(CoordinatorState.FAILED)
         self._unload_shard(context, error)
@@ -1123,7 +1061,7 @@ class CoordinatorRuntime(Generic[S]):
             context,
             NotCoordinatorError(f"partition {context.partition} is reloading after a divergence"),
         )
-        self._start_load(context)
+        self._loading.start(context)
 
     def _close_context(self, context: CoordinatorContext) -> None:
         context.transition_to(CoordinatorState.CLOSED)
