@@ -140,7 +140,6 @@ class CoordinatorApp:
                 append_linger_ms=config.append_linger_ms,
                 max_batch_bytes=config.max_batch_bytes,
                 max_queued_events=config.max_queued_events,
-                run_when_idle=True,
                 append_failure_timeout_ms=config.append_failure_timeout_ms,
             ),
             observer=self.runtime_metrics,

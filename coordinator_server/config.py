@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from coordinator_server.runtime.config import RUNTIME_DEFAULTS
 from coordinator_server.storage.kafka_security import (
     EndpointIdentification,
     KafkaSecurity,
@@ -124,10 +125,14 @@ class CoordinatorConfig(BaseSettings):
     )
     data_dir: Path = Field(Path("data"), description="Directory of the embedded SQLite log.")
     append_linger_ms: int = Field(
-        -1, ge=-1, description="Linger before appending a batch; -1: adaptive (flush when idle)."
+        RUNTIME_DEFAULTS.append_linger_ms,
+        ge=-1,
+        description="Linger before appending a batch; -1: adaptive (flush when idle).",
     )
     max_batch_bytes: int = Field(
-        1024 * 1024, ge=1024, description="Largest batch of records appended at once, in bytes."
+        RUNTIME_DEFAULTS.max_batch_bytes,
+        ge=1024,
+        description="Largest batch of records appended at once, in bytes.",
     )
     max_inflight_produce_requests: int = Field(
         1,
@@ -137,7 +142,9 @@ class CoordinatorConfig(BaseSettings):
         "that wait meanwhile leave together in the next one.",
     )
     max_queued_events: int = Field(
-        100000, ge=1, description="Operations queued per partition before new ones are refused."
+        RUNTIME_DEFAULTS.max_queued_events,
+        ge=1,
+        description="Operations queued per partition before new ones are refused.",
     )
     metadata_max_age_ms: int = Field(
         30000,
@@ -146,7 +153,7 @@ class CoordinatorConfig(BaseSettings):
         "its partition count checked.",
     )
     append_failure_timeout_ms: int = Field(
-        30000,
+        RUNTIME_DEFAULTS.append_failure_timeout_ms,
         ge=1,
         description="A partition whose appends have all failed for this long leaves ACTIVE "
         "(and is loaded again once the log takes writes).",
@@ -194,7 +201,9 @@ class CoordinatorConfig(BaseSettings):
 
     # Kafka's group coordinator settings, under their Kafka names.
     offsets_commit_timeout_ms: int = Field(
-        5000, ge=1, description="offsets.commit.timeout.ms: how long a write may wait for the log."
+        RUNTIME_DEFAULTS.write_timeout_ms,
+        ge=1,
+        description="offsets.commit.timeout.ms: how long a write may wait for the log.",
     )
     offset_metadata_max_bytes: int = Field(
         4096, ge=0, description="offset.metadata.max.bytes: largest commit metadata."

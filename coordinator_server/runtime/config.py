@@ -1,4 +1,9 @@
-"""The runtime's limits and timings."""
+"""The runtime's limits and timings, and their defaults.
+
+The defaults are the server's: `coordinator_server.config` takes the defaults of the settings
+behind these fields from here, so a runtime built with `RuntimeConfig()` runs as
+`coordinator-server serve` does, and the two cannot drift apart.
+"""
 
 from __future__ import annotations
 
@@ -24,19 +29,19 @@ class RuntimeConfig:
         append_failure_timeout_ms: a partition whose appends have all failed for this long
             (counted from the first failure after the last success) goes FAILED; 0: never.
         run_when_idle: a write scheduled while its partition has nothing queued or running
-            runs at once, in the caller's call, instead of waiting for the drain task (the
-            order is the same; a write that needs no append completes before
-            `schedule_write` returns). Off, every write goes through the queue, which tests
-            of the queue itself rely on.
+            runs at once, in the caller's call, instead of waiting for the partition's turn
+            on the event loop (the order is the same; a write that needs no append is
+            answered before `write` returns). This is how the server runs. Off, every write
+            goes through the queue, which tests of the queue itself rely on.
     """
 
     write_timeout_ms: int = 5000
     append_linger_ms: int = -1
     max_batch_bytes: int = 1024 * 1024
-    max_queued_events: int = 10000
+    max_queued_events: int = 100_000
     timer_retry_backoff_ms: int = 500
-    run_when_idle: bool = False
-    append_failure_timeout_ms: int = 0
+    run_when_idle: bool = True
+    append_failure_timeout_ms: int = 30_000
 
     def __post_init__(self) -> None:
         if self.write_timeout_ms <= 0:
@@ -58,6 +63,7 @@ class RuntimeConfig:
 
 
 RUNTIME_DEFAULTS = RuntimeConfig()
+"""The defaults, for whoever offers these settings (the server's configuration)."""
 
 
 __all__ = ["RUNTIME_DEFAULTS", "RuntimeConfig"]

@@ -5,8 +5,11 @@
 `encoded=True`, as EncodedRecords whose replay sets runs of keys in one go. The log does
 not commit by itself (`auto_commit=False`): a test moves the high watermark with `commit`,
 so responses stay parked until it does. `settle` lets the event loop run until the runtime
-has nothing left to do that needs no clock or commit. With `manual=True` the partitions'
-queued events run only when the test polls `processor`, one at a time.
+has nothing left to do that needs no clock or commit.
+
+The default config is the server's (`RuntimeConfig()`): writes run at once on an idle
+partition. Tests of the queue itself ask for `run_when_idle=False`; with `manual=True` the
+partitions' queued events run only when the test polls `processor`, one at a time.
 """
 
 from __future__ import annotations

@@ -133,8 +133,9 @@ async def test_a_cancelled_timer_never_fires(harness: Harness) -> None:
 
 
 async def test_a_timer_replaced_while_its_operation_is_queued_does_nothing(
-    harness: Harness,
+    queued_harness: Harness,
 ) -> None:
+    harness = queued_harness
     fired: list[str] = []
     timer(harness).schedule("k", 100, writes("old", 1, fired))
     harness.clock.advance(100)
