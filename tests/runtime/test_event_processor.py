@@ -82,21 +82,22 @@ def test_an_event_submitted_while_one_runs_waits_its_turn() -> None:
     assert recorder.ran == ["a", "inner", "b"]
 
 
-def test_claim_marks_the_queue_running_until_release() -> None:
+def test_while_something_runs_at_once_the_queue_takes_events_in_turn() -> None:
     processor = manual()
     queue, recorder = open_queue(processor)
-    assert processor.claim(queue)
-    assert queue.running and queue.inline
-    # Claimed: a second claim, or an event, must wait.
-    assert not processor.claim(queue)
-    processor.submit(queue, "a")
-    assert recorder.ran == [] and len(queue) == 1
-    processor.release(queue)
-    assert not queue.running and not queue.inline
-    # Something is queued now: the fast path stays shut until the queue drains.
-    assert not processor.claim(queue)
+    # What a caller running something of its own at once does (the idle fast path).
+    queue.running = queue.inline = True
+    assert not processor.run_now(queue, "a")
+    processor.submit(queue, "b")
+    assert recorder.ran == [] and list(queue.events) == ["b"]
+    queue.running = queue.inline = False
+    # Something is queued now: nothing runs at once until the queue drains.
+    assert not processor.run_now(queue, "c")
+    processor.enqueue(queue, "c")
     processor.run_all()
-    assert processor.claim(queue)
+    assert recorder.ran == ["b", "c"]
+    assert processor.run_now(queue, "d")
+    assert recorder.ran == ["b", "c", "d"]
 
 
 def test_full_counts_the_queued_events() -> None:
