@@ -18,14 +18,11 @@ from coordinator_server.metrics import GroupMetrics, RuntimeMetrics, ServerMetri
 from coordinator_server.offsets.manager import OffsetsConfig
 from coordinator_server.prometheus import CoordinatorCollector, Snapshot
 from coordinator_server.request_limits import RequestLimits
+from coordinator_server.runtime.batch import BATCH_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES
 from coordinator_server.runtime.clock import RuntimeClock, SystemClock
-from coordinator_server.runtime.runtime import (
-    BATCH_OVERHEAD_BYTES,
-    RECORD_OVERHEAD_BYTES,
-    CoordinatorRuntime,
-    CoordinatorState,
-    RuntimeConfig,
-)
+from coordinator_server.runtime.config import RuntimeConfig
+from coordinator_server.runtime.context import CoordinatorState
+from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.server.http import OperatorHttpServer, Probe
 from coordinator_server.server.listener import CoordinatorServer, ServerConfig, ServerState, bind
 from coordinator_server.service import GroupCoordinatorService, NodeAddress
@@ -150,7 +147,6 @@ class CoordinatorApp:
                 append_linger_ms=config.append_linger_ms,
                 max_batch_bytes=config.max_batch_bytes,
                 max_queued_events=config.max_queued_events,
-                run_when_idle=True,
                 append_failure_timeout_ms=config.append_failure_timeout_ms,
             ),
             observer=self.runtime_metrics,

@@ -125,10 +125,14 @@ class CoordinatorConfig(BaseSettings):
     )
     data_dir: Path = Field(Path("data"), description="Directory of the embedded SQLite log.")
     append_linger_ms: int = Field(
-        -1, ge=-1, description="Linger before appending a batch; -1: adaptive (flush when idle)."
+        defaults.APPEND_LINGER_MS,
+        ge=-1,
+        description="Linger before appending a batch; -1: adaptive (flush when idle).",
     )
     max_batch_bytes: int = Field(
-        1024 * 1024, ge=1024, description="Largest batch of records appended at once, in bytes."
+        defaults.MAX_BATCH_BYTES,
+        ge=1024,
+        description="Largest batch of records appended at once, in bytes.",
     )
     max_inflight_produce_requests: int = Field(
         1,
@@ -138,7 +142,9 @@ class CoordinatorConfig(BaseSettings):
         "that wait meanwhile leave together in the next one.",
     )
     max_queued_events: int = Field(
-        100000, ge=1, description="Operations queued per partition before new ones are refused."
+        defaults.MAX_QUEUED_EVENTS,
+        ge=1,
+        description="Operations queued per partition before new ones are refused.",
     )
     metadata_max_age_ms: int = Field(
         30000,
@@ -147,7 +153,7 @@ class CoordinatorConfig(BaseSettings):
         "its partition count checked.",
     )
     append_failure_timeout_ms: int = Field(
-        30000,
+        defaults.APPEND_FAILURE_TIMEOUT_MS,
         ge=1,
         description="A partition whose appends have all failed for this long leaves ACTIVE "
         "(and is loaded again once the log takes writes).",
@@ -195,7 +201,9 @@ class CoordinatorConfig(BaseSettings):
 
     # Kafka's group coordinator settings, under their Kafka names.
     offsets_commit_timeout_ms: int = Field(
-        5000, ge=1, description="offsets.commit.timeout.ms: how long a write may wait for the log."
+        defaults.OFFSETS_COMMIT_TIMEOUT_MS,
+        ge=1,
+        description="offsets.commit.timeout.ms: how long a write may wait for the log.",
     )
     offset_metadata_max_bytes: int = Field(
         defaults.OFFSET_METADATA_MAX_BYTES,

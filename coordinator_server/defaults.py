@@ -1,13 +1,23 @@
 """The default of every setting the server offers, in one place (Kafka's default where Kafka
 has the setting).
 
-The server's configuration (`config.py`) and the pure layers' own configurations
-(`GroupsConfig`, `OffsetsConfig`) both take their defaults from here, so that a state machine
+The server's configuration (`config.py`) and the layers' own configurations (`RuntimeConfig`,
+`GroupsConfig`, `OffsetsConfig`) both take their defaults from here, so that a state machine
 built with its configuration's defaults, as tests build it, behaves as the server does. A leaf:
 it imports nothing, so every layer may read it.
 """
 
 from __future__ import annotations
+
+# The runtime: how long a write may wait for the log (Kafka's offsets.commit.timeout.ms), how
+# appends are batched (group.coordinator.append.linger.ms: -1 adaptive; the largest batch), how
+# many events a partition may queue, and how long a partition's appends may all fail before it
+# goes FAILED.
+OFFSETS_COMMIT_TIMEOUT_MS = 5000
+APPEND_LINGER_MS = -1
+MAX_BATCH_BYTES = 1024 * 1024
+MAX_QUEUED_EVENTS = 100_000
+APPEND_FAILURE_TIMEOUT_MS = 30_000
 
 # The classic group protocol (Kafka's group.* settings).
 GROUP_INITIAL_REBALANCE_DELAY_MS = 3000

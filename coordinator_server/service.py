@@ -25,7 +25,8 @@ from coordinator_server.request_limits import (
     offset_delete_refusal,
     sync_group_refusal,
 )
-from coordinator_server.runtime.runtime import CoordinatorRuntime, WriteDone
+from coordinator_server.runtime.events import WriteOutcome
+from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.service_errors import map_operation_error as map_operation_error
 from coordinator_server.shard import GroupCoordinatorShard
 from coordinator_server.slicing import SlicedRequests
@@ -92,21 +93,20 @@ class NodeAddress:
     port: int
 
 
-def _chain(
-    source: WriteDone[M] | asyncio.Future[M], on_error: Callable[[BaseException], Message]
-) -> Reply:
+def _chain(outcome: WriteOutcome[M], on_error: Callable[[BaseException], Message]) -> Reply:
     """The response, or the future of it with `on_error` for its failure. A write that was
     over before the runtime returned (it runs one at once when its partition is idle) is
     answered without a future at all."""
-    if isinstance(source, WriteDone):
-        error = source.error
-        return cast(Message, source.response) if error is None else on_error(error)
-    if source.done():
-        if source.cancelled():
+    future = outcome.future
+    if future is None:
+        error = outcome.error
+        return cast(Message, outcome.response) if error is None else on_error(error)
+    if future.done():
+        if future.cancelled():
             return on_error(asyncio.CancelledError())
-        error = source.exception()
-        return source.result() if error is None else on_error(error)
-    return PendingReply(source, on_error)
+        error = future.exception()
+        return future.result() if error is None else on_error(error)
+    return PendingReply(future, on_error)
 
 
 class GroupCoordinatorService:
@@ -213,12 +213,12 @@ class GroupCoordinatorService:
         refusal = join_group_refusal(request, ctx.client_id, self._limits)
         if refusal is not None:
             return error(*refusal)
-        future = self._runtime.schedule_parkable_write(
+        outcome = self._runtime.parkable_write(
             "classic-group-join",
             self.partition_for(request.group_id),
             lambda shard, handle: shard.join_group(ctx, request, handle),
         )
-        return _chain(future, lambda exc: error(*map_operation_error("join-group", exc)))
+        return _chain(outcome, lambda exc: error(*map_operation_error("join-group", exc)))
 
     def sync_group(self, request: SyncGroupRequest, ctx: RequestContext) -> Reply:
         def error(code: ErrorCode, message: str | None = None) -> SyncGroupResponse:
@@ -229,12 +229,12 @@ class GroupCoordinatorService:
         refusal = sync_group_refusal(request, self._limits)
         if refusal is not None:
             return error(*refusal)
-        future = self._runtime.schedule_parkable_write(
+        outcome = self._runtime.parkable_write(
             "classic-group-sync",
             self.partition_for(request.group_id),
             lambda shard, handle: shard.sync_group(ctx, request, handle),
         )
-        return _chain(future, lambda exc: error(*map_operation_error("sync-group", exc)))
+        return _chain(outcome, lambda exc: error(*map_operation_error("sync-group", exc)))
 
     def heartbeat(self, request: HeartbeatRequest, ctx: RequestContext) -> Reply:
         group_id = request.group_id
@@ -314,12 +314,12 @@ class GroupCoordinatorService:
             code, message = map_operation_error("delete-offsets", exc)
             return OffsetDeleteResponse(error_code=code, error_message=message)
 
-        future = self._runtime.schedule_write(
+        outcome = self._runtime.write(
             "delete-offsets",
             self.partition_for(request.group_id),
             lambda shard: shard.delete_offsets(request),
         )
-        return _chain(future, on_error)
+        return _chain(outcome, on_error)
 
     # Admin APIs (see bulk_requests).
 

@@ -1,60 +1,30 @@
 """The coordinator runtime: one replicated state machine ("shard") per log partition.
 
 This is Kafka's `CoordinatorRuntime` on asyncio. Each partition the runtime hosts has a
-context holding its lifecycle state and epoch, its shard and snapshot registry, its timers,
-a serial event queue and its write batches.
+context (`context`: its lifecycle state and epoch, its shard and snapshot registry, its
+offsets) with a serial event queue (`event_processor`), its timers (`timer`), its parked
+writes (`deferred`) and its write batches (`appender`); `loading` loads it from the log.
+This module ties them together: the scheduling API, the dispatch of events, and the one
+path every write takes.
 
-Write operations. `schedule_write` queues an operation on the partition's queue; one task
-per partition drains the queue, so two operations of a partition never interleave while
-partitions run independently. An operation is a pure function of the shard: it returns a
+Write operations. `write` runs an operation on the partition's queue, so two operations of
+a partition never interleave while partitions run independently; on an idle partition it
+runs at once, in the caller's call (the event processor's idle fast path), which is how
+the server runs. An operation is a pure function of the shard: it returns a
 `CoordinatorResult(records, response)` and changes nothing itself. The runtime replays the
 records into the shard at once (so the next operation sees them; this is the only place
-state changes), adds them to the partition's open batch, and parks the caller's future at
-the offset just after its last record. When the log's high watermark reaches that offset the
-future completes with the response. A write that returns no records is a read of the latest
-state: it completes at once when nothing is pending, else once every pending write is
-committed, so a caller never sees state that could still be rolled back.
+state changes), adds them to the partition's open batch, and parks the caller at the offset
+just after its last record. When the log's high watermark reaches that offset the caller
+gets the response. A write that returns no records is a read of the latest state: it
+completes at once when nothing is pending, else once every pending write is committed, so a
+caller never sees state that could still be rolled back. Whichever way a write ran, its
+caller gets a `WriteOutcome`: over already (a heartbeat on an idle partition needs no future
+at all), or with the future its answer comes through.
 
 An operation may also return its records already encoded, with a replay of its own for any
 run of them (`CoordinatorResult.encoded`, see `EncodedRecords`): the runtime then appends the
 bytes as they are and calls that replay once per batch the records land in, in place of one
 `shard.replay` per record object. Everything else (parking, batching, revert) is the same.
-
-Batches. Records of consecutive operations share one open batch. The open batch is flushed
-(handed to the writer) by the linger policy: adaptively (the default) by a flush event queued
-at the end of the queue when the batch opens, so it goes out once the operations already
-queued have run; after a fixed linger; or after each write. A batch that fills up is sealed
-at once. Only one append per partition is in flight: while it is, the open batch keeps
-taking records even when a flush was asked for (group commit), and sealed batches wait
-behind it in order. When the append completes, the next sealed batch, or else the open batch
-if its flush is due, goes out.
-
-Offsets. `last_written_offset` is the end of every batch sealed (in flight or waiting); the
-open batch's records lie above it. `last_committed_offset` follows the high watermark down to
-the last batch boundary below it, since the snapshot registry's epoch is the base offset of
-the batch being filled: state can be read, and reverted, as of batch boundaries only.
-`revert_to(base)` undoes exactly one batch and everything after it, and reads see the state
-as of `last_committed_offset`. Parked writes with the default timeout share one clock
-callback per partition; a write with its own timeout has its own.
-
-Failures. A failed append reverts the shard to the failed batch's base offset and fails
-every operation parked above it (that batch, the sealed and open batches written on top of
-it, and the no-record writes waiting on them) with the append's exception; batches appended
-before it stay parked, since their records are in the log. With a writer whose append
-returns only once committed, that base is the last committed offset. A replay that raises
-fails the open batch the same way. An append that returns another end offset than the one
-the shard was written for, or a high watermark past `last_written_offset`, means the log and
-the state diverged (someone else wrote, or a failed append landed after all): the partition
-goes FAILED, every parked operation fails with NOT_COORDINATOR, and the partition reloads
-from the log. A partition whose appends have all failed for `append_failure_timeout_ms` (one
-that succeeds starts the count again) goes FAILED too, instead of failing every write while
-it looks healthy; whoever loaded it decides when to load it again (the app, with back-off).
-
-Lifecycle (Kafka's `CoordinatorState`). Loads and unloads carry the partition leader epoch
-and are ignored when stale. A load builds a fresh shard, replays the committed log into it
-and goes ACTIVE; requests meanwhile get COORDINATOR_LOAD_IN_PROGRESS, and any other
-non-ACTIVE state gets NOT_COORDINATOR. An unload cancels the partition's timers and fails
-every parked or queued operation with NOT_COORDINATOR.
 """
 
 from __future__ import annotations
@@ -63,11 +33,8 @@ import asyncio
 import functools
 import logging
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from enum import Enum
-from typing import Any, Generic, Protocol, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast
 
 from coordinator_server.records import CoordinatorRecord, encode_record
 from coordinator_server.runtime.api import (
@@ -76,63 +43,40 @@ from coordinator_server.runtime.api import (
     EncodedReplay,
     ResponseHandle,
     ShardBuilder,
-    ShardContext,
     TimeoutOperation,
 )
-from coordinator_server.runtime.clock import Cancellable, RuntimeClock
-from coordinator_server.storage.api import (
-    AppendError,
-    CoordinatorLoader,
-    PartitionWriter,
-    RawRecord,
+from coordinator_server.runtime.appender import BatchAppender
+from coordinator_server.runtime.clock import RuntimeClock
+from coordinator_server.runtime.config import RUNTIME_DEFAULTS, RuntimeConfig
+from coordinator_server.runtime.context import (
+    CoordinatorContext,
+    CoordinatorState,
+    PartitionStats,
 )
+from coordinator_server.runtime.deferred import DeferredEventCollection
+from coordinator_server.runtime.event_processor import EventProcessor, EventQueue
+from coordinator_server.runtime.events import (
+    BarrierEvent,
+    CoordinatorEvent,
+    FlushEvent,
+    ParkedCaller,
+    WriteEvent,
+    WriteOutcome,
+)
+from coordinator_server.runtime.loading import PartitionLoader
+from coordinator_server.runtime.observer import NoObserver, RuntimeObserver
+from coordinator_server.runtime.timer import PartitionTimer
+from coordinator_server.storage.api import CoordinatorLoader, PartitionWriter
 from coordinator_server.timeline import SnapshotRegistry
 from protocol.errors import (
     ApiError,
-    CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
-    MessageTooLargeError,
     NotCoordinatorError,
-    RequestTimedOutError,
     UnknownServerError,
 )
 
 S = TypeVar("S", bound=CoordinatorShard)
-
-
-class RuntimeObserver(Protocol):
-    """Where the runtime reports what metrics are made of (see coordinator_server.metrics)."""
-
-    def batch_appended(self, records: int, size_bytes: int, seconds: float) -> None: ...
-
-    def append_failed(self) -> None: ...
-
-    def event_queued(self, seconds: float) -> None: ...
-
-    def partition_loaded(self, seconds: float, records: int) -> None: ...
-
-
-class _NoObserver:
-    def batch_appended(self, records: int, size_bytes: int, seconds: float) -> None:
-        pass
-
-    def append_failed(self) -> None:
-        pass
-
-    def event_queued(self, seconds: float) -> None:
-        pass
-
-    def partition_loaded(self, seconds: float, records: int) -> None:
-        pass
-
-
 T = TypeVar("T")
-
-BATCH_OVERHEAD_BYTES = 61
-"""Bytes a batch takes besides its records (Kafka's record batch v2 header)."""
-
-RECORD_OVERHEAD_BYTES = 21
-"""Most bytes a record takes besides its key and value (Kafka's DefaultRecord varints)."""
 
 
 def _replay_each(shard: CoordinatorShard, records: Sequence[CoordinatorRecord]) -> EncodedReplay:
@@ -145,629 +89,19 @@ def _replay_each(shard: CoordinatorShard, records: Sequence[CoordinatorRecord]) 
     return replay
 
 
-def _record_sizes(raw: Sequence[RawRecord]) -> list[int]:
-    """What each record counts for against a batch's size."""
-    return [
-        len(key) + (0 if value is None else len(value)) + RECORD_OVERHEAD_BYTES
-        for key, value in raw
-    ]
-
-
-# The drain task yields to the loop after this many events, so that one busy partition
-# cannot hold up the others, the connections and the append completions for long.
-_EVENTS_PER_SLICE = 256
-
-
-class CoordinatorState(Enum):
-    """A partition context's lifecycle state (Kafka's `CoordinatorState`)."""
-
-    INITIAL = "INITIAL"
-    LOADING = "LOADING"
-    ACTIVE = "ACTIVE"
-    FAILED = "FAILED"
-    CLOSED = "CLOSED"
-
-    def can_transition_from(self, previous: CoordinatorState) -> bool:
-        return previous in _ALLOWED_PREVIOUS[self]
-
-
-_ALLOWED_PREVIOUS: dict[CoordinatorState, frozenset[CoordinatorState]] = {
-    CoordinatorState.INITIAL: frozenset(),
-    CoordinatorState.LOADING: frozenset({CoordinatorState.INITIAL, CoordinatorState.FAILED}),
-    CoordinatorState.ACTIVE: frozenset({CoordinatorState.LOADING, CoordinatorState.ACTIVE}),
-    CoordinatorState.FAILED: frozenset({CoordinatorState.LOADING, CoordinatorState.ACTIVE}),
-    CoordinatorState.CLOSED: frozenset(CoordinatorState),
-}
-
-
-class IllegalStateError(RuntimeError):
-    """A lifecycle transition that Kafka's state machine does not allow."""
-
-
-@dataclass(frozen=True, slots=True)
-class RuntimeConfig:
-    """The runtime's limits and timings.
-
-    Attributes:
-        write_timeout_ms: how long a parked write waits for the high watermark before it
-            fails with REQUEST_TIMED_OUT (Kafka's `offsets.commit.timeout.ms`).
-        append_linger_ms: -1 flushes adaptively (once the writes already queued have run),
-            0 after each write, and a positive value that many milliseconds after the batch
-            opened (Kafka's `group.coordinator.append.linger.ms`).
-        max_batch_bytes: the most bytes one appended batch may hold, header included.
-        max_queued_events: the most events queued per partition; past it writes fail with
-            COORDINATOR_NOT_AVAILABLE.
-        timer_retry_backoff_ms: the default delay before a failed retrying timer runs again.
-        append_failure_timeout_ms: a partition whose appends have all failed for this long
-            (counted from the first failure after the last success) goes FAILED; 0: never.
-        run_when_idle: a write scheduled while its partition has nothing queued or running
-            runs at once, in the caller's call, instead of waiting for the drain task (the
-            order is the same; a write that needs no append completes before
-            `schedule_write` returns). Off, every write goes through the queue, which tests
-            of the queue itself rely on.
-    """
-
-    write_timeout_ms: int = 5000
-    append_linger_ms: int = -1
-    max_batch_bytes: int = 1048576
-    max_queued_events: int = 10000
-    timer_retry_backoff_ms: int = 500
-    run_when_idle: bool = False
-    append_failure_timeout_ms: int = 0
-
-    def __post_init__(self) -> None:
-        if self.write_timeout_ms <= 0:
-            raise ValueError(f"write_timeout_ms must be positive, got {self.write_timeout_ms}")
-        if self.append_linger_ms < -1:
-            raise ValueError(f"append_linger_ms must be -1 or more, got {self.append_linger_ms}")
-        if self.max_batch_bytes <= BATCH_OVERHEAD_BYTES + RECORD_OVERHEAD_BYTES:
-            raise ValueError(f"max_batch_bytes is too small: {self.max_batch_bytes}")
-        if self.max_queued_events < 1:
-            raise ValueError(f"max_queued_events must be positive, got {self.max_queued_events}")
-        if self.timer_retry_backoff_ms < 0:
-            raise ValueError(
-                f"timer_retry_backoff_ms must be 0 or more, got {self.timer_retry_backoff_ms}"
-            )
-        if self.append_failure_timeout_ms < 0:
-            raise ValueError(
-                f"append_failure_timeout_ms must be 0 or more, got {self.append_failure_timeout_ms}"
-            )
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionStats:
-    """A partition's counters at one moment, for metrics and tests."""
-
-    partition: int
-    state: CoordinatorState
-    epoch: int
-    last_written_offset: int
-    last_committed_offset: int
-    queued_events: int
-    parked_operations: int
-    """Writes waiting for the high watermark (ones that timed out meanwhile included)."""
-    open_batch_records: int
-    open_batch_bytes: int
-    pending_batches: int
-    """Sealed batches, the one in flight included."""
-    batches_appended: int
-    records_appended: int
-    bytes_appended: int
-    last_batch_records: int
-    last_batch_bytes: int
-    append_failures: int
-    timers: int
-
-
-class _Batch:
-    """Records on their way to one append, and where they start in the log."""
-
-    __slots__ = (
-        "base_offset",
-        "epoch",
-        "flush_due",
-        "linger_handle",
-        "next_offset",
-        "records",
-        "size_bytes",
-    )
-
-    def __init__(self, base_offset: int, epoch: int) -> None:
-        self.base_offset = base_offset
-        self.next_offset = base_offset
-        self.epoch = epoch
-        self.records: list[RawRecord] = []
-        self.size_bytes = BATCH_OVERHEAD_BYTES
-        # A flush was asked for while an append was in flight: go out when it completes.
-        self.flush_due = False
-        self.linger_handle: Cancellable | None = None
-
-
-class WriteDone(Generic[T]):
-    """A write that was over before `CoordinatorRuntime.write` returned: its response, or
-    the error its future would have failed with."""
-
-    __slots__ = ("error", "response")
-
-    def __init__(self, response: T | None, error: BaseException | None) -> None:
-        self.response = response
-        self.error = error
-
-
-class _InlineOutcome:
-    """The caller's end of a write run inline, in place of a future: the few uses the
-    runtime makes of a write's future (done, set_result, set_exception) are kept here until
-    the write parks, when `attach` hands them on to a real future."""
-
-    __slots__ = ("error", "finished", "future", "response")
-
-    def __init__(self) -> None:
-        self.finished = False
-        self.response: Any = None
-        self.error: BaseException | None = None
-        self.future: asyncio.Future[Any] | None = None
-
-    def done(self) -> bool:
-        future = self.future
-        return self.finished if future is None else future.done()
-
-    def set_result(self, response: Any) -> None:
-        if self.future is None:
-            self.finished = True
-            self.response = response
-        else:
-            self.future.set_result(response)
-
-    def set_exception(self, error: BaseException) -> None:
-        if self.future is None:
-            self.finished = True
-            self.error = error
-        else:
-            self.future.set_exception(error)
-
-    def attach(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[Any]:
-        assert self.future is None and not self.finished
-        future: asyncio.Future[Any] = loop.create_future()
-        self.future = future
-        return future
-
-
-class _WriteEvent:
-    """A queued write operation, and later the parked caller waiting for its commit."""
-
-    __slots__ = (
-        "completions",
-        "deadline_ms",
-        "future",
-        "name",
-        "offset",
-        "on_failure",
-        "op",
-        "park",
-        "queued_at",
-        "response",
-        "settled",
-        "timeout_handle",
-        "timeout_ms",
-    )
-
-    def __init__(
-        self,
-        name: str,
-        op: Callable[[Any], CoordinatorResult[Any]],
-        future: asyncio.Future[Any] | _InlineOutcome,
-        timeout_ms: int,
-    ) -> None:
-        self.name = name
-        self.op = op
-        self.future = future
-        self.timeout_ms = timeout_ms
-        # Set when the event waits in the queue; one run at once waited for nothing.
-        self.queued_at = 0.0
-        self.response: Any = None
-        self.offset = 0
-        self.deadline_ms = 0
-        # Set only for a timeout other than the default (see CoordinatorRuntime._park).
-        self.timeout_handle: Cancellable | None = None
-        # From the operation's result: whether its caller waits for a later completion,
-        # the parked callers it answers, and what to run if its append fails.
-        self.park = False
-        self.completions: Sequence[tuple[ResponseHandle, object]] = ()
-        self.on_failure: TimeoutOperation | None = None
-        # Committed (or failed): nothing more to wait for, even if the caller stays parked.
-        self.settled = False
-
-    def run(self, runtime: CoordinatorRuntime[Any], context: _PartitionContext) -> None:
-        runtime._run_write(context, self)
-
-    def complete(self) -> None:
-        self.settled = True
-        handle = self.timeout_handle
-        if handle is not None:
-            self.timeout_handle = None
-            handle.cancel()
-        if not self.park and not self.future.done():
-            self.future.set_result(self.response)
-        if self.completions:
-            deliver_completions(self.completions)
-
-    def fail(self, error: BaseException) -> None:
-        self.settled = True
-        handle = self.timeout_handle
-        if handle is not None:
-            self.timeout_handle = None
-            handle.cancel()
-        if not self.future.done():
-            self.future.set_exception(error)
-        for parked, _ in self.completions:
-            _ParkedCaller.of(parked).fail(error)
-
-    def expire(self) -> None:
-        # The records stay where they are: the append may still land or fail later, and
-        # only the caller stops waiting. A parked caller's own wait is not bounded by the
-        # write timeout (a JoinGroup may wait a whole rebalance timeout), only its commit.
-        self.timeout_handle = None
-        if not self.settled and not self.future.done():
-            self.future.set_exception(
-                RequestTimedOutError(f"{self.name} timed out after {self.timeout_ms}ms")
-            )
-
-    @property
-    def finished(self) -> bool:
-        return self.settled or self.future.done()
-
-
-class _ParkedCaller:
-    """The caller behind a ResponseHandle: a future and the partition that parked it."""
-
-    __slots__ = ("future", "parked")
-
-    def __init__(self, future: asyncio.Future[Any], parked: set[_ParkedCaller]) -> None:
-        self.future = future
-        self.parked = parked
-        parked.add(self)
-
-    @staticmethod
-    def of(handle: ResponseHandle) -> _ParkedCaller:
-        sink = handle.sink
-        assert isinstance(sink, _ParkedCaller), f"not a runtime handle: {handle!r}"
-        return sink
-
-    def complete(self, response: object) -> None:
-        self.parked.discard(self)
-        if self.future.done():
-            return
-        if isinstance(response, BaseException):
-            self.future.set_exception(response)
-        else:
-            self.future.set_result(response)
-
-    def fail(self, error: BaseException) -> None:
-        self.complete(error)
-
-
-def deliver_completions(completions: Sequence[tuple[ResponseHandle, object]]) -> None:
-    for handle, response in completions:
-        _ParkedCaller.of(handle).complete(response)
-
-
-class _FlushEvent:
-    """Flushes the batch that was open when it was queued (adaptive linger)."""
-
-    __slots__ = ("batch_epoch",)
-
-    def __init__(self, batch_epoch: int) -> None:
-        self.batch_epoch = batch_epoch
-
-    def run(self, runtime: CoordinatorRuntime[Any], context: _PartitionContext) -> None:
-        batch = context.open_batch
-        # The batch may be gone already (sealed when full, or failed); a newer batch has
-        # its own flush event further back in the queue.
-        if batch is not None and batch.epoch == self.batch_epoch:
-            runtime._flush(context)
-
-    def fail(self, error: BaseException) -> None:
-        """Nothing waits on a flush."""
-
-
-class _BarrierEvent:
-    """Completes its future once every event queued before it has run."""
-
-    __slots__ = ("future",)
-
-    def __init__(self, future: asyncio.Future[None]) -> None:
-        self.future = future
-
-    def run(self, runtime: CoordinatorRuntime[Any], context: _PartitionContext) -> None:
-        if not self.future.done():
-            self.future.set_result(None)
-
-    def fail(self, error: BaseException) -> None:
-        # A partition that goes away has nothing left to wait for.
-        if not self.future.done():
-            self.future.set_result(None)
-
-
-_Event = _WriteEvent | _FlushEvent | _BarrierEvent
-
-_SKIPPED: CoordinatorResult[Any] = CoordinatorResult()
-
-
-class _TimerTask:
-    __slots__ = ("due_ms", "fired", "handle", "key", "operation", "retry", "retry_backoff_ms")
-
-    def __init__(
-        self,
-        key: str,
-        operation: TimeoutOperation,
-        retry: bool,
-        retry_backoff_ms: int,
-        due_ms: int,
-    ) -> None:
-        self.key = key
-        self.operation = operation
-        self.retry = retry
-        self.retry_backoff_ms = retry_backoff_ms
-        self.due_ms = due_ms
-        # Its operation was handed to the partition's queue: a new schedule needs a new task.
-        self.fired = False
-        self.handle: Cancellable | None = None
-
-
-class _PartitionTimer:
-    """A partition's `CoordinatorTimer`: keyed timers that fire as write operations.
-
-    A timer stays scheduled until its operation runs on the partition's queue; if the key
-    was rescheduled or cancelled while the operation was queued, the stale one does nothing.
-
-    Pushing a timer later (a member's session timer, re-armed by every heartbeat) keeps the
-    clock callback already armed and only moves the due time: when the callback comes, it
-    arms another for what is left. A heartbeat then costs an assignment instead of a cancel
-    and a new clock callback, and a session that keeps heartbeating costs one callback per
-    session timeout.
-    """
-
-    __slots__ = ("_clock", "_closed", "_default_backoff_ms", "_partition", "_runtime", "_tasks")
-
-    def __init__(
-        self,
-        runtime: CoordinatorRuntime[Any],
-        partition: int,
-        clock: RuntimeClock,
-        default_backoff_ms: int,
-    ) -> None:
-        self._runtime = runtime
-        self._partition = partition
-        self._clock = clock
-        self._default_backoff_ms = default_backoff_ms
-        self._tasks: dict[str, _TimerTask] = {}
-        self._closed = False
-
-    def schedule(
-        self,
-        key: str,
-        delay_ms: int,
-        operation: TimeoutOperation,
-        *,
-        retry: bool = False,
-        retry_backoff_ms: int | None = None,
-    ) -> None:
-        if self._closed:
-            return
-        backoff_ms = self._default_backoff_ms if retry_backoff_ms is None else retry_backoff_ms
-        due_ms = self._clock.now_ms() + max(delay_ms, 0)
-        previous = self._tasks.get(key)
-        if previous is not None:
-            if not previous.fired and previous.handle is not None and previous.due_ms <= due_ms:
-                previous.operation = operation
-                previous.retry = retry
-                previous.retry_backoff_ms = backoff_ms
-                previous.due_ms = due_ms
-                return
-            if previous.handle is not None:
-                previous.handle.cancel()
-        task = _TimerTask(key, operation, retry, backoff_ms, due_ms)
-        self._tasks[key] = task
-        task.handle = self._clock.call_later(delay_ms, lambda: self._expire(task))
-
-    def reschedule(self, key: str, delay_ms: int) -> bool:
-        task = self._tasks.get(key)
-        if task is None or task.fired or task.handle is None or self._closed:
-            return False
-        due_ms = self._clock.now_ms() + max(delay_ms, 0)
-        if task.due_ms > due_ms:
-            # Sooner than armed: the callback must be armed again.
-            task.handle.cancel()
-            task.handle = self._clock.call_later(delay_ms, lambda: self._expire(task))
-        # Later: the armed callback arms itself again for the rest when it runs.
-        task.due_ms = due_ms
-        return True
-
-    def schedule_if_absent(
-        self,
-        key: str,
-        delay_ms: int,
-        operation: TimeoutOperation,
-        *,
-        retry: bool = False,
-        retry_backoff_ms: int | None = None,
-    ) -> None:
-        if key not in self._tasks:
-            self.schedule(key, delay_ms, operation, retry=retry, retry_backoff_ms=retry_backoff_ms)
-
-    def cancel(self, key: str) -> None:
-        task = self._tasks.pop(key, None)
-        if task is not None and task.handle is not None:
-            task.handle.cancel()
-
-    def is_scheduled(self, key: str) -> bool:
-        return key in self._tasks
-
-    def size(self) -> int:
-        return len(self._tasks)
-
-    def cancel_all(self) -> None:
-        """Cancel every timer and take no new ones (the partition is going away)."""
-        self._closed = True
-        for task in self._tasks.values():
-            if task.handle is not None:
-                task.handle.cancel()
-        self._tasks.clear()
-
-    def _expire(self, task: _TimerTask) -> None:
-        if self._tasks.get(task.key) is not task:
-            return
-        remaining_ms = task.due_ms - self._clock.now_ms()
-        if remaining_ms > 0:
-            # Pushed later since this callback was armed.
-            task.handle = self._clock.call_later(remaining_ms, lambda: self._expire(task))
-            return
-        task.fired = True
-        future = self._runtime.schedule_write(
-            f"timer:{task.key}", self._partition, lambda _shard: self._run(task)
-        )
-        future.add_done_callback(lambda done: self._on_done(task, done))
-
-    def _run(self, task: _TimerTask) -> CoordinatorResult[Any]:
-        if self._tasks.get(task.key) is not task:
-            # Rescheduled or cancelled while the operation waited in the queue.
-            return _SKIPPED
-        del self._tasks[task.key]
-        return task.operation()
-
-    def _on_done(self, task: _TimerTask, future: asyncio.Future[Any]) -> None:
-        if future.cancelled():
-            return
-        error = future.exception()
-        if error is None:
-            return
-        if self._tasks.get(task.key) is task:
-            # The operation never ran (the write was refused before it was queued).
-            del self._tasks[task.key]
-        log = self._runtime._log
-        if self._closed or isinstance(error, NotCoordinatorError | CoordinatorLoadInProgressError):
-            log.debug(
-                "partition=%d timer %s dropped: the partition is not active (%s)",
-                self._partition,
-                task.key,
-                error,
-            )
-            return
-        if not task.retry:
-            log.error("partition=%d timer %s failed: %s", self._partition, task.key, error)
-            return
-        if task.key in self._tasks:
-            # Rescheduled meanwhile: the newer timer wins over the retry.
-            return
-        log.info(
-            "partition=%d timer %s failed (%s); retrying in %dms",
-            self._partition,
-            task.key,
-            error,
-            task.retry_backoff_ms,
-        )
-        self.schedule(
-            task.key,
-            task.retry_backoff_ms,
-            task.operation,
-            retry=True,
-            retry_backoff_ms=task.retry_backoff_ms,
-        )
-
-
-class _PartitionContext:
-    """Everything the runtime holds for one partition."""
-
-    __slots__ = (
-        "append_failures",
-        "append_future",
-        "batch_ends",
-        "batch_epoch",
-        "batches_appended",
-        "bytes_appended",
-        "closed",
-        "deferred",
-        "drain_task",
-        "epoch",
-        "expiries",
-        "expiry_handle",
-        "failing_since_ms",
-        "generation",
-        "inflight",
-        "inline",
-        "last_batch_bytes",
-        "last_batch_records",
-        "last_committed_offset",
-        "last_written_offset",
-        "load_task",
-        "loop",
-        "open_batch",
-        "parked_callers",
-        "partition",
-        "queue",
-        "records_appended",
-        "registry",
-        "running",
-        "sealed",
-        "shard",
-        "state",
-        "state_waiters",
-        "timer",
-        "wakeup",
-    )
-
-    def __init__(self, partition: int, loop: asyncio.AbstractEventLoop) -> None:
-        self.partition = partition
-        # Kept because asyncio.get_running_loop() costs a getpid() system call each time,
-        # and writes need the loop on their busiest paths.
-        self.loop = loop
-        self.state = CoordinatorState.INITIAL
-        self.epoch = -1
-        # Bumped whenever the shard is thrown away, so that loads and appends started for
-        # an older shard find out and drop their results.
-        self.generation = 0
-        self.shard: CoordinatorShard | None = None
-        self.registry: SnapshotRegistry | None = None
-        self.timer: _PartitionTimer | None = None
-        self.queue: deque[_Event] = deque()
-        # An event is running: one scheduled meanwhile (a follow-up) must wait its turn.
-        self.running = False
-        # The running event was not queued: it runs from the scheduler's own call.
-        self.inline = False
-        self.wakeup: asyncio.Future[None] | None = None
-        self.drain_task: asyncio.Task[None] | None = None
-        self.closed = False
-        self.load_task: asyncio.Task[None] | None = None
-        self.last_written_offset = 0
-        self.last_committed_offset = 0
-        self.open_batch: _Batch | None = None
-        self.sealed: deque[_Batch] = deque()
-        self.inflight: _Batch | None = None
-        self.append_future: asyncio.Future[int] | None = None
-        self.batch_epoch = 0
-        # End offsets of the sealed batches not committed yet, oldest first.
-        self.batch_ends: deque[int] = deque()
-        # Parked writes in offset order: offsets never decrease along the deque, because
-        # operations run one at a time and a revert drops everything above its offset.
-        self.deferred: deque[_WriteEvent] = deque()
-        # Parked writes with the default timeout, oldest deadline first.
-        self.expiries: deque[_WriteEvent] = deque()
-        self.expiry_handle: Cancellable | None = None
-        self.state_waiters: list[asyncio.Future[None]] = []
-        # Callers of parkable writes still waiting for a completion.
-        self.parked_callers: set[_ParkedCaller] = set()
-        self.batches_appended = 0
-        self.records_appended = 0
-        self.bytes_appended = 0
-        self.last_batch_records = 0
-        self.last_batch_bytes = 0
-        self.append_failures = 0
-        # When the appends started failing, every one since (None: the last one worked).
-        self.failing_since_ms: int | None = None
+def _not_active_error(partition: int, context: CoordinatorContext | None) -> ApiError:
+    if context is None:
+        return NotCoordinatorError(f"partition {partition} is not hosted here")
+    return context.not_active_error()
 
 
 class CoordinatorRuntime(Generic[S]):
-    """Hosts a shard per partition and runs reads, writes, timers, loads and unloads."""
+    """Hosts a shard per partition and runs reads, writes, timers, loads and unloads.
+
+    `event_processor` is the kind of processor that runs the partitions' queues (a
+    `ManualEventProcessor` lets a test run queued events one at a time); it is built with
+    the config's `run_when_idle` and `max_queued_events`.
+    """
 
     def __init__(
         self,
@@ -776,25 +110,44 @@ class CoordinatorRuntime(Generic[S]):
         writer: PartitionWriter,
         loader: CoordinatorLoader,
         clock: RuntimeClock,
-        config: RuntimeConfig = RuntimeConfig(),
+        config: RuntimeConfig = RUNTIME_DEFAULTS,
         logger: logging.Logger | None = None,
         observer: RuntimeObserver | None = None,
+        event_processor: type[EventProcessor[CoordinatorEvent]] = EventProcessor,
     ) -> None:
-        self._shard_builder = shard_builder
-        self._writer = writer
-        self._loader = loader
         self._clock = clock
         self._config = config
-        self._log = logger or logging.getLogger(__name__)
-        self._observer: RuntimeObserver = observer or _NoObserver()
-        self._contexts: dict[int, _PartitionContext] = {}
+        self._log = log = logger or logging.getLogger(__name__)
+        self._observer: RuntimeObserver = observer or NoObserver()
+        self._processor = processor = event_processor(
+            run_when_idle=config.run_when_idle, max_queued_events=config.max_queued_events
+        )
+        self._run_when_idle = processor.run_when_idle
+        self._appender = BatchAppender(
+            writer=writer,
+            config=config,
+            clock=clock,
+            processor=processor,
+            observer=self._observer,
+            log=log,
+            fail=self._fail,
+            reload=self._fail_and_reload,
+            follow_up=self._schedule_follow_up,
+        )
+        self._loading = PartitionLoader(
+            loader=loader,
+            shard_builder=shard_builder,
+            clock=clock,
+            observer=self._observer,
+            log=log,
+            new_timer=self._new_timer,
+            fail=self._fail,
+        )
+        self._contexts: dict[int, CoordinatorContext] = {}
         self._closing = False
         self._closed = False
         writer.register_listener(self._on_high_watermark)
-        writer.register_ready_listener(self._on_writer_ready)
-        # Partitions whose batch is due but waits for the writer to have room (see
-        # PartitionWriter.backlogged), by partition.
-        self._waiting_for_writer: dict[int, _PartitionContext] = {}
+        writer.register_ready_listener(self._appender.on_writer_ready)
 
     @property
     def config(self) -> RuntimeConfig:
@@ -803,6 +156,10 @@ class CoordinatorRuntime(Generic[S]):
     @property
     def clock(self) -> RuntimeClock:
         return self._clock
+
+    @property
+    def event_processor(self) -> EventProcessor[CoordinatorEvent]:
+        return self._processor
 
     # Lifecycle.
 
@@ -819,11 +176,14 @@ class CoordinatorRuntime(Generic[S]):
             raise NotCoordinatorError("the coordinator runtime is closed")
         context = self._contexts.get(partition)
         if context is None:
-            context = _PartitionContext(partition, asyncio.get_running_loop())
-            self._contexts[partition] = context
-            context.drain_task = context.loop.create_task(
-                self._drain(context), name=f"coordinator-partition-{partition}"
+            context = CoordinatorContext(
+                partition,
+                asyncio.get_running_loop(),
+                DeferredEventCollection(self._clock, self._config.write_timeout_ms),
+                self._open_queue,
+                self._log,
             )
+            self._contexts[partition] = context
         if epoch <= context.epoch:
             self._log.info(
                 "partition=%d load with epoch %d ignored: the current epoch is %d",
@@ -835,7 +195,7 @@ class CoordinatorRuntime(Generic[S]):
         context.epoch = epoch
         if context.state in (CoordinatorState.INITIAL, CoordinatorState.FAILED):
             self._log.debug("partition=%d loading with epoch %d", partition, epoch)
-            self._start_load(context)
+            self._loading.start(context)
         else:
             self._log.info(
                 "partition=%d is %s already; epoch is now %d", partition, context.state.name, epoch
@@ -930,28 +290,21 @@ class CoordinatorRuntime(Generic[S]):
         for context in self._contexts.values():
             if context.state is CoordinatorState.ACTIVE:
                 barrier: asyncio.Future[None] = loop.create_future()
-                context.queue.append(_BarrierEvent(barrier))
-                self._wake(context)
+                self._processor.enqueue(context.queue, BarrierEvent(barrier))
                 barriers.append(barrier)
         if barriers:
             await asyncio.gather(*barriers)
         parked: list[asyncio.Future[Any]] = []
         for context in self._contexts.values():
             if context.state is CoordinatorState.ACTIVE:
-                self._flush(context)
-                for event in context.deferred:
-                    waiter = event.future
-                    # A write run inline that parked waits on the future it was attached to.
-                    future = waiter.future if isinstance(waiter, _InlineOutcome) else waiter
-                    if future is not None:
-                        parked.append(future)
+                self._appender.flush(context)
+                parked.extend(e.future for e in context.deferred if e.future is not None)
         pending = [future for future in parked if not future.done()]
         if pending:
             await asyncio.wait(pending)
-        tasks = [c.drain_task for c in self._contexts.values() if c.drain_task is not None]
+        queues = [context.queue for context in self._contexts.values()]
         self.close()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await self._processor.wait_closed(queues)
 
     def close(self) -> None:
         """Unload every partition now, failing whatever waits with NOT_COORDINATOR."""
@@ -964,6 +317,66 @@ class CoordinatorRuntime(Generic[S]):
 
     # Operations.
 
+    def write(
+        self,
+        name: str,
+        partition: int,
+        op: Callable[[S], CoordinatorResult[T]],
+        *,
+        timeout_ms: int | None = None,
+    ) -> WriteOutcome[T]:
+        """Run a write operation on `partition`; its caller gets the response once the
+        records it returned are committed.
+
+        The write fails with COORDINATOR_LOAD_IN_PROGRESS while the partition loads,
+        NOT_COORDINATOR when it is not hosted or not active, COORDINATOR_NOT_AVAILABLE when
+        its queue is full or the runtime is shutting down, REQUEST_TIMED_OUT after
+        `timeout_ms` (default: the config's write timeout) parked, MESSAGE_TOO_LARGE for
+        records that cannot fit a batch, the ApiError the operation raised (anything else
+        it raises becomes UNKNOWN_SERVER_ERROR), or the AppendError of a failed append.
+        """
+        context = self._contexts.get(partition)
+        if context is None or context.state is not CoordinatorState.ACTIVE:
+            return WriteOutcome(None, _not_active_error(partition, context))
+        queue = context.queue
+        if not queue.events and not queue.running and self._run_when_idle and not self._closing:
+            # The idle fast path: the write runs now, in the caller's call, the queue marked
+            # as the event processor marks it (its protocol, spelt out here: two calls would
+            # cost a heartbeat about 45 ns).
+            queue.running = queue.inline = True
+            try:
+                return self._run_write(context, None, name, op, timeout_ms)
+            finally:
+                queue.running = queue.inline = False
+        return self._enqueue_write(context, name, op, timeout_ms, None)
+
+    def parkable_write(
+        self,
+        name: str,
+        partition: int,
+        op: Callable[[S, ResponseHandle], CoordinatorResult[T]],
+        *,
+        timeout_ms: int | None = None,
+    ) -> WriteOutcome[T]:
+        """Like `write`, for an operation that may park its caller.
+
+        `op` also gets the caller's ResponseHandle. When its result says `park`, the caller
+        is answered later, by the completion of that handle in another operation's result
+        (or fails with NOT_COORDINATOR when the partition unloads, or with the append's
+        error when the records of the operation that parked it fail). The handle's caller
+        waits on a future from the start.
+        """
+        context = self._contexts.get(partition)
+        if context is None or context.state is not CoordinatorState.ACTIVE:
+            return WriteOutcome(None, _not_active_error(partition, context))
+        future: asyncio.Future[T] = context.loop.create_future()
+        parked_callers = context.parked_callers
+        handle = ResponseHandle(ParkedCaller(future, parked_callers))
+        future.add_done_callback(lambda _: parked_callers.discard(ParkedCaller.of(handle)))
+        return self._enqueue_write(
+            context, name, lambda shard: op(shard, handle), timeout_ms, future
+        )
+
     def schedule_write(
         self,
         name: str,
@@ -972,171 +385,16 @@ class CoordinatorRuntime(Generic[S]):
         *,
         timeout_ms: int | None = None,
     ) -> asyncio.Future[T]:
-        """Queue a write operation on `partition`; its future gets the response once the
-        records it returned are committed.
-
-        The future fails with COORDINATOR_LOAD_IN_PROGRESS while the partition loads,
-        NOT_COORDINATOR when it is not hosted or not active, COORDINATOR_NOT_AVAILABLE when
-        its queue is full or the runtime is shutting down, REQUEST_TIMED_OUT after
-        `timeout_ms` (default: the config's write timeout) parked, MESSAGE_TOO_LARGE for
-        records that cannot fit a batch, the ApiError the operation raised (anything else
-        it raises becomes UNKNOWN_SERVER_ERROR), or the AppendError of a failed append.
-        """
+        """`write`, answered as a future, for callers that await or gather it."""
         outcome = self.write(name, partition, op, timeout_ms=timeout_ms)
-        if isinstance(outcome, asyncio.Future):
-            return outcome
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        future = outcome.future
+        if future is not None:
+            return future
+        future = asyncio.get_running_loop().create_future()
         if outcome.error is None:
             future.set_result(cast(T, outcome.response))
         else:
             future.set_exception(outcome.error)
-        return future
-
-    def write(
-        self,
-        name: str,
-        partition: int,
-        op: Callable[[S], CoordinatorResult[T]],
-        *,
-        timeout_ms: int | None = None,
-    ) -> WriteDone[T] | asyncio.Future[T]:
-        """`schedule_write`, answered without a future when the write is over before this
-        returns: refused at once, or run at once on an idle partition and needing no append
-        (a heartbeat). A future costs little, but the busiest operations pay it on every
-        call."""
-        context = self._contexts.get(partition)
-        if context is None or context.state is not CoordinatorState.ACTIVE:
-            return WriteDone(None, self._not_active_error(partition, context))
-        if (
-            not context.queue
-            and not context.running
-            and self._config.run_when_idle
-            and not self._closing
-        ):
-            return self._write_now(context, name, op, timeout_ms)
-        return self._enqueue_write(context, name, op, None, timeout_ms)
-
-    def _write_now(
-        self,
-        context: _PartitionContext,
-        name: str,
-        op: Callable[[S], CoordinatorResult[T]],
-        timeout_ms: int | None,
-    ) -> WriteDone[T] | asyncio.Future[T]:
-        """Run a write on an idle partition now (see run_when_idle). One whose result needs
-        nothing more than its answer, with nothing pending before it (a heartbeat), is
-        answered without the event and the outcome the others go through."""
-        context.running = True
-        context.inline = True
-        try:
-            self._observer.event_queued(0.0)
-            try:
-                result = op(cast(S, context.shard))
-            except ApiError as error:
-                return WriteDone(None, error)
-            except Exception as error:
-                self._log.exception("partition=%d write %s failed", context.partition, name)
-                return WriteDone(None, UnknownServerError(f"{name} failed: {error!r}"))
-            if (
-                not result.records
-                and result.encoded is None
-                and not result.updates
-                and not result.park
-                and not result.completions
-            ):
-                batch = context.open_batch
-                pending_end = context.last_written_offset if batch is None else batch.next_offset
-                if pending_end <= context.last_committed_offset:
-                    return WriteDone(result.response, None)
-            outcome = _InlineOutcome()
-            timeout = self._config.write_timeout_ms if timeout_ms is None else timeout_ms
-            event = _WriteEvent(name, op, outcome, timeout)
-            try:
-                self._apply_result(context, event, result)
-            except Exception as error:
-                self._log.exception("partition=%d write %s failed", context.partition, name)
-                event.fail(UnknownServerError(f"internal error: {error!r}"))
-        finally:
-            context.running = False
-            context.inline = False
-        if outcome.finished:
-            return WriteDone(outcome.response, outcome.error)
-        # Waiting for the log: from here on its caller waits on a future.
-        return outcome.attach(context.loop)
-
-    def _enqueue_write(
-        self,
-        context: _PartitionContext,
-        name: str,
-        op: Callable[[S], CoordinatorResult[T]],
-        future: asyncio.Future[T] | None,
-        timeout_ms: int | None,
-    ) -> WriteDone[T] | asyncio.Future[T]:
-        """Run or queue the write; with `future` None (a write `write` did not run at once),
-        its caller gets a new future."""
-        partition = context.partition
-        refusal: ApiError | None = None
-        queue = context.queue
-        if self._closing:
-            refusal = CoordinatorNotAvailableError("the coordinator is shutting down")
-        elif len(queue) >= self._config.max_queued_events:
-            refusal = CoordinatorNotAvailableError(
-                f"partition {partition} has {len(queue)} events queued already"
-            )
-        if refusal is not None:
-            if future is None:
-                return WriteDone(None, refusal)
-            future.set_exception(refusal)
-            return future
-        if future is None:
-            future = context.loop.create_future()
-        timeout = self._config.write_timeout_ms if timeout_ms is None else timeout_ms
-        event = _WriteEvent(name, op, future, timeout)
-        if not queue and not context.running and self._config.run_when_idle:
-            # Nothing queued and nothing running: the drain task would run this event next
-            # anyway, so run it now and spare the queue, the wake-up and a loop iteration. A
-            # write that needs no append then completes before this returns.
-            context.inline = True
-            try:
-                self._run_event(context, event)
-            finally:
-                context.inline = False
-            return future
-        event.queued_at = time.perf_counter()
-        queue.append(event)
-        wakeup = context.wakeup
-        if wakeup is not None:
-            context.wakeup = None
-            if not wakeup.done():
-                wakeup.set_result(None)
-        return future
-
-    def schedule_parkable_write(
-        self,
-        name: str,
-        partition: int,
-        op: Callable[[S, ResponseHandle], CoordinatorResult[T]],
-        *,
-        timeout_ms: int | None = None,
-    ) -> asyncio.Future[T]:
-        """Like `schedule_write`, for an operation that may park its caller.
-
-        `op` also gets the caller's ResponseHandle. When its result says `park`, the future
-        is completed later, by the completion of that handle in another operation's result
-        (or fails with NOT_COORDINATOR when the partition unloads, or with the append's
-        error when the records of the operation that parked it fail).
-        """
-        context = self._contexts.get(partition)
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        if context is None or context.state is not CoordinatorState.ACTIVE:
-            future.set_exception(self._not_active_error(partition, context))
-            return future
-        handle = ResponseHandle(_ParkedCaller(future, context.parked_callers))
-        future.add_done_callback(lambda _: context.parked_callers.discard(_ParkedCaller.of(handle)))
-        outcome = self._enqueue_write(
-            context, name, lambda shard: op(shard, handle), future, timeout_ms
-        )
-        assert outcome is future
         return future
 
     def schedule_read(
@@ -1145,13 +403,13 @@ class CoordinatorRuntime(Generic[S]):
         """Run a read operation on `partition` now, against the committed state.
 
         `op` gets the shard and the last committed offset, and must read the shard as of
-        that offset. The future fails as `schedule_write`'s does for the partition's state,
-        or with the ApiError `op` raised (anything else becomes UNKNOWN_SERVER_ERROR).
+        that offset. The future fails as `write` does for the partition's state, or with
+        the ApiError `op` raised (anything else becomes UNKNOWN_SERVER_ERROR).
         """
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         context = self._contexts.get(partition)
         if context is None or context.state is not CoordinatorState.ACTIVE:
-            future.set_exception(self._not_active_error(partition, context))
+            future.set_exception(_not_active_error(partition, context))
             return future
         try:
             future.set_result(op(cast(S, context.shard), context.last_committed_offset))
@@ -1174,28 +432,7 @@ class CoordinatorRuntime(Generic[S]):
 
     def partition_stats(self, partition: int) -> PartitionStats | None:
         context = self._contexts.get(partition)
-        if context is None:
-            return None
-        batch = context.open_batch
-        return PartitionStats(
-            partition=partition,
-            state=context.state,
-            epoch=context.epoch,
-            last_written_offset=context.last_written_offset,
-            last_committed_offset=context.last_committed_offset,
-            queued_events=len(context.queue),
-            parked_operations=len(context.deferred),
-            open_batch_records=0 if batch is None else len(batch.records),
-            open_batch_bytes=0 if batch is None else batch.size_bytes,
-            pending_batches=len(context.sealed) + (context.inflight is not None),
-            batches_appended=context.batches_appended,
-            records_appended=context.records_appended,
-            bytes_appended=context.bytes_appended,
-            last_batch_records=context.last_batch_records,
-            last_batch_bytes=context.last_batch_bytes,
-            append_failures=context.append_failures,
-            timers=0 if context.timer is None else context.timer.size(),
-        )
+        return None if context is None else context.stats()
 
     def last_written_offset(self, partition: int) -> int | None:
         context = self._contexts.get(partition)
@@ -1209,69 +446,131 @@ class CoordinatorRuntime(Generic[S]):
         context = self._contexts.get(partition)
         return 0 if context is None else len(context.queue)
 
-    # The drain loop.
+    # Events.
 
-    async def _drain(self, context: _PartitionContext) -> None:
-        queue = context.queue
-        loop = asyncio.get_running_loop()
-        while not context.closed:
-            if not queue:
-                wakeup = loop.create_future()
-                context.wakeup = wakeup
-                await wakeup
-                continue
-            for _ in range(_EVENTS_PER_SLICE):
-                if not queue or context.closed:
-                    break
-                self._run_event(context, queue.popleft())
-            else:
-                await asyncio.sleep(0)
+    def _open_queue(self, context: CoordinatorContext) -> EventQueue[CoordinatorEvent]:
+        return self._processor.open(
+            f"coordinator-partition-{context.partition}",
+            functools.partial(self._run_event, context),
+        )
 
-    def _run_event(self, context: _PartitionContext, event: _Event) -> None:
-        context.running = True
+    def _run_event(self, context: CoordinatorContext, event: CoordinatorEvent) -> None:
+        """Run one event of the partition's queue: what the event processor calls."""
         try:
-            event.run(self, context)
+            if isinstance(event, WriteEvent):
+                self._run_write(context, event, event.name, event.op, event.timeout_ms)
+            elif isinstance(event, FlushEvent):
+                self._appender.flush_batch(context, event.batch_epoch)
+            else:
+                event.release()
         except Exception as error:
             self._log.exception("partition=%d event %r failed", context.partition, event)
             event.fail(UnknownServerError(f"internal error: {error!r}"))
-        finally:
-            context.running = False
 
-    def _wake(self, context: _PartitionContext) -> None:
-        wakeup = context.wakeup
-        if wakeup is not None:
-            context.wakeup = None
-            if not wakeup.done():
-                wakeup.set_result(None)
+    def _enqueue_write(
+        self,
+        context: CoordinatorContext,
+        name: str,
+        op: Callable[[S], CoordinatorResult[T]],
+        timeout_ms: int | None,
+        future: asyncio.Future[T] | None,
+    ) -> WriteOutcome[T]:
+        """Queue the write, or run it at once if the partition is idle; with `future` None
+        (a write `write` could not run at once), its caller gets a new future."""
+        processor = self._processor
+        queue = context.queue
+        refusal: ApiError | None = None
+        if self._closing:
+            refusal = CoordinatorNotAvailableError("the coordinator is shutting down")
+        elif processor.full(queue):
+            refusal = CoordinatorNotAvailableError(
+                f"partition {context.partition} has {len(queue)} events queued already"
+            )
+        if refusal is not None:
+            if future is None:
+                return WriteOutcome(None, refusal)
+            future.set_exception(refusal)
+            return WriteOutcome(None, None, future)
+        if future is None:
+            future = context.loop.create_future()
+        timeout = self._config.write_timeout_ms if timeout_ms is None else timeout_ms
+        event = WriteEvent(name, op, timeout, future)
+        if not processor.run_now(queue, event):
+            event.queued_at = time.perf_counter()
+            processor.enqueue(queue, event)
+        return event
 
     # Writes.
 
-    def _run_write(self, context: _PartitionContext, event: _WriteEvent) -> None:
-        queued_at = event.queued_at
-        self._observer.event_queued(time.perf_counter() - queued_at if queued_at else 0.0)
-        future = event.future
-        if future.done():
-            # The caller gave up before the operation ran.
-            return
-        if context.state is not CoordinatorState.ACTIVE:
-            future.set_exception(self._not_active_error(context.partition, context))
-            return
+    def _run_write(
+        self,
+        context: CoordinatorContext,
+        event: WriteEvent | None,
+        name: str,
+        op: Callable[[Any], CoordinatorResult[Any]],
+        timeout_ms: int | None,
+    ) -> WriteOutcome[Any]:
+        """Run a write operation and carry out its result: the path of every write.
+
+        `event` is the write as it was queued (or run at once from `_enqueue_write`), with
+        its caller's future; None for a write `write` runs at once on an idle partition,
+        which gets an event only if it needs more than its answer, and a future only if it
+        must wait for the log. The caller's outcome is returned.
+        """
+        if event is None:
+            self._observer.event_queued(0.0)
+        else:
+            queued_at = event.queued_at
+            self._observer.event_queued(time.perf_counter() - queued_at if queued_at else 0.0)
+            if event.done():
+                # The caller gave up before the operation ran.
+                return event
+            if context.state is not CoordinatorState.ACTIVE:
+                event.reject(context.not_active_error())
+                return event
         try:
-            result = event.op(context.shard)
+            result = op(context.shard)
         except ApiError as error:
-            future.set_exception(error)
-            return
+            return self._refuse(event, error)
         except Exception as error:
-            self._log.exception("partition=%d write %s failed", context.partition, event.name)
-            future.set_exception(UnknownServerError(f"{event.name} failed: {error!r}"))
-            return
-        self._apply_result(context, event, result)
+            self._log.exception("partition=%d write %s failed", context.partition, name)
+            return self._refuse(event, UnknownServerError(f"{name} failed: {error!r}"))
+        if event is None:
+            if (
+                not result.records
+                and result.encoded is None
+                and not result.updates
+                and not result.park
+                and not result.completions
+            ):
+                # Nothing but its answer, and nothing pending before it (a heartbeat):
+                # answered without an event or a future.
+                batch = context.open_batch
+                pending_end = context.last_written_offset if batch is None else batch.next_offset
+                if pending_end <= context.last_committed_offset:
+                    return WriteOutcome(result.response)
+            timeout = self._config.write_timeout_ms if timeout_ms is None else timeout_ms
+            event = WriteEvent(name, op, timeout)
+        try:
+            self._apply_result(context, event, result)
+        except Exception as error:
+            self._log.exception("partition=%d write %s failed", context.partition, name)
+            event.fail(UnknownServerError(f"internal error: {error!r}"))
+        # Waiting for the log: from here on its caller waits on a future.
+        event.wait_on(context.loop)
+        return event
+
+    @staticmethod
+    def _refuse(event: WriteEvent | None, error: BaseException) -> WriteOutcome[Any]:
+        if event is None:
+            return WriteOutcome(None, error)
+        event.reject(error)
+        return event
 
     def _apply_result(
-        self, context: _PartitionContext, event: _WriteEvent, result: CoordinatorResult[Any]
+        self, context: CoordinatorContext, event: WriteEvent, result: CoordinatorResult[Any]
     ) -> None:
         """Carry out what a write operation returned: its records, updates and answer."""
-        future = event.future
         shard = cast(CoordinatorShard, context.shard)
         try:
             encoded = result.encoded
@@ -1288,11 +587,11 @@ class CoordinatorRuntime(Generic[S]):
                 raw = ()
                 replay = None
         except ApiError as error:
-            future.set_exception(error)
+            event.reject(error)
             return
         except Exception as error:
             self._log.exception("partition=%d write %s failed", context.partition, event.name)
-            future.set_exception(UnknownServerError(f"{event.name} failed: {error!r}"))
+            event.reject(UnknownServerError(f"{event.name} failed: {error!r}"))
             return
         event.response = result.response
         event.park = result.park
@@ -1306,9 +605,9 @@ class CoordinatorRuntime(Generic[S]):
             if pending_end <= context.last_committed_offset:
                 event.complete()
             else:
-                self._park(context, event, pending_end)
+                context.deferred.add(event, pending_end)
             return
-        self._append_records(
+        self._appender.append(
             context,
             event,
             raw,
@@ -1318,7 +617,7 @@ class CoordinatorRuntime(Generic[S]):
         )
 
     def _apply_updates(
-        self, context: _PartitionContext, event: _WriteEvent, updates: Sequence[object]
+        self, context: CoordinatorContext, event: WriteEvent, updates: Sequence[object]
     ) -> bool:
         """Apply a result's in-memory updates; False (and the partition reloads) if the
         shard rejects one, since such a bug leaves the state unknown."""
@@ -1341,393 +640,8 @@ class CoordinatorRuntime(Generic[S]):
             return False
         return True
 
-    def _append_records(
-        self,
-        context: _PartitionContext,
-        event: _WriteEvent,
-        raw: Sequence[RawRecord],
-        replay: EncodedReplay | None,
-        atomic: bool,
-        updates: Sequence[object] = (),
-    ) -> None:
-        """Replay the records into the shard (unless `replay` is None) and add them to the
-        open batch, opening and sealing batches as they fill up."""
-        max_bytes = self._config.max_batch_bytes
-        count = len(raw)
-        remaining = RECORD_OVERHEAD_BYTES * count
-        for key, value in raw:
-            remaining += len(key) if value is None else len(key) + len(value)
-        # Record sizes one by one only when the records cannot all go in one batch.
-        sizes: list[int] | None = None
-        if remaining + BATCH_OVERHEAD_BYTES > max_bytes:
-            too_large: str | None
-            if atomic:
-                too_large = f"{count} records of {remaining} bytes"
-            else:
-                sizes = _record_sizes(raw)
-                largest = max(sizes)
-                fits = largest + BATCH_OVERHEAD_BYTES <= max_bytes
-                too_large = None if fits else f"a record of {largest} bytes"
-            if too_large is not None:
-                event.fail(
-                    MessageTooLargeError(
-                        f"{event.name}: {too_large} cannot fit a {max_bytes}-byte batch"
-                    )
-                )
-                return
-        batch = context.open_batch
-        if atomic and batch is not None and batch.size_bytes + remaining > max_bytes:
-            self._seal(context)
-            batch = None
-        if batch is None:
-            batch = self._open_batch(context)
-        shard = cast(CoordinatorShard, context.shard)
-        try:
-            start = 0
-            while True:
-                if batch.size_bytes + remaining <= max_bytes:
-                    stop = count
-                    size = remaining
-                else:
-                    # Only a write that is not atomic gets here: the records that do not fit
-                    # go on in a new batch (each fits an empty one).
-                    if sizes is None:
-                        sizes = _record_sizes(raw)
-                    stop = start
-                    size = 0
-                    while batch.size_bytes + size + sizes[stop] <= max_bytes:
-                        size += sizes[stop]
-                        stop += 1
-                if stop > start:
-                    offset = batch.next_offset
-                    if replay is not None:
-                        replay(offset, start, stop)
-                    if start == 0 and stop == count:
-                        batch.records.extend(raw)
-                    else:
-                        batch.records.extend(raw[start:stop])
-                    batch.size_bytes += size
-                    batch.next_offset = offset + stop - start
-                if stop == count:
-                    break
-                remaining -= size
-                start = stop
-                self._seal(context)
-                batch = self._open_batch(context)
-            for update in updates:
-                shard.apply(update)
-        except Exception as error:
-            # A replay should never fail; when it does (a bug), nothing of the open batch
-            # can be trusted, so the whole batch goes, as in Kafka.
-            self._log.exception(
-                "partition=%d replay of %s failed; failing the open batch",
-                context.partition,
-                event.name,
-            )
-            failure = error if isinstance(error, ApiError) else UnknownServerError(repr(error))
-            event.fail(failure)
-            self._fail_open_batch(context, failure)
-            return
-        self._park(context, event, batch.next_offset)
-        if batch.size_bytes + RECORD_OVERHEAD_BYTES > max_bytes:
-            self._seal(context)
-        elif self._config.append_linger_ms == 0:
-            self._flush(context)
-
-    def _park(self, context: _PartitionContext, event: _WriteEvent, offset: int) -> None:
-        event.offset = offset
-        context.deferred.append(event)
-        timeout_ms = event.timeout_ms
-        if timeout_ms != self._config.write_timeout_ms:
-            event.timeout_handle = self._clock.call_later(timeout_ms, event.expire)
-            return
-        # Writes with the default timeout are parked in time order, so their deadlines come
-        # in order too: one clock callback per partition, armed for the oldest, serves them
-        # all (a callback per write would cost more than the rest of the write path).
-        event.deadline_ms = self._clock.now_ms() + timeout_ms
-        context.expiries.append(event)
-        if context.expiry_handle is None:
-            context.expiry_handle = self._clock.call_later(
-                timeout_ms, lambda: self._expire_parked(context)
-            )
-
-    def _expire_parked(self, context: _PartitionContext) -> None:
-        context.expiry_handle = None
-        now_ms = self._clock.now_ms()
-        expiries = context.expiries
-        while expiries:
-            event = expiries[0]
-            if not event.finished:
-                if event.deadline_ms > now_ms:
-                    context.expiry_handle = self._clock.call_later(
-                        event.deadline_ms - now_ms, lambda: self._expire_parked(context)
-                    )
-                    return
-                event.expire()
-            expiries.popleft()
-
-    def _forget_expiries(self, context: _PartitionContext, *, disarm: bool = False) -> None:
-        """Drop finished writes from both ends of the expiry queue.
-
-        An emptied queue keeps its clock callback armed (unless `disarm`, for an unload):
-        the next write parked within the timeout needs none of its own, and a callback that
-        finds the queue empty does nothing. Cancelling and arming one per batch cost as much
-        as the rest of the batch's bookkeeping.
-        """
-        expiries = context.expiries
-        while expiries and expiries[0].finished:
-            expiries.popleft()
-        while expiries and expiries[-1].finished:
-            expiries.pop()
-        if disarm and not expiries and context.expiry_handle is not None:
-            context.expiry_handle.cancel()
-            context.expiry_handle = None
-
-    def _open_batch(self, context: _PartitionContext) -> _Batch:
-        context.batch_epoch += 1
-        batch = _Batch(context.last_written_offset, context.batch_epoch)
-        cast(SnapshotRegistry, context.registry).set_epoch(batch.base_offset)
-        linger_ms = self._config.append_linger_ms
-        if linger_ms < 0:
-            if context.inline:
-                # Run outside the queue (see _enqueue_write): the writes that arrive in this
-                # turn of the event loop run inline too and join the batch; it flushes once
-                # they are done, when the flush event queued at the end of the turn runs.
-                context.loop.call_soon(self._queue_flush, context, batch.epoch)
-            else:
-                self._queue_flush(context, batch.epoch)
-        elif linger_ms > 0:
-            batch.linger_handle = self._clock.call_later(
-                linger_ms, lambda: self._on_linger_expired(context, batch)
-            )
-        context.open_batch = batch
-        return batch
-
-    def _queue_flush(self, context: _PartitionContext, batch_epoch: int) -> None:
-        if context.closed:
-            return
-        event = _FlushEvent(batch_epoch)
-        if not context.queue and not context.running and self._config.run_when_idle:
-            # Nothing queued: the drain task would run the flush next, so run it now and
-            # spare the wake-up (as _enqueue_write does for writes).
-            self._run_event(context, event)
-            return
-        context.queue.append(event)
-        self._wake(context)
-
-    def _on_linger_expired(self, context: _PartitionContext, batch: _Batch) -> None:
-        if context.open_batch is batch:
-            batch.linger_handle = None
-            self._flush(context)
-
-    def _flush(self, context: _PartitionContext) -> None:
-        """Send the open batch to the writer, or, while an append is in flight or the
-        writer is backlogged, as soon as that ends (the batch keeps taking records
-        meanwhile)."""
-        batch = context.open_batch
-        if batch is None or not batch.records:
-            return
-        if context.inflight is not None:
-            batch.flush_due = True
-        elif self._writer.backlogged(context.partition):
-            batch.flush_due = True
-            self._waiting_for_writer[context.partition] = context
-        else:
-            self._seal(context)
-
-    def _on_writer_ready(self) -> None:
-        waiting = self._waiting_for_writer
-        if not waiting:
-            return
-        self._waiting_for_writer = {}
-        for context in waiting.values():
-            batch = context.open_batch
-            if not context.closed and batch is not None and batch.flush_due:
-                self._flush(context)
-
-    def _seal(self, context: _PartitionContext) -> None:
-        """Close the open batch to new records and queue it for the writer."""
-        batch = context.open_batch
-        if batch is None:
-            return
-        self._drop_open_batch(context)
-        if not batch.records:
-            return
-        context.last_written_offset = batch.next_offset
-        context.batch_ends.append(batch.next_offset)
-        if context.inflight is None:
-            self._start_append(context, batch)
-        else:
-            context.sealed.append(batch)
-
-    def _start_append(self, context: _PartitionContext, batch: _Batch) -> None:
-        context.inflight = batch
-        future = self._writer.append(context.partition, batch.records)
-        context.append_future = future
-        future.add_done_callback(
-            functools.partial(
-                self._on_append_done, context, batch, context.generation, time.perf_counter()
-            )
-        )
-
-    def _on_append_done(
-        self,
-        context: _PartitionContext,
-        batch: _Batch,
-        generation: int,
-        started: float,
-        done: asyncio.Future[int],
-    ) -> None:
-        current = generation == context.generation
-        if done.cancelled():
-            if current:
-                # Cancelled inside the writer, not by the runtime: the append did not
-                # complete, and the partition must not wait for it forever.
-                self._on_append_failed(context, batch, AppendError(-1, "the append was cancelled"))
-            return
-        error = done.exception()
-        if error is not None:
-            self._observer.append_failed()
-            if current:
-                failure = error if isinstance(error, Exception) else AppendError(-1, repr(error))
-                self._on_append_failed(context, batch, failure)
-            return
-        self._observer.batch_appended(
-            len(batch.records), batch.size_bytes, time.perf_counter() - started
-        )
-        if current:
-            self._on_append_succeeded(context, batch, done.result())
-
-    def _on_append_succeeded(
-        self, context: _PartitionContext, batch: _Batch, end_offset: int
-    ) -> None:
-        context.inflight = None
-        context.append_future = None
-        context.failing_since_ms = None
-        if end_offset != batch.next_offset:
-            self._log.error(
-                "partition=%d the log and the state machine diverged: the append ended at %d "
-                "where %d was expected; reloading",
-                context.partition,
-                end_offset,
-                batch.next_offset,
-            )
-            self._fail_and_reload(context)
-            return
-        context.batches_appended += 1
-        context.records_appended += len(batch.records)
-        context.bytes_appended += batch.size_bytes
-        context.last_batch_records = len(batch.records)
-        context.last_batch_bytes = batch.size_bytes
-        self._append_next(context)
-
-    def _append_next(self, context: _PartitionContext) -> None:
-        if context.sealed:
-            self._start_append(context, context.sealed.popleft())
-            return
-        batch = context.open_batch
-        if batch is not None and batch.flush_due:
-            self._flush(context)
-
-    def _on_append_failed(
-        self, context: _PartitionContext, batch: _Batch, error: Exception
-    ) -> None:
-        context.inflight = None
-        context.append_future = None
-        context.append_failures += 1
-        if self._config.append_failure_timeout_ms and self._failing_too_long(context):
-            return
-        base_offset = batch.base_offset
-        if base_offset < context.last_committed_offset:
-            # The high watermark covers records the log says it did not take.
-            self._log.error(
-                "partition=%d append at %d failed below the high watermark %d; reloading",
-                context.partition,
-                base_offset,
-                context.last_committed_offset,
-            )
-            self._fail_and_reload(context)
-            return
-        self._log.warning(
-            "partition=%d append of %d records at %d failed: %s; reverting to %d",
-            context.partition,
-            len(batch.records),
-            base_offset,
-            error,
-            base_offset,
-        )
-        self._drop_open_batch(context)
-        context.sealed.clear()
-        cast(SnapshotRegistry, context.registry).revert_to(base_offset)
-        context.last_written_offset = base_offset
-        batch_ends = context.batch_ends
-        while batch_ends and batch_ends[-1] > base_offset:
-            batch_ends.pop()
-        self._fail_parked_above(context, base_offset, error)
-
-    def _failing_too_long(self, context: _PartitionContext) -> bool:
-        """After a failed append: True (and the partition is FAILED) when every append since
-        the first of this run of failures has failed, for `append_failure_timeout_ms` or
-        more. Checked as appends fail, so a partition that fails once and then writes
-        nothing stays ACTIVE: only one whose writes keep failing stops."""
-        now_ms = self._clock.now_ms()
-        since_ms = context.failing_since_ms
-        if since_ms is None:
-            context.failing_since_ms = now_ms
-            return False
-        failed_ms = now_ms - since_ms
-        if failed_ms < self._config.append_failure_timeout_ms:
-            return False
-        self._log.error(
-            "partition=%d every append has failed for %d ms (%d failures in all); it stops "
-            "serving until it is loaded again",
-            context.partition,
-            failed_ms,
-            context.append_failures,
-        )
-        self._fail(
-            context,
-            NotCoordinatorError(
-                f"partition {context.partition} stopped: its appends have failed for {failed_ms} ms"
-            ),
-        )
-        return True
-
-    def _fail_open_batch(self, context: _PartitionContext, error: BaseException) -> None:
-        batch = context.open_batch
-        if batch is None:
-            return
-        self._drop_open_batch(context)
-        cast(SnapshotRegistry, context.registry).revert_to(batch.base_offset)
-        self._fail_parked_above(context, batch.base_offset, error)
-
-    def _drop_open_batch(self, context: _PartitionContext) -> None:
-        batch = context.open_batch
-        if batch is None:
-            return
-        context.open_batch = None
-        if batch.linger_handle is not None:
-            batch.linger_handle.cancel()
-            batch.linger_handle = None
-
-    def _fail_parked_above(
-        self, context: _PartitionContext, offset: int, error: BaseException
-    ) -> None:
-        deferred = context.deferred
-        failed: list[_WriteEvent] = []
-        while deferred and deferred[-1].offset > offset:
-            failed.append(deferred.pop())
-        for event in reversed(failed):
-            event.fail(error)
-        if context.expiries:
-            self._forget_expiries(context)
-        for event in reversed(failed):
-            on_failure = event.on_failure
-            if on_failure is not None and context.state is CoordinatorState.ACTIVE:
-                self._schedule_follow_up(context, event.name, on_failure)
-
     def _schedule_follow_up(
-        self, context: _PartitionContext, name: str, operation: TimeoutOperation
+        self, context: CoordinatorContext, name: str, operation: TimeoutOperation
     ) -> None:
         """Run what an operation asked for in case its append failed (after the revert)."""
         follow_up = self.schedule_write(
@@ -1745,119 +659,32 @@ class CoordinatorRuntime(Generic[S]):
         context = self._contexts.get(partition)
         if context is None or context.state is not CoordinatorState.ACTIVE:
             return
-        if high_watermark > context.last_written_offset:
-            # Only records this runtime wrote can commit; more means someone else wrote to
-            # the partition, or an append reported as failed landed after all.
-            self._log.error(
-                "partition=%d the high watermark %d passed the last written offset %d; reloading",
-                partition,
-                high_watermark,
-                context.last_written_offset,
-            )
-            self._fail_and_reload(context)
-            return
-        # The state can be read as of batch boundaries only (the registry's epochs), so a
-        # high watermark inside a batch commits up to the batch before it.
-        batch_ends = context.batch_ends
-        offset = context.last_committed_offset
-        while batch_ends and batch_ends[0] <= high_watermark:
-            offset = batch_ends.popleft()
-        if offset <= context.last_committed_offset:
-            return
-        context.last_committed_offset = offset
-        cast(SnapshotRegistry, context.registry).commit(offset)
-        deferred = context.deferred
-        while deferred and deferred[0].offset <= offset:
-            deferred.popleft().complete()
-        if context.expiries:
-            self._forget_expiries(context)
+        self._appender.on_high_watermark(context, high_watermark)
 
     # Loading and unloading.
 
-    def _start_load(self, context: _PartitionContext) -> None:
-        self._transition(context, CoordinatorState.LOADING)
-        context.generation += 1
-        registry = SnapshotRegistry()
-        timer = _PartitionTimer(
-            self, context.partition, self._clock, self._config.timer_retry_backoff_ms
-        )
-        context.registry = registry
-        context.timer = timer
-        context.last_written_offset = context.last_committed_offset = 0
-        context.failing_since_ms = None
-        try:
-            context.shard = self._shard_builder(
-                ShardContext(context.partition, self._clock, timer, registry)
-            )
-        except Exception:
-            self._log.exception("partition=%d building the shard failed", context.partition)
-            self._fail(context, NotCoordinatorError(f"partition {context.partition} failed"))
-            return
-        context.load_task = asyncio.get_running_loop().create_task(
-            self._load(context, context.generation)
-        )
-
-    async def _load(self, context: _PartitionContext, generation: int) -> None:
-        partition = context.partition
-        shard = cast(CoordinatorShard, context.shard)
-        registry = cast(SnapshotRegistry, context.registry)
-        # Loaded records are committed already, so they need no history to revert to.
-        registry.set_tracking(False)
-
-        sink = shard.load_replay()
-
-        started = time.perf_counter()
-        try:
-            summary = await self._loader.load(partition, sink)
-            sink.close()
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            if generation == context.generation:
-                self._log.exception("partition=%d load failed", partition)
-                context.load_task = None
-                self._fail(context, NotCoordinatorError(f"partition {partition} failed to load"))
-            return
-        if generation != context.generation:
-            return
-        context.load_task = None
-        load_seconds = time.perf_counter() - started
-        self._observer.partition_loaded(load_seconds, summary.records)
-        registry.set_tracking(True)
-        registry.reset(summary.end_offset)
-        context.last_written_offset = context.last_committed_offset = summary.end_offset
-        try:
-            self._transition(context, CoordinatorState.ACTIVE)
-            shard.on_loaded()
-        except Exception:
-            self._log.exception("partition=%d on_loaded failed", partition)
-            self._fail(context, NotCoordinatorError(f"partition {partition} failed to load"))
-            return
-        self._log.info(
-            "partition=%d loaded %d records (%d bytes) up to offset %d in %.3f s "
-            "(%.0f records/s) with epoch %d",
+    def _new_timer(self, partition: int) -> PartitionTimer:
+        return PartitionTimer(
             partition,
-            summary.records,
-            summary.bytes,
-            summary.end_offset,
-            load_seconds,
-            summary.records / load_seconds if load_seconds > 0 else 0.0,
-            context.epoch,
+            self._clock,
+            self._config.timer_retry_backoff_ms,
+            lambda name, op: self.schedule_write(name, partition, op),
+            self._log,
         )
 
-    def _fail(self, context: _PartitionContext, error: BaseException) -> None:
-        self._transition(context, CoordinatorState.FAILED)
+    def _fail(self, context: CoordinatorContext, error: BaseException) -> None:
+        context.transition_to(CoordinatorState.FAILED)
         self._unload_shard(context, error)
 
-    def _fail_and_reload(self, context: _PartitionContext) -> None:
+    def _fail_and_reload(self, context: CoordinatorContext) -> None:
         self._fail(
             context,
             NotCoordinatorError(f"partition {context.partition} is reloading after a divergence"),
         )
-        self._start_load(context)
+        self._loading.start(context)
 
-    def _close_context(self, context: _PartitionContext) -> None:
-        self._transition(context, CoordinatorState.CLOSED)
+    def _close_context(self, context: CoordinatorContext) -> None:
+        context.transition_to(CoordinatorState.CLOSED)
         error = NotCoordinatorError(f"partition {context.partition} was unloaded")
         try:
             self._unload_shard(context, error)
@@ -1865,13 +692,10 @@ class CoordinatorRuntime(Generic[S]):
             # Always forget the context, or the partition could never load again.
             if self._contexts.get(context.partition) is context:
                 del self._contexts[context.partition]
-            context.closed = True
-            queue = context.queue
-            while queue:
-                queue.popleft().fail(error)
-            self._wake(context)
+            for event in self._processor.close(context.queue):
+                event.fail(error)
 
-    def _unload_shard(self, context: _PartitionContext, error: BaseException) -> None:
+    def _unload_shard(self, context: CoordinatorContext, error: BaseException) -> None:
         """Throw the shard away: timers, batches and parked writes go with it."""
         context.generation += 1
         if context.load_task is not None:
@@ -1879,18 +703,8 @@ class CoordinatorRuntime(Generic[S]):
             context.load_task = None
         if context.timer is not None:
             context.timer.cancel_all()
-        if context.append_future is not None:
-            # Its outcome no longer matters: the records belong to a shard thrown away.
-            context.append_future.cancel()
-            context.append_future = None
-        self._drop_open_batch(context)
-        context.sealed.clear()
-        context.batch_ends.clear()
-        context.inflight = None
-        deferred = context.deferred
-        while deferred:
-            deferred.popleft().fail(error)
-        self._forget_expiries(context, disarm=True)
+        self._appender.discard(context)
+        context.deferred.fail_all(error)
         for parked in list(context.parked_callers):
             parked.fail(error)
         context.parked_callers.clear()
@@ -1902,33 +716,5 @@ class CoordinatorRuntime(Generic[S]):
             except Exception:
                 self._log.exception("partition=%d on_unloaded failed", context.partition)
 
-    def _transition(self, context: _PartitionContext, state: CoordinatorState) -> None:
-        if not state.can_transition_from(context.state):
-            raise IllegalStateError(
-                f"partition {context.partition} cannot go from {context.state.name} to {state.name}"
-            )
-        self._log.debug("partition=%d %s -> %s", context.partition, context.state.name, state.name)
-        context.state = state
-        if state is not CoordinatorState.LOADING and context.state_waiters:
-            waiters, context.state_waiters = context.state_waiters, []
-            for waiter in waiters:
-                if not waiter.done():
-                    waiter.set_result(None)
 
-    def _not_active_error(self, partition: int, context: _PartitionContext | None) -> ApiError:
-        if context is not None and context.state is CoordinatorState.LOADING:
-            return CoordinatorLoadInProgressError(f"partition {partition} is loading")
-        if context is None:
-            return NotCoordinatorError(f"partition {partition} is not hosted here")
-        return NotCoordinatorError(f"partition {partition} is {context.state.name}")
-
-
-__all__ = [
-    "BATCH_OVERHEAD_BYTES",
-    "RECORD_OVERHEAD_BYTES",
-    "CoordinatorRuntime",
-    "CoordinatorState",
-    "IllegalStateError",
-    "PartitionStats",
-    "RuntimeConfig",
-]
+__all__ = ["CoordinatorRuntime"]

@@ -9,7 +9,7 @@ from shard_context import ShardTestContext
 from coordinator_server.groups.answer_sizes import str_bytes
 from coordinator_server.offsets.manager import OffsetsConfig
 from coordinator_server.records import OffsetCommitKey
-from coordinator_server.runtime.runtime import BATCH_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES
+from coordinator_server.runtime.batch import BATCH_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES
 from coordinator_server.shard import ShardConfig
 from protocol.envelope import encode_body
 from protocol.errors import ErrorCode

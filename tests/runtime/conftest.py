@@ -6,11 +6,23 @@ from typing import Any
 import pytest
 from runtime_harness import Harness
 
+from coordinator_server.runtime.config import RuntimeConfig
+
 
 @pytest.fixture
 async def harness() -> AsyncIterator[Harness]:
-    """Three partitions, default config, partition 0 loaded with epoch 0."""
+    """Three partitions, the server's config, partition 0 loaded with epoch 0."""
     h = Harness()
+    await h.load(0)
+    yield h
+    await h.close()
+
+
+@pytest.fixture
+async def queued_harness() -> AsyncIterator[Harness]:
+    """As `harness`, but every write waits its turn in the queue (run_when_idle off): for
+    tests of the queue itself."""
+    h = Harness(config=RuntimeConfig(run_when_idle=False))
     await h.load(0)
     yield h
     await h.close()

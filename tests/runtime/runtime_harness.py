@@ -6,6 +6,10 @@
 not commit by itself (`auto_commit=False`): a test moves the high watermark with `commit`,
 so responses stay parked until it does. `settle` lets the event loop run until the runtime
 has nothing left to do that needs no clock or commit.
+
+The default config is the server's (`RuntimeConfig()`): writes run at once on an idle
+partition. Tests of the queue itself ask for `run_when_idle=False`; with `manual=True` the
+partitions' queued events run only when the test polls `processor`, one at a time.
 """
 
 from __future__ import annotations
@@ -27,15 +31,15 @@ from coordinator_server.runtime.api import (
     CoordinatorResult,
     DecodingReplay,
     EncodedRecords,
+    ResponseHandle,
     ShardContext,
 )
+from coordinator_server.runtime.batch import BATCH_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES
 from coordinator_server.runtime.clock import ManualClock
-from coordinator_server.runtime.runtime import (
-    BATCH_OVERHEAD_BYTES,
-    RECORD_OVERHEAD_BYTES,
-    CoordinatorRuntime,
-    RuntimeConfig,
-)
+from coordinator_server.runtime.config import RuntimeConfig
+from coordinator_server.runtime.event_processor import EventProcessor, ManualEventProcessor
+from coordinator_server.runtime.events import WriteOutcome
+from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.storage.memory import InMemoryLog
 from coordinator_server.timeline import TimelineDict
 
@@ -183,6 +187,18 @@ def get_committed(key: str) -> Callable[[KeyValueShard, int], int | None]:
     return op
 
 
+def as_future(outcome: WriteOutcome[Any]) -> asyncio.Future[Any]:
+    """A write's outcome as a future (done already when the write is over)."""
+    if outcome.future is not None:
+        return outcome.future
+    future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    if outcome.error is None:
+        future.set_result(outcome.response)
+    else:
+        future.set_exception(outcome.error)
+    return future
+
+
 async def settle(rounds: int = 50) -> None:
     """Let the loop run the runtime's tasks (drain, append, load) to quiescence."""
     for _ in range(rounds):
@@ -196,6 +212,7 @@ class Harness:
         num_partitions: int = 3,
         config: RuntimeConfig | None = None,
         auto_commit: bool = False,
+        manual: bool = False,
     ) -> None:
         self.log = InMemoryLog(num_partitions, auto_commit=auto_commit)
         self.writer = self.log.writer
@@ -212,7 +229,10 @@ class Harness:
             loader=self.loader,
             clock=self.clock,
             config=self.config,
+            event_processor=ManualEventProcessor if manual else EventProcessor,
         )
+        # With `manual`, queued events run only when the test polls this processor.
+        self.processor = self.runtime.event_processor
 
     def _build(self, context: ShardContext) -> KeyValueShard:
         shard = KeyValueShard(context)
@@ -238,6 +258,14 @@ class Harness:
 
     def put(self, partition: int, key: str, value: int, **kwargs: Any) -> asyncio.Future[Any]:
         return self.write(partition, put(key, value), **kwargs)
+
+    def parkable_write(
+        self, name: str, partition: int, op: Callable[[KeyValueShard, ResponseHandle], Any]
+    ) -> asyncio.Future[Any]:
+        """A write that may park its caller, answered as a future."""
+        future = as_future(self.runtime.parkable_write(name, partition, op))
+        self._written.append(future)
+        return future
 
     async def read(self, partition: int, key: str) -> int | None:
         value: int | None = await self.runtime.schedule_read(

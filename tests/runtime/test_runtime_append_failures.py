@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from runtime_harness import Harness, settle
 
-from coordinator_server.runtime.runtime import CoordinatorState, RuntimeConfig
+from coordinator_server.runtime.config import RuntimeConfig
+from coordinator_server.runtime.context import CoordinatorState
 from coordinator_server.storage.api import AppendError
 from protocol.errors import NotCoordinatorError
 
@@ -83,7 +84,7 @@ async def test_a_failure_followed_by_no_writes_leaves_the_partition_active(
 async def test_without_the_timeout_appends_fail_forever_while_active(
     make_harness: Callable[..., Harness],
 ) -> None:
-    harness = make_harness(auto_commit=True)
+    harness = make_harness(config=RuntimeConfig(append_failure_timeout_ms=0), auto_commit=True)
     await harness.load(0)
     for value in range(5):
         await failing_put(harness, "a", value)

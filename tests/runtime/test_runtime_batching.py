@@ -16,7 +16,8 @@ from runtime_harness import (
 )
 
 from coordinator_server.records import encode_record
-from coordinator_server.runtime.runtime import CoordinatorState, RuntimeConfig
+from coordinator_server.runtime.config import RuntimeConfig
+from coordinator_server.runtime.context import CoordinatorState
 from protocol.errors import MessageTooLargeError, NotCoordinatorError
 
 # Keys of one length and small values, so that every record counts the same bytes.

@@ -9,7 +9,7 @@ import pytest
 from runtime_harness import Harness, KeyValueShard, get_latest, put, settle
 
 from coordinator_server.runtime.api import CoordinatorResult
-from coordinator_server.runtime.runtime import RuntimeConfig, WriteDone
+from coordinator_server.runtime.config import RuntimeConfig
 from protocol.errors import InvalidGroupIdError, NotCoordinatorError, RequestTimedOutError
 
 
@@ -77,7 +77,7 @@ async def test_a_write_scheduled_by_a_running_operation_waits_its_turn(
     assert await inner[0] == "put b=2"
 
 
-# write(): the answer itself, with no future, when the write is over before it returns.
+# write(): an outcome with no future when the write is over before it returns.
 
 
 async def test_write_answers_at_once_what_needs_no_append(
@@ -85,21 +85,21 @@ async def test_write_answers_at_once_what_needs_no_append(
 ) -> None:
     h = await inline_harness(make_harness)
     done = h.runtime.write("read", 0, get_latest("k"))
-    assert isinstance(done, WriteDone)
+    assert done.future is None
     assert (done.response, done.error) == (None, None)
 
 
 async def test_write_answers_a_refusal_at_once(make_harness: Callable[..., Harness]) -> None:
     h = await inline_harness(make_harness)
     refused = h.runtime.write("read", 1, get_latest("k"))
-    assert isinstance(refused, WriteDone)
+    assert refused.future is None
     assert isinstance(refused.error, NotCoordinatorError)
 
     def failing(shard: KeyValueShard) -> CoordinatorResult[None]:
         raise InvalidGroupIdError("bad")
 
     failed = h.runtime.write("fail", 0, failing)
-    assert isinstance(failed, WriteDone)
+    assert failed.future is None
     assert isinstance(failed.error, InvalidGroupIdError)
 
 
@@ -107,11 +107,11 @@ async def test_write_hands_a_future_to_what_waits_for_the_log(
     make_harness: Callable[..., Harness],
 ) -> None:
     h = await inline_harness(make_harness)
-    written = h.runtime.write("put", 0, put("k", 1))
-    assert isinstance(written, asyncio.Future) and not written.done()
+    written = h.runtime.write("put", 0, put("k", 1)).future
+    assert written is not None and not written.done()
     # Run at once, but it must wait for the pending put: it parks, and gets a future.
-    behind = h.runtime.write("read", 0, get_latest("k"))
-    assert isinstance(behind, asyncio.Future) and not behind.done()
+    behind = h.runtime.write("read", 0, get_latest("k")).future
+    assert behind is not None and not behind.done()
     await settle()
     h.commit(0)
     assert await written == "put k=1"
@@ -121,8 +121,8 @@ async def test_write_hands_a_future_to_what_waits_for_the_log(
 async def test_a_parked_inline_write_still_times_out(make_harness: Callable[..., Harness]) -> None:
     h = await inline_harness(make_harness)
     h.runtime.write("put", 0, put("k", 1))
-    behind = h.runtime.write("read", 0, get_latest("k"))
-    assert isinstance(behind, asyncio.Future)
+    behind = h.runtime.write("read", 0, get_latest("k")).future
+    assert behind is not None
     await settle()
     h.clock.advance(h.config.write_timeout_ms + 1)
     with pytest.raises(RequestTimedOutError):
@@ -138,6 +138,6 @@ async def test_write_applies_the_updates_of_a_write_run_at_once(
         return CoordinatorResult(updates=[("set", "transient", 5)], response="done")
 
     done = h.runtime.write("update", 0, update)
-    assert isinstance(done, WriteDone)
+    assert done.future is None
     assert done.response == "done"
     assert h.shard(0).latest() == {"transient": 5}

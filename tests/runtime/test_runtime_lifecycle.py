@@ -10,11 +10,8 @@ from runtime_harness import Harness, KeyValueShard, get_latest, put_record, sett
 from coordinator_server.records import encode_record
 from coordinator_server.runtime.api import CoordinatorResult, ShardContext
 from coordinator_server.runtime.clock import ManualClock
-from coordinator_server.runtime.runtime import (
-    CoordinatorRuntime,
-    CoordinatorState,
-    IllegalStateError,
-)
+from coordinator_server.runtime.context import CoordinatorState, IllegalStateError
+from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.storage.memory import InMemoryLog
 from protocol.errors import CoordinatorLoadInProgressError, NotCoordinatorError
 
@@ -42,7 +39,7 @@ def test_state_transitions_follow_kafka(previous: State, target: State) -> None:
 async def test_an_illegal_transition_raises(harness: Harness) -> None:
     context = harness.runtime._contexts[0]
     with pytest.raises(IllegalStateError):
-        harness.runtime._transition(context, State.LOADING)
+        context.transition_to(State.LOADING)
     assert harness.runtime.partition_state(0) is State.ACTIVE
 
 

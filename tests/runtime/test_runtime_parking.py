@@ -53,7 +53,7 @@ async def test_a_parked_caller_is_answered_by_a_later_operation_once_it_commits(
     harness: Harness,
 ) -> None:
     lobby = Lobby()
-    waiting = harness.runtime.schedule_parkable_write("wait", 0, wait_op(lobby, "a"))
+    waiting = harness.parkable_write("wait", 0, wait_op(lobby, "a"))
     await settle()
     assert not waiting.done() and "a" in lobby.waiting
     release = harness.write(0, release_op(lobby, "go"))
@@ -70,7 +70,7 @@ async def test_a_parked_caller_outlives_the_write_timeout_once_its_records_commi
     harness: Harness,
 ) -> None:
     lobby = Lobby()
-    waiting = harness.runtime.schedule_parkable_write("wait", 0, wait_op(lobby, "a", record=True))
+    waiting = harness.parkable_write("wait", 0, wait_op(lobby, "a", record=True))
     await settle()
     harness.commit(0)
     await settle()
@@ -88,7 +88,7 @@ async def test_a_parked_caller_whose_records_do_not_commit_in_time_times_out(
     from protocol.errors import RequestTimedOutError
 
     lobby = Lobby()
-    waiting = harness.runtime.schedule_parkable_write("wait", 0, wait_op(lobby, "a", record=True))
+    waiting = harness.parkable_write("wait", 0, wait_op(lobby, "a", record=True))
     await settle()
     harness.clock.advance(harness.config.write_timeout_ms)
     await settle()
@@ -98,7 +98,7 @@ async def test_a_parked_caller_whose_records_do_not_commit_in_time_times_out(
 
 async def test_an_error_completion_fails_the_parked_caller(harness: Harness) -> None:
     lobby = Lobby()
-    waiting = harness.runtime.schedule_parkable_write("wait", 0, wait_op(lobby, "a"))
+    waiting = harness.parkable_write("wait", 0, wait_op(lobby, "a"))
     await settle()
     harness.write(0, release_op(lobby, RebalanceInProgressError("again"), record=False))
     await settle()
@@ -110,7 +110,7 @@ async def test_a_failed_append_fails_the_completions_and_runs_the_follow_up(
     harness: Harness,
 ) -> None:
     lobby = Lobby()
-    waiting = harness.runtime.schedule_parkable_write("wait", 0, wait_op(lobby, "a"))
+    waiting = harness.parkable_write("wait", 0, wait_op(lobby, "a"))
     await settle()
     followed: list[str] = []
 
@@ -133,10 +133,7 @@ async def test_a_failed_append_fails_the_completions_and_runs_the_follow_up(
 
 async def test_unload_fails_every_parked_caller_with_not_coordinator(harness: Harness) -> None:
     lobby = Lobby()
-    waiters = [
-        harness.runtime.schedule_parkable_write("wait", 0, wait_op(lobby, name))
-        for name in ("a", "b")
-    ]
+    waiters = [harness.parkable_write("wait", 0, wait_op(lobby, name)) for name in ("a", "b")]
     await settle()
     harness.runtime.schedule_unload(0, 1)
     await settle()

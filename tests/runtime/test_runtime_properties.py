@@ -3,6 +3,9 @@
 Whatever happens, a read sees exactly the state the committed part of the log describes,
 every write ends (answered or failed) once the log is committed and time has passed, and
 the state survives a reload from the log.
+
+They run as the server does (a write on an idle partition runs at once, the idle fast
+path) and with every write queued (`run_when_idle=False`).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from runtime_harness import (
@@ -25,12 +29,9 @@ from runtime_harness import (
 
 from coordinator_server.records import OffsetCommitValue, decode_record, encode_record
 from coordinator_server.runtime.api import CoordinatorResult
-from coordinator_server.runtime.runtime import (
-    BATCH_OVERHEAD_BYTES,
-    RECORD_OVERHEAD_BYTES,
-    CoordinatorState,
-    RuntimeConfig,
-)
+from coordinator_server.runtime.batch import BATCH_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES
+from coordinator_server.runtime.config import RuntimeConfig
+from coordinator_server.runtime.context import CoordinatorState
 from coordinator_server.storage.api import RawRecord
 
 PARTITIONS = (0, 1)
@@ -98,11 +99,16 @@ def delete(key: str) -> Any:
     return op
 
 
-async def scenario(steps: list[tuple[Any, ...]], linger_ms: int, max_batch_bytes: int) -> None:
+async def scenario(
+    steps: list[tuple[Any, ...]], linger_ms: int, max_batch_bytes: int, run_when_idle: bool
+) -> None:
     h = Harness(
         num_partitions=2,
         config=RuntimeConfig(
-            write_timeout_ms=100, append_linger_ms=linger_ms, max_batch_bytes=max_batch_bytes
+            write_timeout_ms=100,
+            append_linger_ms=linger_ms,
+            max_batch_bytes=max_batch_bytes,
+            run_when_idle=run_when_idle,
         ),
     )
     for partition in PARTITIONS:
@@ -186,6 +192,7 @@ async def scenario(steps: list[tuple[Any, ...]], linger_ms: int, max_batch_bytes
     await h.close()
 
 
+@pytest.mark.parametrize("run_when_idle", [True, False], ids=["idle-fast-path", "queued"])
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     steps=st.lists(actions, max_size=40),
@@ -194,6 +201,6 @@ async def scenario(steps: list[tuple[Any, ...]], linger_ms: int, max_batch_bytes
     max_batch_bytes=st.sampled_from([RuntimeConfig().max_batch_bytes, batch_bytes_for(*TWO)]),
 )
 def test_reads_match_the_committed_log_whatever_happens(
-    steps: list[tuple[Any, ...]], linger_ms: int, max_batch_bytes: int
+    run_when_idle: bool, steps: list[tuple[Any, ...]], linger_ms: int, max_batch_bytes: int
 ) -> None:
-    asyncio.run(scenario(steps, linger_ms, max_batch_bytes))
+    asyncio.run(scenario(steps, linger_ms, max_batch_bytes, run_when_idle))

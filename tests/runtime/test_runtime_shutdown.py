@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from runtime_harness import Harness, get_latest, settle
 
-from coordinator_server.runtime.runtime import CoordinatorState
+from coordinator_server.runtime.context import CoordinatorState
 from protocol.errors import CoordinatorNotAvailableError, NotCoordinatorError, RequestTimedOutError
 
 
@@ -65,7 +65,8 @@ async def test_close_fails_everything_at_once_with_not_coordinator(harness: Harn
     await harness.runtime.flush_and_close()
 
 
-async def test_partition_stats_follow_the_writes(harness: Harness) -> None:
+async def test_partition_stats_follow_the_writes(queued_harness: Harness) -> None:
+    harness = queued_harness
     assert harness.runtime.partition_stats(2) is None
     assert harness.runtime.last_written_offset(2) is None
     assert harness.runtime.queue_depth(2) == 0

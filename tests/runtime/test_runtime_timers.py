@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from runtime_harness import Harness, KeyValueShard, put_record, settle
 
 from coordinator_server.runtime.api import CoordinatorResult, CoordinatorTimer
-from coordinator_server.runtime.runtime import RuntimeConfig
+from coordinator_server.runtime.clock import ManualClock
+from coordinator_server.runtime.config import RuntimeConfig
+from coordinator_server.runtime.timer import PartitionTimer
 from protocol.errors import UnknownMemberIdError
 
 
@@ -129,8 +133,9 @@ async def test_a_cancelled_timer_never_fires(harness: Harness) -> None:
 
 
 async def test_a_timer_replaced_while_its_operation_is_queued_does_nothing(
-    harness: Harness,
+    queued_harness: Harness,
 ) -> None:
+    harness = queued_harness
     fired: list[str] = []
     timer(harness).schedule("k", 100, writes("old", 1, fired))
     harness.clock.advance(100)
@@ -264,3 +269,39 @@ async def test_a_reloaded_shard_gets_fresh_timers(harness: Harness) -> None:
     harness.clock.advance(10)
     await settle()
     assert shard.latest() == {"k": 2}
+
+
+# The timer stands on its own: it needs a clock and a way to schedule writes, not a runtime.
+
+
+async def test_a_timer_fires_through_the_scheduling_callable_it_was_given() -> None:
+    clock = ManualClock()
+    scheduled: list[tuple[str, Callable[[Any], CoordinatorResult[Any]]]] = []
+    answers: list[asyncio.Future[Any]] = []
+
+    def schedule_write(name: str, op: Callable[[Any], CoordinatorResult[Any]]) -> Any:
+        scheduled.append((name, op))
+        answers.append(asyncio.get_running_loop().create_future())
+        return answers[-1]
+
+    partition_timer = PartitionTimer(0, clock, 10, schedule_write, logging.getLogger("test"))
+    fired: list[str] = []
+    partition_timer.schedule("session", 100, writes("expired", 1, fired))
+    clock.advance(100)
+    # Handed to the scheduler; it stays scheduled until its operation runs.
+    assert [name for name, _ in scheduled] == ["timer:session"]
+    assert partition_timer.is_scheduled("session") and fired == []
+    result = scheduled[0][1](None)
+    assert fired == ["expired=1"] and len(result.records) == 1
+    assert not partition_timer.is_scheduled("session")
+    answers[0].set_result(None)
+
+    # A retrying timer whose write fails is scheduled again after its back-off.
+    partition_timer.schedule("retry", 0, writes("r", 1), retry=True)
+    clock.advance(0)
+    assert scheduled[-1][0] == "timer:retry"
+    answers[-1].set_exception(UnknownMemberIdError("lost"))
+    await asyncio.sleep(0)
+    assert partition_timer.is_scheduled("retry")
+    clock.advance(10)
+    assert [name for name, _ in scheduled].count("timer:retry") == 2

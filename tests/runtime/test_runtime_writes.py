@@ -20,7 +20,7 @@ from runtime_harness import (
 )
 
 from coordinator_server.runtime.api import CoordinatorResult
-from coordinator_server.runtime.runtime import RuntimeConfig
+from coordinator_server.runtime.config import RuntimeConfig
 from coordinator_server.storage.api import AppendError
 from protocol.errors import (
     CoordinatorNotAvailableError,
@@ -452,7 +452,7 @@ async def test_read_errors_are_mapped(harness: Harness) -> None:
 async def test_a_full_queue_refuses_writes_with_coordinator_not_available(
     make_harness: Callable[..., Harness],
 ) -> None:
-    h = make_harness(config=RuntimeConfig(max_queued_events=3))
+    h = make_harness(config=RuntimeConfig(max_queued_events=3, run_when_idle=False))
     await h.load(0)
     await h.load(1)
     accepted = [h.put(0, f"k{i}", i) for i in range(3)]
@@ -467,7 +467,10 @@ async def test_a_full_queue_refuses_writes_with_coordinator_not_available(
     assert not h.put(0, "k", 10).done()
 
 
-async def test_a_caller_that_cancels_before_its_turn_writes_nothing(harness: Harness) -> None:
+async def test_a_caller_that_cancels_before_its_turn_writes_nothing(
+    queued_harness: Harness,
+) -> None:
+    harness = queued_harness
     cancelled = harness.write(0, put("k", 1))
     cancelled.cancel()
     kept = harness.put(0, "j", 2)

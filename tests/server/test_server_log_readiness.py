@@ -13,7 +13,7 @@ from wire_client import WireClient, commit_body, commit_errors, fetch_body, unti
 
 from coordinator_server.app import CoordinatorApp
 from coordinator_server.config import CoordinatorConfig
-from coordinator_server.runtime.runtime import CoordinatorState
+from coordinator_server.runtime.context import CoordinatorState
 from coordinator_server.storage.memory import InMemoryLog
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode

@@ -1,0 +1,126 @@
+"""Loading a partition: a fresh shard, the committed log replayed into it, then ACTIVE.
+
+Kafka's runtime schedules the same on its `CoordinatorLoader`: the shard is built with a new
+snapshot registry and timer, the storage's loader hands it every committed record (through
+the shard's `load_replay`), and the partition goes ACTIVE at the log's end. A load that
+fails leaves the partition FAILED; a load overtaken by an unload or a newer load (the
+context's generation moved on) drops its result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from coordinator_server.runtime.api import CoordinatorShard, ShardBuilder, ShardContext
+from coordinator_server.runtime.clock import RuntimeClock
+from coordinator_server.runtime.context import CoordinatorContext, CoordinatorState, FailPartition
+from coordinator_server.runtime.observer import RuntimeObserver
+from coordinator_server.runtime.timer import PartitionTimer
+from coordinator_server.storage.api import CoordinatorLoader
+from coordinator_server.timeline import SnapshotRegistry
+from protocol.errors import NotCoordinatorError
+
+
+class PartitionLoader:
+    """Loads partitions into fresh shards."""
+
+    __slots__ = ("_clock", "_fail", "_loader", "_log", "_new_timer", "_observer", "_shard_builder")
+
+    def __init__(
+        self,
+        *,
+        loader: CoordinatorLoader,
+        shard_builder: ShardBuilder,
+        clock: RuntimeClock,
+        observer: RuntimeObserver,
+        log: logging.Logger,
+        new_timer: Callable[[int], PartitionTimer],
+        fail: FailPartition,
+    ) -> None:
+        self._loader = loader
+        self._shard_builder = shard_builder
+        self._clock = clock
+        self._observer = observer
+        self._log = log
+        self._new_timer = new_timer
+        self._fail = fail
+
+    def start(self, context: CoordinatorContext) -> None:
+        """Go LOADING with a fresh shard, and load it from the log in a task."""
+        context.transition_to(CoordinatorState.LOADING)
+        context.generation += 1
+        registry = SnapshotRegistry()
+        timer = self._new_timer(context.partition)
+        context.registry = registry
+        context.timer = timer
+        context.last_written_offset = context.last_committed_offset = 0
+        context.failing_since_ms = None
+        try:
+            shard = context.shard = self._shard_builder(
+                ShardContext(context.partition, self._clock, timer, registry)
+            )
+        except Exception:
+            self._log.exception("partition=%d building the shard failed", context.partition)
+            self._fail(context, NotCoordinatorError(f"partition {context.partition} failed"))
+            return
+        context.load_task = asyncio.get_running_loop().create_task(
+            self._load(context, context.generation, shard, registry)
+        )
+
+    async def _load(
+        self,
+        context: CoordinatorContext,
+        generation: int,
+        shard: CoordinatorShard,
+        registry: SnapshotRegistry,
+    ) -> None:
+        partition = context.partition
+        # Loaded records are committed already, so they need no history to revert to.
+        registry.set_tracking(False)
+
+        sink = shard.load_replay()
+
+        started = time.perf_counter()
+        try:
+            summary = await self._loader.load(partition, sink)
+            sink.close()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            if generation == context.generation:
+                self._log.exception("partition=%d load failed", partition)
+                context.load_task = None
+                self._fail(context, NotCoordinatorError(f"partition {partition} failed to load"))
+            return
+        if generation != context.generation:
+            return
+        context.load_task = None
+        load_seconds = time.perf_counter() - started
+        self._observer.partition_loaded(load_seconds, summary.records)
+        registry.set_tracking(True)
+        registry.reset(summary.end_offset)
+        context.last_written_offset = context.last_committed_offset = summary.end_offset
+        try:
+            context.transition_to(CoordinatorState.ACTIVE)
+            shard.on_loaded()
+        except Exception:
+            self._log.exception("partition=%d on_loaded failed", partition)
+            self._fail(context, NotCoordinatorError(f"partition {partition} failed to load"))
+            return
+        self._log.info(
+            "partition=%d loaded %d records (%d bytes) up to offset %d in %.3f s "
+            "(%.0f records/s) with epoch %d",
+            partition,
+            summary.records,
+            summary.bytes,
+            summary.end_offset,
+            load_seconds,
+            summary.records / load_seconds if load_seconds > 0 else 0.0,
+            context.epoch,
+        )
+
+
+__all__ = ["PartitionLoader"]
