@@ -346,6 +346,13 @@ class BatchAppender:
         context.bytes_appended += batch.size_bytes
         context.last_batch_records = len(batch.records)
         context.last_batch_bytes = batch.size_bytes
+        if context.latest_high_watermark > context.last_committed_offset:
+            # The high watermark came before this append's answer (the log reports it as the
+            # answer arrives): it commits now. A reload it starts ends this partition's turn.
+            generation = context.generation
+            self.on_high_watermark(context, context.latest_high_watermark)
+            if context.generation != generation:
+                return
         self._append_next(context)
 
     def _append_next(self, context: CoordinatorContext) -> None:
@@ -371,6 +378,15 @@ class BatchAppender:
             )
             self._reload(context)
             return
+        if high_watermark > context.latest_high_watermark:
+            context.latest_high_watermark = high_watermark
+        # Only what this runtime's appends have returned commits: the records below the
+        # append in flight (appends return in order, one at a time). Until the append in
+        # flight returns, the offsets it was written for may hold another writer's records:
+        # its end offset says so, and a reload follows, before any of it counts as state.
+        inflight = context.inflight
+        if inflight is not None and inflight.base_offset < high_watermark:
+            high_watermark = inflight.base_offset
         # The state can be read as of batch boundaries only (the registry's epochs), so a
         # high watermark inside a batch commits up to the batch before it.
         batch_ends = context.batch_ends

@@ -107,6 +107,7 @@ class CoordinatorContext:
         "last_committed_offset",
         "last_written_offset",
         "load_task",
+        "latest_high_watermark",
         "log",
         "loop",
         "open_batch",
@@ -146,6 +147,10 @@ class CoordinatorContext:
         self.load_task: asyncio.Task[None] | None = None
         self.last_written_offset = 0
         self.last_committed_offset = 0
+        # The latest high watermark the log reported. It commits only what this runtime's
+        # appends have returned: a high watermark that arrives while an append is in flight
+        # is applied when that append returns (see BatchAppender.on_high_watermark).
+        self.latest_high_watermark = 0
         self.open_batch: CoordinatorBatch | None = None
         self.sealed: deque[CoordinatorBatch] = deque()
         self.inflight: CoordinatorBatch | None = None

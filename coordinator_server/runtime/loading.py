@@ -57,6 +57,7 @@ class PartitionLoader:
         context.registry = registry
         context.timer = timer
         context.last_written_offset = context.last_committed_offset = 0
+        context.latest_high_watermark = 0
         context.failing_since_ms = None
         try:
             shard = context.shard = self._shard_builder(
@@ -103,6 +104,7 @@ class PartitionLoader:
         registry.set_tracking(True)
         registry.reset(summary.end_offset)
         context.last_written_offset = context.last_committed_offset = summary.end_offset
+        context.latest_high_watermark = summary.end_offset
         try:
             context.transition_to(CoordinatorState.ACTIVE)
             shard.on_loaded()
