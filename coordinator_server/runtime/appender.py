@@ -381,12 +381,15 @@ class BatchAppender:
         if high_watermark > context.latest_high_watermark:
             context.latest_high_watermark = high_watermark
         # Only what this runtime's appends have returned commits: the records below the
-        # append in flight (appends return in order, one at a time). Until the append in
-        # flight returns, the offsets it was written for may hold another writer's records:
-        # its end offset says so, and a reload follows, before any of it counts as state.
-        inflight = context.inflight
-        if inflight is not None and inflight.base_offset < high_watermark:
-            high_watermark = inflight.base_offset
+        # append in flight, or below the first sealed batch not yet sent (appends go one at
+        # a time, in order). Until an append returns, the offsets it was written for may
+        # hold another writer's records: its end offset says so, and a reload follows,
+        # before any of it counts as state.
+        unreturned = context.inflight
+        if unreturned is None and context.sealed:
+            unreturned = context.sealed[0]
+        if unreturned is not None and unreturned.base_offset < high_watermark:
+            high_watermark = unreturned.base_offset
         # The state can be read as of batch boundaries only (the registry's epochs), so a
         # high watermark inside a batch commits up to the batch before it.
         batch_ends = context.batch_ends
