@@ -24,7 +24,8 @@ from coordinator_server.runtime.config import RuntimeConfig
 from coordinator_server.runtime.context import CoordinatorState
 from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.server.http import OperatorHttpServer, Probe
-from coordinator_server.server.listener import CoordinatorServer, ServerConfig, ServerState, bind
+from coordinator_server.server.listener import CoordinatorServer, bind
+from coordinator_server.server.state import ServerConfig, ServerState
 from coordinator_server.service import GroupCoordinatorService, NodeAddress
 from coordinator_server.shard import GroupCoordinatorShard, ShardConfig
 from coordinator_server.storage.api import CoordinatorLog

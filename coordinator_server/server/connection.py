@@ -44,7 +44,7 @@ from protocol.framing import FrameDecoder, FrameError, encode_frame
 from protocol.messages import Message, error_body, parse_request
 
 if TYPE_CHECKING:
-    from coordinator_server.server.listener import ServerState
+    from coordinator_server.server.state import ServerState
 
 logger = logging.getLogger(__name__)
 

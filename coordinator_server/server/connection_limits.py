@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from time import monotonic
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 from coordinator_server.server.connection_events import (
     ConnectionEventLog,
@@ -26,8 +26,28 @@ from coordinator_server.server.connection_events import (
     ServerCloseReason,
 )
 
-if TYPE_CHECKING:
-    from coordinator_server.server.connection import CoordinatorConnection
+
+class LimitedConnection(Protocol):
+    """What the server's parts besides the connection itself (the quotas, the sweeper, the
+    listener's drain and close) read, set and call on a connection: a
+    `CoordinatorConnection`, named by that use so that they need not import the connection,
+    which imports them."""
+
+    host: str
+    reading_paused: bool
+    last_request_at: float
+    frame_started_at: float
+    write_blocked_since: float
+
+    @property
+    def inflight(self) -> int: ...
+
+    def expire(self, reason: ServerCloseReason, detail: str) -> None: ...
+
+    def stop_reading(self) -> None: ...
+
+    def close(self) -> None: ...
+
 
 EVICTION_MIN_IDLE_S: Final = 1.0
 """A connection idle this long may be closed to make room for a new one. Younger ones are
@@ -54,10 +74,10 @@ class ConnectionQuotas:
         self.max_connections = max_connections
         self.max_connections_per_ip = max_connections_per_ip
         self.events = events
-        self.connections: OrderedDict[CoordinatorConnection, None] = OrderedDict()
-        self._by_host: dict[str, OrderedDict[CoordinatorConnection, None]] = {}
+        self.connections: OrderedDict[LimitedConnection, None] = OrderedDict()
+        self._by_host: dict[str, OrderedDict[LimitedConnection, None]] = {}
 
-    def admit(self, connection: CoordinatorConnection, now: float) -> RefusalReason | None:
+    def admit(self, connection: LimitedConnection, now: float) -> RefusalReason | None:
         """Take a new connection, closing the one idle longest of a full scope (its address,
         then all) to make room; or say why it is refused."""
         host = connection.host
@@ -84,14 +104,14 @@ class ConnectionQuotas:
         peers = self._by_host.get(host)
         return 0 if peers is None else len(peers)
 
-    def touch(self, connection: CoordinatorConnection) -> None:
+    def touch(self, connection: LimitedConnection) -> None:
         """`connection` was active just now (its `last_request_at`)."""
         self.connections.move_to_end(connection)
         peers = self._by_host.get(connection.host)
         if peers is not None:
             peers.move_to_end(connection)
 
-    def release(self, connection: CoordinatorConnection) -> None:
+    def release(self, connection: LimitedConnection) -> None:
         """Forget a closed connection (again: nothing happens)."""
         if self.connections.pop(connection, False) is False:
             return
@@ -103,7 +123,7 @@ class ConnectionQuotas:
                 del self._by_host[host]
 
     def _evict_idlest(
-        self, scope: OrderedDict[CoordinatorConnection, None], now: float, detail: str
+        self, scope: OrderedDict[LimitedConnection, None], now: float, detail: str
     ) -> bool:
         idle_since = now - EVICTION_MIN_IDLE_S
         victim = None
@@ -162,8 +182,8 @@ class ConnectionSweeper:
         idle_before = now - self._idle_s
         frame_before = now - self._frame_s
         write_before = now - self._write_s
-        expired: list[tuple[CoordinatorConnection, ServerCloseReason, str]] = []
-        busy: list[CoordinatorConnection] = []
+        expired: list[tuple[LimitedConnection, ServerCloseReason, str]] = []
+        busy: list[LimitedConnection] = []
         for connection in quotas.connections:
             blocked_since = connection.write_blocked_since
             if blocked_since and blocked_since < write_before:

@@ -1,0 +1,76 @@
+"""What the listener and its connections share: the listener's settings and the server's
+state (handlers, the open connections, counters, the log of connection events).
+
+Its own module, under both: the connections read it, the listener makes it, and neither
+has to import the other for it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from coordinator_server.metrics import ServerMetrics
+from coordinator_server.server.connection_events import ConnectionEventLog
+from coordinator_server.server.connection_limits import ConnectionQuotas, LimitedConnection
+from coordinator_server.service import Handler
+from protocol.errors import ErrorCode
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """The listener's share of CoordinatorConfig (which describes each setting)."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    max_frame_bytes: int = 8 * 1024 * 1024
+    max_connections: int = 10000
+    max_connections_per_ip: int = 2000
+    max_inflight_requests: int = 1024
+    max_inflight_request_bytes: int = 64 * 1024 * 1024
+    max_response_bytes: int = 8 * 1024 * 1024
+    response_buffer_bytes: int = 4 * 1024 * 1024
+    response_buffer_max_bytes: int = 64 * 1024 * 1024
+    connections_max_idle_ms: int = 600000
+    frame_read_timeout_ms: int = 30000
+    response_write_timeout_ms: int = 60000
+
+
+class ServerState:
+    """What the connections share: settings, handlers, the open connections (in `quotas`,
+    least recently active first), counters and the log of connection events."""
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        handlers: Mapping[int, Handler],
+        api_versions_body: Callable[[ErrorCode, str | None], dict[str, object]],
+        metrics: ServerMetrics | None = None,
+    ) -> None:
+        self.config = config
+        self.handlers = handlers
+        self.api_versions_body = api_versions_body
+        self.draining = False
+        self.metrics = metrics or ServerMetrics()
+        self.events = ConnectionEventLog(self.metrics)
+        self.quotas = ConnectionQuotas(
+            config.max_connections, config.max_connections_per_ip, self.events
+        )
+        self.connections = self.quotas.connections
+        self._idle = asyncio.Event()
+
+    def connection_idle(self, connection: LimitedConnection) -> None:
+        if self.draining and all(c.inflight == 0 for c in self.connections):
+            self._idle.set()
+
+    def connection_closed(self, connection: LimitedConnection) -> None:
+        self.connection_idle(connection)
+
+    def requests_in_flight(self) -> int:
+        return sum(connection.inflight for connection in self.connections)
+
+    async def wait_idle(self) -> None:
+        if all(c.inflight == 0 for c in self.connections):
+            return
+        self._idle.clear()
+        await self._idle.wait()
