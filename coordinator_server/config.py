@@ -39,11 +39,15 @@ class CoordinatorConfig(BaseSettings):
     )
     node_id: int = Field(0, ge=0, description="Node id FindCoordinator answers with.")
     max_frame_bytes: int = Field(
-        8 * 1024 * 1024, ge=1024, description="Largest accepted request frame, in bytes."
+        defaults.MAX_FRAME_BYTES, ge=1024, description="Largest accepted request frame, in bytes."
     )
-    max_connections: int = Field(10000, ge=1, description="Open connections beyond are refused.")
+    max_connections: int = Field(
+        defaults.MAX_CONNECTIONS, ge=1, description="Open connections beyond are refused."
+    )
     max_inflight_requests: int = Field(
-        1024, ge=1, description="Requests in flight per connection before it stops reading."
+        defaults.MAX_INFLIGHT_REQUESTS,
+        ge=1,
+        description="Requests in flight per connection before it stops reading.",
     )
     metrics_port: int = Field(
         9095,
@@ -67,25 +71,25 @@ class CoordinatorConfig(BaseSettings):
 
     # Limits of one connection and of one request (availability, not trust).
     max_connections_per_ip: int = Field(
-        2000,
+        defaults.MAX_CONNECTIONS_PER_IP,
         ge=1,
         description="max.connections.per.ip: open connections from one address; beyond, the "
         "connection idle longest is closed to make room or the new one is refused.",
     )
     connections_max_idle_ms: int = Field(
-        600000,
+        defaults.CONNECTIONS_MAX_IDLE_MS,
         ge=1,
         description="connections.max.idle.ms: a connection with nothing in flight and no "
         "request for this long is closed.",
     )
     frame_read_timeout_ms: int = Field(
-        30000,
+        defaults.FRAME_READ_TIMEOUT_MS,
         ge=1,
         description="A request frame that started must arrive whole within this time, or its "
         "connection is closed.",
     )
     max_inflight_request_bytes: int = Field(
-        64 * 1024 * 1024,
+        defaults.MAX_INFLIGHT_REQUEST_BYTES,
         ge=1024,
         description="Bytes of requests in flight or waiting per connection before it stops "
         "reading (at least one frame is always taken).",
@@ -96,18 +100,18 @@ class CoordinatorConfig(BaseSettings):
         description="Largest answer; a larger one is answered MESSAGE_TOO_LARGE instead.",
     )
     response_buffer_bytes: int = Field(
-        4 * 1024 * 1024,
+        defaults.RESPONSE_BUFFER_BYTES,
         ge=1024,
         description="Bytes of answers waiting for a slow reader before the server stops "
         "reading that connection's requests.",
     )
     response_buffer_max_bytes: int = Field(
-        64 * 1024 * 1024,
+        defaults.RESPONSE_BUFFER_MAX_BYTES,
         ge=1024,
         description="Bytes of answers waiting for a slow reader before the connection is closed.",
     )
     response_write_timeout_ms: int = Field(
-        60000,
+        defaults.RESPONSE_WRITE_TIMEOUT_MS,
         ge=1,
         description="Answers a client leaves unread this long close its connection.",
     )

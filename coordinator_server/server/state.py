@@ -10,6 +10,7 @@ import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from coordinator_server import defaults
 from coordinator_server.metrics import ServerMetrics
 from coordinator_server.server.connection_events import ConnectionEventLog
 from coordinator_server.server.connection_limits import ConnectionQuotas, LimitedConnection
@@ -19,21 +20,23 @@ from protocol.errors import ErrorCode
 
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
-    """The listener's share of CoordinatorConfig (which describes each setting)."""
+    """The listener's share of CoordinatorConfig (which describes each setting), with the
+    server's defaults (`defaults.py`); the address defaults to any free port on the loopback,
+    for a listener built in process (the server's own port is a setting)."""
 
     host: str = "127.0.0.1"
     port: int = 0
-    max_frame_bytes: int = 8 * 1024 * 1024
-    max_connections: int = 10000
-    max_connections_per_ip: int = 2000
-    max_inflight_requests: int = 1024
-    max_inflight_request_bytes: int = 64 * 1024 * 1024
-    max_response_bytes: int = 8 * 1024 * 1024
-    response_buffer_bytes: int = 4 * 1024 * 1024
-    response_buffer_max_bytes: int = 64 * 1024 * 1024
-    connections_max_idle_ms: int = 600000
-    frame_read_timeout_ms: int = 30000
-    response_write_timeout_ms: int = 60000
+    max_frame_bytes: int = defaults.MAX_FRAME_BYTES
+    max_connections: int = defaults.MAX_CONNECTIONS
+    max_connections_per_ip: int = defaults.MAX_CONNECTIONS_PER_IP
+    max_inflight_requests: int = defaults.MAX_INFLIGHT_REQUESTS
+    max_inflight_request_bytes: int = defaults.MAX_INFLIGHT_REQUEST_BYTES
+    max_response_bytes: int = defaults.MAX_RESPONSE_BYTES
+    response_buffer_bytes: int = defaults.RESPONSE_BUFFER_BYTES
+    response_buffer_max_bytes: int = defaults.RESPONSE_BUFFER_MAX_BYTES
+    connections_max_idle_ms: int = defaults.CONNECTIONS_MAX_IDLE_MS
+    frame_read_timeout_ms: int = defaults.FRAME_READ_TIMEOUT_MS
+    response_write_timeout_ms: int = defaults.RESPONSE_WRITE_TIMEOUT_MS
 
 
 class ServerState:

@@ -1,4 +1,4 @@
-"""One source of defaults: the server's settings and the state machines' own configurations
+"""One source of defaults: the server's settings and the layers' own configurations
 take theirs from `coordinator_server.defaults`, so a state machine built with its
 configuration's defaults (as tests build it) runs as the server runs it."""
 
@@ -9,6 +9,7 @@ import pytest
 from coordinator_server.config import CoordinatorConfig
 from coordinator_server.groups.store import GroupsConfig
 from coordinator_server.offsets.manager import OffsetsConfig
+from coordinator_server.server.state import ServerConfig
 
 
 @pytest.mark.parametrize(
@@ -35,3 +36,23 @@ def test_each_group_setting_defaults_to_what_the_groups_default_to(
 )
 def test_each_offsets_setting_defaults_to_what_the_offsets_default_to(setting: str) -> None:
     assert CoordinatorConfig.model_fields[setting].default == getattr(OffsetsConfig(), setting)
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        "max_frame_bytes",
+        "max_connections",
+        "max_connections_per_ip",
+        "max_inflight_requests",
+        "max_inflight_request_bytes",
+        "max_response_bytes",
+        "response_buffer_bytes",
+        "response_buffer_max_bytes",
+        "connections_max_idle_ms",
+        "frame_read_timeout_ms",
+        "response_write_timeout_ms",
+    ],
+)
+def test_each_listener_setting_defaults_to_what_the_listener_defaults_to(setting: str) -> None:
+    assert CoordinatorConfig.model_fields[setting].default == getattr(ServerConfig(), setting)
