@@ -12,6 +12,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from coordinator_server import __version__
+from coordinator_server.cluster.ownership import PartitionOwnership
 from coordinator_server.config import CoordinatorConfig
 from coordinator_server.groups.store import GroupsConfig
 from coordinator_server.metrics import GroupMetrics, RuntimeMetrics, ServerMetrics
@@ -33,14 +34,6 @@ from protocol.errors import NotCoordinatorError
 
 logger = logging.getLogger("coordinator_server")
 
-# The epoch of every partition this process loads first. A single node owns all partitions
-# for the life of the process; a failed load is retried with the next epoch, as Kafka retries
-# a load with a higher leader epoch, and so is a partition that failed once loaded.
-LOAD_EPOCH = 1
-# Waits before loading a partition again, by failed loads in a row: a load fails only on
-# errors that waiting does not mend (a corrupt batch, an unexpected answer), so the waits
-# grow long enough not to reload a large partition in a loop.
-LOAD_RETRY_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 # After a produce response, the Kafka log's next request waits this many turns of the event
 # loop: the turns in which the response's appends complete, the writes they commit answer
 # their callers, and those answers are written to the callers' sockets. A request sent
@@ -84,6 +77,14 @@ def describe_log(config: CoordinatorConfig) -> str:
     return f"sqlite in {config.data_dir}"
 
 
+async def _nothing_to_acquire(partition: int) -> None:
+    """A node alone is the only writer of its log (the embedded log is its own)."""
+
+
+def _nothing_to_release(partition: int) -> None:
+    pass
+
+
 class CoordinatorApp:
     def __init__(
         self,
@@ -107,8 +108,8 @@ class CoordinatorApp:
         self.http: OperatorHttpServer | None = None
         self.started_monotonic = time.monotonic()
         self._stop = asyncio.Event()
-        # One task per partition, loading it and loading it again whenever it fails.
-        self._partition_tasks: list[asyncio.Task[None]] = []
+        # Keeps the partitions this node owns loaded (alone: all of them).
+        self.ownership: PartitionOwnership | None = None
 
     async def start(self) -> None:
         config = self.config
@@ -204,17 +205,11 @@ class CoordinatorApp:
         gc.disable()
         loading = time.monotonic()
         try:
-            loop = asyncio.get_running_loop()
-            first_loads: list[asyncio.Future[None]] = [
-                loop.create_future() for _ in range(num_partitions)
-            ]
-            self._partition_tasks = [
-                asyncio.create_task(
-                    self._keep_loaded(runtime, p, first_loads[p]), name=f"serve-partition-{p}"
-                )
-                for p in range(num_partitions)
-            ]
-            loaded: asyncio.Future[Any] = asyncio.gather(*first_loads)
+            self.ownership = ownership = PartitionOwnership(
+                runtime, _nothing_to_acquire, _nothing_to_release, stopped=self._log_failure
+            )
+            ownership.own(range(num_partitions))
+            loaded: asyncio.Future[Any] = asyncio.ensure_future(ownership.wait_first_loads())
             # Loads wait out a slow or absent broker for as long as it takes: a SIGTERM
             # meanwhile ends the start.
             stopping: asyncio.Future[Any] = asyncio.ensure_future(self._stop.wait())
@@ -247,61 +242,6 @@ class CoordinatorApp:
             describe_log(config),
             "off" if self.metrics_port is None else f"http://{host}:{self.metrics_port}/metrics",
         )
-
-    async def _keep_loaded(
-        self,
-        runtime: CoordinatorRuntime[GroupCoordinatorShard],
-        partition: int,
-        first_load: asyncio.Future[None],
-    ) -> None:
-        """Load a partition, and load it again whenever it fails: a load the log could not
-        serve (retried with a higher epoch and a growing back-off), or a partition that
-        left ACTIVE (its appends kept failing). Meanwhile requests for its groups get
-        COORDINATOR_LOAD_IN_PROGRESS or NOT_COORDINATOR and /readyz says so. A log that
-        stopped for good is not loaded from again. `first_load` is done once the partition
-        was ACTIVE, or given up on."""
-        epoch = LOAD_EPOCH
-        failed_loads = 0
-        try:
-            while self._log_failure() is None:
-                if runtime.partition_state(partition) in (
-                    None,
-                    CoordinatorState.INITIAL,
-                    CoordinatorState.FAILED,
-                ):
-                    runtime.schedule_load(partition, epoch)
-                    epoch += 1
-                try:
-                    await runtime.wait_loaded(partition)
-                except NotCoordinatorError:
-                    if self._log_failure() is not None:
-                        break
-                    backoff = LOAD_RETRY_BACKOFF_S[min(failed_loads, len(LOAD_RETRY_BACKOFF_S) - 1)]
-                    failed_loads += 1
-                    logger.warning(
-                        "partition=%d could not be loaded; retrying in %.1f s", partition, backoff
-                    )
-                    await asyncio.sleep(backoff)
-                    continue
-                failed_loads = 0
-                if not first_load.done():
-                    first_load.set_result(None)
-                state = await runtime.wait_left_active(partition)
-                if state is None or state is CoordinatorState.CLOSED:
-                    break
-                if state is CoordinatorState.FAILED and self._log_failure() is None:
-                    logger.warning(
-                        "partition=%d left ACTIVE; loading it again in %.1f s",
-                        partition,
-                        LOAD_RETRY_BACKOFF_S[0],
-                    )
-                    await asyncio.sleep(LOAD_RETRY_BACKOFF_S[0])
-        except NotCoordinatorError:
-            # The runtime closed: the server is shutting down.
-            pass
-        finally:
-            if not first_load.done():
-                first_load.set_result(None)
 
     def _log_failure(self) -> str | None:
         return None if self.log is None else self.log.failure
@@ -453,11 +393,9 @@ class CoordinatorApp:
     async def shutdown(self) -> None:
         """Stop accepting, answer what is in flight, flush the log, close."""
         timeout_s = self.config.shutdown_timeout_ms / 1000
-        tasks, self._partition_tasks = self._partition_tasks, []
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        if self.ownership is not None:
+            await self.ownership.close()
+            self.ownership = None
         if self.service is not None:
             # A large request answered in slices would hold the drain up for its seconds.
             self.service.close()

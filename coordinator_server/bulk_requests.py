@@ -89,6 +89,10 @@ class ErrorOnlyResponse(Message, kw_only=True):
 
 PartitionFor = Callable[[str], int]
 
+CoordinatorOf = Callable[[int], FindCoordinatorResponseCoordinator]
+"""The coordinator FindCoordinator names for a log partition now: its owner's node id and
+address, or COORDINATOR_NOT_AVAILABLE while no node owns it (the key is filled in later)."""
+
 
 class BulkRequests:
     def __init__(
@@ -96,16 +100,14 @@ class BulkRequests:
         runtime: CoordinatorRuntime[GroupCoordinatorShard],
         partition_for: PartitionFor,
         num_partitions: int,
-        coordinator: FindCoordinatorResponseCoordinator,
+        coordinator_of: CoordinatorOf,
         limits: RequestLimits,
         sliced: SlicedRequests,
     ) -> None:
-        """`coordinator` is this node as FindCoordinator names it (it owns every
-        partition)."""
         self._runtime = runtime
         self._partition_for = partition_for
         self._num_partitions = num_partitions
-        self._coordinator = coordinator
+        self._coordinator_of_partition = coordinator_of
         self._limits = limits
         self._sliced = sliced
 
@@ -159,8 +161,7 @@ class BulkRequests:
             return FindCoordinatorResponseCoordinator(
                 key=key, error_code=ErrorCode.INVALID_GROUP_ID, error_message=refusal
             )
-        # A single node owns every partition, so it answers with itself.
-        return self._coordinator.replace(key=key)
+        return self._coordinator_of_partition(self._partition_for(key)).replace(key=key)
 
     # DescribeGroups.
 

@@ -84,6 +84,9 @@ SERVER_NAME = "coordinator-server"
 
 # Group ids whose partition is remembered; past it the memory starts over.
 _PARTITION_CACHE_SIZE = 100_000
+# Node addresses whose FindCoordinator answer is remembered (a cluster has a few nodes; the
+# bound only guards against addresses that keep changing).
+_MAX_NODE_ANSWERS = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +94,19 @@ class NodeAddress:
     node_id: int
     host: str
     port: int
+
+
+Placement = Callable[[int], "NodeAddress | None"]
+"""The node that owns a log partition now, or None while no node does (a cluster between
+two assignments)."""
+
+_NO_COORDINATOR = FindCoordinatorResponseCoordinator(
+    node_id=-1,
+    host="",
+    port=-1,
+    error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    error_message="no node owns the group's partition yet",
+)
 
 
 def _chain(outcome: WriteOutcome[M], on_error: Callable[[BaseException], Message]) -> Reply:
@@ -118,7 +134,10 @@ class GroupCoordinatorService:
         *,
         server_version: str,
         limits: RequestLimits | None = None,
+        placement: Placement | None = None,
     ) -> None:
+        """`node` is this node as FindCoordinator names it; `placement` says which node owns
+        each partition (None: this node owns every partition)."""
         self._runtime = runtime
         self._num_partitions = num_partitions
         self._node = node
@@ -132,9 +151,7 @@ class GroupCoordinatorService:
             runtime,
             self.partition_for,
             num_partitions,
-            FindCoordinatorResponseCoordinator(
-                node_id=node.node_id, host=node.host, port=node.port, error_code=ErrorCode.NONE
-            ),
+            self._coordinator_of(node, placement),
             limits,
             self._sliced,
         )
@@ -166,6 +183,37 @@ class GroupCoordinatorService:
         """Shutdown: large requests still under way stop between two slices, answered
         COORDINATOR_NOT_AVAILABLE (retriable), so that they do not hold the shutdown up."""
         self._sliced.cancel_all()
+
+    @staticmethod
+    def _coordinator_of(
+        node: NodeAddress, placement: Placement | None
+    ) -> Callable[[int], FindCoordinatorResponseCoordinator]:
+        def answer(address: NodeAddress) -> FindCoordinatorResponseCoordinator:
+            return FindCoordinatorResponseCoordinator(
+                node_id=address.node_id,
+                host=address.host,
+                port=address.port,
+                error_code=ErrorCode.NONE,
+            )
+
+        this_node = answer(node)
+        if placement is None:
+            return lambda partition: this_node
+        # One answer per node, built once: FindCoordinator is asked for every group.
+        answers: dict[NodeAddress, FindCoordinatorResponseCoordinator] = {node: this_node}
+
+        def coordinator_of(partition: int) -> FindCoordinatorResponseCoordinator:
+            owner = placement(partition)
+            if owner is None:
+                return _NO_COORDINATOR
+            found = answers.get(owner)
+            if found is None:
+                if len(answers) > _MAX_NODE_ANSWERS:
+                    answers.clear()
+                found = answers[owner] = answer(owner)
+            return found
+
+        return coordinator_of
 
     def partition_for(self, group_id: str) -> int:
         # Java's string hash runs in Python, a character at a time, and the same groups come

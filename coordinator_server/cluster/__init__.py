@@ -1,0 +1,1 @@
+"""The coordinator cluster: which node owns which log partition, and keeping it so."""
