@@ -12,6 +12,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from coordinator_server import __version__
+from coordinator_server.cluster.node import ClusterNode, ClusterSettings
 from coordinator_server.cluster.ownership import PartitionOwnership
 from coordinator_server.config import CoordinatorConfig
 from coordinator_server.groups.store import GroupsConfig
@@ -110,6 +111,8 @@ class CoordinatorApp:
         self._stop = asyncio.Event()
         # Keeps the partitions this node owns loaded (alone: all of them).
         self.ownership: PartitionOwnership | None = None
+        # This node's place in its cluster (None: alone).
+        self.cluster: ClusterNode | None = None
 
     async def start(self) -> None:
         config = self.config
@@ -170,10 +173,20 @@ class CoordinatorApp:
         )
         sock, (host, port) = bind(config.host, config.port)
         self.address = (host, port)
+        node = NodeAddress(config.node_id, config.advertised, port)
+        if config.clustered:
+            self.cluster = self._cluster_node(node, runtime, log)
+            self.ownership = self.cluster.ownership
+        else:
+            self.ownership = PartitionOwnership(
+                runtime, _nothing_to_acquire, _nothing_to_release, stopped=self._log_failure
+            )
+        ownership = self.ownership
         self.service = service = GroupCoordinatorService(
             runtime,
             num_partitions,
-            NodeAddress(config.node_id, config.advertised, port),
+            node,
+            placement=None if self.cluster is None else self.cluster.placement,
             server_version=__version__,
             limits=RequestLimits(
                 max_id_length=config.max_id_length,
@@ -205,11 +218,9 @@ class CoordinatorApp:
         gc.disable()
         loading = time.monotonic()
         try:
-            self.ownership = ownership = PartitionOwnership(
-                runtime, _nothing_to_acquire, _nothing_to_release, stopped=self._log_failure
-            )
-            ownership.own(range(num_partitions))
-            loaded: asyncio.Future[Any] = asyncio.ensure_future(ownership.wait_first_loads())
+            if self.cluster is None:
+                ownership.own(range(num_partitions))
+            loaded: asyncio.Future[Any] = asyncio.ensure_future(self._first_loads(ownership))
             # Loads wait out a slow or absent broker for as long as it takes: a SIGTERM
             # meanwhile ends the start.
             stopping: asyncio.Future[Any] = asyncio.ensure_future(self._stop.wait())
@@ -241,6 +252,40 @@ class CoordinatorApp:
             records / load_s if load_s > 0 else 0.0,
             describe_log(config),
             "off" if self.metrics_port is None else f"http://{host}:{self.metrics_port}/metrics",
+        )
+
+    async def _first_loads(self, ownership: PartitionOwnership) -> None:
+        """Until the partitions this node owns were loaded once: alone, every partition; in
+        a cluster, those of its first assignment."""
+        if self.cluster is not None:
+            await self.cluster.start()
+        await ownership.wait_first_loads()
+
+    def _cluster_node(
+        self,
+        node: NodeAddress,
+        runtime: CoordinatorRuntime[GroupCoordinatorShard],
+        log: CoordinatorLog,
+    ) -> ClusterNode:
+        config = self.config
+        assert config.bootstrap_servers is not None
+        from coordinator_server.storage.kafka import KafkaLog
+
+        assert isinstance(log, KafkaLog), "a cluster shares a Kafka log"
+        return ClusterNode(
+            ClusterSettings(
+                bootstrap_servers=config.bootstrap_servers,
+                topic=config.offsets_topic,
+                cluster_id=config.cluster_name,
+                session_timeout_ms=config.cluster_session_timeout_ms,
+                heartbeat_interval_ms=config.cluster_heartbeat_interval_ms,
+                security=config.kafka_security,
+            ),
+            node,
+            runtime,
+            _FencedKafkaLog(log),
+            now_ms=self.clock.now_ms,
+            stopped=self._log_failure,
         )
 
     def _log_failure(self) -> str | None:
@@ -332,19 +377,32 @@ class CoordinatorApp:
         )
 
     def readiness(self) -> Probe:
-        """Ready when every partition this node owns is ACTIVE and the log has not stopped;
+        """Ready when every partition this node owns is ACTIVE and the log has not stopped
+        (alone, it owns every partition; in a cluster, what its assignment gives it);
         otherwise `reason` says why not."""
         states = self._partition_states()
-        expected = self.log.num_partitions if self.log is not None else 0
-        not_active = {p: s for p, s in states.items() if s != CoordinatorState.ACTIVE.name}
+        cluster = self.cluster
+        if cluster is None:
+            owned: frozenset[int] = frozenset(
+                range(self.log.num_partitions if self.log is not None else 0)
+            )
+        else:
+            owned = cluster.membership.view.mine_owned
+        not_active = {
+            p: states.get(p, "NOT_LOADED") for p in sorted(owned) if states.get(p) != "ACTIVE"
+        }
         failure = self._log_failure()
         reason: str | None = None
         if failure is not None:
             reason = f"the log stopped: {failure}"
         elif self._stop.is_set():
             reason = "shutting down"
-        elif not_active or len(states) != expected or expected == 0:
-            reason = f"{len(not_active) + expected - len(states)} partitions not ACTIVE"
+        elif cluster is not None and cluster.membership.view.error is not None:
+            reason = f"no partition given: {cluster.membership.view.error}"
+        elif not_active:
+            reason = f"{len(not_active)} partitions not ACTIVE"
+        elif not owned and cluster is None:
+            reason = "0 partitions not ACTIVE"
         ok = reason is None
         detail: dict[str, object] = {
             "ready": ok,
@@ -371,6 +429,7 @@ class CoordinatorApp:
             "groups_by_state": groups,
             "members": members,
             "connections": 0 if self.server is None else len(self.server.state.connections),
+            "cluster": None if self.cluster is None else self.cluster.status(),
         }
 
     def request_stop(self) -> None:
@@ -410,6 +469,10 @@ class CoordinatorApp:
         if self.http is not None:
             await self.http.close()
             self.http = None
+        if self.cluster is not None:
+            # Everything is written: the others may take the partitions over at once.
+            await self.cluster.leave()
+            self.cluster = None
         if self.log is not None:
             await self.log.close()
             self.log = None

@@ -128,6 +128,32 @@ class CoordinatorConfig(BaseSettings):
         3, ge=1, le=32767, description="Replication factor of the log topic when created."
     )
     data_dir: Path = Field(Path("data"), description="Directory of the embedded SQLite log.")
+
+    # The cluster: nodes on one Kafka log share its partitions.
+    cluster: Literal["on", "off"] = Field(
+        "off",
+        description="With the Kafka log, share the log's partitions with every node on the "
+        "same bootstrap servers and topic, each partition fenced to its owner (needs Kafka's "
+        "transactions); off: this node writes every partition alone (a broker without "
+        "transactions, such as tansu).",
+    )
+    cluster_id: str | None = Field(
+        None,
+        description="The cluster's name: its Kafka consumer group and the prefix of its "
+        "transactional ids (default: coordinator-server.<offsets-topic>).",
+    )
+    cluster_session_timeout_ms: int = Field(
+        defaults.CLUSTER_SESSION_TIMEOUT_MS,
+        ge=1,
+        description="How long Kafka waits for a silent node before giving its partitions to "
+        "the others (the cluster group's session.timeout.ms).",
+    )
+    cluster_heartbeat_interval_ms: int = Field(
+        defaults.CLUSTER_HEARTBEAT_INTERVAL_MS,
+        ge=1,
+        description="How often a node tells Kafka it is alive (heartbeat.interval.ms); a "
+        "third of the session timeout at most.",
+    )
     append_linger_ms: int = Field(
         defaults.APPEND_LINGER_MS,
         ge=-1,
@@ -294,6 +320,11 @@ class CoordinatorConfig(BaseSettings):
                 "response-buffer-max-bytes must be at least response-buffer-bytes plus "
                 "max-response-bytes"
             )
+        if self.cluster_heartbeat_interval_ms * 3 > self.cluster_session_timeout_ms:
+            raise ValueError(
+                "cluster-heartbeat-interval-ms must be at most a third of "
+                "cluster-session-timeout-ms"
+            )
         if self.tls_keyfile is not None and self.tls_certfile is None:
             raise ValueError("tls-keyfile needs tls-certfile")
         self._kafka_security = self._build_kafka_security()
@@ -330,6 +361,15 @@ class CoordinatorConfig(BaseSettings):
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(self.tls_certfile, self.tls_keyfile)
         return context
+
+    @property
+    def clustered(self) -> bool:
+        """Whether this node shares its log with others (the Kafka log, cluster on)."""
+        return bool(self.bootstrap_servers) and self.cluster == "on"
+
+    @property
+    def cluster_name(self) -> str:
+        return self.cluster_id or f"coordinator-server.{self.offsets_topic}"
 
     @property
     def advertised(self) -> str:

@@ -19,6 +19,12 @@ MAX_BATCH_BYTES = 1024 * 1024
 MAX_QUEUED_EVENTS = 100_000
 APPEND_FAILURE_TIMEOUT_MS = 30_000
 
+# The cluster's own group membership, at Kafka (a node's session.timeout.ms and
+# heartbeat.interval.ms in the cluster's consumer group): a node that dies loses its
+# partitions to the others after the session timeout.
+CLUSTER_SESSION_TIMEOUT_MS = 10_000
+CLUSTER_HEARTBEAT_INTERVAL_MS = 1000
+
 # The classic group protocol (Kafka's group.* settings).
 GROUP_INITIAL_REBALANCE_DELAY_MS = 3000
 GROUP_MIN_SESSION_TIMEOUT_MS = 6000

@@ -33,6 +33,7 @@ from coordinator_server.records import (
     GroupMetadataValue,
     OffsetCommitKey,
     OffsetCommitValue,
+    PartitionOwnershipKey,
     RecordFormatError,
     decode_record,
 )
@@ -45,6 +46,7 @@ from protocol.consumer import (
 __all__ = [
     "ARROW_SCHEMA",
     "GROUP_METADATA",
+    "PARTITION_OWNERSHIP",
     "OFFSET_COMMIT",
     "SCHEMA",
     "RawLogRecord",
@@ -55,6 +57,8 @@ __all__ = [
 
 OFFSET_COMMIT: Final = "offset_commit"
 GROUP_METADATA: Final = "group_metadata"
+# A node's takeover of a log partition (a cluster's fencing record): group "", no offset.
+PARTITION_OWNERSHIP: Final = "partition_ownership"
 CONSUMER_PROTOCOL_TYPE: Final = "consumer"
 
 # (log_offset, log_timestamp_ms, key, value): one record as a log gives it back.
@@ -238,6 +242,16 @@ def decode_row(
             )
             return (*head, *body, *position)
         return (*head, *_NO_GROUP_VALUE, *position)
+    if type(record_key) is PartitionOwnershipKey:
+        return (
+            PARTITION_OWNERSHIP,
+            "",
+            None,
+            None,
+            *_NO_OFFSET_VALUE,
+            *_NO_GROUP_VALUE,
+            *position,
+        )
     raise RecordFormatError(f"unknown key {record_key!r}")
 
 

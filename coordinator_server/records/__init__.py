@@ -22,11 +22,13 @@ class RecordType(IntEnum):
 
     OFFSET_COMMIT = 1
     GROUP_METADATA = 2
+    PARTITION_OWNERSHIP = 3
 
 
 KEY_VERSION = 0
 OFFSET_COMMIT_VALUE_VERSION = 0
 GROUP_METADATA_VALUE_VERSION = 0
+PARTITION_OWNERSHIP_VALUE_VERSION = 0
 
 
 class RecordFormatError(ValueError):
@@ -86,8 +88,24 @@ class GroupMetadataValue:
     members: tuple[GroupMemberValue, ...] = ()
 
 
-RecordKey: TypeAlias = OffsetCommitKey | GroupMetadataKey
-RecordValue: TypeAlias = OffsetCommitValue | GroupMetadataValue
+@dataclass(slots=True, unsafe_hash=True)
+class PartitionOwnershipKey:
+    """The one key of a log partition's ownership record (compaction keeps the latest)."""
+
+
+@dataclass(slots=True, unsafe_hash=True)
+class PartitionOwnershipValue:
+    """A node took the log partition over: the first record it wrote there, at the producer
+    epoch that fences every earlier owner out of the partition."""
+
+    node_id: int
+    producer_id: int
+    producer_epoch: int
+    timestamp_ms: int
+
+
+RecordKey: TypeAlias = OffsetCommitKey | GroupMetadataKey | PartitionOwnershipKey
+RecordValue: TypeAlias = OffsetCommitValue | GroupMetadataValue | PartitionOwnershipValue
 
 
 @dataclass(slots=True, unsafe_hash=True)
@@ -130,6 +148,15 @@ def new_group_metadata_tombstone_record(group: str) -> CoordinatorRecord:
     return CoordinatorRecord(GroupMetadataKey(group), None)
 
 
+def new_partition_ownership_record(
+    node_id: int, producer_id: int, producer_epoch: int, timestamp_ms: int
+) -> CoordinatorRecord:
+    return CoordinatorRecord(
+        PartitionOwnershipKey(),
+        PartitionOwnershipValue(node_id, producer_id, producer_epoch, timestamp_ms),
+    )
+
+
 # Encoding. Keys and values are msgpack arrays whose first elements say what they are; a
 # newer version only appends elements, so a reader ignores elements it does not know.
 
@@ -138,6 +165,7 @@ _pack = _packer.pack
 # Plain ints: reading an enum member's value goes through a descriptor, on every record.
 _OFFSET_COMMIT_KEY_TYPE = int(RecordType.OFFSET_COMMIT)
 _GROUP_METADATA_KEY_TYPE = int(RecordType.GROUP_METADATA)
+_PARTITION_OWNERSHIP_KEY_TYPE = int(RecordType.PARTITION_OWNERSHIP)
 # msgpack's header of an array of five elements (fixarray: 0x90 | length).
 _FIXARRAY_5 = b"\x95"
 _encode = msgspec.msgpack.Encoder().encode
@@ -156,6 +184,8 @@ def encode_key(key: RecordKey) -> bytes:
         return _packb((_OFFSET_COMMIT_KEY_TYPE, KEY_VERSION, key.group, key.topic, key.partition))
     if type(key) is GroupMetadataKey:
         return _packb((_GROUP_METADATA_KEY_TYPE, KEY_VERSION, key.group))
+    if type(key) is PartitionOwnershipKey:
+        return _packb((_PARTITION_OWNERSHIP_KEY_TYPE, KEY_VERSION))
     raise RecordFormatError(f"unknown key type {type(key).__name__}")
 
 
@@ -196,6 +226,16 @@ def encode_value(value: RecordValue | None) -> bytes | None:
                 value.leader,
                 value.current_state_timestamp_ms,
                 [_encode_member(m) for m in value.members],
+            )
+        )
+    if type(value) is PartitionOwnershipValue:
+        return _packb(
+            (
+                PARTITION_OWNERSHIP_VALUE_VERSION,
+                value.node_id,
+                value.producer_id,
+                value.producer_epoch,
+                value.timestamp_ms,
             )
         )
     raise RecordFormatError(f"unknown value type {type(value).__name__}")
@@ -284,6 +324,8 @@ def decode_key(data: bytes) -> RecordKey:
             return key
         if record_type == RecordType.GROUP_METADATA:
             return GroupMetadataKey(_str(fields[2]))
+        if record_type == RecordType.PARTITION_OWNERSHIP:
+            return PartitionOwnershipKey()
     except (IndexError, ValueError) as exc:
         raise RecordFormatError(f"bad key for record type {record_type!r}: {exc}") from exc
     raise RecordFormatError(f"unknown record type {record_type!r}")
@@ -314,6 +356,11 @@ def decode_value(key: RecordKey, data: bytes | None) -> RecordValue | None:
                 None if leader is None else _str(leader),
                 _int(state_ts),
                 tuple(_decode_member(m) for m in members),
+            )
+        if type(key) is PartitionOwnershipKey:
+            _, node_id, producer_id, producer_epoch, timestamp_ms = fields[:5]
+            return PartitionOwnershipValue(
+                _int(node_id), _int(producer_id), _int(producer_epoch), _int(timestamp_ms)
             )
     except (ValueError, TypeError) as exc:
         raise RecordFormatError(f"bad value for {type(key).__name__}: {exc}") from exc
@@ -463,12 +510,15 @@ __all__ = [
     "GROUP_METADATA_VALUE_VERSION",
     "KEY_VERSION",
     "OFFSET_COMMIT_VALUE_VERSION",
+    "PARTITION_OWNERSHIP_VALUE_VERSION",
     "CoordinatorRecord",
     "GroupMemberValue",
     "GroupMetadataKey",
     "GroupMetadataValue",
     "OffsetCommitKey",
     "OffsetCommitValue",
+    "PartitionOwnershipKey",
+    "PartitionOwnershipValue",
     "RecordFormatError",
     "RecordKey",
     "RecordType",
@@ -485,4 +535,5 @@ __all__ = [
     "new_group_metadata_tombstone_record",
     "new_offset_commit_record",
     "new_offset_commit_tombstone_record",
+    "new_partition_ownership_record",
 ]

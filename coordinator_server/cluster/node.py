@@ -1,0 +1,135 @@
+"""A node of a coordinator cluster: its membership, takeovers and owned partitions, wired.
+
+The membership (Kafka's group over the log topic) says which node owns which log partition;
+this node keeps loaded exactly what it is given (`PartitionOwnership`), taking each over
+with Kafka's producer fencing first (`Takeover`), and names every partition's owner to
+FindCoordinator (`placement`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from coordinator_server.cluster.membership import ClusterMembership
+from coordinator_server.cluster.ownership import PartitionLoader, PartitionOwnership
+from coordinator_server.cluster.takeover import FencedLog, Takeover
+from coordinator_server.cluster.view import OwnershipView
+from coordinator_server.service import NodeAddress
+from coordinator_server.storage.kafka_security import KafkaSecurity
+
+logger = logging.getLogger("coordinator_server.cluster")
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSettings:
+    bootstrap_servers: str
+    topic: str
+    cluster_id: str
+    session_timeout_ms: int
+    heartbeat_interval_ms: int
+    security: KafkaSecurity
+
+
+class ClusterNode:
+    def __init__(
+        self,
+        settings: ClusterSettings,
+        node: NodeAddress,
+        runtime: PartitionLoader,
+        log: FencedLog,
+        *,
+        now_ms: Callable[[], int],
+        stopped: Callable[[], str | None],
+    ) -> None:
+        """`stopped()`: why the log stopped for good, or None."""
+        self.settings = settings
+        self.node = node
+        self.membership = ClusterMembership(
+            bootstrap_servers=settings.bootstrap_servers,
+            topic=settings.topic,
+            cluster_id=settings.cluster_id,
+            node_id=node.node_id,
+            host=node.host,
+            port=node.port,
+            session_timeout_ms=settings.session_timeout_ms,
+            heartbeat_interval_ms=settings.heartbeat_interval_ms,
+            on_change=self._on_view,
+            kafka_security=settings.security,
+        )
+        self.takeover = Takeover(log, node.node_id, self._owns, now_ms)
+        self.ownership = PartitionOwnership(
+            runtime, self.takeover.acquire, self.takeover.release, stopped=stopped
+        )
+        # The owner of each partition as of the latest view, ready for FindCoordinator.
+        self._owners: dict[int, NodeAddress] = {}
+
+    def _owns(self, partition: int) -> bool:
+        membership = self.membership
+        return partition in membership.view.mine_owned and membership.holds_lease()
+
+    def placement(self, partition: int) -> NodeAddress | None:
+        return self._owners.get(partition)
+
+    def _on_view(self, view: OwnershipView) -> None:
+        if view.error is not None:
+            logger.error(
+                "node %d owns no partition of cluster %s: %s",
+                self.node.node_id,
+                self.settings.cluster_id,
+                view.error,
+            )
+        addresses = {
+            node_id: NodeAddress(node_id, host, port)
+            for node_id, (host, port) in view.nodes.items()
+        }
+        self._owners = {
+            partition: addresses[node_id]
+            for partition, node_id in view.owners.items()
+            if node_id in addresses
+        }
+        logger.info(
+            "cluster %s generation %d: node %d owns %d partitions %s, stands by for %d",
+            self.settings.cluster_id,
+            view.generation,
+            self.node.node_id,
+            len(view.mine_owned),
+            sorted(view.mine_owned),
+            len(view.mine_standby),
+        )
+        self.ownership.own(view.mine_owned)
+
+    async def start(self) -> None:
+        """Join the cluster and start taking over what it gives this node (the first loads
+        are `ownership.wait_first_loads()`)."""
+        await self.membership.start()
+
+    async def close(self) -> None:
+        """Stop taking partitions over (the runtime's close unloads what is loaded)."""
+        await self.ownership.close()
+
+    async def leave(self) -> None:
+        """Leave the cluster at once: the others take this node's partitions over without
+        waiting for its session to expire."""
+        await self.membership.stop()
+
+    def status(self) -> dict[str, object]:
+        view = self.membership.view
+        return {
+            "cluster_id": self.settings.cluster_id,
+            "node_id": self.node.node_id,
+            "generation": view.generation,
+            "error": view.error,
+            "holds_lease": self.membership.holds_lease(),
+            "owned": sorted(view.mine_owned),
+            "standby": sorted(view.mine_standby),
+            "epochs": {
+                str(p): {"producer_id": pid, "producer_epoch": epoch}
+                for p, (pid, epoch) in sorted(self.takeover.epochs.items())
+            },
+            "nodes": {
+                str(node_id): f"{host}:{port}"
+                for node_id, (host, port) in sorted(view.nodes.items())
+            },
+        }
