@@ -19,6 +19,7 @@ from apache_kafka import ApacheKafkaBroker
 
 from coordinator_server.cluster.membership import ClusterMembership, ClusterMembershipError
 from coordinator_server.cluster.view import OwnershipView
+from coordinator_server.storage.kafka_security import KafkaSecurity
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -41,11 +42,19 @@ async def wait_until(condition: Callable[[], bool], timeout: float, what: str) -
 class Node:
     """A ClusterMembership and the views its listener was given."""
 
-    def __init__(self, broker: ApacheKafkaBroker, topic: str, node_id: int, port: int) -> None:
+    def __init__(
+        self,
+        broker: ApacheKafkaBroker,
+        topic: str,
+        node_id: int,
+        port: int,
+        security: KafkaSecurity | None = None,
+    ) -> None:
         self.node_id = node_id
         self.changes: list[OwnershipView] = []
         self.membership = ClusterMembership(
-            bootstrap_servers=broker.bootstrap,
+            bootstrap_servers=broker.bootstrap if security is None else broker.sasl_ssl_bootstrap,
+            kafka_security=security,
             topic=topic,
             cluster_id=f"coordinator-server.{topic}",
             node_id=node_id,
@@ -81,8 +90,8 @@ async def nodes(
     them all at the end."""
     made: list[Node] = []
 
-    def make(node_id: int, port: int | None = None) -> Node:
-        node = Node(kafka_broker, log_topic, node_id, port or 9000 + node_id)
+    def make(node_id: int, port: int | None = None, security: KafkaSecurity | None = None) -> Node:
+        node = Node(kafka_broker, log_topic, node_id, port or 9000 + node_id, security)
         made.append(node)
         return node
 
@@ -160,13 +169,32 @@ async def test_three_members_converge_on_one_balanced_view(nodes: Callable[..., 
     check_view(members)
     assert sorted(Counter(members[0].view.owners.values()).values()) == [2, 2, 2]
     assert sorted(Counter(members[0].view.standbys.values()).values()) == [2, 2, 2]
+
+
+async def test_members_that_join_one_by_one_take_only_their_share(
+    nodes: Callable[..., Node],
+) -> None:
+    members: list[Node] = []
+    owners: dict[int, int] = {}
+    for node_id, share in ((1, 6), (2, 3), (3, 2)):
+        member = nodes(node_id)
+        await member.membership.start()
+        members.append(member)
+        await wait_until(lambda: converged(members, {m.node_id for m in members}), 15, "one view")
+        check_view(members)
+        after = members[0].view.owners
+        changed = {p for p in after if owners.get(p) != after[p]}
+        # The newcomer takes its share, and nothing else moves.
+        assert changed == {p for p, n in after.items() if n == node_id}
+        assert len(changed) == share
+        owners = dict(after)
     # Every view a member was given for a generation is the one the others were given.
     seen: dict[int, tuple[object, object]] = {}
     for member in members:
         for view in member.changes:
-            if view.error is None:
-                expected = seen.setdefault(view.generation, (view.owners, view.standbys))
-                assert (view.owners, view.standbys) == expected
+            expected = seen.setdefault(view.generation, (view.owners, view.standbys))
+            assert (view.owners, view.standbys) == expected
+    assert len(seen) >= 3
 
 
 async def test_a_member_that_stops_hands_its_partitions_over_at_once(
@@ -258,15 +286,62 @@ async def test_a_duplicate_node_id_is_given_nothing_and_says_why(
     assert refused[0].view.mine_owned == frozenset()
     assert refused[0].view.mine_standby == frozenset()
     assert kept[0].view.mine_owned == frozenset(range(PARTITIONS))
-    assert kept[0].view.nodes == {1: ("127.0.0.1", kept[0].membership.view.nodes[1][1])}
+    assert kept[0].view.nodes == {1: ("127.0.0.1", 9101 if kept[0] is first else 9102)}
     # The member that came later by member id is the one refused.
     refused_id, kept_id = refused[0].membership.member_id, kept[0].membership.member_id
     assert refused_id is not None and kept_id is not None and kept_id < refused_id
-    # One line says so, however many rebalances follow.
-    await asyncio.sleep(3 * HEARTBEAT_MS / 1000)
+    # One line says so, however many rebalances follow: another node joins.
+    generation = first.view.generation
+    other = nodes(2)
+    await other.membership.start()
+    await wait_until(
+        lambda: (
+            converged([kept[0], other], {1, 2})
+            and refused[0].view.generation == other.view.generation > generation
+        ),
+        15,
+        "one view of nodes 1 and 2",
+    )
+    assert refused[0].view.error == error
+    assert refused[0].view.mine_owned == frozenset()
+    assert sorted(Counter(other.view.owners.values()).values()) == [3, 3]
     lines = [r for r in caplog.records if "already in the cluster" in r.getMessage()]
     assert len(lines) == 1, [r.getMessage() for r in lines]
     assert lines[0].levelno == logging.ERROR
+
+
+async def test_a_rebalance_that_changes_no_ownership_is_not_reported(
+    nodes: Callable[..., Node],
+) -> None:
+    members = [nodes(1), nodes(2)]
+    await asyncio.gather(*(member.membership.start() for member in members))
+    await wait_until(lambda: converged(members, {1, 2}), 15, "one view of two nodes")
+    reported = list(members[0].changes)
+    view = members[0].view
+    # A second member for node 2, at its address: whichever of the two is refused, node 2
+    # owns and stands by for what it did.
+    twin = nodes(2, port=9002)
+    await twin.membership.start()
+    await wait_until(lambda: members[0].view.generation > view.generation, 15, "a rebalance")
+    assert members[0].view.same_ownership(view)
+    assert members[0].changes == reported
+    assert [m.view.error is None for m in (members[1], twin)].count(True) == 1
+
+
+async def test_members_over_sasl_ssl_and_plaintext_share_a_cluster(
+    kafka_broker: ApacheKafkaBroker, nodes: Callable[..., Node]
+) -> None:
+    security = KafkaSecurity.build(
+        security_protocol="SASL_SSL",
+        sasl_mechanism="SCRAM-SHA-512",
+        sasl_username=kafka_broker.sasl_username,
+        sasl_password=kafka_broker.sasl_password,
+        ssl_ca_location=kafka_broker.ca_file,
+    )
+    members = [nodes(1, security=security), nodes(2)]
+    await asyncio.gather(*(member.membership.start() for member in members))
+    await wait_until(lambda: converged(members, {1, 2}), 15, "one view of two nodes")
+    check_view(members)
 
 
 async def test_a_missing_log_topic_fails_the_start(
