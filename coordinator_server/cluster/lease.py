@@ -1,0 +1,70 @@
+"""How long the group's coordinator counts this node a member for sure: the lease that lets a
+node refuse to append once it may have been evicted.
+
+The lease starts at the send time of the last Heartbeat or SyncGroup answered without an
+error, and lasts the session timeout. The broker removes a member only when its session
+runs out, counted from a heartbeat that arrived after that send, or when a rebalance that
+started after it outlasts its rebalance timeout (never shorter than the session timeout: the
+membership refuses settings that would make it). A JoinGroup answer proves nothing more than
+the SyncGroup that follows it. An answer that says the node is no member ends the lease at
+once, and so does leaving the group.
+
+Pure: the times are given (time.monotonic's, by the membership).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["HEARTBEAT", "JOIN_GROUP", "LEAVE_GROUP", "SYNC_GROUP", "MembershipLease"]
+
+# Kafka's api keys of the group's requests.
+JOIN_GROUP: Final = 11
+HEARTBEAT: Final = 12
+LEAVE_GROUP: Final = 13
+SYNC_GROUP: Final = 14
+
+_PROVES_MEMBERSHIP: Final = frozenset({HEARTBEAT, SYNC_GROUP})
+# Kafka's UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID.
+_NOT_A_MEMBER: Final = frozenset({25, 22, 82})
+
+
+class MembershipLease:
+    """The lease of one member, `session_timeout_s` long from its last proof."""
+
+    __slots__ = ("_ended", "_from", "_session_timeout_s")
+
+    def __init__(self, session_timeout_s: float) -> None:
+        assert session_timeout_s > 0
+        self._session_timeout_s = session_timeout_s
+        self._from: float | None = None
+        self._ended = False
+
+    @property
+    def last_proof(self) -> float | None:
+        """When the last request that proved the membership was sent, or None."""
+        return self._from
+
+    @property
+    def deadline(self) -> float | None:
+        """Until when the node is a member for sure, or None when it may be none."""
+        return None if self._from is None else self._from + self._session_timeout_s
+
+    def holds(self, now: float) -> bool:
+        deadline = self.deadline
+        return deadline is not None and now < deadline
+
+    def on_response(self, api_key: int | None, error_code: int | None, sent: float) -> None:
+        """A group request sent at `sent` was answered with `error_code`."""
+        if self._ended:
+            return
+        if error_code == 0 and api_key in _PROVES_MEMBERSHIP:
+            if self._from is None or sent > self._from:
+                self._from = sent
+        elif error_code in _NOT_A_MEMBER and api_key in (JOIN_GROUP, HEARTBEAT, SYNC_GROUP):
+            self._from = None
+
+    def end(self) -> None:
+        """The node leaves: no answer renews the lease any more."""
+        self._ended = True
+        self._from = None

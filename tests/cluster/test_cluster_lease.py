@@ -1,0 +1,66 @@
+"""The membership's lease: which answers of the group coordinator renew it and which end it."""
+
+from __future__ import annotations
+
+from coordinator_server.cluster.lease import (
+    HEARTBEAT,
+    JOIN_GROUP,
+    LEAVE_GROUP,
+    SYNC_GROUP,
+    MembershipLease,
+)
+
+NONE, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID = 0, 22, 27, 25
+
+
+def test_no_lease_before_the_first_proof() -> None:
+    lease = MembershipLease(6.0)
+    assert lease.deadline is None and lease.last_proof is None
+    assert not lease.holds(0.0)
+
+
+def test_a_sync_then_heartbeats_renew_it_from_their_send_times() -> None:
+    lease = MembershipLease(6.0)
+    lease.on_response(JOIN_GROUP, NONE, 10.0)
+    assert lease.deadline is None
+    lease.on_response(SYNC_GROUP, NONE, 10.5)
+    assert lease.deadline == 16.5
+    assert lease.holds(16.4) and not lease.holds(16.5)
+    lease.on_response(HEARTBEAT, NONE, 12.0)
+    assert lease.last_proof == 12.0 and lease.deadline == 18.0
+    # An answer to an older request (they may overlap) never shortens it.
+    lease.on_response(HEARTBEAT, NONE, 11.0)
+    assert lease.deadline == 18.0
+
+
+def test_answers_that_prove_nothing_leave_it_as_it_is() -> None:
+    lease = MembershipLease(6.0)
+    lease.on_response(HEARTBEAT, NONE, 1.0)
+    # During a rebalance: the member may be dropped when the join phase ends, so a heartbeat
+    # answered REBALANCE_IN_PROGRESS proves nothing past it.
+    lease.on_response(HEARTBEAT, REBALANCE_IN_PROGRESS, 2.0)
+    lease.on_response(LEAVE_GROUP, NONE, 3.0)
+    lease.on_response(None, NONE, 4.0)
+    assert lease.deadline == 7.0
+
+
+def test_an_answer_that_says_the_node_is_no_member_ends_it() -> None:
+    for api_key in (HEARTBEAT, SYNC_GROUP, JOIN_GROUP):
+        for error in (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION):
+            lease = MembershipLease(6.0)
+            lease.on_response(HEARTBEAT, NONE, 1.0)
+            lease.on_response(api_key, error, 2.0)
+            assert lease.deadline is None
+            assert not lease.holds(2.0)
+            # A new proof starts it again.
+            lease.on_response(SYNC_GROUP, NONE, 3.0)
+            assert lease.deadline == 9.0
+
+
+def test_leaving_ends_it_for_good() -> None:
+    lease = MembershipLease(6.0)
+    lease.on_response(HEARTBEAT, NONE, 1.0)
+    lease.end()
+    assert lease.deadline is None
+    lease.on_response(HEARTBEAT, NONE, 2.0)
+    assert lease.deadline is None
