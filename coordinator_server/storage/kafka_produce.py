@@ -20,7 +20,9 @@ not written (the partition has no leader there, not enough replicas). With a pro
 a timeout, a lost connection or an error that leaves its fate unknown, until it is answered
 or its delivery timeout passes: the broker writes it once. Without one, a lost connection
 or a timeout fail the append, its fate unknown, and the runtime, which checks the offset of
-its next append, reloads the partition if it was written after all.
+its next append, reloads the partition if it was written after all. With a producer per
+partition (`kafka_producer_fencing`) a batch goes again the same ways, but a failure that
+would move the topic's producer to a new epoch stops the partition instead.
 """
 
 from __future__ import annotations
@@ -46,8 +48,6 @@ from coordinator_server.storage.error_codes import (
     UNKNOWN_TOPIC_OR_PARTITION,
 )
 from coordinator_server.storage.kafka_idempotence import (
-    NEW_EPOCH_ERRORS,
-    NEW_PRODUCER_ID_ERRORS,
     IdempotentProducer,
     ProducerIdSource,
     renew_producer_id,
@@ -59,6 +59,7 @@ from coordinator_server.storage.kafka_produce_request import (
     encode_produce_request,
     read_produce_response,
 )
+from coordinator_server.storage.kafka_producer_fencing import FENCED_ERRORS, PartitionProducers
 from coordinator_server.storage.kafka_security import KafkaSecurityError
 
 __all__ = ["Leader", "ProduceSender"]
@@ -206,6 +207,7 @@ class _Node:
             return
         sender = self.sender
         producer = sender.producer
+        owners = sender.owners
         while self.pending and len(self.inflight) < sender.max_inflight_requests:
             appends: dict[int, _Append] = {}
             held: list[_Append] = []
@@ -225,14 +227,23 @@ class _Node:
                     continue
                 if appends and size + len(append.batch) > sender.max_request_bytes:
                     break
-                if producer is not None and not append.assigned:
-                    if not producer.prepare():
-                        # No sequence until a new producer id comes.
-                        sender.renew_producer_id()
-                        held.append(pending.popleft())
-                        continue
-                    append.batch = producer.assign(append.partition, append.batch, append.count)
-                    append.assigned = True
+                if not append.assigned:
+                    if owners is not None:
+                        refusal = owners.refusal(append.partition)
+                        if refusal is not None:
+                            # Released, or stopped while the append waited.
+                            sender.give_up(pending.popleft(), refusal)
+                            continue
+                        append.batch = owners.assign(append.partition, append.batch, append.count)
+                        append.assigned = True
+                    elif producer is not None:
+                        if not producer.prepare():
+                            # No sequence until a new producer id comes.
+                            sender.renew_producer_id()
+                            held.append(pending.popleft())
+                            continue
+                        append.batch = producer.assign(append.partition, append.batch, append.count)
+                        append.assigned = True
                 pending.popleft()
                 appends[append.partition] = append
                 sender.busy[append.partition] = append
@@ -315,17 +326,22 @@ class ProduceSender:
         produce_version: int = PRODUCE_VERSION,
         producer: IdempotentProducer | None = None,
         new_producer_id: ProducerIdSource | None = None,
+        owners: PartitionProducers | None = None,
         delivery_timeout_ms: int | None = None,
         answer_turns: int = 0,
     ) -> None:
         """`producer` (with `new_producer_id`, where new ids come from) makes appends
-        idempotent; `delivery_timeout_ms` (at least, and by default, the request timeout)
-        bounds how long an append is sent again before it fails. After a response the next
+        idempotent with one producer for the topic; `owners` instead, with a producer per
+        partition that the log acquires (`kafka_producer_fencing`). `delivery_timeout_ms`
+        (at least, and by default, the request timeout) bounds how long an append is sent
+        again before it fails. After a response the next
         request waits `answer_turns` more turns of the event loop: the turns the process
         takes to answer the writes the response commits, so that the writes those answers
         bring join that request (the server says how many; the log alone cannot know)."""
         if answer_turns < 0:
             raise ValueError("answer_turns must not be negative")
+        if producer is not None and owners is not None:
+            raise ValueError("one producer for the topic, or one per partition: not both")
         if max_inflight_requests < 1:
             raise ValueError("max_inflight_requests must be at least 1")
         self.connect = connect
@@ -347,6 +363,8 @@ class ProduceSender:
         self.answer_turns = answer_turns
         self.produce_version = produce_version
         self.producer = producer
+        self.owners = owners
+        self._dropping = False
         self._new_producer_id = new_producer_id
         self._renewing: asyncio.Task[None] | None = None
         # Appends sent again after a timeout, a lost connection or a retriable error (for
@@ -400,15 +418,34 @@ class ProduceSender:
     @property
     def idempotent(self) -> bool:
         producer = self.producer
-        return producer is not None and producer.enabled
+        return self.owners is not None or (producer is not None and producer.enabled)
 
     def next_stamp(self, partition: int) -> tuple[int, int, int]:
         """The producer id, epoch and base sequence to build the partition's next batch
         with: those it leaves with unless something changes first."""
+        if self.owners is not None:
+            return self.owners.next_stamp(partition)
         producer = self.producer
         if producer is None:
             return -1, -1, -1
         return producer.next_stamp(partition)
+
+    def drop_refused(self) -> None:
+        """Fail the queued appends that have not left and whose partition's producer is
+        gone (released, or stopped): they would only fail when their turn came."""
+        self._dropping = False
+        owners = self.owners
+        if owners is None or self.closed:
+            return
+        for queue in [*(node.pending for node in self._nodes.values()), self._unrouted]:
+            waiting = list(queue)
+            queue.clear()
+            for append in waiting:
+                refusal = None if append.assigned else owners.refusal(append.partition)
+                if refusal is None:
+                    queue.append(append)
+                else:
+                    self.give_up(append, refusal)
 
     def backlogged(self, partition: int) -> bool:
         """True while the partition's broker has all the requests it may have on the way:
@@ -524,28 +561,19 @@ class ProduceSender:
             # Keeps the partition's place: nothing of it may overtake this batch.
             self._reroute(append, error_code)
             return
-        producer = self.producer
-        if producer is not None and producer.enabled and append.assigned:
+        if append.assigned and self.idempotent:
             if error_code in _FATE_UNKNOWN:
                 self.resent += 1
                 self._reroute(append, error_code)
                 return
-            if error_code in NEW_EPOCH_ERRORS or error_code in NEW_PRODUCER_ID_ERRORS:
+            owners, producer = self.owners, self.producer
+            if owners is not None and error_code in FENCED_ERRORS:
+                # Never a new epoch here: the partition stops until it is acquired again.
+                self.give_up(append, owners.fenced(append.partition, append.batch, described))
+                return
+            if producer is not None and producer.refused(append.partition, error_code, described):
                 # Not written: the batch goes again with the new epoch or id it gets.
-                log.warning(
-                    "partition %d of %s: the broker refused a batch of %r: %s; it goes again "
-                    "with a new %s",
-                    append.partition,
-                    self.topic,
-                    producer.current,
-                    described,
-                    "epoch" if error_code in NEW_EPOCH_ERRORS else "producer id",
-                )
-                if error_code in NEW_EPOCH_ERRORS:
-                    producer.epoch_rejected()
-                else:
-                    producer.id_rejected()
-                    self.renew_producer_id()
+                self.renew_producer_id()
                 append.assigned = False
                 self.resent += 1
                 self._reroute(append, error_code)
@@ -581,15 +609,35 @@ class ProduceSender:
     def give_up(self, append: _Append, error: AppendError) -> None:
         """Fail the append; one that left may be in the log (see unresolved())."""
         self.release(append)
-        if append.assigned and self.producer is not None:
-            self.producer.unresolved()
+        if append.assigned:
+            self._unresolved(append, error)
         _fail(append, error)
 
     def abandon(self, append: _Append) -> None:
         """Forget an append its caller dropped before it left (again)."""
         self.release(append)
-        if append.assigned and self.producer is not None:
-            self.producer.unresolved()
+        if append.assigned:
+            self._unresolved(append, None)
+
+    def _unresolved(self, append: _Append, error: AppendError | None) -> None:
+        """A batch that left failed, or was dropped (`error` None) before its answer: it may
+        be in the log. One producer for the topic moves to a new epoch; a partition's own
+        producer stops the partition instead."""
+        owners = self.owners
+        if owners is None:
+            if self.producer is not None:
+                self.producer.unresolved()
+            return
+        if self.closed:
+            # Closing fails what is on the way; the partitions' state goes with the log.
+            return
+        error = error or AppendError(REQUEST_TIMED_OUT, "dropped by its caller on its way")
+        stopped = owners.unresolved(append.partition, append.batch, error)
+        if stopped and not self._dropping and self._loop is not None:
+            # What waits behind it fails now, in a turn of its own: this may run while a
+            # queue is being walked.
+            self._dropping = True
+            self._loop.call_soon(self.drop_refused)
 
     def release(self, append: _Append) -> None:
         if self.busy.get(append.partition) is append:
