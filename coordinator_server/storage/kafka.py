@@ -449,6 +449,12 @@ class KafkaLog:
                 )
         return producer.epoch
 
+    def producer_of(self, partition: int) -> tuple[int, int] | None:
+        """The producer id and epoch the partition's appends carry, while it is acquired."""
+        owners = self._owners
+        producer = None if owners is None else owners.producer(partition)
+        return None if producer is None else (producer.producer_id, producer.epoch)
+
     def release(self, partition: int) -> None:
         """Forget the partition's producer: its appends that have not left fail now, and
         every later one fails at once (NOT_COORDINATOR) until the next acquire; a batch

@@ -609,8 +609,9 @@ class ProduceSender:
     def give_up(self, append: _Append, error: AppendError) -> None:
         """Fail the append; one that left may be in the log (see unresolved())."""
         self.release(append)
-        if append.assigned:
-            self._unresolved(append, error)
+        if append.assigned and self._unresolved(append, error) and not error.stops_partition:
+            # Its own error: one error may fail a whole request's appends.
+            error = AppendError(error.error_code, str(error), stops_partition=True)
         _fail(append, error)
 
     def abandon(self, append: _Append) -> None:
@@ -619,18 +620,18 @@ class ProduceSender:
         if append.assigned:
             self._unresolved(append, None)
 
-    def _unresolved(self, append: _Append, error: AppendError | None) -> None:
+    def _unresolved(self, append: _Append, error: AppendError | None) -> bool:
         """A batch that left failed, or was dropped (`error` None) before its answer: it may
         be in the log. One producer for the topic moves to a new epoch; a partition's own
-        producer stops the partition instead."""
+        producer stops the partition instead. True if the partition stopped now."""
         owners = self.owners
         if owners is None:
             if self.producer is not None:
                 self.producer.unresolved()
-            return
+            return False
         if self.closed:
             # Closing fails what is on the way; the partitions' state goes with the log.
-            return
+            return False
         error = error or AppendError(REQUEST_TIMED_OUT, "dropped by its caller on its way")
         stopped = owners.unresolved(append.partition, append.batch, error)
         if stopped and not self._dropping and self._loop is not None:
@@ -638,6 +639,7 @@ class ProduceSender:
             # queue is being walked.
             self._dropping = True
             self._loop.call_soon(self.drop_refused)
+        return stopped
 
     def release(self, append: _Append) -> None:
         if self.busy.get(append.partition) is append:

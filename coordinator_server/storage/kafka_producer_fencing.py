@@ -260,6 +260,10 @@ class PartitionProducers:
         entry.producer = None
         entry.stopped = None
 
+    def producer(self, partition: int) -> ProducerIdAndEpoch | None:
+        """The partition's producer while it is acquired (stopped or not)."""
+        return self._partitions[partition].producer
+
     def epoch(self, partition: int) -> int | None:
         """The partition's producer epoch while it is acquired and not stopped."""
         entry = self._partitions[partition]
@@ -275,9 +279,10 @@ class PartitionProducers:
                 NOT_COORDINATOR,
                 f"partition {partition} of {self._topic} is not acquired: this log holds no "
                 "producer for it",
+                stops_partition=True,
             )
         if entry.stopped is not None:
-            return AppendError(*entry.stopped)
+            return AppendError(*entry.stopped, stops_partition=True)
         return None
 
     def next_stamp(self, partition: int) -> tuple[int, int, int]:
@@ -309,6 +314,7 @@ class PartitionProducers:
             f"partition {partition} of {self._topic}: the broker refused a batch of producer "
             f"id {producer_id} epoch {epoch} ({described}): another owner took the partition, "
             "or the broker lost this producer's state",
+            stops_partition=True,
         )
 
     def unresolved(self, partition: int, batch: bytes, error: AppendError) -> bool:
