@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
-from coordinator_server.records import CoordinatorRecord, decode_record
+from coordinator_server.records import CoordinatorRecord, decode_record, encode_record
 from coordinator_server.timeline import SnapshotRegistry
 
 T = TypeVar("T")
@@ -39,40 +39,63 @@ class ResponseHandle:
 EncodedRecord = tuple[bytes, bytes | None]
 """A record as the log holds it: key bytes and value bytes, or None for a tombstone."""
 
-EncodedReplay = Callable[[int, int, int], None]
-"""`replay(offset, start, stop)`: replay records start..stop-1, the first at `offset`."""
 
-
-class EncodedRecords:
-    """Records a write operation encoded itself, with the replay of any run of them.
+class RecordRun:
+    """Records that follow each other in the log, which the shard replays as one.
 
     A write that emits many records of one kind (an OffsetCommit, one record per partition)
-    can encode them in one tight loop and replay them in one call, instead of building a
-    record object each for the runtime to encode and dispatch one at a time. The operation
-    owes the runtime two things:
+    can return them as a run: built in one loop, encoded in one call, and replayed in one
+    `CoordinatorShard.replay(offset, run)` instead of one call per record object. A load
+    reads such records back as runs of its own and hands them to the same `replay`, so a
+    run is one more record type of the shard's one dispatch, not a way around it. A run
+    owes the runtime:
 
-    - `records[i]` are the exact bytes the log holds for the i-th record (the documented
-      format: a load decodes them like any other record);
-    - `replay(offset, start, stop)` changes the shard exactly as `CoordinatorShard.replay`
-      of records start..stop-1, decoded from those bytes, at offsets `offset`,
-      `offset + 1`, ... would, one after the other. So a load of the log rebuilds the
-      state the live path built.
-
-    The runtime calls `replay` right after the operation returns, under the snapshot epoch of
-    the batch the records land in: once for all of them, or once per batch, in order, when
-    a write that is not atomic spills into a new batch. Each record is replayed once. The
-    changes are then tracked like any replay's: reverted with the batch when its append
-    fails, invisible to reads until the batch is committed.
+    - `encode()`: the exact bytes the log holds for each of its records, in order (the
+      documented format: a load decodes them like any other record);
+    - `replay(offset, run)` changes the shard exactly as replaying its records, decoded from
+      those bytes, one by one from `offset` on would (a loaded run's records follow each
+      other in the log, with the gaps compaction left between them);
+    - `slice(start, stop)`: the run of records start..stop-1, for a write that is not
+      atomic and spills into a new batch (each part is replayed under its own batch's
+      snapshot epoch).
     """
 
-    __slots__ = ("records", "replay")
+    __slots__ = ()
 
-    def __init__(self, records: Sequence[EncodedRecord], replay: EncodedReplay) -> None:
-        self.records = records
-        self.replay = replay
+    def __len__(self) -> int:
+        raise NotImplementedError
 
-    def __repr__(self) -> str:
-        return f"EncodedRecords({len(self.records)} records)"
+    def encode(self) -> Sequence[EncodedRecord]:
+        raise NotImplementedError
+
+    def slice(self, start: int, stop: int) -> RecordRun:
+        raise NotImplementedError
+
+
+Records = Sequence[CoordinatorRecord] | RecordRun
+"""What a write emits: record objects, or one run of records."""
+
+
+def encode_records(records: Records) -> Sequence[EncodedRecord]:
+    """The bytes the log holds for `records`, one pair per record."""
+    if isinstance(records, RecordRun):
+        return records.encode()
+    return [encode_record(record) for record in records]
+
+
+def replay_records(
+    shard: CoordinatorShard, offset: int, records: Records, start: int, stop: int
+) -> None:
+    """Replay records start..stop-1 of `records`, the first at `offset`, through the shard's
+    one dispatch: a run in one call, record objects one at a time."""
+    if isinstance(records, RecordRun):
+        if start != 0 or stop != len(records):
+            records = records.slice(start, stop)
+        shard.replay(offset, records)
+        return
+    replay = shard.replay
+    for index in range(start, stop):
+        replay(offset + index - start, records[index])
 
 
 @dataclass(slots=True)
@@ -85,9 +108,9 @@ class CoordinatorResult(Generic[T]):
     `response` once the log's high watermark has passed them. `atomic` asks for all the
     records to land in one batch.
 
-    - `encoded`: the records already encoded, with their replay (see EncodedRecords),
-      instead of `records`; a result carries one or the other. Everything said of
-      `records` here holds for them.
+    `records` are record objects or one RecordRun (an OffsetCommit's records, encoded and
+    replayed as one); everything said of them here holds for both.
+
     - `updates`: in-memory state changes that are not logged (a classic group's members
       and their parked requests between two GroupMetadata records). The runtime applies
       them through `shard.apply` right after the records, under the same snapshot epoch,
@@ -104,7 +127,7 @@ class CoordinatorResult(Generic[T]):
       starts a new rebalance).
     """
 
-    records: Sequence[CoordinatorRecord] = ()
+    records: Records = ()
     response: T | None = None
     atomic: bool = False
     updates: Sequence[object] = ()
@@ -112,7 +135,6 @@ class CoordinatorResult(Generic[T]):
     park: bool = False
     completions: Sequence[tuple[ResponseHandle, object]] = ()
     on_append_failure: Callable[[], CoordinatorResult[Any]] | None = None
-    encoded: EncodedRecords | None = None
 
 
 class Clock(Protocol):
@@ -211,8 +233,9 @@ class DecodingReplay:
 class CoordinatorShard(Protocol):
     """A partition's state machine, as the runtime drives it."""
 
-    def replay(self, offset: int, record: CoordinatorRecord) -> None:
-        """Apply one record (live write or load) to the state: the only place it changes."""
+    def replay(self, offset: int, record: CoordinatorRecord | RecordRun) -> None:
+        """Apply one record, or one run of records from `offset` on (live write or load), to
+        the state: the one dispatch through which records change it."""
         ...
 
     def apply(self, update: object) -> None:
