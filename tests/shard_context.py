@@ -184,8 +184,7 @@ class ShardTestContext:
             base = self.end_offset
             self.registry.set_epoch(base)
             self.log.extend(encode_records(records))
-            if result.replay_records:
-                replay_records(self.shard, base, records, 0, len(records))
+            replay_records(self.shard, base, records, 0, len(records))
         elif result.updates:
             self.registry.set_epoch_at(self.end_offset)
         for update in result.updates:
@@ -204,8 +203,7 @@ class ShardTestContext:
         result = operation(self.shard)
         self.registry.set_epoch(base)
         records = result.records
-        if result.replay_records:
-            replay_records(self.shard, base, records, 0, len(records))
+        replay_records(self.shard, base, records, 0, len(records))
         for update in result.updates:
             self.shard.apply(update)
         self.registry.revert_to(base)

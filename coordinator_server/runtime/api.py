@@ -101,37 +101,44 @@ def replay_records(
 @dataclass(slots=True)
 class CoordinatorResult(Generic[T]):
     """What a write operation returns: records to append and the response to give once
-    they are committed.
+    they are committed (Kafka's CoordinatorResult: records, response, isAtomic, and what its
+    appendFuture is used for).
 
     The operation itself changes nothing: the runtime replays `records` into the shard
-    (the only place state changes), appends them, and completes the caller's future with
-    `response` once the log's high watermark has passed them. `atomic` asks for all the
-    records to land in one batch.
+    through its one dispatch (`CoordinatorShard.replay`, the same one a load feeds), appends
+    them, and completes the caller's future with `response` once the log's high watermark
+    has passed them. `records` are record objects or one RecordRun (an OffsetCommit's
+    records, encoded and replayed as one); everything said of them here holds for both.
+    Every record is replayed: Kafka's `replayRecords=false` has no counterpart, since what it
+    is for (a classic group already changed in place) is `updates` here.
 
-    `records` are record objects or one RecordRun (an OffsetCommit's records, encoded and
-    replayed as one); everything said of them here holds for both.
+    What else a result carries, and why it cannot be a record:
 
-    - `updates`: in-memory state changes that are not logged (a classic group's members
-      and their parked requests between two GroupMetadata records). The runtime applies
-      them through `shard.apply` right after the records, under the same snapshot epoch,
-      so a failed append reverts them with the records.
-    - `replay_records=False`: the records are only appended; `updates` already carry the
-      state they describe.
+    - `atomic`: all the records land in one batch (an OffsetCommit's): how they are
+      appended, not what they say.
+    - `updates`: in-memory state changes that are not logged, applied through `shard.apply`
+      right after the records' replay, under the same snapshot epoch, so a failed append
+      reverts them with the records. A classic group holds state no record has: its members
+      between two GroupMetadata records (who is joining, their protocols, the rebalance's
+      progress) and their parked requests. Kafka keeps the same state in memory only and
+      changes it in place in its handlers; here the handlers are pure, so they return the
+      group's next snapshot instead, and the log still holds exactly what Kafka's does.
     - `park`: the caller's response comes later through a completion of its handle
-      (parkable writes only); `response` is ignored.
+      (parkable writes only; `response` is ignored): a JoinGroup waits for the join phase
+      to end, a follower's SyncGroup for its leader, as Kafka parks their futures.
     - `completions`: (handle, response or ApiError) pairs delivered once this result's
-      records (or, with none, every pending write) are committed; a failed append fails
-      them with its error instead.
+      records (or, with none, every pending write) are committed, and failed with the
+      append's error if it fails: answers to other callers, parked earlier, that this
+      write releases (Kafka completes them from the append future).
     - `on_append_failure`: a write operation the runtime runs after reverting, when the
       append of these records fails (a SyncGroup whose assignment could not be persisted
-      starts a new rebalance).
+      starts a new rebalance; Kafka's handlers do it in the append future's callback).
     """
 
     records: Records = ()
     response: T | None = None
     atomic: bool = False
     updates: Sequence[object] = ()
-    replay_records: bool = True
     park: bool = False
     completions: Sequence[tuple[ResponseHandle, object]] = ()
     on_append_failure: Callable[[], CoordinatorResult[Any]] | None = None
@@ -239,7 +246,8 @@ class CoordinatorShard(Protocol):
         ...
 
     def apply(self, update: object) -> None:
-        """Apply one in-memory update of a CoordinatorResult (never logged)."""
+        """Apply one in-memory update of a CoordinatorResult (never logged; see
+        CoordinatorResult.updates), after the result's records were replayed."""
         ...
 
     def load_replay(self) -> LoadReplay:

@@ -120,14 +120,14 @@ class BatchAppender:
         context: CoordinatorContext,
         event: WriteEvent,
         raw: Sequence[RawRecord],
-        records: Records | None,
+        records: Records,
         atomic: bool,
         updates: Sequence[object] = (),
     ) -> None:
         """Add the records (`raw`, their bytes) to the open batch, opening and sealing
         batches as they fill up, and replay each batch's part of `records` into the shard
-        under that batch's epoch (unless `records` is None); then apply `updates` and park
-        `event` until its records are committed."""
+        under that batch's epoch; then apply `updates` and park `event` until its records
+        are committed."""
         max_bytes = self._config.max_batch_bytes
         count = len(raw)
         remaining = RECORD_OVERHEAD_BYTES * count
@@ -176,8 +176,7 @@ class BatchAppender:
                         stop += 1
                 if stop > start:
                     offset = batch.next_offset
-                    if records is not None:
-                        replay_records(shard, offset, records, start, stop)
+                    replay_records(shard, offset, records, start, stop)
                     if start == 0 and stop == count:
                         batch.records.extend(raw)
                     else:

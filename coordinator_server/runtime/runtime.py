@@ -587,7 +587,7 @@ class CoordinatorRuntime(Generic[S]):
             context,
             event,
             raw,
-            records if result.replay_records else None,
+            records,
             result.atomic,
             result.updates,
         )

@@ -102,22 +102,18 @@ async def test_a_failing_replay_of_a_run_fails_the_whole_open_batch(harness: Har
     assert harness.writer.batches(0) == [(0, 1)]
 
 
-async def test_records_not_replayed_are_still_appended(harness: Harness) -> None:
+async def test_updates_are_applied_after_the_run_is_replayed(harness: Harness) -> None:
     def op(shard: KeyValueShard) -> CoordinatorResult[Any]:
-        return CoordinatorResult(
-            KeyValueRun([put_record("k", 1)]),
-            "ok",
-            updates=[("set", "k", 1)],
-            replay_records=False,
-        )
+        return CoordinatorResult(KeyValueRun([put_record("k", 1)]), "ok", updates=[("set", "k", 7)])
 
     done = harness.write(0, op)
     await settle()
+    assert harness.shard().run_replays == [(0, 0, 1, 0)]
+    assert harness.shard().latest() == {"k": 7}
     harness.commit(0)
     assert await done == "ok"
-    assert harness.shard().run_replays == []
     assert harness.writer.entries(0) == [encode_record(put_record("k", 1))]
-    assert harness.committed_state() == {"k": 1}
+    assert harness.committed_state() == {"k": 7}
 
 
 async def test_an_empty_run_is_a_write_without_records(harness: Harness) -> None:
