@@ -184,7 +184,7 @@ class ShardTestContext:
             base = self.end_offset
             self.registry.set_epoch(base)
             self.log.extend(encode_records(records))
-            replay_records(self.shard, base, records, 0, len(records))
+            replay_records(self.shard, base, records)
         elif result.updates:
             self.registry.set_epoch_at(self.end_offset)
         for update in result.updates:
@@ -203,7 +203,7 @@ class ShardTestContext:
         result = operation(self.shard)
         self.registry.set_epoch(base)
         records = result.records
-        replay_records(self.shard, base, records, 0, len(records))
+        replay_records(self.shard, base, records)
         for update in result.updates:
             self.shard.apply(update)
         self.registry.revert_to(base)

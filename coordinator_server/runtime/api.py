@@ -84,17 +84,22 @@ def encode_records(records: Records) -> Sequence[EncodedRecord]:
 
 
 def replay_records(
-    shard: CoordinatorShard, offset: int, records: Records, start: int, stop: int
+    shard: CoordinatorShard,
+    offset: int,
+    records: Records,
+    start: int = 0,
+    stop: int | None = None,
 ) -> None:
-    """Replay records start..stop-1 of `records`, the first at `offset`, through the shard's
-    one dispatch: a run in one call, record objects one at a time."""
+    """Replay records start..stop-1 of `records` (stop None: all of them from `start`), the
+    first at `offset`, through the shard's one dispatch: a run in one call, record objects
+    one at a time."""
     if isinstance(records, RecordRun):
-        if start != 0 or stop != len(records):
-            records = records.slice(start, stop)
+        if start != 0 or stop is not None:
+            records = records.slice(start, len(records) if stop is None else stop)
         shard.replay(offset, records)
         return
     replay = shard.replay
-    for index in range(start, stop):
+    for index in range(start, len(records) if stop is None else stop):
         replay(offset + index - start, records[index])
 
 

@@ -176,10 +176,11 @@ class BatchAppender:
                         stop += 1
                 if stop > start:
                     offset = batch.next_offset
-                    replay_records(shard, offset, records, start, stop)
                     if start == 0 and stop == count:
+                        replay_records(shard, offset, records)
                         batch.records.extend(raw)
                     else:
+                        replay_records(shard, offset, records, start, stop)
                         batch.records.extend(raw[start:stop])
                     batch.size_bytes += size
                     batch.next_offset = offset + stop - start

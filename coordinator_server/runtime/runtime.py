@@ -561,7 +561,7 @@ class CoordinatorRuntime(Generic[S]):
         """Carry out what a write operation returned: its records, updates and answer."""
         records = result.records
         try:
-            raw = encode_records(records) if records else ()
+            raw = encode_records(records)
         except ApiError as error:
             event.reject(error)
             return
