@@ -1,7 +1,8 @@
 """Types shared by the runtime and the pure state machines.
 
-This module holds only types and protocols (no asyncio): it is the one runtime module the
-pure layers (`groups/`, `offsets/`, `shard.py`) may import.
+This module holds types and protocols, and the two functions that encode a result's records
+and replay them through the shard's one dispatch (no asyncio): it is the one runtime module
+the pure layers (`groups/`, `offsets/`, `shard.py`) may import.
 """
 
 from __future__ import annotations
