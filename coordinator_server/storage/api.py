@@ -13,7 +13,7 @@ SQLite transaction).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -28,6 +28,10 @@ ReadyListener = Callable[[], None]
 
 RecordSink = Callable[[int, bytes, bytes | None], None]
 """Called by a loader with (offset, key, value) for each record, in offset order."""
+
+FollowSink = Callable[[int, int, bytes, bytes | None], None]
+"""Called by a follower with (partition, offset, key, value) for each record, in offset order
+within each partition. It must not raise: what it does with a record is its own business."""
 
 LogFailureListener = Callable[[str], None]
 """Called once, with the reason, when a log stops for good (see `CoordinatorLog.failure`)."""
@@ -105,11 +109,58 @@ class PartitionWriter(Protocol):
 class CoordinatorLoader(Protocol):
     """Reads a partition of the log back, from its start to its high watermark."""
 
-    async def load(self, partition: int, sink: RecordSink) -> LoadSummary:
-        """Call `sink(offset, key, value)` for every committed record, in order.
+    async def load(
+        self, partition: int, sink: RecordSink, *, start_offset: int | None = None
+    ) -> LoadSummary:
+        """Call `sink(offset, key, value)` for every committed record, in order, from the
+        partition's start (or from `start_offset`: the rest of a partition whose records
+        below it were read already, by a standby).
 
         Reads up to the high watermark as the log reports it when the load starts (for
         Kafka, the high watermark a Fetch response carries). Raises LoadError on failure.
+        """
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class FollowResult:
+    """What one round of `LogFollower.follow` read, partition by partition.
+
+    Every partition asked for is in exactly one of `positions`, `retry` and `lost`."""
+
+    positions: Mapping[int, int]
+    """The next offset to read of each partition read: every committed record below it
+    was handed to the sink."""
+    high_watermarks: Mapping[int, int]
+    """The high watermark each partition read reported (its lag is this minus its
+    position)."""
+    retry: Mapping[int, str]
+    """Partitions that could not be read now, and why, for reasons a wait mends (a leader
+    moving, a broker down): read them again later from the same position."""
+    lost: Mapping[int, str]
+    """Partitions that cannot be read on from their position (the log no longer holds it,
+    or ends below it): whoever follows them starts again from the log's start."""
+
+
+class LogFollower(Protocol):
+    """Keeps reading partitions of the log as they grow: what a warm standby tails."""
+
+    async def follow(
+        self,
+        positions: Mapping[int, int | None],
+        sink: FollowSink,
+        *,
+        max_wait_ms: int,
+        max_bytes: int,
+    ) -> FollowResult:
+        """One round: hand `sink` the committed records of each partition from its position
+        (None: from the partition's start) on, up to at most about `max_bytes` in all
+        (a record batch larger than that still comes whole).
+
+        When none of the partitions has a committed record past its position, wait up to
+        `max_wait_ms` for one (a long poll), so that a caller that calls again at once
+        never spins. Errors of single partitions are in the result; it raises LoadError
+        only when nothing could be asked at all (the log is not running or stopped).
         """
         ...
 
@@ -125,6 +176,12 @@ class CoordinatorLog(Protocol):
 
     @property
     def loader(self) -> CoordinatorLoader: ...
+
+    @property
+    def follower(self) -> LogFollower | None:
+        """What tails the log for standbys; None for a log only one node uses (the embedded
+        SQLite file), which has nothing to stand by for."""
+        ...
 
     @property
     def failure(self) -> str | None:

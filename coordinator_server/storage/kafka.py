@@ -6,7 +6,9 @@ record batch produced with acks=all (by `kafka_produce.ProduceSender`, which put
 batches of many partitions in one ProduceRequest); the log end offset it returns is the
 batch's base offset plus its record count. A load replays a partition from its start to the
 high watermark the first Fetch response reports (`kafka_load.PartitionLoad`, which keeps going
-on a slow broker). Topic administration and loads go through aiokafka; metadata requests are
+on a slow broker); a standby's catch-up loads from where its standby stopped. The follower
+(`kafka_follow.KafkaFollower`) reads the partitions standbys follow as they grow, on a
+connection of its own. Topic administration and loads go through aiokafka; metadata requests are
 the log's own, which never create the topic (`kafka_metadata`).
 
 The topic's partition count is the one the log found or created at start. Whenever the
@@ -80,6 +82,7 @@ from coordinator_server.storage.error_codes import (
     UNKNOWN_SERVER_ERROR,
     UNKNOWN_TOPIC_OR_PARTITION,
 )
+from coordinator_server.storage.kafka_follow import KafkaFollower
 from coordinator_server.storage.kafka_idempotence import (
     INIT_PRODUCER_ID_API_KEY,
     IdempotentProducer,
@@ -241,6 +244,15 @@ class KafkaLog:
         self._watcher = TopicWatcher(
             topic, self._fetch_metadata, self._stop_for_good, metadata_max_age_ms / 1000
         )
+        self._follow_lock = asyncio.Lock()
+        self._follow_client: AIOKafkaClient | None = None
+        self._follower = KafkaFollower(
+            topic,
+            connect=self._following,
+            metadata=self._watcher.refresh,
+            stopped=lambda: self._watcher.lost,
+            request_timeout_ms=request_timeout_ms,
+        )
         self._failure_listener: LogFailureListener | None = None
         # Loads in progress now, and the most there have been at once (for tests).
         self.loads_running = 0
@@ -264,6 +276,10 @@ class KafkaLog:
     @property
     def loader(self) -> KafkaLog:
         return self
+
+    @property
+    def follower(self) -> KafkaFollower:
+        return self._follower
 
     @property
     def failure(self) -> str | None:
@@ -351,10 +367,11 @@ class KafkaLog:
         sender, self._sender = self._sender, None
         if sender is not None:
             await sender.close()
-        client, self._load_client = self._load_client, None
-        if client is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(client.close(), self._request_timeout_ms / 1000)
+        for client in (self._load_client, self._follow_client):
+            if client is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(client.close(), self._request_timeout_ms / 1000)
+        self._load_client = self._follow_client = None
 
     # PartitionWriter
 
@@ -579,10 +596,12 @@ class KafkaLog:
 
     # CoordinatorLoader
 
-    async def load(self, partition: int, sink: RecordSink) -> LoadSummary:
-        """Replay the partition into `sink`, up to the high watermark of the first Fetch
-        response. Records without a key are skipped (they are not ours). Exceptions raised
-        by `sink` propagate unchanged.
+    async def load(
+        self, partition: int, sink: RecordSink, *, start_offset: int | None = None
+    ) -> LoadSummary:
+        """Replay the partition into `sink` (from `start_offset` on, when given), up to the
+        high watermark of the first Fetch response. Records without a key are skipped (they
+        are not ours). Exceptions raised by `sink` propagate unchanged.
 
         Loads send Fetch requests themselves through one client of their own, and up to
         `max_concurrent_loads` run in parallel. A consumer per load (what this did first)
@@ -600,7 +619,7 @@ class KafkaLog:
             self.loads_running += 1
             self.most_loads_running = max(self.most_loads_running, self.loads_running)
             try:
-                summary = await self._load_partition(partition, sink)
+                summary = await self._load_partition(partition, sink, start_offset)
             finally:
                 self.loads_running -= 1
         self._advance_high_watermark(partition, summary.end_offset, notify=False)
@@ -610,24 +629,39 @@ class KafkaLog:
         async with self._loader_lock:
             client = self._load_client
             if client is None:
-                client = AIOKafkaClient(
-                    bootstrap_servers=self._bootstrap_servers,
-                    client_id=f"{self._client_id}-loader",
-                    # Each request has a timeout of its own (a load's grows on a slow
-                    # broker); aiokafka's, which closes the connection, is only a backstop.
-                    request_timeout_ms=self._longest_timeout_ms * 2,
-                    **self._client_options,
-                )
-                try:
-                    await asyncio.wait_for(client.bootstrap(), self._longest_timeout_ms / 1000)
-                except BaseException:
-                    with contextlib.suppress(Exception):
-                        await client.close()
-                    raise
-                self._load_client = client
+                client = self._load_client = await self._new_client("loader")
             return client
 
-    async def _load_partition(self, partition: int, sink: RecordSink) -> LoadSummary:
+    async def _following(self) -> AIOKafkaClient:
+        """The follower's client: a connection of its own (see `kafka_follow`)."""
+        if not self._started or self._closed:
+            raise LoadError("the Kafka log is not running")
+        async with self._follow_lock:
+            client = self._follow_client
+            if client is None:
+                client = self._follow_client = await self._new_client("follower")
+            return client
+
+    async def _new_client(self, role: str) -> AIOKafkaClient:
+        client = AIOKafkaClient(
+            bootstrap_servers=self._bootstrap_servers,
+            client_id=f"{self._client_id}-{role}",
+            # Each request has a timeout of its own (a load's grows on a slow broker);
+            # aiokafka's, which closes the connection, is only a backstop.
+            request_timeout_ms=self._longest_timeout_ms * 2,
+            **self._client_options,
+        )
+        try:
+            await asyncio.wait_for(client.bootstrap(), self._longest_timeout_ms / 1000)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await client.close()
+            raise
+        return client
+
+    async def _load_partition(
+        self, partition: int, sink: RecordSink, start_offset: int | None
+    ) -> LoadSummary:
         client = await self._until_connected()
         load = PartitionLoad(
             client,
@@ -638,7 +672,7 @@ class KafkaLog:
             request_timeout_ms=self._request_timeout_ms,
             known_high_watermark=self._high_watermarks.get(partition, 0),
         )
-        summary = await load.run(sink)
+        summary = await load.run(sink, start_offset)
         if load.retries or load.timeouts:
             log.info(
                 "partition=%d loaded after %d timeouts and %d retries",

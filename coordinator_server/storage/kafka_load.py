@@ -46,7 +46,13 @@ from coordinator_server.storage.kafka_metadata import (
     TopicMetadataError,
 )
 
-__all__ = ["FETCH_MAX_BYTES", "FETCH_MAX_WAIT_MS", "MAX_TIMEOUT_FACTOR", "PartitionLoad"]
+__all__ = [
+    "FETCH_MAX_BYTES",
+    "FETCH_MAX_WAIT_MS",
+    "MAX_TIMEOUT_FACTOR",
+    "PartitionLoad",
+    "replay_batches",
+]
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +75,7 @@ EARLIEST_OFFSET = -2
 
 # Errors of a Fetch or a ListOffsets after which the same request can succeed, once the
 # partition's leader is looked up again (a metadata read, which also checks the topic).
-_RETRIABLE_ERRORS = frozenset(
+RETRIABLE_ERRORS = frozenset(
     {
         UNKNOWN_TOPIC_OR_PARTITION,  # a broker that does not host it (yet, or any more)
         LEADER_NOT_AVAILABLE,
@@ -125,8 +131,10 @@ class PartitionLoad:
         self._in_a_row = 0
         self.timeouts = 0
 
-    async def run(self, sink: RecordSink) -> LoadSummary:
-        start_offset = await self._until_done(self._start_offset)
+    async def run(self, sink: RecordSink, start_offset: int | None = None) -> LoadSummary:
+        """Load from `start_offset` (None: the partition's start, as ListOffsets says)."""
+        if start_offset is None:
+            start_offset = await self._until_done(self._start_offset)
         self.position = start_offset
         target: int | None = None
         loop = asyncio.get_running_loop()
@@ -245,7 +253,7 @@ class PartitionLoad:
     def _check_error_code(self, error_code: int, doing: str) -> None:
         if not error_code:
             return
-        if error_code in _RETRIABLE_ERRORS:
+        if error_code in RETRIABLE_ERRORS:
             self._node_id = None
             raise _Retry(f"error {error_code}")
         raise LoadError(
@@ -269,37 +277,11 @@ class PartitionLoad:
         return high_watermark
 
     def _replay(self, message_set: bytes, target: int, sink: RecordSink) -> None:
-        position = self.position
-        reader = MemoryRecords(message_set) if message_set else None
-        while reader is not None and position < target:
-            batch = reader.next_batch()
-            if batch is None:
-                break
-            if not batch.validate_crc():
-                raise LoadError(
-                    f"a record batch of partition {self._partition} at offset "
-                    f"{batch.base_offset} is corrupt"
-                )
-            if not getattr(batch, "is_control_batch", False):
-                records = 0
-                payload_bytes = 0
-                for record in batch:
-                    offset = record.offset
-                    if offset < position:
-                        continue
-                    if offset >= target:
-                        break
-                    key = record.key
-                    if key is None:
-                        continue
-                    value = record.value
-                    sink(offset, key, value)
-                    records += 1
-                    payload_bytes += len(key) + (len(value) if value is not None else 0)
-                self.records += records
-                self.payload_bytes += payload_bytes
-            position = max(position, batch.next_offset)
-        self.position = position
+        self.position, records, payload_bytes = replay_batches(
+            message_set, self._partition, self.position, target, sink
+        )
+        self.records += records
+        self.payload_bytes += payload_bytes
 
     # Slow brokers and errors.
 
@@ -353,6 +335,42 @@ class PartitionLoad:
                 self.retries,
             )
         await asyncio.sleep(backoff_s)
+
+
+def replay_batches(
+    message_set: bytes, partition: int, position: int, target: int, sink: RecordSink
+) -> tuple[int, int, int]:
+    """Hand `sink` the records of a Fetch response's record bytes from `position` up to
+    `target` (records without a key are not ours, control batches neither); (the position
+    after them, records handed, their key and value bytes). Raises LoadError for a corrupt
+    batch."""
+    records = 0
+    payload_bytes = 0
+    reader = MemoryRecords(message_set) if message_set else None
+    while reader is not None and position < target:
+        batch = reader.next_batch()
+        if batch is None:
+            break
+        if not batch.validate_crc():
+            raise LoadError(
+                f"a record batch of partition {partition} at offset {batch.base_offset} is corrupt"
+            )
+        if not getattr(batch, "is_control_batch", False):
+            for record in batch:
+                offset = record.offset
+                if offset < position:
+                    continue
+                if offset >= target:
+                    break
+                key = record.key
+                if key is None:
+                    continue
+                value = record.value
+                sink(offset, key, value)
+                records += 1
+                payload_bytes += len(key) + (len(value) if value is not None else 0)
+        position = max(position, min(batch.next_offset, target))
+    return position, records, payload_bytes
 
 
 def _seldom(count: int) -> bool:

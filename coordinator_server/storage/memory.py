@@ -9,17 +9,22 @@ partition: failed appends, appends held in flight, failed loads, and truncation 
 uncommitted tail (what a Kafka leader does after a failed replication); and the whole log can
 stop for good (`stop_for_good`, what a Kafka log does when its topic is lost).
 
-The loader reads committed records only, from offset 0 up to the high watermark.
+The loader reads committed records only, from offset 0 (or the offset it is given) up to the
+high watermark; the follower reads them as they commit, for standbys, waiting for the high
+watermark to move when there is nothing new (faults injected per partition there too).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from coordinator_server.storage.api import (
     AppendError,
+    FollowResult,
+    FollowSink,
     HighWatermarkListener,
     LoadError,
     LoadSummary,
@@ -29,6 +34,9 @@ from coordinator_server.storage.api import (
     RecordSink,
 )
 from coordinator_server.storage.error_codes import UNKNOWN_TOPIC_OR_PARTITION
+
+# The latest loads and follow rounds a test can look at.
+RECENT_READS = 1000
 
 
 class InMemoryPartitionWriter:
@@ -54,6 +62,9 @@ class InMemoryPartitionWriter:
         self._ready_listener: ReadyListener | None = None
         # Why the log stopped for good (see InMemoryLog.stop_for_good).
         self.stopped: str | None = None
+        # Set, and replaced by a new one, whenever a high watermark moves: what a follower
+        # with nothing to read waits on.
+        self.grown = asyncio.Event()
 
     @property
     def num_partitions(self) -> int:
@@ -153,6 +164,10 @@ class InMemoryPartitionWriter:
     def entries(self, partition: int) -> list[RawRecord]:
         return list(self._entries[self._check(partition)])
 
+    def entries_between(self, partition: int, start: int, stop: int) -> list[RawRecord]:
+        """The entries at offsets start..stop-1 (fewer past the end)."""
+        return self._entries[self._check(partition)][start:stop]
+
     def end_offset(self, partition: int) -> int:
         return len(self._entries[self._check(partition)])
 
@@ -168,6 +183,8 @@ class InMemoryPartitionWriter:
         if offset == self._high_watermarks[partition]:
             return
         self._high_watermarks[partition] = offset
+        grown, self.grown = self.grown, asyncio.Event()
+        grown.set()
         if self._listener is not None:
             self._listener(partition, offset)
 
@@ -185,8 +202,12 @@ class InMemoryLoader:
         self._failures = [0] * writer.num_partitions
         self._resumed = asyncio.Event()
         self._resumed.set()
+        # (partition, start offset, end offset) of the latest loads that read, for tests.
+        self.loads: deque[tuple[int, int, int]] = deque(maxlen=RECENT_READS)
 
-    async def load(self, partition: int, sink: RecordSink) -> LoadSummary:
+    async def load(
+        self, partition: int, sink: RecordSink, *, start_offset: int | None = None
+    ) -> LoadSummary:
         writer = self._writer
         if not 0 <= partition < writer.num_partitions:
             raise LoadError(f"no partition {partition}")
@@ -197,12 +218,23 @@ class InMemoryLoader:
             self._failures[partition] -= 1
             raise LoadError(f"injected load failure on partition {partition}")
         end_offset = writer.high_watermark(partition)
+        start = start_offset or 0
+        if start > end_offset:
+            raise LoadError(
+                f"partition {partition} ends at {end_offset}, below the offset {start} to load from"
+            )
+        self.loads.append((partition, start, end_offset))
         total_bytes = 0
-        for offset, (key, value) in enumerate(writer.entries(partition)[:end_offset]):
+        for offset, (key, value) in enumerate(
+            writer.entries_between(partition, start, end_offset), start
+        ):
             total_bytes += len(key) + (0 if value is None else len(value))
             sink(offset, key, value)
         return LoadSummary(
-            start_offset=0, end_offset=end_offset, records=end_offset, bytes=total_bytes
+            start_offset=start,
+            end_offset=end_offset,
+            records=end_offset - start,
+            bytes=total_bytes,
         )
 
     def inject_load_failure(self, partition: int, count: int = 1) -> None:
@@ -219,12 +251,92 @@ class InMemoryLoader:
         self._resumed.set()
 
 
+class InMemoryFollower:
+    """Reads an InMemoryPartitionWriter's committed records as they commit (a LogFollower)."""
+
+    def __init__(self, writer: InMemoryPartitionWriter) -> None:
+        self._writer = writer
+        # Per partition, the faults the next rounds answer: (why, lost) each.
+        self._failures: list[deque[tuple[str, bool]]] = [
+            deque() for _ in range(writer.num_partitions)
+        ]
+        # What the latest rounds asked for, for tests.
+        self.rounds: deque[dict[int, int | None]] = deque(maxlen=RECENT_READS)
+
+    async def follow(
+        self,
+        positions: Mapping[int, int | None],
+        sink: FollowSink,
+        *,
+        max_wait_ms: int,
+        max_bytes: int,
+    ) -> FollowResult:
+        writer = self._writer
+        if writer.stopped is not None:
+            raise LoadError(f"the log stopped: {writer.stopped}")
+        if not self._ready(positions):
+            grown = writer.grown
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(grown.wait(), max_wait_ms / 1000)
+        self.rounds.append(dict(positions))
+        read: dict[int, int] = {}
+        high_watermarks: dict[int, int] = {}
+        retry: dict[int, str] = {}
+        lost: dict[int, str] = {}
+        budget = max_bytes
+        for partition, position in positions.items():
+            if not 0 <= partition < writer.num_partitions:
+                lost[partition] = f"no partition {partition}"
+                continue
+            failures = self._failures[partition]
+            if failures:
+                why, is_lost = failures.popleft()
+                (lost if is_lost else retry)[partition] = why
+                continue
+            start = position or 0
+            high_watermark = writer.high_watermark(partition)
+            if start > high_watermark:
+                lost[partition] = f"the partition ends at {high_watermark}, below {start}"
+                continue
+            offset = start
+            # At least one record a round, however large, as a Kafka fetch does.
+            for key, value in writer.entries_between(partition, start, high_watermark):
+                if budget <= 0 and offset > start:
+                    break
+                sink(partition, offset, key, value)
+                budget -= len(key) + (0 if value is None else len(value))
+                offset += 1
+            read[partition] = offset
+            high_watermarks[partition] = high_watermark
+        return FollowResult(read, high_watermarks, retry, lost)
+
+    def _ready(self, positions: Mapping[int, int | None]) -> bool:
+        """Whether a round would read or report something now."""
+        writer = self._writer
+        for partition, position in positions.items():
+            if not 0 <= partition < writer.num_partitions or self._failures[partition]:
+                return True
+            if (position or 0) != writer.high_watermark(partition):
+                return True
+        return False
+
+    def inject_follow_failure(
+        self, partition: int, why: str = "injected", *, lost: bool = False, count: int = 1
+    ) -> None:
+        """Make the next `count` rounds report `partition` as to retry (or lost)."""
+        if not 0 <= partition < self._writer.num_partitions:
+            raise ValueError(f"no partition {partition}")
+        self._failures[partition].extend((why, lost) for _ in range(count))
+
+
 class InMemoryLog:
-    """A CoordinatorLog kept in memory: its writer and a loader over the same partitions."""
+    """A CoordinatorLog kept in memory: its writer, and a loader and a follower over the same
+    partitions."""
 
     def __init__(self, num_partitions: int, *, auto_commit: bool = True) -> None:
         self._writer = InMemoryPartitionWriter(num_partitions, auto_commit=auto_commit)
         self._loader = InMemoryLoader(self._writer)
+        self._follower = InMemoryFollower(self._writer)
         self._failure_listener: LogFailureListener | None = None
 
     @property
@@ -238,6 +350,10 @@ class InMemoryLog:
     @property
     def loader(self) -> InMemoryLoader:
         return self._loader
+
+    @property
+    def follower(self) -> InMemoryFollower:
+        return self._follower
 
     @property
     def failure(self) -> str | None:
@@ -264,4 +380,4 @@ class InMemoryLog:
         self._loader.resume_loads()
 
 
-__all__ = ["InMemoryLoader", "InMemoryLog", "InMemoryPartitionWriter"]
+__all__ = ["InMemoryFollower", "InMemoryLoader", "InMemoryLog", "InMemoryPartitionWriter"]

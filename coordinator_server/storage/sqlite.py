@@ -148,6 +148,12 @@ class SqliteLog:
         return self
 
     @property
+    def follower(self) -> None:
+        """None: the file is one node's own log (its lock keeps any other server out), so
+        there is nobody to stand by for it."""
+        return None
+
+    @property
     def path(self) -> Path:
         return self._path
 
@@ -224,9 +230,12 @@ class SqliteLog:
 
     # CoordinatorLoader
 
-    async def load(self, partition: int, sink: RecordSink) -> LoadSummary:
-        """Replay the partition into `sink` on the event loop thread, reading
-        `LOAD_CHUNK_ROWS` rows per query, the next chunk while the sink takes the last one.
+    async def load(
+        self, partition: int, sink: RecordSink, *, start_offset: int | None = None
+    ) -> LoadSummary:
+        """Replay the partition (from `start_offset` on, when given) into `sink` on the event
+        loop thread, reading `LOAD_CHUNK_ROWS` rows per query, the next chunk while the sink
+        takes the last one.
 
         Exceptions raised by `sink` propagate unchanged.
         """
@@ -236,11 +245,17 @@ class SqliteLog:
             raise LoadError("the SQLite log is not running")
         records = 0
         payload_bytes = 0
+        start = start_offset or 0
         pending: asyncio.Future[list[tuple[int, bytes, bytes | None]]] | None = None
         try:
             # Taken in the worker, so it includes every append submitted before the load.
             end_offset = await self._run_in_worker(lambda: self._log_end_offsets[partition])
-            pending = self._submit(self._read_chunk_in_worker, partition, 0, end_offset)
+            if start > end_offset:
+                raise LoadError(
+                    f"partition {partition} ends at {end_offset}, below the offset {start} "
+                    "to load from"
+                )
+            pending = self._submit(self._read_chunk_in_worker, partition, start, end_offset)
             while pending is not None:
                 rows = await pending
                 pending = None
@@ -259,7 +274,7 @@ class SqliteLog:
             if pending is not None:
                 pending.add_done_callback(_retrieve_result)
         return LoadSummary(
-            start_offset=0, end_offset=end_offset, records=records, bytes=payload_bytes
+            start_offset=start, end_offset=end_offset, records=records, bytes=payload_bytes
         )
 
     # Compaction
