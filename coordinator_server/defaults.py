@@ -25,6 +25,11 @@ APPEND_FAILURE_TIMEOUT_MS = 30_000
 CLUSTER_SESSION_TIMEOUT_MS = 10_000
 CLUSTER_HEARTBEAT_INTERVAL_MS = 1000
 
+# Warm standbys: how long a standby's read of the log waits for new records (a long poll),
+# and the most bytes one read of all its partitions brings in.
+STANDBY_FETCH_MAX_WAIT_MS = 500
+STANDBY_FETCH_MAX_BYTES = 16 * 1024 * 1024
+
 # The classic group protocol (Kafka's group.* settings).
 GROUP_INITIAL_REBALANCE_DELAY_MS = 3000
 GROUP_MIN_SESSION_TIMEOUT_MS = 6000

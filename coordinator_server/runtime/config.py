@@ -34,6 +34,11 @@ class RuntimeConfig:
             on the event loop (the order is the same; a write that needs no append is
             answered before `write` returns). This is how the server runs. Off, every write
             goes through the queue, which tests of the queue itself rely on.
+        standby_fetch_max_wait_ms: how long a read of the standby partitions waits for new
+            records when there are none (a long poll: a new record arrives within a round
+            trip, and an idle log costs a request every this many milliseconds).
+        standby_fetch_max_bytes: the most record bytes one read of the standby partitions
+            brings in (a record batch larger than that still comes whole).
     """
 
     write_timeout_ms: int = defaults.OFFSETS_COMMIT_TIMEOUT_MS
@@ -44,6 +49,8 @@ class RuntimeConfig:
     timer_retry_backoff_ms: int = 500
     run_when_idle: bool = True
     append_failure_timeout_ms: int = defaults.APPEND_FAILURE_TIMEOUT_MS
+    standby_fetch_max_wait_ms: int = defaults.STANDBY_FETCH_MAX_WAIT_MS
+    standby_fetch_max_bytes: int = defaults.STANDBY_FETCH_MAX_BYTES
 
     def __post_init__(self) -> None:
         if self.write_timeout_ms <= 0:
@@ -61,6 +68,14 @@ class RuntimeConfig:
         if self.append_failure_timeout_ms < 0:
             raise ValueError(
                 f"append_failure_timeout_ms must be 0 or more, got {self.append_failure_timeout_ms}"
+            )
+        if self.standby_fetch_max_wait_ms < 0:
+            raise ValueError(
+                f"standby_fetch_max_wait_ms must be 0 or more, got {self.standby_fetch_max_wait_ms}"
+            )
+        if self.standby_fetch_max_bytes < 1:
+            raise ValueError(
+                f"standby_fetch_max_bytes must be positive, got {self.standby_fetch_max_bytes}"
             )
 
 

@@ -11,6 +11,10 @@ and goes ACTIVE; requests meanwhile get COORDINATOR_LOAD_IN_PROGRESS, and any ot
 non-ACTIVE state gets NOT_COORDINATOR. An unload cancels the partition's timers and fails
 every parked or queued operation with NOT_COORDINATOR.
 
+STANDBY is ours, not Kafka's: a warm standby, whose shard follows the log while another
+node serves the partition (see `standby`). It serves nothing (NOT_COORDINATOR, as for a
+partition not hosted); a load makes it LOADING, reading only what its shard has not seen.
+
 Offsets. `last_written_offset` is the end of every batch sealed (in flight or waiting); the
 open batch's records lie above it. `last_committed_offset` follows the high watermark down to
 the last batch boundary below it, since the snapshot registry's epoch is the base offset of
@@ -40,6 +44,7 @@ class CoordinatorState(Enum):
     """A partition context's lifecycle state (Kafka's `CoordinatorState`)."""
 
     INITIAL = "INITIAL"
+    STANDBY = "STANDBY"
     LOADING = "LOADING"
     ACTIVE = "ACTIVE"
     FAILED = "FAILED"
@@ -51,7 +56,10 @@ class CoordinatorState(Enum):
 
 _ALLOWED_PREVIOUS: dict[CoordinatorState, frozenset[CoordinatorState]] = {
     CoordinatorState.INITIAL: frozenset(),
-    CoordinatorState.LOADING: frozenset({CoordinatorState.INITIAL, CoordinatorState.FAILED}),
+    CoordinatorState.STANDBY: frozenset({CoordinatorState.INITIAL}),
+    CoordinatorState.LOADING: frozenset(
+        {CoordinatorState.INITIAL, CoordinatorState.FAILED, CoordinatorState.STANDBY}
+    ),
     CoordinatorState.ACTIVE: frozenset({CoordinatorState.LOADING, CoordinatorState.ACTIVE}),
     CoordinatorState.FAILED: frozenset({CoordinatorState.LOADING, CoordinatorState.ACTIVE}),
     CoordinatorState.CLOSED: frozenset(CoordinatorState),

@@ -5,6 +5,9 @@ snapshot registry and timer, the storage's loader hands it every committed recor
 the shard's `load_replay`), and the partition goes ACTIVE at the log's end. A load that
 fails leaves the partition FAILED; a load overtaken by an unload or a newer load (the
 context's generation moved on) drops its result.
+
+A standby's partition is not loaded from scratch: `resume` takes the shard the standby kept
+and its load replay, and reads only the log from where the standby stopped.
 """
 
 from __future__ import annotations
@@ -14,7 +17,12 @@ import logging
 import time
 from collections.abc import Callable
 
-from coordinator_server.runtime.api import CoordinatorShard, ShardBuilder, ShardContext
+from coordinator_server.runtime.api import (
+    CoordinatorShard,
+    LoadReplay,
+    ShardBuilder,
+    ShardContext,
+)
 from coordinator_server.runtime.clock import RuntimeClock
 from coordinator_server.runtime.context import CoordinatorContext, CoordinatorState, FailPartition
 from coordinator_server.runtime.observer import RuntimeObserver
@@ -51,7 +59,30 @@ class PartitionLoader:
     def start(self, context: CoordinatorContext) -> None:
         """Go LOADING with a fresh shard, and load it from the log in a task."""
         context.transition_to(CoordinatorState.LOADING)
+        try:
+            shard = self.new_shard(context)
+        except Exception:
+            self._log.exception("partition=%d building the shard failed", context.partition)
+            self._fail(context, NotCoordinatorError(f"partition {context.partition} failed"))
+            return
+        self._run(context, shard, shard.load_replay(), None)
+
+    def resume(self, context: CoordinatorContext, sink: LoadReplay, start_offset: int) -> None:
+        """Go LOADING with the shard a standby kept up to `start_offset` (its records handed
+        to `sink`, the standby's load replay), and load the rest of the log into it."""
+        context.transition_to(CoordinatorState.LOADING)
         context.generation += 1
+        context.failing_since_ms = None
+        shard = context.shard
+        assert shard is not None, "a standby hands over its shard"
+        self._run(context, shard, sink, start_offset)
+
+    def new_shard(self, context: CoordinatorContext) -> CoordinatorShard:
+        """A fresh shard for the partition, with a new snapshot registry and timer (the old
+        ones dropped), its offsets at the log's start. Raises what the builder raised."""
+        context.generation += 1
+        if context.timer is not None:
+            context.timer.cancel_all()
         registry = SnapshotRegistry()
         timer = self._new_timer(context.partition)
         context.registry = registry
@@ -59,16 +90,25 @@ class PartitionLoader:
         context.last_written_offset = context.last_committed_offset = 0
         context.latest_high_watermark = 0
         context.failing_since_ms = None
-        try:
-            shard = context.shard = self._shard_builder(
-                ShardContext(context.partition, self._clock, timer, registry)
-            )
-        except Exception:
-            self._log.exception("partition=%d building the shard failed", context.partition)
-            self._fail(context, NotCoordinatorError(f"partition {context.partition} failed"))
-            return
+        context.shard = None
+        shard = context.shard = self._shard_builder(
+            ShardContext(context.partition, self._clock, timer, registry)
+        )
+        # Records read from the log are committed already: no history to revert to.
+        registry.set_tracking(False)
+        return shard
+
+    def _run(
+        self,
+        context: CoordinatorContext,
+        shard: CoordinatorShard,
+        sink: LoadReplay,
+        start_offset: int | None,
+    ) -> None:
+        registry = context.registry
+        assert registry is not None
         context.load_task = asyncio.get_running_loop().create_task(
-            self._load(context, context.generation, shard, registry)
+            self._load(context, context.generation, shard, registry, sink, start_offset)
         )
 
     async def _load(
@@ -77,16 +117,15 @@ class PartitionLoader:
         generation: int,
         shard: CoordinatorShard,
         registry: SnapshotRegistry,
+        sink: LoadReplay,
+        start_offset: int | None,
     ) -> None:
         partition = context.partition
         # Loaded records are committed already, so they need no history to revert to.
         registry.set_tracking(False)
-
-        sink = shard.load_replay()
-
         started = time.perf_counter()
         try:
-            summary = await self._loader.load(partition, sink)
+            summary = await self._loader.load(partition, sink, start_offset=start_offset)
             sink.close()
         except asyncio.CancelledError:
             raise
@@ -114,7 +153,7 @@ class PartitionLoader:
             return
         self._log.info(
             "partition=%d loaded %d records (%d bytes) up to offset %d in %.3f s "
-            "(%.0f records/s) with epoch %d",
+            "(%.0f records/s) with epoch %d%s",
             partition,
             summary.records,
             summary.bytes,
@@ -122,6 +161,7 @@ class PartitionLoader:
             load_seconds,
             summary.records / load_seconds if load_seconds > 0 else 0.0,
             context.epoch,
+            "" if start_offset is None else f", from offset {start_offset} where its standby was",
         )
 
 

@@ -3,7 +3,8 @@
 This is Kafka's `CoordinatorRuntime` on asyncio. Each partition the runtime hosts has a
 context (`context`: its lifecycle state and epoch, its shard and snapshot registry, its
 offsets) with a serial event queue (`event_processor`), its timers (`timer`), its parked
-writes (`deferred`) and its write batches (`appender`); `loading` loads it from the log.
+writes (`deferred`) and its write batches (`appender`); `loading` loads it from the log, and
+`standby` keeps a partition it does not serve loaded, for a later load to read only the rest.
 This module ties them together: the scheduling API, the dispatch of events, and the one
 path every write takes.
 
@@ -64,8 +65,9 @@ from coordinator_server.runtime.events import (
 )
 from coordinator_server.runtime.loading import PartitionLoader
 from coordinator_server.runtime.observer import NoObserver, RuntimeObserver
+from coordinator_server.runtime.standby import StandbyFollower
 from coordinator_server.runtime.timer import PartitionTimer
-from coordinator_server.storage.api import CoordinatorLoader, PartitionWriter
+from coordinator_server.storage.api import CoordinatorLoader, LogFollower, PartitionWriter
 from coordinator_server.timeline import SnapshotRegistry
 from protocol.errors import (
     ApiError,
@@ -89,7 +91,8 @@ class CoordinatorRuntime(Generic[S]):
 
     `event_processor` is the kind of processor that runs the partitions' queues (a
     `ManualEventProcessor` lets a test run queued events one at a time); it is built with
-    the config's `run_when_idle` and `max_queued_events`.
+    the config's `run_when_idle` and `max_queued_events`. `follower` reads the log for
+    standbys (None: the log has none, and `schedule_standby` is not available).
     """
 
     def __init__(
@@ -99,6 +102,7 @@ class CoordinatorRuntime(Generic[S]):
         writer: PartitionWriter,
         loader: CoordinatorLoader,
         clock: RuntimeClock,
+        follower: LogFollower | None = None,
         config: RuntimeConfig = RUNTIME_DEFAULTS,
         logger: logging.Logger | None = None,
         observer: RuntimeObserver | None = None,
@@ -132,6 +136,9 @@ class CoordinatorRuntime(Generic[S]):
             new_timer=self._new_timer,
             fail=self._fail,
         )
+        self._standby = StandbyFollower(
+            follower=follower, new_shard=self._loading.new_shard, config=config, log=log
+        )
         self._contexts: dict[int, CoordinatorContext] = {}
         self._closing = False
         self._closed = False
@@ -156,7 +163,8 @@ class CoordinatorRuntime(Generic[S]):
         """Become the coordinator of `partition` as of leader epoch `epoch`.
 
         A load with an epoch not above the partition's current one is ignored. A partition
-        that is INITIAL or FAILED starts loading; one LOADING or ACTIVE only takes the epoch.
+        that is INITIAL or FAILED starts loading; one STANDBY loads only the log past its
+        standby's shard, into that shard; one LOADING or ACTIVE only takes the epoch.
 
         Raises:
             NotCoordinatorError: the runtime is closed.
@@ -165,14 +173,7 @@ class CoordinatorRuntime(Generic[S]):
             raise NotCoordinatorError("the coordinator runtime is closed")
         context = self._contexts.get(partition)
         if context is None:
-            context = CoordinatorContext(
-                partition,
-                asyncio.get_running_loop(),
-                DeferredEventCollection(self._clock, self._config.write_timeout_ms),
-                self._open_queue,
-                self._log,
-            )
-            self._contexts[partition] = context
+            context = self._new_context(partition)
         if epoch <= context.epoch:
             self._log.info(
                 "partition=%d load with epoch %d ignored: the current epoch is %d",
@@ -185,10 +186,45 @@ class CoordinatorRuntime(Generic[S]):
         if context.state in (CoordinatorState.INITIAL, CoordinatorState.FAILED):
             self._log.debug("partition=%d loading with epoch %d", partition, epoch)
             self._loading.start(context)
+        elif context.state is CoordinatorState.STANDBY:
+            handover = self._standby.promote(context)
+            if handover is None:
+                self._log.info(
+                    "partition=%d its standby had nothing to hand over: loading it whole",
+                    partition,
+                )
+                self._loading.start(context)
+            else:
+                self._loading.resume(context, *handover)
         else:
             self._log.info(
                 "partition=%d is %s already; epoch is now %d", partition, context.state.name, epoch
             )
+
+    def schedule_standby(self, partition: int) -> None:
+        """Stand by for `partition`: keep a shard of it up to date from the log, serving
+        nothing (requests get NOT_COORDINATOR), so that a later `schedule_load` reads only
+        the records appended since. `schedule_unload` ends the standby. A partition hosted
+        already, in any state, is left as it is.
+
+        Raises:
+            NotCoordinatorError: the runtime is closed.
+            NotImplementedError: the log has no follower (it is one node's own).
+        """
+        if self._closed:
+            raise NotCoordinatorError("the coordinator runtime is closed")
+        if not self._standby.available:
+            raise NotImplementedError("this runtime's log cannot be followed by a standby")
+        context = self._contexts.get(partition)
+        if context is not None:
+            self._log.info(
+                "partition=%d standby ignored: it is %s here already",
+                partition,
+                context.state.name,
+            )
+            return
+        self._log.info("partition=%d standing by", partition)
+        self._standby.start(self._new_context(partition))
 
     def schedule_unload(self, partition: int, epoch: int | None) -> None:
         """Stop being the coordinator of `partition`.
@@ -301,6 +337,7 @@ class CoordinatorRuntime(Generic[S]):
             return
         self._closing = True
         self._closed = True
+        self._standby.close()
         for context in list(self._contexts.values()):
             self._close_context(context)
 
@@ -436,6 +473,16 @@ class CoordinatorRuntime(Generic[S]):
         return 0 if context is None else len(context.queue)
 
     # Events.
+
+    def _new_context(self, partition: int) -> CoordinatorContext:
+        context = self._contexts[partition] = CoordinatorContext(
+            partition,
+            asyncio.get_running_loop(),
+            DeferredEventCollection(self._clock, self._config.write_timeout_ms),
+            self._open_queue,
+            self._log,
+        )
+        return context
 
     def _open_queue(self, context: CoordinatorContext) -> EventQueue[CoordinatorEvent]:
         return self._processor.open(
@@ -674,6 +721,7 @@ class CoordinatorRuntime(Generic[S]):
     def _unload_shard(self, context: CoordinatorContext, error: BaseException) -> None:
         """Throw the shard away: timers, batches and parked writes go with it."""
         context.generation += 1
+        self._standby.discard(context)
         if context.load_task is not None:
             context.load_task.cancel()
             context.load_task = None

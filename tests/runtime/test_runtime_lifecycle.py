@@ -17,10 +17,13 @@ from protocol.errors import CoordinatorLoadInProgressError, NotCoordinatorError
 
 State = CoordinatorState
 
-# A3: Kafka's allowed transitions, and the errors of each state.
+# A3: Kafka's allowed transitions, and the errors of each state; and ours, a warm standby
+# (INITIAL -> STANDBY -> LOADING).
 
 ALLOWED = {
     (State.INITIAL, State.LOADING),
+    (State.INITIAL, State.STANDBY),
+    (State.STANDBY, State.LOADING),
     (State.FAILED, State.LOADING),
     (State.LOADING, State.ACTIVE),
     (State.ACTIVE, State.ACTIVE),
