@@ -169,6 +169,7 @@ class CoordinatorApp:
             ),
             writer=log.writer,
             loader=log.loader,
+            follower=log.follower,
             clock=self.clock,
             config=RuntimeConfig(
                 write_timeout_ms=config.offsets_commit_timeout_ms,
@@ -176,6 +177,8 @@ class CoordinatorApp:
                 max_batch_bytes=config.max_batch_bytes,
                 max_queued_events=config.max_queued_events,
                 append_failure_timeout_ms=config.append_failure_timeout_ms,
+                standby_fetch_max_wait_ms=config.standby_fetch_max_wait_ms,
+                standby_fetch_max_bytes=config.standby_fetch_max_bytes,
             ),
             observer=self.runtime_metrics,
         )
@@ -306,6 +309,7 @@ class CoordinatorApp:
                 session_timeout_ms=config.cluster_session_timeout_ms,
                 heartbeat_interval_ms=config.cluster_heartbeat_interval_ms,
                 security=config.kafka_security,
+                standby=config.cluster_standby == "on",
             ),
             node,
             runtime,

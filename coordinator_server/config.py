@@ -154,6 +154,23 @@ class CoordinatorConfig(BaseSettings):
         description="How often a node tells Kafka it is alive (heartbeat.interval.ms); a "
         "third of the session timeout at most.",
     )
+    cluster_standby: Literal["on", "off"] = Field(
+        "on",
+        description="In a cluster, keep the partitions this node stands by for loaded from "
+        "the log (warm standbys), so that taking one over reads only its newest records; "
+        "off: a partition taken over is loaded whole.",
+    )
+    standby_fetch_max_wait_ms: int = Field(
+        defaults.STANDBY_FETCH_MAX_WAIT_MS,
+        ge=0,
+        description="How long a standby's read of the log waits for new records (a long "
+        "poll: new records arrive at once; an idle log costs a request this often).",
+    )
+    standby_fetch_max_bytes: int = Field(
+        defaults.STANDBY_FETCH_MAX_BYTES,
+        ge=1024,
+        description="The most record bytes one read of the standby partitions brings in.",
+    )
     append_linger_ms: int = Field(
         defaults.APPEND_LINGER_MS,
         ge=-1,

@@ -2,8 +2,8 @@
 
 The membership (Kafka's group over the log topic) says which node owns which log partition;
 this node keeps loaded exactly what it is given (`PartitionOwnership`), taking each over
-with Kafka's producer fencing first (`Takeover`), and names every partition's owner to
-FindCoordinator (`placement`).
+with Kafka's producer fencing first (`Takeover`), follows the partitions it stands by for
+(`StandbyPartitions`), and names every partition's owner to FindCoordinator (`placement`).
 """
 
 from __future__ import annotations
@@ -11,9 +11,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from coordinator_server.cluster.membership import ClusterMembership
 from coordinator_server.cluster.ownership import PartitionLoader, PartitionOwnership
+from coordinator_server.cluster.standby import StandbyPartitions, StandbyRuntime
 from coordinator_server.cluster.takeover import FencedLog, Takeover
 from coordinator_server.cluster.view import OwnershipView
 from coordinator_server.service import NodeAddress
@@ -30,6 +32,12 @@ class ClusterSettings:
     session_timeout_ms: int
     heartbeat_interval_ms: int
     security: KafkaSecurity
+    # Whether this node follows the partitions it stands by for (warm standbys).
+    standby: bool = True
+
+
+class ClusterRuntime(PartitionLoader, StandbyRuntime, Protocol):
+    """What a node uses of the coordinator runtime: loads, unloads and standbys."""
 
 
 class ClusterNode:
@@ -37,7 +45,7 @@ class ClusterNode:
         self,
         settings: ClusterSettings,
         node: NodeAddress,
-        runtime: PartitionLoader,
+        runtime: ClusterRuntime,
         log: FencedLog,
         *,
         now_ms: Callable[[], int],
@@ -61,6 +69,9 @@ class ClusterNode:
         self.takeover = Takeover(log, node.node_id, self._owns, now_ms)
         self.ownership = PartitionOwnership(
             runtime, self.takeover.acquire, self.takeover.release, stopped=stopped
+        )
+        self.standby = StandbyPartitions(
+            runtime, self.ownership.wait_first_loads, enabled=settings.standby
         )
         # The owner of each partition as of the latest view, ready for FindCoordinator.
         self._owners: dict[int, NodeAddress] = {}
@@ -99,6 +110,7 @@ class ClusterNode:
             len(view.mine_standby),
         )
         self.ownership.own(view.mine_owned)
+        self.standby.stand_by(view.mine_standby, view.mine_owned)
 
     async def start(self) -> None:
         """Join the cluster and start taking over what it gives this node (the first loads
@@ -106,7 +118,9 @@ class ClusterNode:
         await self.membership.start()
 
     async def close(self) -> None:
-        """Stop taking partitions over (the runtime's close unloads what is loaded)."""
+        """Stop taking partitions over and standing by (the runtime's close unloads what is
+        loaded)."""
+        await self.standby.close()
         await self.ownership.close()
 
     async def leave(self) -> None:
@@ -124,6 +138,7 @@ class ClusterNode:
             "holds_lease": self.membership.holds_lease(),
             "owned": sorted(view.mine_owned),
             "standby": sorted(view.mine_standby),
+            "standing_by": sorted(self.standby.standing_by),
             "epochs": {
                 str(p): {"producer_id": pid, "producer_epoch": epoch}
                 for p, (pid, epoch) in sorted(self.takeover.epochs.items())

@@ -6,7 +6,8 @@ alone, for the life of the process) until it is not. For each owned partition on
 1. acquires the partition (`Acquire`): alone, nothing to do; in a cluster, Kafka's producer
    fencing at a new epoch and an ownership record appended at it, after which the previous
    owner can get nothing more into the partition (see `storage/kafka_fencing.py`);
-2. loads it into the runtime and waits until it is ACTIVE;
+2. loads it into the runtime and waits until it is ACTIVE (a partition this node stood by
+   for loads only the records its standby has not read);
 3. waits while it stays ACTIVE; a partition that fails (its appends were fenced, or their
    fate stayed unknown) is acquired and loaded again, at a new epoch, while it is still
    owned.
@@ -140,6 +141,7 @@ class PartitionOwnership:
                 if runtime.partition_state(partition) not in (
                     None,
                     CoordinatorState.INITIAL,
+                    CoordinatorState.STANDBY,
                     CoordinatorState.FAILED,
                 ):
                     # Loading or ACTIVE already (a load that was under way when a failed

@@ -17,6 +17,8 @@ SETTINGS = {
     "max_batch_bytes": "max_batch_bytes",
     "max_queued_events": "max_queued_events",
     "append_failure_timeout_ms": "append_failure_timeout_ms",
+    "standby_fetch_max_wait_ms": "standby_fetch_max_wait_ms",
+    "standby_fetch_max_bytes": "standby_fetch_max_bytes",
     "timer_retry_backoff_ms": None,
     "run_when_idle": None,
 }
