@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from coordinator_server.records import (
@@ -225,6 +225,53 @@ async def settle(rounds: int = 50) -> None:
         await asyncio.sleep(0)
 
 
+class SharedLog:
+    """One in-memory log for several runtimes, as the nodes of a cluster share a Kafka log:
+    each runtime gets a view of the writer (`writer_view`) on which it registers its own
+    listeners, and every one of them hears every high watermark."""
+
+    def __init__(self, log: InMemoryLog) -> None:
+        self.log = log
+        self._listeners: list[Callable[[int, int], None]] = []
+        self._ready_listeners: list[Callable[[], None]] = []
+        log.writer.register_listener(self._high_watermark)
+        log.writer.register_ready_listener(self._ready)
+
+    def _high_watermark(self, partition: int, offset: int) -> None:
+        for listener in self._listeners:
+            listener(partition, offset)
+
+    def _ready(self) -> None:
+        for listener in self._ready_listeners:
+            listener()
+
+    def writer_view(self) -> _WriterView:
+        return _WriterView(self)
+
+
+class _WriterView:
+    def __init__(self, shared: SharedLog) -> None:
+        self._shared = shared
+        self._writer = shared.log.writer
+
+    def append(
+        self, partition: int, records: Sequence[tuple[bytes, bytes | None]]
+    ) -> asyncio.Future[int]:
+        return self._writer.append(partition, records)
+
+    def backlogged(self, partition: int) -> bool:
+        return self._writer.backlogged(partition)
+
+    def register_ready_listener(self, listener: Callable[[], None]) -> None:
+        self._shared._ready_listeners.append(listener)
+
+    def register_listener(self, listener: Callable[[int, int], None]) -> None:
+        self._shared._listeners.append(listener)
+
+    def high_watermark(self, partition: int) -> int:
+        return self._writer.high_watermark(partition)
+
+
 class Harness:
     def __init__(
         self,
@@ -233,10 +280,16 @@ class Harness:
         config: RuntimeConfig | None = None,
         auto_commit: bool = False,
         manual: bool = False,
+        shared: SharedLog | None = None,
     ) -> None:
-        self.log = InMemoryLog(num_partitions, auto_commit=auto_commit)
+        """`shared`: run on that log, beside the runtimes of other harnesses on it (its
+        partition count and auto commit are the log's)."""
+        self.log = (
+            InMemoryLog(num_partitions, auto_commit=auto_commit) if shared is None else shared.log
+        )
         self.writer = self.log.writer
         self.loader = self.log.loader
+        self.follower = self.log.follower
         self.clock = ManualClock(start_ms=1_000)
         self.config = config or RuntimeConfig()
         self.shards: dict[int, list[KeyValueShard]] = defaultdict(list)
@@ -245,8 +298,9 @@ class Harness:
         self._written: list[asyncio.Future[Any]] = []
         self.runtime: CoordinatorRuntime[KeyValueShard] = CoordinatorRuntime(
             shard_builder=self._build,
-            writer=self.writer,
+            writer=self.writer if shared is None else shared.writer_view(),
             loader=self.loader,
+            follower=self.follower,
             clock=self.clock,
             config=self.config,
             event_processor=ManualEventProcessor if manual else EventProcessor,

@@ -18,6 +18,7 @@ import pytest
 from coordinator_server.storage import (
     AppendError,
     CoordinatorLog,
+    FollowResult,
     InMemoryLog,
     LoadError,
     LoadSummary,
@@ -285,3 +286,128 @@ async def test_close_twice(open_log: OpenLog) -> None:
     await log.writer.append(0, [(b"k", b"v")])
     await log.close()
     await log.close()
+
+
+async def test_a_load_from_an_offset_reads_the_rest(open_log: OpenLog) -> None:
+    log = await open_log()
+    records = [(b"k%d" % i, b"v%d" % i) for i in range(10)]
+    await log.writer.append(1, records[:6])
+    await log.writer.append(1, records[6:])
+    loaded: Loaded = []
+    summary = await log.loader.load(1, lambda o, k, v: loaded.append((o, k, v)), start_offset=4)
+    assert loaded == numbered(records[4:], base_offset=4)
+    assert (summary.start_offset, summary.end_offset, summary.records) == (4, 10, 6)
+
+
+# The follower: what standbys read. The SQLite log is one node's own and has none; tansu is
+# left out: standbys belong to a cluster, which needs Kafka's transactions (tansu has none),
+# and tansu holds a Fetch for its whole wait whatever commits meanwhile.
+
+FOLLOWING = ["memory", KAFKA]
+
+
+@pytest.fixture(params=FOLLOWING)
+async def open_followed_log(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[OpenLog]:
+    async with _opener(_build(request, tmp_path)) as open_log:
+        yield open_log
+
+
+Followed = list[tuple[int, int, bytes, bytes | None]]
+
+
+async def follow(
+    log: CoordinatorLog,
+    positions: dict[int, int | None],
+    *,
+    max_wait_ms: int = 50,
+    max_bytes: int = 1 << 20,
+) -> tuple[Followed, FollowResult]:
+    assert log.follower is not None
+    followed: Followed = []
+    result = await log.follower.follow(
+        positions,
+        lambda p, o, k, v: followed.append((p, o, k, v)),
+        max_wait_ms=max_wait_ms,
+        max_bytes=max_bytes,
+    )
+    return followed, result
+
+
+async def test_a_follower_reads_every_partition_from_its_position(
+    open_followed_log: OpenLog,
+) -> None:
+    log = await open_followed_log()
+    for partition in range(3):
+        await log.writer.append(partition, [(b"p%d-%d" % (partition, i), b"v") for i in range(4)])
+
+    followed, result = await follow(log, {0: None, 1: 2, 2: 4})
+
+    # In offset order within a partition; the partitions in any order.
+    assert sorted(followed) == [
+        *((0, i, b"p0-%d" % i, b"v") for i in range(4)),
+        *((1, i, b"p1-%d" % i, b"v") for i in range(2, 4)),
+    ]
+    assert result.positions == {0: 4, 1: 4, 2: 4}
+    assert result.high_watermarks == {0: 4, 1: 4, 2: 4}
+    assert not result.retry and not result.lost
+
+
+async def test_a_follower_with_nothing_new_waits_and_wakes_at_a_commit(
+    open_followed_log: OpenLog,
+) -> None:
+    log = await open_followed_log()
+    await log.writer.append(0, [(b"a", b"1")])
+    started = time.monotonic()
+    followed, result = await follow(log, {0: 1, 1: None}, max_wait_ms=300)
+    assert followed == [] and result.positions == {0: 1, 1: 0}
+    assert time.monotonic() - started >= 0.2, "an idle round must hold, not spin"
+
+    async def append_later() -> None:
+        await asyncio.sleep(0.2)
+        await log.writer.append(0, [(b"b", b"2")])
+
+    appending = asyncio.ensure_future(append_later())
+    started = time.monotonic()
+    followed, result = await follow(log, {0: 1}, max_wait_ms=60_000)
+    await appending
+    assert followed == [(0, 1, b"b", b"2")]
+    assert result.positions == {0: 2}
+    assert time.monotonic() - started < 30, "a commit ends the wait"
+
+
+async def test_a_follower_reads_a_round_of_at_most_about_max_bytes(
+    open_followed_log: OpenLog,
+) -> None:
+    log = await open_followed_log()
+    value = b"x" * 1000
+    for _ in range(10):
+        await log.writer.append(0, [(b"k%d" % i, value) for i in range(20)])
+    positions: dict[int, int | None] = {0: None}
+    rounds = 0
+    offsets: list[int] = []
+    while positions[0] != 200:
+        followed, result = await follow(log, positions, max_bytes=30_000)
+        offsets.extend(offset for _, offset, _, _ in followed)
+        positions = dict(result.positions)
+        rounds += 1
+        assert rounds < 50
+    assert rounds > 1
+    assert offsets == list(range(200))
+
+
+async def test_a_follower_reports_a_position_past_the_end_as_lost(
+    open_followed_log: OpenLog,
+) -> None:
+    log = await open_followed_log()
+    await log.writer.append(0, [(b"a", b"1"), (b"b", b"2")])
+    followed, result = await follow(log, {0: 7, 1: None})
+    assert followed == []
+    assert set(result.lost) == {0}
+    assert result.positions == {1: 0}
+
+
+async def test_the_sqlite_log_has_no_follower(tmp_path: Path) -> None:
+    log = SqliteLog(tmp_path / "coordinator.db", 1)
+    assert log.follower is None
