@@ -18,6 +18,7 @@ from coordinator_server.cluster.ownership import PartitionLoader, PartitionOwner
 from coordinator_server.cluster.standby import StandbyPartitions, StandbyRuntime
 from coordinator_server.cluster.takeover import FencedLog, Takeover
 from coordinator_server.cluster.view import OwnershipView
+from coordinator_server.runtime.context import CoordinatorState, PartitionStats
 from coordinator_server.service import NodeAddress
 from coordinator_server.storage.kafka_security import KafkaSecurity
 
@@ -39,6 +40,8 @@ class ClusterSettings:
 class ClusterRuntime(PartitionLoader, StandbyRuntime, Protocol):
     """What a node uses of the coordinator runtime: loads, unloads and standbys."""
 
+    def partition_stats(self, partition: int) -> PartitionStats | None: ...
+
 
 class ClusterNode:
     def __init__(
@@ -54,6 +57,7 @@ class ClusterNode:
         """`stopped()`: why the log stopped for good, or None."""
         self.settings = settings
         self.node = node
+        self._runtime = runtime
         self.membership = ClusterMembership(
             bootstrap_servers=settings.bootstrap_servers,
             topic=settings.topic,
@@ -139,6 +143,16 @@ class ClusterNode:
             "owned": sorted(view.mine_owned),
             "standby": sorted(view.mine_standby),
             "standing_by": sorted(self.standby.standing_by),
+            # How far each standby has read the log, of how far the log reaches.
+            "standby_offsets": {
+                str(p): {
+                    "offset": stats.last_committed_offset,
+                    "high_watermark": stats.high_watermark,
+                }
+                for p in sorted(self.standby.standing_by)
+                if (stats := self._runtime.partition_stats(p)) is not None
+                and stats.state is CoordinatorState.STANDBY
+            },
             "epochs": {
                 str(p): {"producer_id": pid, "producer_epoch": epoch}
                 for p, (pid, epoch) in sorted(self.takeover.epochs.items())

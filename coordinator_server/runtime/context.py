@@ -93,6 +93,9 @@ class PartitionStats:
     last_batch_bytes: int
     append_failures: int
     timers: int
+    high_watermark: int = 0
+    """The latest high watermark the log reported (a standby's lag is this minus its
+    last committed offset, the offset it has read to)."""
 
 
 class CoordinatorContext:
@@ -226,6 +229,7 @@ class CoordinatorContext:
             last_batch_bytes=self.last_batch_bytes,
             append_failures=self.append_failures,
             timers=0 if self.timer is None else self.timer.size(),
+            high_watermark=self.latest_high_watermark,
         )
 
 
