@@ -20,6 +20,8 @@ import argparse
 from typing import Any
 
 SCENARIOS = ("commits", "heartbeats", "rebalance", "load")
+# Scenarios run only when named ("all" leaves them out): a failover starts clusters of nodes.
+NAMED_ONLY = ("failover",)
 
 
 def _ints(text: str) -> list[int]:
@@ -35,7 +37,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "--bootstrap the bench starts a broker (--broker) and the server itself, pinned to "
         "--server-cpu, and runs the load generator on --generator-cpu.",
     )
-    parser.add_argument("scenario", choices=[*SCENARIOS, "all"])
+    parser.add_argument("scenario", choices=[*SCENARIOS, *NAMED_ONLY, "all"])
     where = parser.add_argument_group("what to measure")
     where.add_argument("--bootstrap", metavar="HOST:PORT", help="a running coordinator-server")
     where.add_argument(
@@ -138,6 +140,26 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         default=0,
         help="records per batch written to the log, e.g. 10 for a history of single "
         "commits (0: as many as fit 1 MiB; SQLite: 10,000) (load)",
+    )
+    failover = parser.add_argument_group("failover")
+    failover.add_argument(
+        "--nodes", type=int, default=2, help="nodes of the cluster, the first one killed"
+    )
+    failover.add_argument(
+        "--failover-standby",
+        choices=["on", "off", "both"],
+        default="both",
+        help="run the nodes with warm standbys, without, or each in turn",
+    )
+    failover.add_argument(
+        "--cluster-session-timeout-ms",
+        type=int,
+        default=6000,
+        help="the cluster's session timeout: how long Kafka takes to notice a dead node "
+        "(6000 is the least a Kafka broker allows by default)",
+    )
+    failover.add_argument(
+        "--cluster-heartbeat-interval-ms", type=int, default=1000, help="the nodes' heartbeats"
     )
     # Kafka's security, for a broker given with --bootstrap-servers (the one the bench starts
     # takes PLAINTEXT): the server the bench starts and the load's writer use it.

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 
 LOOPBACK = "127.0.0.1"
@@ -25,6 +26,9 @@ READY = re.compile(
     r"\((?P<partitions>\d+) partitions loaded in (?P<seconds>[0-9.]+) s"
     r"(?:: (?P<records>\d+) records in [0-9.]+ s, (?P<rate>\d+) records/s)?"
 )
+METRICS = re.compile(r"metrics: http://[0-9.]+:(?P<port>\d+)/metrics")
+# The server's latest lines kept (its first ones, up to ready, are what a failed start shows).
+KEPT_LINES = 2000
 
 
 def pinned(command: Sequence[str], cpu: int | None) -> list[str]:
@@ -119,8 +123,10 @@ class ServerProcess:
         # Records the server loaded per second of its partitions' loads, as its ready
         # line says.
         self.reported_records_per_s = 0
+        # The operator's HTTP port, when the server has one (see `--metrics-port`).
+        self.metrics_port = 0
         self.process: subprocess.Popen[str] | None = None
-        self.lines: list[str] = []
+        self.lines: deque[str] = deque(maxlen=KEPT_LINES)
         self._ready = threading.Event()
 
     @property
@@ -147,23 +153,38 @@ class ServerProcess:
         while not self._ready.wait(0.01):
             if self.process.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError("the server did not become ready:\n" + "".join(self.lines[-30:]))
+                raise RuntimeError(
+                    "the server did not become ready:\n" + "".join(list(self.lines)[-30:])
+                )
         return self
 
     def _pump(self) -> None:
         process = self.process
         assert process is not None and process.stderr is not None
         for line in process.stderr:
-            if len(self.lines) < 1000:
-                self.lines.append(line)
+            self.lines.append(line)
             match = READY.search(line)
             if match and not self._ready.is_set():
                 self.ready_at = time.monotonic()
                 self.host, self.port = match["host"], int(match["port"])
+                metrics = METRICS.search(line)
+                self.metrics_port = int(metrics["port"]) if metrics else 0
                 self.reported_load_s = float(match["seconds"])
                 if match["rate"] is not None:
                     self.reported_records_per_s = int(match["rate"])
                 self._ready.set()
+
+    def kill(self) -> None:
+        """kill -9, by the pid this started: no chance to flush or close anything."""
+        process, self.process = self.process, None
+        if process is None:
+            return
+        if process.poll() is None:
+            process.kill()
+        process.wait(10)
+        if process.stderr is not None:
+            with contextlib.suppress(OSError):
+                process.stderr.close()
 
     def stop(self) -> None:
         process, self.process = self.process, None

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from coordinator_server.bench import scenarios
+from coordinator_server.bench import failover, scenarios
 from coordinator_server.bench.apache_kafka import ApacheKafkaStartError
 from coordinator_server.bench.brokers import BrokerStartError
 from coordinator_server.bench.environment import Environment
@@ -64,6 +64,22 @@ HEARTBEAT_COLUMNS = [
     "others_cpu_us",
 ]
 REBALANCE_COLUMNS = ["target", "members", "join_s", "extra_join_s"]
+FAILOVER_COLUMNS = [
+    "target",
+    "nodes",
+    "standby",
+    "records",
+    "moved",
+    "median_s",
+    "max_s",
+    "median_over_session_s",
+    "max_over_session_s",
+    "median_after_view_s",
+    "max_after_view_s",
+    "takeover_records_median",
+    "takeover_records_max",
+    "errors",
+]
 LOAD_COLUMNS = [
     "target",
     "log",
@@ -420,6 +436,72 @@ async def _cold_start(
     }
 
 
+async def run_failover(env: Environment, args: argparse.Namespace) -> list[dict[str, Any]]:
+    if args.bootstrap is not None:
+        raise SystemExit("bench failover starts its own nodes: leave out --bootstrap")
+    if args.nodes < 2:
+        raise SystemExit("bench failover needs --nodes 2 or more")
+    with env.broker_of_its_own() as bootstrap_servers:
+        return await _run_failover(env, args, bootstrap_servers)
+
+
+async def _run_failover(
+    env: Environment, args: argparse.Namespace, bootstrap_servers: str
+) -> list[dict[str, Any]]:
+    modes = {"on": [True], "off": [False], "both": [True, False]}[args.failover_standby]
+    runs: dict[bool, list[failover.FailoverRun]] = {standby: [] for standby in modes}
+    for run in range(args.runs):
+        topic = f"__coordinator_bench_failover_{os.getpid()}_{run}"
+        _say(args, f"failover: writing {args.records:,} records to {topic}")
+        written_s = await write_log(
+            bootstrap_servers,
+            topic,
+            args.offsets_topic_partitions,
+            args.records,
+            args.load_topics,
+            args.load_partitions,
+            args.load_batch_records,
+            security=env.security,
+        )
+        _say(args, f"failover: written in {written_s:.1f} s")
+        for standby in modes:
+            settings = failover.FailoverSettings(
+                nodes=args.nodes,
+                partitions=args.offsets_topic_partitions,
+                session_timeout_ms=args.cluster_session_timeout_ms,
+                heartbeat_interval_ms=args.cluster_heartbeat_interval_ms,
+                standby=standby,
+            )
+            cluster_id = f"bench-failover-{os.getpid()}-{run}-{'on' if standby else 'off'}"
+            measured = await failover.measure(
+                env.server_args(topic, bootstrap_servers),
+                cluster_id,
+                settings,
+                env.cpu,
+                lambda text: _say(args, text),
+            )
+            _say(
+                args,
+                f"failover: {len(measured.served_s)} partitions served again after "
+                f"{sorted(measured.served_s.values())} s",
+            )
+            runs[standby].append(measured)
+    return [
+        failover.summarize(
+            runs[standby],
+            failover.FailoverSettings(
+                nodes=args.nodes,
+                partitions=args.offsets_topic_partitions,
+                session_timeout_ms=args.cluster_session_timeout_ms,
+                heartbeat_interval_ms=args.cluster_heartbeat_interval_ms,
+                standby=standby,
+            ),
+            args.records,
+        )
+        for standby in modes
+    ]
+
+
 def _cpu_check(ratio: dict[str, Any], goal: str, bound: float) -> list[dict[str, Any]]:
     """A rate goal restated in CPU time per request on the target's core (when the bench
     started the processes and measured it): what the rate would be with the core to itself,
@@ -537,18 +619,22 @@ COLUMNS = {
     "heartbeats": HEARTBEAT_COLUMNS,
     "rebalance": REBALANCE_COLUMNS,
     "load": LOAD_COLUMNS,
+    "failover": FAILOVER_COLUMNS,
 }
 RUNNERS: dict[str, Callable[[Environment, argparse.Namespace], Awaitable[list[dict[str, Any]]]]] = {
     "commits": run_commits,
     "heartbeats": run_heartbeats,
     "rebalance": run_rebalance,
     "load": run_load,
+    "failover": run_failover,
 }
+# What "all" runs.
+ALL = ("commits", "heartbeats", "rebalance", "load")
 
 
 async def _main(args: argparse.Namespace) -> dict[str, Any]:
     env = Environment(args)
-    names = list(RUNNERS) if args.scenario == "all" else [args.scenario]
+    names = list(ALL) if args.scenario == "all" else [args.scenario]
     results: dict[str, list[dict[str, Any]]] = {}
     loop = asyncio.get_running_loop()
     peer = None
