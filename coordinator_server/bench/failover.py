@@ -13,7 +13,9 @@ its last heartbeat), so the time minus the session timeout is the part that is o
 survivor's log also says when it got the view that gave it the partition, and
 `after_view_s` is the time from then to the first commit (fencing, the ownership record,
 the load of what its standby had not read, and the poll's resolution). The survivor's log
-line of the load says how many records the takeover read.
+line of the load says how many records the takeover read, and whether it went on from a
+standby (`warm`: the assignment gives a dead node's partition to its standby when that node
+has room, so with three nodes or more a few go to another node and load whole).
 """
 
 from __future__ import annotations
@@ -51,7 +53,10 @@ RETRIABLE = frozenset(
         ErrorCode.COORDINATOR_NOT_AVAILABLE,
     }
 )
-LOADED = re.compile(r"partition=(?P<partition>\d+) loaded (?P<records>\d+) records")
+LOADED = re.compile(
+    r"partition=(?P<partition>\d+) loaded (?P<records>\d+) records"
+    r"(?P<warm>.* where its standby was)?"
+)
 VIEW = re.compile(r"^(?P<time>\S+ \S+) INFO \S+: cluster \S+ generation \d+: node \d+ owns")
 
 
@@ -72,6 +77,8 @@ class FailoverRun:
     served_s: dict[int, float]
     after_view_s: dict[int, float]
     takeover_records: dict[int, int]
+    # The moved partitions whose takeover went on from a standby's shard.
+    warm: set[int]
     errors: int
 
 
@@ -223,6 +230,7 @@ async def kill_and_measure(nodes: list[ServerProcess], settings: FailoverSetting
     for survivor in survivors:
         await asyncio.get_running_loop().run_in_executor(None, survivor.stop)
     records: dict[int, int] = {}
+    warm: set[int] = set()
     view_at: float | None = None
     for survivor in survivors:
         for line in list(survivor.lines):
@@ -232,8 +240,10 @@ async def kill_and_measure(nodes: list[ServerProcess], settings: FailoverSetting
             loaded = LOADED.search(line)
             if loaded is not None and int(loaded["partition"]) in served:
                 records[int(loaded["partition"])] = int(loaded["records"])
+                if loaded["warm"]:
+                    warm.add(int(loaded["partition"]))
     after_view = {p: round(s - view_at, 3) for p, s in served.items() if view_at is not None}
-    return FailoverRun(served, after_view, records, errors[0])
+    return FailoverRun(served, after_view, records, warm, errors[0])
 
 
 async def first_commit(
@@ -275,6 +285,7 @@ def summarize(runs: list[FailoverRun], settings: FailoverSettings, records: int)
         "standby": "on" if settings.standby else "off",
         "records": records,
         "moved": len(served),
+        "warm": sum(len(run.warm) for run in runs),
         "median_s": round(statistics.median(served), 3),
         "max_s": round(max(served), 3),
         "median_over_session_s": round(statistics.median(served) - session_s, 3),

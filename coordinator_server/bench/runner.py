@@ -70,6 +70,7 @@ FAILOVER_COLUMNS = [
     "standby",
     "records",
     "moved",
+    "warm",
     "median_s",
     "max_s",
     "median_over_session_s",

@@ -35,4 +35,5 @@ def test_failover_with_and_without_standbys(kafka_broker: ApacheKafkaBroker) -> 
     # A takeover by a warm standby reads its own ownership record; a cold one the whole
     # partition (a quarter of the log, give or take the groups' spread).
     assert on["takeover_records_max"] <= 2
+    assert (on["warm"], off["warm"]) == (2, 0)
     assert off["takeover_records_median"] > 2000
