@@ -7,15 +7,18 @@ waits until every partition has an owner and, with standbys, until every standby
 its partition to the end, commits once to a group of each partition the first node owns,
 and kills that node (SIGKILL). From the moment of the kill, each moved partition is sent an
 OffsetCommit of its group at every surviving node every `POLL_S` until one answers without
-error: that moment is the partition's failover time. Kafka notices the death only when the
-node's session in the cluster's group expires (`--cluster-session-timeout-ms`, counted from
-its last heartbeat), so the time minus the session timeout is the part that is ours; the
-survivor's log also says when it got the view that gave it the partition, and
-`after_view_s` is the time from then to the first commit (fencing, the ownership record,
-the load of what its standby had not read, and the poll's resolution). The survivor's log
-line of the load says how many records the takeover read, and whether it went on from a
-standby (`warm`: the assignment gives a dead node's partition to its standby when that node
-has room, so with three nodes or more a few go to another node and load whole).
+error: that moment is the partition's failover time.
+
+Kafka notices the death only when the node's session in the cluster's group expires
+(`--cluster-session-timeout-ms`, counted from its last heartbeat, so between a heartbeat
+interval less and the session timeout after the kill), then rebalances; the time minus the
+session timeout is roughly the part that is ours. The survivors' logs say when the view that
+moved the partitions came: `view_s` is the time from the kill to then (Kafka's part), and
+`after_view_s` from then to each first commit (ours: fencing, the ownership record, the load
+of what the standby had not read, and the poll's resolution). The survivor's log line of the
+load says how many records the takeover read, and whether it went on from a standby (`warm`:
+the assignment gives a dead node's partition to its standby when that node has room, so with
+three nodes or more some go to another node and load whole).
 """
 
 from __future__ import annotations
@@ -80,6 +83,8 @@ class FailoverRun:
     # The moved partitions whose takeover went on from a standby's shard.
     warm: set[int]
     errors: int
+    # Seconds from the kill to the survivors' first new view (Kafka noticed, and rebalanced).
+    view_s: float | None
 
 
 def node_args(
@@ -243,7 +248,9 @@ async def kill_and_measure(nodes: list[ServerProcess], settings: FailoverSetting
                 if loaded["warm"]:
                     warm.add(int(loaded["partition"]))
     after_view = {p: round(s - view_at, 3) for p, s in served.items() if view_at is not None}
-    return FailoverRun(served, after_view, records, warm, errors[0])
+    return FailoverRun(
+        served, after_view, records, warm, errors[0], None if view_at is None else round(view_at, 3)
+    )
 
 
 async def first_commit(
@@ -278,6 +285,7 @@ def summarize(runs: list[FailoverRun], settings: FailoverSettings, records: int)
     served = [s for run in runs for s in run.served_s.values()]
     after_view = [s for run in runs for s in run.after_view_s.values()]
     loaded = [n for run in runs for n in run.takeover_records.values()]
+    views = [run.view_s for run in runs if run.view_s is not None]
     session_s = settings.session_timeout_ms / 1000
     return {
         "target": "ours",
@@ -288,6 +296,8 @@ def summarize(runs: list[FailoverRun], settings: FailoverSettings, records: int)
         "warm": sum(len(run.warm) for run in runs),
         "median_s": round(statistics.median(served), 3),
         "max_s": round(max(served), 3),
+        "median_view_s": round(statistics.median(views), 3) if views else None,
+        "max_view_s": max(views) if views else None,
         "median_over_session_s": round(statistics.median(served) - session_s, 3),
         "max_over_session_s": round(max(served) - session_s, 3),
         "median_after_view_s": round(statistics.median(after_view), 3) if after_view else None,

@@ -73,6 +73,8 @@ FAILOVER_COLUMNS = [
     "warm",
     "median_s",
     "max_s",
+    "median_view_s",
+    "max_view_s",
     "median_over_session_s",
     "max_over_session_s",
     "median_after_view_s",
