@@ -27,6 +27,7 @@ import asyncio
 import datetime
 import functools
 import json
+import random
 import re
 import statistics
 import time
@@ -213,6 +214,10 @@ async def kill_and_measure(nodes: list[ServerProcess], settings: FailoverSetting
                 raise RuntimeError(f"{group} does not commit before the kill: {answer}")
         for survivor in survivors:
             survivor.lines.clear()
+        # Kafka counts the session from the node's last heartbeat: the kill falls anywhere
+        # in the heartbeat's period, not at the same point of it in every run (which the
+        # steps above would otherwise make it, differently with standbys and without).
+        await asyncio.sleep(random.uniform(0, settings.heartbeat_interval_ms / 1000))
         killed_wall = time.time()
         killed = time.monotonic()
         victim.kill()
