@@ -7,6 +7,7 @@ import gc
 import logging
 import signal
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -31,6 +32,7 @@ from coordinator_server.server.state import ServerConfig, ServerState
 from coordinator_server.service import GroupCoordinatorService, NodeAddress
 from coordinator_server.shard import GroupCoordinatorShard, ShardConfig
 from coordinator_server.storage.api import CoordinatorLog
+from coordinator_server.storage.kafka import KafkaLog
 from protocol.errors import NotCoordinatorError
 
 logger = logging.getLogger("coordinator_server")
@@ -50,8 +52,6 @@ ANSWER_TURNS = 3
 
 def build_log(config: CoordinatorConfig) -> CoordinatorLog:
     if config.bootstrap_servers:
-        from coordinator_server.storage.kafka import KafkaLog
-
         return KafkaLog(
             config.bootstrap_servers,
             config.offsets_topic,
@@ -63,6 +63,9 @@ def build_log(config: CoordinatorConfig) -> CoordinatorLog:
             metadata_max_age_ms=config.metadata_max_age_ms,
             security=config.kafka_security,
             answer_turns=ANSWER_TURNS,
+            ownership_transactional_id_prefix=(
+                f"{config.cluster_name}/" if config.clustered else None
+            ),
         )
     from coordinator_server.storage.sqlite import SqliteLog
 
@@ -84,6 +87,26 @@ async def _nothing_to_acquire(partition: int) -> None:
 
 def _nothing_to_release(partition: int) -> None:
     pass
+
+
+class _FencedKafkaLog:
+    """The Kafka log as a takeover uses it (`cluster.takeover.FencedLog`)."""
+
+    def __init__(self, log: KafkaLog) -> None:
+        self._log = log
+
+    async def acquire(self, partition: int) -> tuple[int, int]:
+        epoch = await self._log.acquire(partition)
+        producer = self._log.producer_of(partition)
+        return (-1, epoch) if producer is None else producer
+
+    def release(self, partition: int) -> None:
+        self._log.release(partition)
+
+    def append(
+        self, partition: int, records: Sequence[tuple[bytes, bytes | None]]
+    ) -> asyncio.Future[int]:
+        return self._log.writer.append(partition, records)
 
 
 class CoordinatorApp:
@@ -269,8 +292,6 @@ class CoordinatorApp:
     ) -> ClusterNode:
         config = self.config
         assert config.bootstrap_servers is not None
-        from coordinator_server.storage.kafka import KafkaLog
-
         assert isinstance(log, KafkaLog), "a cluster shares a Kafka log"
         return ClusterNode(
             ClusterSettings(

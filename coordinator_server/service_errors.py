@@ -31,6 +31,9 @@ def map_operation_error(
 ) -> tuple[ErrorCode, str | None]:
     """The error a client gets for an operation that failed with `exc`."""
     if isinstance(exc, AppendError):
+        if exc.stops_partition:
+            # Fenced: another node owns the partition now (or will once it is taken over).
+            return ErrorCode.NOT_COORDINATOR, str(exc) or None
         raw = exc.error_code
         code = _APPEND_ERROR_MAPPING.get(raw)
         if code is None:

@@ -25,6 +25,8 @@ from coordinator_server.records import (
     GroupMetadataValue,
     OffsetCommitKey,
     OffsetCommitValue,
+    PartitionOwnershipKey,
+    PartitionOwnershipValue,
     decode_offset_commit,
     decode_record,
 )
@@ -88,6 +90,10 @@ class GroupCoordinatorShard:
         self.num_groups = groups.num_groups
         self.count_groups_by_state = groups.count_by_state
         self.num_members = groups.num_members
+        # The partition's latest takeover in the log (a cluster's; None for a node alone).
+        # Written before the partition loads, never by a write of the runtime, so it needs
+        # no snapshot: only a load sets it.
+        self.ownership: PartitionOwnershipValue | None = None
 
     def replay(self, offset: int, record: CoordinatorRecord) -> None:
         key = record.key
@@ -99,6 +105,12 @@ class GroupCoordinatorShard:
             value = record.value
             assert value is None or type(value) is GroupMetadataValue
             self.groups.replay(key, value)
+        elif type(key) is PartitionOwnershipKey:
+            value = record.value
+            assert value is None or type(value) is PartitionOwnershipValue
+            # Who took the partition over last: the fence itself is Kafka's; the state only
+            # remembers it, for the operators.
+            self.ownership = value
         else:
             raise ValueError(f"unknown record key {key!r} at offset {offset}")
 

@@ -46,8 +46,8 @@ from protocol.consumer import (
 __all__ = [
     "ARROW_SCHEMA",
     "GROUP_METADATA",
-    "PARTITION_OWNERSHIP",
     "OFFSET_COMMIT",
+    "PARTITION_OWNERSHIP",
     "SCHEMA",
     "RawLogRecord",
     "RecordBatchBuilder",

@@ -408,6 +408,13 @@ class BatchAppender:
         context.inflight = None
         context.append_future = None
         context.append_failures += 1
+        if isinstance(error, AppendError) and error.stops_partition:
+            # The log takes nothing more of this partition from us (another node took it
+            # over, or an append's fate is unknown): what we hold may already be behind the
+            # log, so nothing more is served from it, reads included.
+            self._log.error("partition=%d stops: %s", context.partition, error)
+            self._fail(context, NotCoordinatorError(f"partition {context.partition}: {error}"))
+            return
         if self._config.append_failure_timeout_ms and self._failing_too_long(context):
             return
         base_offset = batch.base_offset

@@ -24,7 +24,7 @@ from coordinator_server.storage.memory import InMemoryLog
 from coordinator_server.storage.sqlite import PartitionCountMismatchError, SqliteLog, SqliteLogError
 
 if TYPE_CHECKING:
-    from coordinator_server.storage.kafka import KafkaLog, KafkaLogError
+    from coordinator_server.storage.kafka import KafkaLog, KafkaLogError, OwnershipError
 
 __all__ = [
     "AppendError",
@@ -37,6 +37,7 @@ __all__ = [
     "LoadError",
     "LoadSummary",
     "LogFailureListener",
+    "OwnershipError",
     "PartitionCountMismatchError",
     "PartitionWriter",
     "RawRecord",
@@ -45,7 +46,7 @@ __all__ = [
     "SqliteLogError",
 ]
 
-_LAZY_FROM_KAFKA = frozenset({"KafkaLog", "KafkaLogError"})
+_LAZY_FROM_KAFKA = frozenset({"KafkaLog", "KafkaLogError", "OwnershipError"})
 
 
 def __getattr__(name: str) -> Any:

@@ -40,11 +40,17 @@ class AppendError(Exception):
     (e.g. 19 NOT_ENOUGH_REPLICAS, 7 REQUEST_TIMED_OUT, 10 MESSAGE_TOO_LARGE, 6
     NOT_LEADER_OR_FOLLOWER, -1 for anything unknown); the service maps it to what the client
     sees.
+
+    `stops_partition`: the log takes no more appends of the partition from this writer until
+    it is acquired again (a log that fences partitions to their owner: another node took the
+    partition over, or an append's fate stayed unknown). The partition must stop serving at
+    once: its state may already be behind the new owner's.
     """
 
-    def __init__(self, error_code: int, message: str) -> None:
+    def __init__(self, error_code: int, message: str, *, stops_partition: bool = False) -> None:
         super().__init__(message)
         self.error_code = error_code
+        self.stops_partition = stops_partition
 
 
 class LoadError(Exception):

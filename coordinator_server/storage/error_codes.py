@@ -1,6 +1,6 @@
 """Kafka's error codes as the logs meet them: in the brokers' answers (Produce, Fetch,
-ListOffsets, Metadata, CreateTopics, InitProducerId, SASL), and in `AppendError`, which
-carries one to the service to be mapped to what a client gets.
+ListOffsets, Metadata, CreateTopics, FindCoordinator, InitProducerId, SASL), and in
+`AppendError`, which carries one to the service to be mapped to what a client gets.
 
 The one place the storage layer takes its error numbers from. Those the wire contract knows
 come from its table (`protocol.errors.ErrorCode`), as plain ints: a broker's answer is read
@@ -39,6 +39,9 @@ DUPLICATE_SEQUENCE_NUMBER: Final = int(ErrorCode.DUPLICATE_SEQUENCE_NUMBER)
 INVALID_PRODUCER_EPOCH: Final = int(ErrorCode.INVALID_PRODUCER_EPOCH)
 INVALID_PRODUCER_ID_MAPPING: Final = int(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
 CONCURRENT_TRANSACTIONS: Final = int(ErrorCode.CONCURRENT_TRANSACTIONS)
+INVALID_TRANSACTION_TIMEOUT: Final = int(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Final = int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+CLUSTER_AUTHORIZATION_FAILED: Final = int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 KAFKA_STORAGE_ERROR: Final = int(ErrorCode.KAFKA_STORAGE_ERROR)
 SASL_AUTHENTICATION_FAILED: Final = int(ErrorCode.SASL_AUTHENTICATION_FAILED)
 

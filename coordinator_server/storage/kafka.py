@@ -23,6 +23,16 @@ carries the id, its epoch and a sequence, so a batch sent again after a timeout 
 connection is written once. An append is sent again for up to its delivery timeout
 (`DELIVERY_TIMEOUT_FACTOR` request timeouts) before it fails.
 
+Ownership fencing (opt in: `ownership_transactional_id_prefix`; without it the log runs as
+above). For a cluster of coordinators, each owning some partitions: the log takes no producer
+id at start; `acquire(partition)` takes one for the partition, with the transactional id
+`<prefix><partition>`, at the Kafka cluster's transaction coordinator, which fences every
+earlier epoch of that id, and returns the epoch; `release(partition)` forgets it. Appends go
+as ordinary idempotent batches with the partition's producer id and epoch; the log never
+moves an epoch by itself, and a fenced or failed batch stops the partition until the next
+acquire. `kafka_producer_fencing` says how, with which errors, what the Kafka cluster must
+allow, and where the brokers' fence ends.
+
 Limits to know about:
 - An append that fails after its delivery timeout, or any append to a broker that hands
   out no producer ids (tansu: the log then writes batches without one, and says so once),
@@ -64,11 +74,14 @@ from coordinator_server.storage.api import (
 )
 from coordinator_server.storage.error_codes import (
     MESSAGE_TOO_LARGE,
+    NOT_COORDINATOR,
+    REQUEST_TIMED_OUT,
     TOPIC_ALREADY_EXISTS,
     UNKNOWN_SERVER_ERROR,
     UNKNOWN_TOPIC_OR_PARTITION,
 )
 from coordinator_server.storage.kafka_idempotence import (
+    INIT_PRODUCER_ID_API_KEY,
     IdempotentProducer,
     ProducerIdAndEpoch,
     ProducerIdError,
@@ -89,10 +102,15 @@ from coordinator_server.storage.kafka_metadata import (
     fetch_topic_metadata,
 )
 from coordinator_server.storage.kafka_produce import Leader, ProduceSender
+from coordinator_server.storage.kafka_producer_fencing import (
+    OwnershipError,
+    PartitionProducers,
+    init_transactional_producer_id,
+)
 from coordinator_server.storage.kafka_sasl import KafkaConnector
 from coordinator_server.storage.kafka_security import KafkaSecurity
 
-__all__ = ["KafkaLog", "KafkaLogError", "offsets_topic_configs"]
+__all__ = ["KafkaLog", "KafkaLogError", "OwnershipError", "offsets_topic_configs"]
 
 log = logging.getLogger(__name__)
 
@@ -152,12 +170,16 @@ class KafkaLog:
         security: KafkaSecurity | None = None,
         idempotent: bool = True,
         answer_turns: int = 0,
+        ownership_transactional_id_prefix: str | None = None,
     ) -> None:
         """`security`: how every connection to the cluster is secured (PLAINTEXT by
         default). `idempotent` False writes batches without a producer id, as a broker that
         hands out none gets them (for tests and measurements). `answer_turns`: the turns of
         the event loop the process takes to answer the writes a produce response commits;
-        the next ProduceRequest waits for them (see `ProduceSender`)."""
+        the next ProduceRequest waits for them (see `ProduceSender`).
+        `ownership_transactional_id_prefix` turns on ownership fencing: no producer for the
+        log, a producer per partition from `acquire` (transactional id: the prefix and the
+        partition number) instead; see `kafka_producer_fencing`."""
         if num_partitions < 1:
             raise ValueError(f"num_partitions must be at least 1, got {num_partitions}")
         if replication_factor < 1:
@@ -173,6 +195,15 @@ class KafkaLog:
             raise ValueError(f"request_timeout_ms must exceed {FETCH_MAX_WAIT_MS}")
         if metadata_max_age_ms < 1:
             raise ValueError(f"metadata_max_age_ms must be positive, got {metadata_max_age_ms}")
+        if ownership_transactional_id_prefix is not None:
+            if not ownership_transactional_id_prefix:
+                raise ValueError("ownership_transactional_id_prefix must not be empty")
+            if not idempotent:
+                # Fencing is the brokers' check of the producer id and epoch a batch carries.
+                raise ValueError(
+                    "ownership_transactional_id_prefix needs idempotent appends: a batch "
+                    "without a producer id cannot be fenced"
+                )
         self._bootstrap_servers = bootstrap_servers
         self._security = security or KafkaSecurity()
         # Made at start: reading the TLS files may fail, and says why there.
@@ -191,6 +222,12 @@ class KafkaLog:
         self._max_inflight_produce_requests = max_inflight_produce_requests
         self._idempotent = idempotent
         self._answer_turns = answer_turns
+        self._ownership_prefix = ownership_transactional_id_prefix
+        # Made at start, when the partition count is known.
+        self._owners: PartitionProducers | None = None
+        # One per partition acquired (bounded by the partition count): acquires of one
+        # partition run one at a time.
+        self._acquiring: dict[int, asyncio.Lock] = {}
         self._api_versions: dict[int, tuple[int, int]] = {}
         self._sender: ProduceSender | None = None
         self._started = False
@@ -251,6 +288,8 @@ class KafkaLog:
             self._num_partitions = await self._at_start(self._ensure_topic)
             self._watcher.start(self._num_partitions)
             produce_version, producer = await self._at_start(self._producer_identity)
+            if self._ownership_prefix is not None:
+                self._owners = PartitionProducers(self._topic, self._num_partitions)
             sender = ProduceSender(
                 self._topic,
                 self._leaders,
@@ -262,6 +301,7 @@ class KafkaLog:
                 produce_version=produce_version,
                 producer=producer,
                 new_producer_id=self._new_producer_id,
+                owners=self._owners,
                 delivery_timeout_ms=self._request_timeout_ms * DELIVERY_TIMEOUT_FACTOR,
                 answer_turns=self._answer_turns,
             )
@@ -338,6 +378,11 @@ class KafkaLog:
             sender = self._sender
             if sender is None:
                 raise AppendError(UNKNOWN_SERVER_ERROR, "the Kafka log is not running")
+            owners = self._owners
+            if owners is not None:
+                refusal = owners.refusal(partition)
+                if refusal is not None:
+                    raise refusal
             batch = self._batch(records, sender.next_stamp(partition))
         except (AppendError, ValueError) as error:
             refused: asyncio.Future[int] = asyncio.get_running_loop().create_future()
@@ -357,6 +402,77 @@ class KafkaLog:
         self._ready_listener = listener
         if self._sender is not None:
             self._sender.ready_listener = listener
+
+    # Ownership fencing (see `kafka_producer_fencing`)
+
+    async def acquire(self, partition: int) -> int:
+        """Take the partition's producer: InitProducerId with transactional id
+        `<ownership_transactional_id_prefix><partition>` at the Kafka cluster's transaction
+        coordinator, which fences every earlier epoch of the id. The partition's appends go
+        with that producer id and epoch from now on, sequences from 0 (a stopped partition
+        starts again). Returns the epoch.
+
+        Raises OwnershipError (the partition then stays as it was) when the cluster refuses,
+        or gives no producer id within the log's longest timeout (`request_timeout_ms`
+        times `kafka_load.MAX_TIMEOUT_FACTOR`); RuntimeError without ownership fencing.
+        """
+        prefix = self._require_ownership()
+        self._check_partition(partition)
+        owners = self._owners
+        if owners is None or self._closed:
+            raise OwnershipError(UNKNOWN_SERVER_ERROR, "the Kafka log is not running")
+        if self._watcher.lost is not None:
+            raise OwnershipError(
+                UNKNOWN_TOPIC_OR_PARTITION, f"the log stopped: {self._watcher.lost}"
+            )
+        transactional_id = f"{prefix}{partition}"
+        loop = asyncio.get_running_loop()
+        timeout_s = self._longest_timeout_ms / 1000
+        deadline = loop.time() + timeout_s
+        async with self._acquiring.setdefault(partition, asyncio.Lock()):
+            token = owners.begin(partition)
+            try:
+                client = await asyncio.wait_for(self._loader(), max(deadline - loop.time(), 0))
+            except (KafkaError, OSError, TimeoutError) as error:
+                raise OwnershipError(
+                    REQUEST_TIMED_OUT,
+                    f"cannot reach the Kafka cluster to acquire partition {partition} "
+                    f"(transactional id {transactional_id}) within {timeout_s:.1f} s: {error!r}",
+                ) from error
+            producer = await init_transactional_producer_id(
+                client, transactional_id, max(deadline - loop.time(), 0.001)
+            )
+            if not owners.acquired(partition, token, producer):
+                raise OwnershipError(
+                    NOT_COORDINATOR,
+                    f"partition {partition} was released while it was being acquired",
+                )
+        return producer.epoch
+
+    def producer_of(self, partition: int) -> tuple[int, int] | None:
+        """The producer id and epoch the partition's appends carry, while it is acquired."""
+        owners = self._owners
+        producer = None if owners is None else owners.producer(partition)
+        return None if producer is None else (producer.producer_id, producer.epoch)
+
+    def release(self, partition: int) -> None:
+        """Forget the partition's producer: its appends that have not left fail now, and
+        every later one fails at once (NOT_COORDINATOR) until the next acquire; a batch
+        already on its way goes on to its answer. RuntimeError without ownership fencing."""
+        self._require_ownership()
+        self._check_partition(partition)
+        owners = self._owners
+        if owners is None:
+            return
+        owners.release(partition)
+        if self._sender is not None:
+            self._sender.drop_refused()
+
+    def _require_ownership(self) -> str:
+        prefix = self._ownership_prefix
+        if prefix is None:
+            raise RuntimeError("the log was not given an ownership_transactional_id_prefix")
+        return prefix
 
     def _appended(self, partition: int, done: asyncio.Future[int]) -> None:
         if not done.cancelled() and done.exception() is None:
@@ -397,6 +513,18 @@ class KafkaLog:
                 f"the broker speaks Produce v{low} to v{high}; the log needs one of v3 to v8"
             )
         self._api_versions = versions
+        if self._ownership_prefix is not None:
+            if INIT_PRODUCER_ID_API_KEY not in versions:
+                raise KafkaLogError(
+                    "the broker does not offer InitProducerId, which ownership fencing needs"
+                )
+            log.info(
+                "appends are idempotent with a producer per partition, from transactional ids "
+                "%s<partition>; Produce v%d",
+                self._ownership_prefix,
+                produce_version,
+            )
+            return produce_version, None
         if not self._idempotent:
             log.info("appends are not idempotent (as configured); Produce v%d", produce_version)
             return produce_version, None

@@ -242,6 +242,26 @@ class IdempotentProducer:
         entry.next_sequence = (sequence + count) & 0x7FFFFFFF
         return batch
 
+    def refused(self, partition: int, error_code: int, described: str) -> bool:
+        """The broker refused a batch of the partition that left: True when the error is
+        about the producer (the batch was not written, and goes again with the new epoch or
+        producer id it takes as it leaves), False when the batch fails."""
+        new_epoch = error_code in NEW_EPOCH_ERRORS
+        if not self.enabled or not (new_epoch or error_code in NEW_PRODUCER_ID_ERRORS):
+            return False
+        log.warning(
+            "partition %d: the broker refused a batch of %r: %s; it goes again with a new %s",
+            partition,
+            self.current,
+            described,
+            "epoch" if new_epoch else "producer id",
+        )
+        if new_epoch:
+            self.epoch_rejected()
+        else:
+            self.id_rejected()
+        return True
+
     def unresolved(self) -> None:
         """A batch that left failed: the next batches start a new epoch (see the module's
         docstring), once, however many failed meanwhile."""

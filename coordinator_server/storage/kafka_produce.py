@@ -7,7 +7,10 @@ arrives as a finished record batch (built by aiokafka's C batch builder); every 
 waiting for the same broker leaves in one ProduceRequest (acks=all), with at most
 `max_inflight_requests` requests on the way to a broker. Appends of many partitions then
 share one request, as the writes of one partition share one batch in the runtime, and one
-request costs the broker one round trip instead of one per partition.
+request costs the broker one round trip instead of one per partition. This module decides
+what goes when and what an answer means for each append (Kafka's `Sender` and
+`RecordAccumulator`); the requests and responses on the wire, and the connections that
+carry them, are `kafka_produce_request`'s.
 
 Ordering: one batch per partition is on the way at a time; a second append of the same
 partition waits for the first to finish (the runtime never sends two, but the log's
@@ -17,7 +20,9 @@ not written (the partition has no leader there, not enough replicas). With a pro
 a timeout, a lost connection or an error that leaves its fate unknown, until it is answered
 or its delivery timeout passes: the broker writes it once. Without one, a lost connection
 or a timeout fail the append, its fate unknown, and the runtime, which checks the offset of
-its next append, reloads the partition if it was written after all.
+its next append, reloads the partition if it was written after all. With a producer per
+partition (`kafka_producer_fencing`) a batch goes again the same ways, but a failure that
+would move the topic's producer to a new epoch stops the partition instead.
 """
 
 from __future__ import annotations
@@ -25,11 +30,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import struct
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import cast
 
 from coordinator_server.storage.api import AppendError, ReadyListener
 from coordinator_server.storage.error_codes import (
@@ -45,24 +48,23 @@ from coordinator_server.storage.error_codes import (
     UNKNOWN_TOPIC_OR_PARTITION,
 )
 from coordinator_server.storage.kafka_idempotence import (
-    NEW_EPOCH_ERRORS,
-    NEW_PRODUCER_ID_ERRORS,
     IdempotentProducer,
     ProducerIdSource,
     renew_producer_id,
 )
+from coordinator_server.storage.kafka_produce_request import (
+    PRODUCE_VERSION,
+    ProduceConnection,
+    correlation_id_of,
+    encode_produce_request,
+    read_produce_response,
+)
+from coordinator_server.storage.kafka_producer_fencing import FENCED_ERRORS, PartitionProducers
 from coordinator_server.storage.kafka_security import KafkaSecurityError
 
 __all__ = ["Leader", "ProduceSender"]
 
 log = logging.getLogger(__name__)
-
-PRODUCE_API_KEY = 0
-# v3 is the first version that carries record batches (magic 2), and the oldest one Kafka
-# 4 still serves; its response has everything an append needs. The log asks the broker and
-# uses the newest it can (see kafka_idempotence.choose_produce_version).
-PRODUCE_VERSION = 3
-ACKS_ALL = -1
 
 # The broker refused these batches before writing them: they may go again once the
 # partition's leader is known again.
@@ -75,18 +77,8 @@ _NOT_WRITTEN = frozenset(
 _FATE_UNKNOWN = frozenset(
     {REQUEST_TIMED_OUT, NETWORK_EXCEPTION, NOT_ENOUGH_REPLICAS_AFTER_APPEND, KAFKA_STORAGE_ERROR}
 )
-# A produce response names each partition once: a few dozen bytes each. Anything this large
-# is not one of ours.
-MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 RECONNECT_BACKOFF_S = 0.1
 METADATA_RETRY_BACKOFF_S = 0.1
-
-_HEADER = struct.Struct(">hhih")
-_BODY_START = struct.Struct(">hhii")
-_PARTITION = struct.Struct(">ii")
-_PARTITION_RESULT = struct.Struct(">ihqq")
-_INT16 = struct.Struct(">h")
-_INT32 = struct.Struct(">i")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,13 +93,16 @@ class Leader:
 MetadataSource = Callable[[], Awaitable[dict[int, Leader]]]
 """Returns the leader of every partition of the topic that has one."""
 
-Connect = Callable[[Callable[[], "_Link"], str, int], Awaitable[tuple[asyncio.Transport, "_Link"]]]
+Connect = Callable[
+    [Callable[[], ProduceConnection], str, int],
+    Awaitable[tuple[asyncio.Transport, ProduceConnection]],
+]
 """Opens a connection to a broker for a protocol (secured as the log's settings say)."""
 
 
 async def _plain_connect(
-    protocol_factory: Callable[[], _Link], host: str, port: int
-) -> tuple[asyncio.Transport, _Link]:
+    protocol_factory: Callable[[], ProduceConnection], host: str, port: int
+) -> tuple[asyncio.Transport, ProduceConnection]:
     return await asyncio.get_running_loop().create_connection(protocol_factory, host, port)
 
 
@@ -142,46 +137,6 @@ class _Request:
         self.deadline = deadline
 
 
-class _Link(asyncio.Protocol):
-    """One connection to one broker: frames out, responses (in request order) back."""
-
-    def __init__(self, node: _Node) -> None:
-        self._node = node
-        self._buffer = bytearray()
-        self.transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports implement asyncio.Transport without subclassing it.
-        self.transport = cast(asyncio.Transport, transport)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.transport = None
-        self._node.link_lost(self, exc)
-
-    def data_received(self, data: bytes) -> None:
-        buffer = self._buffer
-        buffer += data
-        while len(buffer) >= 4:
-            size = int.from_bytes(buffer[:4], "big", signed=True)
-            if not 4 <= size <= MAX_RESPONSE_BYTES:
-                self.abort(f"a response of {size} bytes")
-                return
-            if len(buffer) < 4 + size:
-                return
-            payload = bytes(buffer[4 : 4 + size])
-            del buffer[: 4 + size]
-            try:
-                self._node.response(self, payload)
-            except (struct.error, ValueError, IndexError, UnicodeDecodeError) as error:
-                self.abort(f"a response that cannot be read: {error!r}")
-                return
-
-    def abort(self, reason: str) -> None:
-        log.warning("closing the produce connection to %s: %s", self._node.describe(), reason)
-        if self.transport is not None:
-            self.transport.abort()
-
-
 class _Node:
     """What is queued for one broker, what is on the way to it, and its connection."""
 
@@ -190,7 +145,7 @@ class _Node:
         self.node_id = leader.node_id
         self.host = leader.host
         self.port = leader.port
-        self.link: _Link | None = None
+        self.link: ProduceConnection | None = None
         self.connecting: asyncio.Task[None] | None = None
         self.connect_failures = 0
         self.pending: deque[_Append] = deque()
@@ -206,7 +161,7 @@ class _Node:
     async def _connect(self) -> None:
         try:
             _, link = await asyncio.wait_for(
-                self.sender.connect(lambda: _Link(self), self.host, self.port),
+                self.sender.connect(lambda: ProduceConnection(self), self.host, self.port),
                 self.sender.request_timeout_s,
             )
         except KafkaSecurityError as error:
@@ -252,6 +207,7 @@ class _Node:
             return
         sender = self.sender
         producer = sender.producer
+        owners = sender.owners
         while self.pending and len(self.inflight) < sender.max_inflight_requests:
             appends: dict[int, _Append] = {}
             held: list[_Append] = []
@@ -271,14 +227,23 @@ class _Node:
                     continue
                 if appends and size + len(append.batch) > sender.max_request_bytes:
                     break
-                if producer is not None and not append.assigned:
-                    if not producer.prepare():
-                        # No sequence until a new producer id comes.
-                        sender.renew_producer_id()
-                        held.append(pending.popleft())
-                        continue
-                    append.batch = producer.assign(append.partition, append.batch, append.count)
-                    append.assigned = True
+                if not append.assigned:
+                    if owners is not None:
+                        refusal = owners.refusal(append.partition)
+                        if refusal is not None:
+                            # Released, or stopped while the append waited.
+                            sender.give_up(pending.popleft(), refusal)
+                            continue
+                        append.batch = owners.assign(append.partition, append.batch, append.count)
+                        append.assigned = True
+                    elif producer is not None:
+                        if not producer.prepare():
+                            # No sequence until a new producer id comes.
+                            sender.renew_producer_id()
+                            held.append(pending.popleft())
+                            continue
+                        append.batch = producer.assign(append.partition, append.batch, append.count)
+                        append.assigned = True
                 pending.popleft()
                 appends[append.partition] = append
                 sender.busy[append.partition] = append
@@ -290,10 +255,10 @@ class _Node:
             self.inflight.append(request)
             link.transport.write(sender.encode(request))
 
-    def response(self, link: _Link, payload: bytes) -> None:
+    def response(self, link: ProduceConnection, payload: bytes) -> None:
         if link is not self.link or not self.inflight:
             raise ValueError("a response nobody asked for")
-        (correlation_id,) = _INT32.unpack_from(payload, 0)
+        correlation_id = correlation_id_of(payload)
         request = self.inflight[0]
         if correlation_id != request.correlation_id:
             raise ValueError(
@@ -308,7 +273,7 @@ class _Node:
         # now; they leave with what the answered callers send next (see `answer_turns`).
         sender.notify_ready()
 
-    def link_lost(self, link: _Link, exc: Exception | None) -> None:
+    def connection_lost(self, link: ProduceConnection, exc: Exception | None) -> None:
         if link is not self.link:
             return
         self.link = None
@@ -361,17 +326,22 @@ class ProduceSender:
         produce_version: int = PRODUCE_VERSION,
         producer: IdempotentProducer | None = None,
         new_producer_id: ProducerIdSource | None = None,
+        owners: PartitionProducers | None = None,
         delivery_timeout_ms: int | None = None,
         answer_turns: int = 0,
     ) -> None:
         """`producer` (with `new_producer_id`, where new ids come from) makes appends
-        idempotent; `delivery_timeout_ms` (at least, and by default, the request timeout)
-        bounds how long an append is sent again before it fails. After a response the next
+        idempotent with one producer for the topic; `owners` instead, with a producer per
+        partition that the log acquires (`kafka_producer_fencing`). `delivery_timeout_ms`
+        (at least, and by default, the request timeout) bounds how long an append is sent
+        again before it fails. After a response the next
         request waits `answer_turns` more turns of the event loop: the turns the process
         takes to answer the writes the response commits, so that the writes those answers
         bring join that request (the server says how many; the log alone cannot know)."""
         if answer_turns < 0:
             raise ValueError("answer_turns must not be negative")
+        if producer is not None and owners is not None:
+            raise ValueError("one producer for the topic, or one per partition: not both")
         if max_inflight_requests < 1:
             raise ValueError("max_inflight_requests must be at least 1")
         self.connect = connect
@@ -393,6 +363,8 @@ class ProduceSender:
         self.answer_turns = answer_turns
         self.produce_version = produce_version
         self.producer = producer
+        self.owners = owners
+        self._dropping = False
         self._new_producer_id = new_producer_id
         self._renewing: asyncio.Task[None] | None = None
         # Appends sent again after a timeout, a lost connection or a retriable error (for
@@ -446,15 +418,34 @@ class ProduceSender:
     @property
     def idempotent(self) -> bool:
         producer = self.producer
-        return producer is not None and producer.enabled
+        return self.owners is not None or (producer is not None and producer.enabled)
 
     def next_stamp(self, partition: int) -> tuple[int, int, int]:
         """The producer id, epoch and base sequence to build the partition's next batch
         with: those it leaves with unless something changes first."""
+        if self.owners is not None:
+            return self.owners.next_stamp(partition)
         producer = self.producer
         if producer is None:
             return -1, -1, -1
         return producer.next_stamp(partition)
+
+    def drop_refused(self) -> None:
+        """Fail the queued appends that have not left and whose partition's producer is
+        gone (released, or stopped): they would only fail when their turn came."""
+        self._dropping = False
+        owners = self.owners
+        if owners is None or self.closed:
+            return
+        for queue in [*(node.pending for node in self._nodes.values()), self._unrouted]:
+            waiting = list(queue)
+            queue.clear()
+            for append in waiting:
+                refusal = None if append.assigned else owners.refusal(append.partition)
+                if refusal is None:
+                    queue.append(append)
+                else:
+                    self.give_up(append, refusal)
 
     def backlogged(self, partition: int) -> bool:
         """True while the partition's broker has all the requests it may have on the way:
@@ -524,67 +515,33 @@ class ProduceSender:
             self._loop.call_soon(self._flush)
 
     def encode(self, request: _Request) -> bytes:
-        client_id = self._client_id
-        topic = self._topic_bytes
-        parts = [
-            b"",
-            _HEADER.pack(
-                PRODUCE_API_KEY, self.produce_version, request.correlation_id, len(client_id)
-            ),
-            client_id,
-            # transactional_id (null), acks, timeout, one topic.
-            _BODY_START.pack(-1, ACKS_ALL, self.request_timeout_ms, 1),
-            len(topic).to_bytes(2, "big"),
-            topic,
-            _INT32.pack(len(request.appends)),
-        ]
-        for partition, append in request.appends.items():
-            parts.append(_PARTITION.pack(partition, len(append.batch)))
-            parts.append(append.batch)
-        size = sum(len(part) for part in parts)
-        parts[0] = _INT32.pack(size)
-        return b"".join(parts)
+        return encode_produce_request(
+            self.produce_version,
+            request.correlation_id,
+            self._client_id,
+            self._topic_bytes,
+            self.request_timeout_ms,
+            ((partition, append.batch) for partition, append in request.appends.items()),
+        )
 
     def finish(self, request: _Request, payload: bytes) -> None:
         """Settle a request's appends from its ProduceResponse (v3 to v8)."""
         appends = request.appends
-        version = self.produce_version
-        position = 4
-        (topics,) = _INT32.unpack_from(payload, position)
-        position += 4
-        for _ in range(topics):
-            name_length = int.from_bytes(payload[position : position + 2], "big", signed=True)
-            position += 2 + max(name_length, 0)
-            (partitions,) = _INT32.unpack_from(payload, position)
-            position += 4
-            for _ in range(partitions):
-                partition, error_code, base_offset, _ = _PARTITION_RESULT.unpack_from(
-                    payload, position
-                )
-                position += _PARTITION_RESULT.size
-                message: str | None = None
-                if version >= 5:
-                    # log_start_offset
-                    position += 8
-                if version >= 8:
-                    (record_errors,) = _INT32.unpack_from(payload, position)
-                    position += 4
-                    for _ in range(max(record_errors, 0)):
-                        # batch_index, batch_index_error_message
-                        _, position = _read_string(payload, position + 4)
-                    message, position = _read_string(payload, position)
-                append = appends.pop(partition, None)
-                if append is None:
-                    continue
-                if error_code == 0 or (
-                    error_code == DUPLICATE_SEQUENCE_NUMBER and base_offset >= 0 and append.assigned
-                ):
-                    # A duplicate is a copy of a batch the broker has, at that offset.
-                    self.release(append)
-                    if not append.future.done():
-                        append.future.set_result(base_offset + append.count)
-                else:
-                    self._refused(append, error_code, message)
+        for partition, error_code, base_offset, message in read_produce_response(
+            payload, self.produce_version
+        ):
+            append = appends.pop(partition, None)
+            if append is None:
+                continue
+            if error_code == 0 or (
+                error_code == DUPLICATE_SEQUENCE_NUMBER and base_offset >= 0 and append.assigned
+            ):
+                # A duplicate is a copy of a batch the broker has, at that offset.
+                self.release(append)
+                if not append.future.done():
+                    append.future.set_result(base_offset + append.count)
+            else:
+                self._refused(append, error_code, message)
         for append in appends.values():
             self.give_up(
                 append,
@@ -604,28 +561,19 @@ class ProduceSender:
             # Keeps the partition's place: nothing of it may overtake this batch.
             self._reroute(append, error_code)
             return
-        producer = self.producer
-        if producer is not None and producer.enabled and append.assigned:
+        if append.assigned and self.idempotent:
             if error_code in _FATE_UNKNOWN:
                 self.resent += 1
                 self._reroute(append, error_code)
                 return
-            if error_code in NEW_EPOCH_ERRORS or error_code in NEW_PRODUCER_ID_ERRORS:
+            owners, producer = self.owners, self.producer
+            if owners is not None and error_code in FENCED_ERRORS:
+                # Never a new epoch here: the partition stops until it is acquired again.
+                self.give_up(append, owners.fenced(append.partition, append.batch, described))
+                return
+            if producer is not None and producer.refused(append.partition, error_code, described):
                 # Not written: the batch goes again with the new epoch or id it gets.
-                log.warning(
-                    "partition %d of %s: the broker refused a batch of %r: %s; it goes again "
-                    "with a new %s",
-                    append.partition,
-                    self.topic,
-                    producer.current,
-                    described,
-                    "epoch" if error_code in NEW_EPOCH_ERRORS else "producer id",
-                )
-                if error_code in NEW_EPOCH_ERRORS:
-                    producer.epoch_rejected()
-                else:
-                    producer.id_rejected()
-                    self.renew_producer_id()
+                self.renew_producer_id()
                 append.assigned = False
                 self.resent += 1
                 self._reroute(append, error_code)
@@ -661,15 +609,37 @@ class ProduceSender:
     def give_up(self, append: _Append, error: AppendError) -> None:
         """Fail the append; one that left may be in the log (see unresolved())."""
         self.release(append)
-        if append.assigned and self.producer is not None:
-            self.producer.unresolved()
+        if append.assigned and self._unresolved(append, error) and not error.stops_partition:
+            # Its own error: one error may fail a whole request's appends.
+            error = AppendError(error.error_code, str(error), stops_partition=True)
         _fail(append, error)
 
     def abandon(self, append: _Append) -> None:
         """Forget an append its caller dropped before it left (again)."""
         self.release(append)
-        if append.assigned and self.producer is not None:
-            self.producer.unresolved()
+        if append.assigned:
+            self._unresolved(append, None)
+
+    def _unresolved(self, append: _Append, error: AppendError | None) -> bool:
+        """A batch that left failed, or was dropped (`error` None) before its answer: it may
+        be in the log. One producer for the topic moves to a new epoch; a partition's own
+        producer stops the partition instead. True if the partition stopped now."""
+        owners = self.owners
+        if owners is None:
+            if self.producer is not None:
+                self.producer.unresolved()
+            return False
+        if self.closed:
+            # Closing fails what is on the way; the partitions' state goes with the log.
+            return False
+        error = error or AppendError(REQUEST_TIMED_OUT, "dropped by its caller on its way")
+        stopped = owners.unresolved(append.partition, append.batch, error)
+        if stopped and not self._dropping and self._loop is not None:
+            # What waits behind it fails now, in a turn of its own: this may run while a
+            # queue is being walked.
+            self._dropping = True
+            self._loop.call_soon(self.drop_refused)
+        return stopped
 
     def release(self, append: _Append) -> None:
         if self.busy.get(append.partition) is append:
@@ -813,15 +783,6 @@ def _expire_appends(appends: deque[_Append], now: float, sender: ProduceSender) 
         else:
             kept.append(append)
     return kept
-
-
-def _read_string(payload: bytes, position: int) -> tuple[str | None, int]:
-    """A nullable string (int16 length) and the position after it."""
-    (length,) = _INT16.unpack_from(payload, position)
-    position += 2
-    if length < 0:
-        return None, position
-    return payload[position : position + length].decode(errors="replace"), position + length
 
 
 def _fail(append: _Append, error: AppendError) -> None:

@@ -11,17 +11,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 
 import pytest
-from aiokafka.client import AIOKafkaClient
-from aiokafka.protocol.fetch import FetchRequest
-from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.memory_records import MemoryRecords
-from aiokafka.structs import TopicPartition
 from apache_kafka import ApacheKafkaBroker
+from scripted_produce_broker import (
+    ScriptedBroker,
+    Sent,
+    answering,
+    batch_of,
+    keys,
+    read_batches,
+    stamps,
+    start_sender,
+    submit,
+)
 from tansu_broker import TansuBroker
 
 from coordinator_server.storage.api import AppendError
@@ -33,95 +38,9 @@ from coordinator_server.storage.kafka_idempotence import (
     restamp,
     stamp_of,
 )
-from coordinator_server.storage.kafka_produce import Leader, ProduceSender
+from coordinator_server.storage.kafka_produce import ProduceSender
 
 pytestmark = pytest.mark.timeout(120)
-
-PRODUCER_ID = 4000
-
-
-def batch_of(*records: tuple[bytes, bytes]) -> bytes:
-    """A batch built as the log builds it before it knows its sequence."""
-    builder = DefaultRecordBatchBuilder(2, 0, 0, PRODUCER_ID, 0, 0, 1 << 20)
-    for offset, (key, value) in enumerate(records):
-        builder.append(offset, 0, key, value, [])
-    return bytes(builder.build())
-
-
-# A scripted broker: reads ProduceRequests (v3) as Kafka does and answers what the test says.
-
-
-@dataclass
-class Sent:
-    correlation_id: int
-    # partition -> (producer id, epoch, base sequence, record count, raw batch)
-    batches: dict[int, tuple[int, int, int, int, bytes]]
-
-
-def parse_produce(payload: bytes) -> Sent:
-    api_key, version, correlation_id, client_id_length = struct.unpack_from(">hhih", payload, 0)
-    assert (api_key, version) == (0, 3)
-    position = 10 + client_id_length + 12
-    (name_length,) = struct.unpack_from(">h", payload, position)
-    position += 2 + name_length
-    (partitions,) = struct.unpack_from(">i", payload, position)
-    position += 4
-    batches = {}
-    for _ in range(partitions):
-        partition, size = struct.unpack_from(">ii", payload, position)
-        position += 8
-        raw = payload[position : position + size]
-        position += size
-        batch = MemoryRecords(raw).next_batch()
-        assert batch is not None and batch.validate_crc()
-        count = len(list(batch))
-        batches[partition] = (
-            batch.producer_id,
-            batch.producer_epoch,
-            batch.base_sequence,
-            count,
-            raw,
-        )
-    return Sent(correlation_id, batches)
-
-
-def answer(correlation_id: int, results: dict[int, tuple[int, int]]) -> bytes:
-    """A ProduceResponse v3: partition -> (error code, base offset)."""
-    body = struct.pack(">iih", correlation_id, 1, 3) + b"log" + struct.pack(">i", len(results))
-    for partition, (error_code, base_offset) in results.items():
-        body += struct.pack(">ihqq", partition, error_code, base_offset, -1)
-    body += struct.pack(">i", 0)
-    return struct.pack(">i", len(body)) + body
-
-
-Script = Callable[[Sent], dict[int, tuple[int, int]] | None]
-
-
-def answering(*answers: dict[int, tuple[int, int]] | None) -> Script:
-    """Answers these, one per request, in turn (None: no answer)."""
-    queue = list(answers)
-    return lambda request: queue.pop(0)
-
-
-@dataclass
-class ScriptedBroker:
-    script: Script
-    requests: list[Sent] = field(default_factory=list)
-    server: asyncio.Server | None = None
-
-    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                size = struct.unpack(">i", await reader.readexactly(4))[0]
-                request = parse_produce(await reader.readexactly(size))
-                self.requests.append(request)
-                results = self.script(request)
-                if results is not None:
-                    writer.write(answer(request.correlation_id, results))
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
 
 
 @pytest.fixture
@@ -136,28 +55,17 @@ async def scripted() -> AsyncIterator[Callable[..., asyncio.Future[ProduceSender
         request_timeout_ms: int = 2000,
         delivery_timeout_ms: int = 6000,
     ) -> ProduceSender:
-        broker.server = await asyncio.start_server(broker.serve, "127.0.0.1", 0)
-        host, port = broker.server.sockets[0].getsockname()[:2]
-
-        async def metadata() -> dict[int, Leader]:
-            return dict.fromkeys(range(4), Leader(1, host, port))
-
         async def new_producer_id() -> ProducerIdAndEpoch | None:
             assert new_ids, "no producer id was expected to be asked for"
             return new_ids.pop(0)
 
-        sender = ProduceSender(
-            "log",
-            metadata,
-            client_id="coordinator-test",
+        sender = await start_sender(
+            broker,
             request_timeout_ms=request_timeout_ms,
-            max_inflight_requests=1,
-            max_request_bytes=1 << 20,
+            delivery_timeout_ms=delivery_timeout_ms,
             producer=producer,
             new_producer_id=new_producer_id,
-            delivery_timeout_ms=delivery_timeout_ms,
         )
-        await sender.start()
         made.append((broker, sender))
         return sender
 
@@ -166,16 +74,6 @@ async def scripted() -> AsyncIterator[Callable[..., asyncio.Future[ProduceSender
         await sender.close()
         if broker.server is not None:
             broker.server.close()
-
-
-def stamps(broker: ScriptedBroker, partition: int = 0) -> list[tuple[int, int, int, int]]:
-    return [r.batches[partition][:4] for r in broker.requests if partition in r.batches]
-
-
-def submit(
-    sender: ProduceSender, partition: int, *records: tuple[bytes, bytes]
-) -> asyncio.Future[int]:
-    return sender.submit(partition, batch_of(*records), len(records))
 
 
 async def test_sequences_follow_each_partitions_records_from_the_producers_epoch(
@@ -311,12 +209,6 @@ async def test_a_batch_its_caller_dropped_before_it_left_is_never_sent(
     assert stamps(broker)[-1] == (7, 0, 1, 1)
 
 
-def keys(raw: bytes) -> list[bytes | None]:
-    batch = MemoryRecords(raw).next_batch()
-    assert batch is not None
-    return [record.key for record in batch]
-
-
 def test_restamping_keeps_the_batch_valid() -> None:
     batch = batch_of((b"k", b"v"), (b"l", b"w"))
     stamped = restamp(batch, 99, 5, 1234)
@@ -335,43 +227,6 @@ def test_the_produce_version_is_the_newest_both_sides_speak() -> None:
 
 
 # Against real brokers.
-
-
-async def read_batches(
-    bootstrap: str, topic: str, partition: int
-) -> list[tuple[int, int, int, list[tuple[bytes | None, bytes | None]]]]:
-    """(producer id, epoch, base sequence, records) of every batch of the partition."""
-    client = AIOKafkaClient(bootstrap_servers=bootstrap)
-    await client.bootstrap()
-    try:
-        await client.force_metadata_update()
-        leader = client.cluster.leader_for_partition(TopicPartition(topic, partition))
-        assert leader is not None
-        batches = []
-        offset = 0
-        while True:
-            request = FetchRequest(100, 1, 1 << 20, 0, [(topic, [(partition, offset, 1 << 20)])])
-            response = await client.send(leader, request)
-            data = response.topics[0][1][0]
-            high_watermark, raw = data[2], data[-1]
-            records = MemoryRecords(raw) if raw else None
-            while records is not None:
-                batch = records.next_batch()
-                if batch is None:
-                    break
-                batches.append(
-                    (
-                        batch.producer_id,
-                        batch.producer_epoch,
-                        batch.base_sequence,
-                        [(r.key, r.value) for r in batch],
-                    )
-                )
-                offset = batch.next_offset
-            if offset >= high_watermark:
-                return batches
-    finally:
-        await client.close()
 
 
 async def test_batches_carry_the_producer_id_and_consecutive_sequences(
