@@ -15,8 +15,9 @@ What it verifies (the invariants of a coordinator cluster under faults):
     record of a node it was sent to; and ownership epochs only grow.
 (d) Every consumer group completes a rebalance once the faults stop: within a bound after
     the heal, there is a generation in which every member got its assignment (SyncGroup
-    ok), the assignments split the group's partitions between them, and every member then
-    had a heartbeat of that generation answered ok.
+    ok, answered after the heal), the assignments split the group's partitions between
+    them, and every member then had a heartbeat of that generation answered ok. (The
+    workload makes a member of each group rejoin at the heal, so that each group must.)
 
 The checks rely on how the workload writes: each key's commit values are unique (a writer
 never sends one value twice to two different nodes without the history saying so: every
@@ -408,9 +409,9 @@ def _check_groups(
             violations.append(
                 Violation(
                     "no-rebalance",
-                    f"group {group}: no generation after the heal in which every member of "
-                    f"{sorted(spec.members)} was assigned the group's partitions between them "
-                    "and then heartbeated ok",
+                    f"group {group}: no rebalance completed after the heal in which every "
+                    f"member of {sorted(spec.members)} was assigned the group's partitions "
+                    "between them and then heartbeated ok",
                 )
             )
         elif settled - heal_ns > bound_ns:
@@ -425,9 +426,9 @@ def _check_groups(
 
 
 def _settled_at(history: Sequence[Op], group: str, spec: GroupSpec, heal_ns: int) -> int | None:
-    """The earliest time after `heal_ns` by which every member had heartbeated ok in one
-    generation whose assignments (SyncGroup answers) split `spec.partitions` between the
-    members; None if there is none."""
+    """The earliest time by which a rebalance completed after `heal_ns`: a generation whose
+    SyncGroup answers all came after the heal, whose assignments split `spec.partitions`
+    between the members, and in which every member then heartbeated ok; None if none did."""
     # (member process, generation) -> its assignment, and when it was answered.
     syncs: dict[tuple[str, int], tuple[frozenset[tuple[str, int]], int]] = {}
     # (member process, generation) -> (sent, answered) of its heartbeats answered ok.
@@ -447,6 +448,9 @@ def _settled_at(history: Sequence[Op], group: str, spec: GroupSpec, heal_ns: int
     for generation in sorted(generations):
         assignments = [syncs.get((member, generation)) for member in spec.members]
         if any(a is None for a in assignments):
+            continue
+        if any(a[1] < heal_ns for a in assignments if a is not None):
+            # A generation that completed before the heal is not a rebalance after it.
             continue
         parts = [a[0] for a in assignments if a is not None]
         if sum(len(p) for p in parts) != len(spec.partitions) or (

@@ -469,6 +469,30 @@ class MemberRunner:
             with contextlib.suppress(CommitFailedError, ClientError, ApiError):
                 await self.member.commit_offsets(offsets, timeout_ms=5000)
 
+    def rejoin(self, reason: str) -> None:
+        self.member.request_rejoin(reason)
+
     async def close(self) -> None:
         await self.member.close()
         await self.client.close()
+
+
+def rebalance(members: Sequence[MemberRunner], reason: str) -> None:
+    """Make the group of `members` rebalance: its leader rejoins (a follower that rejoins
+    with the same subscription is only given the current generation again, as in Kafka)."""
+    leader = next((m for m in members if m.member.is_leader), members[0])
+    leader.rejoin(reason)
+
+
+async def churn(
+    groups: Mapping[str, Sequence[MemberRunner]],
+    rng: random.Random,
+    every_s: tuple[float, float],
+    stop: asyncio.Event,
+) -> None:
+    """Make a random group rebalance now and then, under the faults."""
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), rng.uniform(*every_s))
+        if not stop.is_set():
+            rebalance(groups[rng.choice(sorted(groups))], "churn")

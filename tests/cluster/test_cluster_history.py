@@ -8,7 +8,7 @@ the workload runs on, the writers stop, every key is read once more, and the che
 (`checker.py`) verifies the history against the log itself.
 
 `HISTORY_SEED` replays a run's faults (the seed is printed first); `HISTORY_FAULTS_S` makes
-the faulty part longer. The history is written, one JSON line per attempt, to the path the
+the healed part longer. The history is written, one JSON line per attempt, to the path the
 test prints.
 """
 
@@ -37,7 +37,9 @@ from cluster_workload import (
     OffsetReader,
     RecordingClient,
     WireSession,
+    churn,
     final_reads,
+    rebalance,
 )
 from history import Recorder
 from nemesis import Nodes, Timing, run_schedule, schedule
@@ -61,6 +63,8 @@ CONSUMER_PARTITIONS = 6
 CONSUMER_GROUPS = ("cg-a", "cg-b")
 MEMBERS_PER_GROUP = 3
 READERS = 3
+# A random consumer group rebalances this often while the faults go on.
+CHURN_EVERY_S = (8.0, 16.0)
 
 
 def free_port() -> int:
@@ -209,14 +213,22 @@ async def test_a_cluster_under_kills_and_pauses_keeps_its_history_valid(
             )
 
     stop = asyncio.Event()
+    healed = asyncio.Event()
     clients = [
         *(asyncio.create_task(w.run(stop)) for w in writers),
         *(asyncio.create_task(r.run(stop)) for r in readers),
         *(asyncio.create_task(m.run(stop)) for m in members),
     ]
+    by_group = {g: [m for m in members if m.member.group_id == g] for g in CONSUMER_GROUPS}
+    churning = asyncio.create_task(churn(by_group, random.Random(seed), CHURN_EVERY_S, healed))
     try:
         await run_schedule(faults, cluster, recorder, time.monotonic())
+        healed.set()
+        await churning
         heal_ns = recorder.event("nemesis", "heal").invoke_ns
+        # Every group must complete a rebalance now that the faults stopped.
+        for group_members in by_group.values():
+            rebalance(group_members, "the faults stopped")
         await asyncio.sleep(AFTER_HEAL_S)
         stop.set()
         await asyncio.wait_for(asyncio.gather(*clients), 30)
@@ -227,6 +239,8 @@ async def test_a_cluster_under_kills_and_pauses_keeps_its_history_valid(
             await s.close()
     finally:
         stop.set()
+        healed.set()
+        churning.cancel()
         for task in clients:
             task.cancel()
         await asyncio.gather(*clients, return_exceptions=True)
