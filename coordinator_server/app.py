@@ -255,6 +255,11 @@ class CoordinatorApp:
                 loaded.cancel()
                 logger.info("asked to stop before every partition was loaded")
                 return
+            failure = loaded.exception()
+            if failure is not None:
+                # The cluster would not have this node (a refused setting, a missing topic):
+                # waiting does not mend it.
+                raise failure
         finally:
             if collecting:
                 gc.freeze()

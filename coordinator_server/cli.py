@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pydantic import ValidationError
 
 from coordinator_server import __version__
+from coordinator_server.cluster.membership import ClusterMembershipError
 from coordinator_server.config import CoordinatorConfig
 from coordinator_server.event_loop import run_async
 from coordinator_server.storage.kafka_security import KafkaSecurityError
@@ -130,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             serve(config)
         except KeyboardInterrupt:
             return 130
-        except KafkaSecurityError as error:
+        except (KafkaSecurityError, ClusterMembershipError) as error:
             # Settings that cannot work: what to fix, in one line, not a stack trace.
             logging.getLogger("coordinator_server").error("cannot start: %s", error)
             return 1

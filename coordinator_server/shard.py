@@ -18,7 +18,11 @@ from coordinator_server.groups.store import (
     GroupCount,
     GroupsConfig,
 )
-from coordinator_server.offsets.manager import OffsetMetadataManager, OffsetsConfig
+from coordinator_server.offsets.manager import (
+    OffsetCommitRun,
+    OffsetMetadataManager,
+    OffsetsConfig,
+)
 from coordinator_server.records import (
     CoordinatorRecord,
     GroupMetadataKey,
@@ -30,7 +34,7 @@ from coordinator_server.records import (
     decode_offset_commit,
     decode_record,
 )
-from coordinator_server.runtime.api import CoordinatorResult, ShardContext
+from coordinator_server.runtime.api import CoordinatorResult, RecordRun, ShardContext
 from protocol.errors import ErrorCode
 from protocol.messages import DeleteGroupsResponseResult
 
@@ -95,7 +99,15 @@ class GroupCoordinatorShard:
         # no snapshot: only a load sets it.
         self.ownership: PartitionOwnershipValue | None = None
 
-    def replay(self, offset: int, record: CoordinatorRecord) -> None:
+    def replay(self, offset: int, record: CoordinatorRecord | RecordRun) -> None:
+        """The one way records change the state, live and loaded: each record type to the
+        manager that owns it (Kafka's GroupCoordinatorShard.replay). An OffsetCommitRun is
+        a run of one group's commits from `offset` on, replayed in one go."""
+        if type(record) is OffsetCommitRun:
+            self.offsets.replay_commits(record.group, record.commits)
+            return
+        if not isinstance(record, CoordinatorRecord):
+            raise ValueError(f"unknown record {record!r} at offset {offset}")
         key = record.key
         if type(key) is OffsetCommitKey:
             value = record.value
@@ -185,22 +197,24 @@ class GroupCoordinatorShard:
 
 
 class GroupLoadReplay:
-    """The shard's LoadReplay: `replay` of records as the log holds them, offset commits decoded
-    without the key and record objects that `decode_record` builds.
+    """The shard's LoadReplay: the log's records decoded into what the shard's `replay`
+    takes, and handed to it in log order; offset commits decoded without the key and record
+    objects that `decode_record` builds.
 
     An OffsetCommit writes one record per partition, one after the other, so a log is runs
-    of one group's commits: a run is held (up to LOAD_RUN_LIMIT records) and replayed in
-    one go, like the live write that made it. Any other record replays what is held first,
-    so the state sees every record in log order. `close` replays the rest: the runtime calls
-    it when the load has read everything, before the partition becomes ACTIVE.
+    of one group's commits: a run is held (up to LOAD_RUN_LIMIT records) and replayed as one
+    OffsetCommitRun, as the live write that made it was. Any other record replays what is
+    held first, so the state sees every record in log order. `close` replays the rest: the
+    runtime calls it when the load has read everything, before the partition becomes ACTIVE.
     """
 
-    __slots__ = ("_commits", "_group", "_offsets", "_shard", "_topic", "_topic_name")
+    __slots__ = ("_commits", "_group", "_offset", "_offsets", "_shard", "_topic", "_topic_name")
 
     def __init__(self, shard: GroupCoordinatorShard) -> None:
         self._shard = shard
         self._offsets = shard.offsets
         self._group = ""
+        self._offset = 0
         self._commits: list[tuple[tuple[str, int], OffsetCommitValue]] = []
         self._topic = ""
         self._topic_name = ""
@@ -213,13 +227,17 @@ class GroupLoadReplay:
                 if group != self._group or len(self._commits) >= LOAD_RUN_LIMIT:
                     self.close()
                     self._group = group
+                if not self._commits:
+                    self._offset = offset
                 if topic != self._topic:
                     self._topic = topic
                     self._topic_name = self._offsets.topic_name(topic)
                 self._commits.append(((self._topic_name, partition), commit_value))
                 return
             self.close()
-            self._offsets.replay_commit(group, topic, partition, None)
+            self._shard.replay(
+                offset, CoordinatorRecord(OffsetCommitKey(group, topic, partition), None)
+            )
             return
         self.close()
         self._shard.replay(offset, decode_record(key, value))
@@ -228,4 +246,4 @@ class GroupLoadReplay:
         commits = self._commits
         if commits:
             self._commits = []
-            self._offsets.replay_commits(self._group, commits)
+            self._shard.replay(self._offset, OffsetCommitRun(self._group, commits))

@@ -1,10 +1,10 @@
 """A test context for the pure layers, in the manner of Kafka's GroupMetadataManagerTestContext.
 
 It calls a handler on a real shard, replays the records it returns at the next log offsets
-and applies its in-memory updates (as the runtime does), keeps every record written as the
-"log", delivers completions to parked callers' handles, moves a fake clock that fires
-timers as write operations, and can commit, fail an append (revert), or throw the shard
-away and rebuild it from the log.
+through the shard's one `replay` and applies its in-memory updates (as the runtime does),
+keeps every record written as the "log", delivers completions to parked callers' handles,
+moves a fake clock that fires timers as write operations, and can commit, fail an append
+(revert), or throw the shard away and rebuild it from the log.
 """
 
 from __future__ import annotations
@@ -14,12 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from coordinator_server.records import CoordinatorRecord, decode_record, encode_record
+from coordinator_server.records import CoordinatorRecord, decode_record
 from coordinator_server.runtime.api import (
     CoordinatorResult,
     ResponseHandle,
     ShardContext,
     TimeoutOperation,
+    encode_records,
+    replay_records,
 )
 from coordinator_server.shard import GroupCoordinatorShard, ShardConfig
 from coordinator_server.timeline import SnapshotRegistry
@@ -177,21 +179,12 @@ class ShardTestContext:
 
     def apply_result(self, result: CoordinatorResult[Any]) -> None:
         """What the runtime does with a result whose append succeeds."""
-        encoded = result.encoded
-        if encoded is not None and encoded.records:
-            assert not result.records, "records or encoded records, not both"
+        records = result.records
+        if records:
             base = self.end_offset
             self.registry.set_epoch(base)
-            self.log.extend(encoded.records)
-            if result.replay_records:
-                encoded.replay(base, 0, len(encoded.records))
-        elif result.records:
-            self.registry.set_epoch(self.end_offset)
-            for record in result.records:
-                offset = self.end_offset
-                self.log.append(encode_record(record))
-                if result.replay_records:
-                    self.shard.replay(offset, record)
+            self.log.extend(encode_records(records))
+            replay_records(self.shard, base, records)
         elif result.updates:
             self.registry.set_epoch_at(self.end_offset)
         for update in result.updates:
@@ -209,11 +202,8 @@ class ShardTestContext:
         base = self.end_offset
         result = operation(self.shard)
         self.registry.set_epoch(base)
-        if result.replay_records:
-            for offset, record in enumerate(result.records, base):
-                self.shard.replay(offset, record)
-            if result.encoded is not None:
-                result.encoded.replay(base, 0, len(result.encoded.records))
+        records = result.records
+        replay_records(self.shard, base, records)
         for update in result.updates:
             self.shard.apply(update)
         self.registry.revert_to(base)

@@ -1,10 +1,12 @@
 """GroupMetadataManager: the classic group protocol's state machine for one partition.
 
 Pure, like Kafka's class of the same name, with one difference of style: Kafka's handlers
-change the group in place, here they build the group's next immutable snapshot and return
-it as a `ClassicGroupUpdate` in the CoordinatorResult (with the GroupMetadata record where
-Kafka writes one, not replayed since the update carries the state). The shard applies the
-update; a failed append reverts it with the records.
+change the group in place (and write their GroupMetadata records with `replayRecords`
+false, since the group has changed already), here they build the group's next immutable
+snapshot and return it as a `ClassicGroupUpdate` in the CoordinatorResult, with the
+GroupMetadata record where Kafka writes one. The runtime replays the record like any other
+and then applies the update, which carries what the record does not (see `group_result`);
+a failed append reverts both.
 
 Kafka keeps every phase of the protocol in this one class; here the manager is the
 partition's groups (a GroupStore) with the handlers of each phase, bound under Kafka's

@@ -5,7 +5,7 @@ through one GroupStore: the groups in a TimelineDict, the clock, the timer, the 
 the metrics. A handler never changes a group in place: it builds the group's next immutable
 snapshot, collects what else it produces in an `Effects`, and `group_result` makes the
 CoordinatorResult of both. Records and updates change the store only through `replay` and
-`apply`, which the shard calls.
+`apply`, which the shard calls (records through its one replay dispatch).
 """
 
 from __future__ import annotations
@@ -126,17 +126,20 @@ def group_result(
     *,
     park: bool,
 ) -> CoordinatorResult[T]:
-    """The result of an operation on one group: the group's next snapshot as an update
-    (none if it did not change), and its effects."""
+    """The result of an operation on one group: its records, the group's next snapshot as an
+    update, and its effects.
+
+    The runtime replays the records (GroupMetadata records of this group) and then applies
+    the update, so the snapshot, with what the log does not hold (members between two
+    records, their parked requests), is the group's state whatever the records rebuilt. The
+    update is left out only when neither the group nor the log changes."""
     updates: tuple[ClassicGroupUpdate, ...] = (
-        () if group is original else (ClassicGroupUpdate(group_id, group),)
+        () if group is original and not fx.records else (ClassicGroupUpdate(group_id, group),)
     )
     return CoordinatorResult(
         records=fx.records,
         response=response,
         updates=updates,
-        # The records are GroupMetadata records of the snapshot the update carries.
-        replay_records=False,
         park=park,
         completions=fx.completions,
         on_append_failure=fx.on_append_failure,

@@ -24,12 +24,11 @@ from coordinator_server.groups.manager import GroupMetadataManager
 from coordinator_server.groups.store import RequestContext
 from coordinator_server.records import (
     CoordinatorRecord,
-    OffsetCommitKey,
     OffsetCommitValue,
     encode_offset_commits,
     new_offset_commit_tombstone_record,
 )
-from coordinator_server.runtime.api import Clock, CoordinatorResult, EncodedRecords
+from coordinator_server.runtime.api import Clock, CoordinatorResult, EncodedRecord, RecordRun
 from coordinator_server.timeline import SnapshotRegistry, TimelineDict
 from protocol.errors import ErrorCode
 from protocol.messages import (
@@ -64,6 +63,31 @@ class OffsetsConfig:
     # what each record adds to its key and value there: a commit must fit.
     max_records_bytes: int = 2147483647
     record_overhead_bytes: int = 0
+
+
+class OffsetCommitRun(RecordRun):
+    """Offset commit records of one group at consecutive offsets, each a ((topic, partition),
+    value) pair: what one OffsetCommit writes, and what a load reads back as one run of
+    them. The shard replays it with one `replay_commits`, which changes the offsets as its
+    records replayed one by one would. Topic names are the manager's `topic_name`s."""
+
+    __slots__ = ("commits", "group")
+
+    def __init__(self, group: str, commits: list[tuple[TopicPartition, OffsetCommitValue]]) -> None:
+        self.group = group
+        self.commits = commits
+
+    def __len__(self) -> int:
+        return len(self.commits)
+
+    def encode(self) -> list[EncodedRecord]:
+        return encode_offset_commits(self.group, self.commits)
+
+    def slice(self, start: int, stop: int) -> OffsetCommitRun:
+        return OffsetCommitRun(self.group, self.commits[start:stop])
+
+    def __repr__(self) -> str:
+        return f"OffsetCommitRun({self.group!r}, {len(self.commits)} commits)"
 
 
 # An offset commit record's key and value besides the group id, topic name and metadata:
@@ -204,14 +228,9 @@ class OffsetMetadataManager:
             return CoordinatorResult(response=response)
         self._groups.metrics.offset_commits += len(commits)
 
-        def replay(offset: int, start: int, stop: int) -> None:
-            self.replay_commits(
-                group_id, commits if start == 0 and stop == len(commits) else commits[start:stop]
-            )
-
         return CoordinatorResult(
-            response=response,
-            encoded=EncodedRecords(encode_offset_commits(group_id, commits), replay),
+            OffsetCommitRun(group_id, commits),
+            response,
             # Kafka appends the records of a commit together: none of them may be left in a
             # batch of their own that fails while the others are committed.
             atomic=True,
@@ -383,15 +402,12 @@ class OffsetMetadataManager:
             for name, parts in by_topic.items()
         ], size
 
-    # Replay (the only place state changes).
-
-    def replay(self, key: OffsetCommitKey, value: OffsetCommitValue | None) -> None:
-        self.replay_commit(key.group, key.topic, key.partition, value)
+    # Replay (the only place state changes; the shard's `replay` dispatches here).
 
     def replay_commit(
         self, group: str, topic: str, partition: int, value: OffsetCommitValue | None
     ) -> None:
-        """`replay` of an offset commit record given by its fields (the load's fast path)."""
+        """The replay of one offset commit record (a tombstone when `value` is None)."""
         if self._maybe_empty:
             self._prune()
         offsets = self._offsets.get(group)
@@ -416,9 +432,8 @@ class OffsetMetadataManager:
     def replay_commits(
         self, group: str, commits: list[tuple[TopicPartition, OffsetCommitValue]]
     ) -> None:
-        """`replay_commit` of each of a group's commits, in order, in one go: what the
-        replay of an OffsetCommit's encoded records does, and a load of a run of one group's
-        commits. Topic names are `topic_name`'s."""
+        """`replay_commit` of each of a group's commits, in order, in one go: the replay of
+        an OffsetCommitRun, live or loaded. Topic names are `topic_name`'s."""
         if self._maybe_empty:
             self._prune()
         self._groups.ensure_simple_group(group)

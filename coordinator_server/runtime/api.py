@@ -1,7 +1,8 @@
 """Types shared by the runtime and the pure state machines.
 
-This module holds only types and protocols (no asyncio): it is the one runtime module the
-pure layers (`groups/`, `offsets/`, `shard.py`) may import.
+This module holds types and protocols, and the two functions that encode a result's records
+and replay them through the shard's one dispatch (no asyncio): it is the one runtime module
+the pure layers (`groups/`, `offsets/`, `shard.py`) may import.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
-from coordinator_server.records import CoordinatorRecord, decode_record
+from coordinator_server.records import CoordinatorRecord, decode_record, encode_record
 from coordinator_server.timeline import SnapshotRegistry
 
 T = TypeVar("T")
@@ -39,80 +40,114 @@ class ResponseHandle:
 EncodedRecord = tuple[bytes, bytes | None]
 """A record as the log holds it: key bytes and value bytes, or None for a tombstone."""
 
-EncodedReplay = Callable[[int, int, int], None]
-"""`replay(offset, start, stop)`: replay records start..stop-1, the first at `offset`."""
 
-
-class EncodedRecords:
-    """Records a write operation encoded itself, with the replay of any run of them.
+class RecordRun:
+    """Records that follow each other in the log, which the shard replays as one.
 
     A write that emits many records of one kind (an OffsetCommit, one record per partition)
-    can encode them in one tight loop and replay them in one call, instead of building a
-    record object each for the runtime to encode and dispatch one at a time. The operation
-    owes the runtime two things:
+    can return them as a run: built in one loop, encoded in one call, and replayed in one
+    `CoordinatorShard.replay(offset, run)` instead of one call per record object. A load
+    reads such records back as runs of its own and hands them to the same `replay`, so a
+    run is one more record type of the shard's one dispatch, not a way around it. A run
+    owes the runtime:
 
-    - `records[i]` are the exact bytes the log holds for the i-th record (the documented
-      format: a load decodes them like any other record);
-    - `replay(offset, start, stop)` changes the shard exactly as `CoordinatorShard.replay`
-      of records start..stop-1, decoded from those bytes, at offsets `offset`,
-      `offset + 1`, ... would, one after the other. So a load of the log rebuilds the
-      state the live path built.
-
-    The runtime calls `replay` right after the operation returns, under the snapshot epoch of
-    the batch the records land in: once for all of them, or once per batch, in order, when
-    a write that is not atomic spills into a new batch. Each record is replayed once. The
-    changes are then tracked like any replay's: reverted with the batch when its append
-    fails, invisible to reads until the batch is committed.
+    - `encode()`: the exact bytes the log holds for each of its records, in order (the
+      documented format: a load decodes them like any other record);
+    - `replay(offset, run)` changes the shard exactly as replaying its records, decoded from
+      those bytes, one by one from `offset` on would (a loaded run's records follow each
+      other in the log, with the gaps compaction left between them);
+    - `slice(start, stop)`: the run of records start..stop-1, for a write that is not
+      atomic and spills into a new batch (each part is replayed under its own batch's
+      snapshot epoch).
     """
 
-    __slots__ = ("records", "replay")
+    __slots__ = ()
 
-    def __init__(self, records: Sequence[EncodedRecord], replay: EncodedReplay) -> None:
-        self.records = records
-        self.replay = replay
+    def __len__(self) -> int:
+        raise NotImplementedError
 
-    def __repr__(self) -> str:
-        return f"EncodedRecords({len(self.records)} records)"
+    def encode(self) -> Sequence[EncodedRecord]:
+        raise NotImplementedError
+
+    def slice(self, start: int, stop: int) -> RecordRun:
+        raise NotImplementedError
+
+
+Records = Sequence[CoordinatorRecord] | RecordRun
+"""What a write emits: record objects, or one run of records."""
+
+
+def encode_records(records: Records) -> Sequence[EncodedRecord]:
+    """The bytes the log holds for `records`, one pair per record."""
+    if isinstance(records, RecordRun):
+        return records.encode()
+    return [encode_record(record) for record in records]
+
+
+def replay_records(
+    shard: CoordinatorShard,
+    offset: int,
+    records: Records,
+    start: int = 0,
+    stop: int | None = None,
+) -> None:
+    """Replay records start..stop-1 of `records` (stop None: all of them from `start`), the
+    first at `offset`, through the shard's one dispatch: a run in one call, record objects
+    one at a time."""
+    if isinstance(records, RecordRun):
+        if start != 0 or stop is not None:
+            records = records.slice(start, len(records) if stop is None else stop)
+        shard.replay(offset, records)
+        return
+    replay = shard.replay
+    for index in range(start, len(records) if stop is None else stop):
+        replay(offset + index - start, records[index])
 
 
 @dataclass(slots=True)
 class CoordinatorResult(Generic[T]):
     """What a write operation returns: records to append and the response to give once
-    they are committed.
+    they are committed (Kafka's CoordinatorResult: records, response, isAtomic, and what its
+    appendFuture is used for).
 
     The operation itself changes nothing: the runtime replays `records` into the shard
-    (the only place state changes), appends them, and completes the caller's future with
-    `response` once the log's high watermark has passed them. `atomic` asks for all the
-    records to land in one batch.
+    through its one dispatch (`CoordinatorShard.replay`, the same one a load feeds), appends
+    them, and completes the caller's future with `response` once the log's high watermark
+    has passed them. `records` are record objects or one RecordRun (an OffsetCommit's
+    records, encoded and replayed as one); everything said of them here holds for both.
+    Every record is replayed: Kafka's `replayRecords=false` has no counterpart, since what it
+    is for (a classic group already changed in place) is `updates` here.
 
-    - `encoded`: the records already encoded, with their replay (see EncodedRecords),
-      instead of `records`; a result carries one or the other. Everything said of
-      `records` here holds for them.
-    - `updates`: in-memory state changes that are not logged (a classic group's members
-      and their parked requests between two GroupMetadata records). The runtime applies
-      them through `shard.apply` right after the records, under the same snapshot epoch,
-      so a failed append reverts them with the records.
-    - `replay_records=False`: the records are only appended; `updates` already carry the
-      state they describe.
+    What else a result carries, and why it cannot be a record:
+
+    - `atomic`: all the records land in one batch (an OffsetCommit's): how they are
+      appended, not what they say.
+    - `updates`: in-memory state changes that are not logged, applied through `shard.apply`
+      right after the records' replay, under the same snapshot epoch, so a failed append
+      reverts them with the records. A classic group holds state no record has: its members
+      between two GroupMetadata records (who is joining, their protocols, the rebalance's
+      progress) and their parked requests. Kafka keeps the same state in memory only and
+      changes it in place in its handlers; here the handlers are pure, so they return the
+      group's next snapshot instead, and the log still holds exactly what Kafka's does.
     - `park`: the caller's response comes later through a completion of its handle
-      (parkable writes only); `response` is ignored.
+      (parkable writes only; `response` is ignored): a JoinGroup waits for the join phase
+      to end, a follower's SyncGroup for its leader, as Kafka parks their futures.
     - `completions`: (handle, response or ApiError) pairs delivered once this result's
-      records (or, with none, every pending write) are committed; a failed append fails
-      them with its error instead.
+      records (or, with none, every pending write) are committed, and failed with the
+      append's error if it fails: answers to other callers, parked earlier, that this
+      write releases (Kafka completes them from the append future).
     - `on_append_failure`: a write operation the runtime runs after reverting, when the
       append of these records fails (a SyncGroup whose assignment could not be persisted
-      starts a new rebalance).
+      starts a new rebalance; Kafka's handlers do it in the append future's callback).
     """
 
-    records: Sequence[CoordinatorRecord] = ()
+    records: Records = ()
     response: T | None = None
     atomic: bool = False
     updates: Sequence[object] = ()
-    replay_records: bool = True
     park: bool = False
     completions: Sequence[tuple[ResponseHandle, object]] = ()
     on_append_failure: Callable[[], CoordinatorResult[Any]] | None = None
-    encoded: EncodedRecords | None = None
 
 
 class Clock(Protocol):
@@ -211,12 +246,14 @@ class DecodingReplay:
 class CoordinatorShard(Protocol):
     """A partition's state machine, as the runtime drives it."""
 
-    def replay(self, offset: int, record: CoordinatorRecord) -> None:
-        """Apply one record (live write or load) to the state: the only place it changes."""
+    def replay(self, offset: int, record: CoordinatorRecord | RecordRun) -> None:
+        """Apply one record, or one run of records from `offset` on (live write or load), to
+        the state: the one dispatch through which records change it."""
         ...
 
     def apply(self, update: object) -> None:
-        """Apply one in-memory update of a CoordinatorResult (never logged)."""
+        """Apply one in-memory update of a CoordinatorResult (never logged; see
+        CoordinatorResult.updates), after the result's records were replayed."""
         ...
 
     def load_replay(self) -> LoadReplay:

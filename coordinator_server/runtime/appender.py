@@ -39,7 +39,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import cast
 
-from coordinator_server.runtime.api import CoordinatorShard, EncodedReplay, TimeoutOperation
+from coordinator_server.runtime.api import (
+    CoordinatorShard,
+    Records,
+    TimeoutOperation,
+    replay_records,
+)
 from coordinator_server.runtime.batch import (
     BATCH_OVERHEAD_BYTES,
     RECORD_OVERHEAD_BYTES,
@@ -115,13 +120,14 @@ class BatchAppender:
         context: CoordinatorContext,
         event: WriteEvent,
         raw: Sequence[RawRecord],
-        replay: EncodedReplay | None,
+        records: Records,
         atomic: bool,
         updates: Sequence[object] = (),
     ) -> None:
-        """Replay the records into the shard (unless `replay` is None) and add them to the
-        open batch, opening and sealing batches as they fill up; then apply `updates` and
-        park `event` until its records are committed."""
+        """Add the records (`raw`, their bytes) to the open batch, opening and sealing
+        batches as they fill up, and replay each batch's part of `records` into the shard
+        under that batch's epoch; then apply `updates` and park `event` until its records
+        are committed."""
         max_bytes = self._config.max_batch_bytes
         count = len(raw)
         remaining = RECORD_OVERHEAD_BYTES * count
@@ -170,11 +176,11 @@ class BatchAppender:
                         stop += 1
                 if stop > start:
                     offset = batch.next_offset
-                    if replay is not None:
-                        replay(offset, start, stop)
                     if start == 0 and stop == count:
+                        replay_records(shard, offset, records)
                         batch.records.extend(raw)
                     else:
+                        replay_records(shard, offset, records, start, stop)
                         batch.records.extend(raw[start:stop])
                     batch.size_bytes += size
                     batch.next_offset = offset + stop - start

@@ -21,10 +21,10 @@ caller never sees state that could still be rolled back. Whichever way a write r
 caller gets a `WriteOutcome`: over already (a heartbeat on an idle partition needs no future
 at all), or with the future its answer comes through.
 
-An operation may also return its records already encoded, with a replay of its own for any
-run of them (`CoordinatorResult.encoded`, see `EncodedRecords`): the runtime then appends the
-bytes as they are and calls that replay once per batch the records land in, in place of one
-`shard.replay` per record object. Everything else (parking, batching, revert) is the same.
+An operation may return its records as one run (`RecordRun`: an OffsetCommit's records,
+built and encoded in one go): the runtime appends the run's bytes and replays it through the
+same `shard.replay`, in one call per batch the records land in instead of one per record.
+Everything else (parking, batching, revert) is the same.
 """
 
 from __future__ import annotations
@@ -36,14 +36,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar, cast
 
-from coordinator_server.records import CoordinatorRecord, encode_record
 from coordinator_server.runtime.api import (
     CoordinatorResult,
     CoordinatorShard,
-    EncodedReplay,
     ResponseHandle,
     ShardBuilder,
     TimeoutOperation,
+    encode_records,
 )
 from coordinator_server.runtime.appender import BatchAppender
 from coordinator_server.runtime.clock import RuntimeClock
@@ -77,16 +76,6 @@ from protocol.errors import (
 
 S = TypeVar("S", bound=CoordinatorShard)
 T = TypeVar("T")
-
-
-def _replay_each(shard: CoordinatorShard, records: Sequence[CoordinatorRecord]) -> EncodedReplay:
-    """The replay of record objects: one `shard.replay` each."""
-
-    def replay(offset: int, start: int, stop: int) -> None:
-        for index in range(start, stop):
-            shard.replay(offset + index - start, records[index])
-
-    return replay
 
 
 def _not_active_error(partition: int, context: CoordinatorContext | None) -> ApiError:
@@ -538,7 +527,6 @@ class CoordinatorRuntime(Generic[S]):
         if event is None:
             if (
                 not result.records
-                and result.encoded is None
                 and not result.updates
                 and not result.park
                 and not result.completions
@@ -571,21 +559,9 @@ class CoordinatorRuntime(Generic[S]):
         self, context: CoordinatorContext, event: WriteEvent, result: CoordinatorResult[Any]
     ) -> None:
         """Carry out what a write operation returned: its records, updates and answer."""
-        shard = cast(CoordinatorShard, context.shard)
+        records = result.records
         try:
-            encoded = result.encoded
-            replay: EncodedReplay | None
-            if encoded is not None:
-                if result.records:
-                    raise ValueError("a result carries records or encoded records, not both")
-                raw = encoded.records
-                replay = encoded.replay
-            elif result.records:
-                raw = [encode_record(record) for record in result.records]
-                replay = _replay_each(shard, result.records)
-            else:
-                raw = ()
-                replay = None
+            raw = encode_records(records)
         except ApiError as error:
             event.reject(error)
             return
@@ -611,7 +587,7 @@ class CoordinatorRuntime(Generic[S]):
             context,
             event,
             raw,
-            replay if result.replay_records else None,
+            records,
             result.atomic,
             result.updates,
         )

@@ -105,6 +105,10 @@ class ServiceGroupsContext:
 
     # Calls.
 
+    def call(self, api_key: ApiKey, request: Message) -> Answer:
+        """Any request, to the service's handler of its API."""
+        return self._call(api_key, request)
+
     def join(self, request: JoinGroupRequest) -> Answer:
         return self._call(ApiKey.JOIN_GROUP, request)
 

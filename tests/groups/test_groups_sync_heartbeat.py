@@ -59,7 +59,6 @@ def test_leader_sync_writes_the_assignment_and_answers_everyone_in_the_same_resu
     # the result's completions, which the runtime delivers once the record is committed.
     assert result.park
     assert not follower.done
-    assert result.replay_records is False
     assert len(result.records) == 1
     record = result.records[0]
     assert record.key == GroupMetadataKey(GROUP)
@@ -136,7 +135,6 @@ def test_failed_assignment_append_gives_other_parked_syncs_rebalance_in_progress
         type(result)(
             records=result.records,
             updates=result.updates,
-            replay_records=False,
             park=True,
         )
     )

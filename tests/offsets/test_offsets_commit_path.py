@@ -1,9 +1,10 @@
-"""The OffsetCommit write path: its encoded records and their bulk replay.
+"""The OffsetCommit write path: its records as one run, and their bulk replay.
 
-A commit's result carries its records already encoded and replays them in one go. Whatever
-mix of topics, repeated partitions, over-long metadata, committed and failed appends, the
-state it builds must be the one a load of the log builds, through either of the shard's
-replay paths, and reads as of the committed offset must see committed commits only.
+A commit's result carries its records as one OffsetCommitRun, encoded in one call and
+replayed through the shard's `replay` in one go. Whatever mix of topics, repeated
+partitions, over-long metadata, committed and failed appends, the state it builds must be
+the one a load of the log builds (the load's runs, or the records one by one, through the
+same `replay`), and reads as of the committed offset must see committed commits only.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from shard_context import ShardTestContext
 
-from coordinator_server.offsets.manager import OffsetsConfig
+from coordinator_server.offsets.manager import OffsetCommitRun, OffsetsConfig
 from coordinator_server.records import (
     CoordinatorRecord,
     OffsetCommitKey,
@@ -220,11 +221,11 @@ def test_live_commits_and_a_load_of_their_log_build_the_same_state(
 
     live_groups = groups_of(ctx.shard)
     assert set(live_groups) == {group for group, _, _ in latest}
-    # A load through the shard's own sink (load_replay)...
+    # A load through the shard's own sink (load_replay: runs of commits)...
     ctx.reload()
     assert state_of(ctx.shard) == latest
     assert groups_of(ctx.shard) == live_groups
-    # ...and through record objects (`replay`) build the same state.
+    # ...and record by record, through the same `replay`, build the same state.
     objects = ShardTestContext(CONFIG)
     objects.registry.set_tracking(False)
     for offset, (key, value) in enumerate(ctx.log):
@@ -239,12 +240,12 @@ def test_a_commit_split_over_two_batches_replays_each_part_in_its_own_batch() ->
     ctx = ShardTestContext(CONFIG)
     partitions = [("t", 0, 1, None), ("t", 1, 2, None), ("u", 0, 3, None), ("t", 0, 4, None)]
     result = ctx.shard.commit_offset(request("g1", partitions))
-    encoded = result.encoded
-    assert encoded is not None and len(encoded.records) == 4
+    run = result.records
+    assert isinstance(run, OffsetCommitRun) and len(run) == 4
     ctx.registry.set_epoch(0)
-    encoded.replay(0, 0, 2)
+    ctx.shard.replay(0, run.slice(0, 2))
     ctx.registry.set_epoch(2)
-    encoded.replay(2, 2, 4)
+    ctx.shard.replay(2, run.slice(2, 4))
     now = ctx.clock.now_ms()
     first = {
         ("g1", "t", 0): OffsetCommitValue(1, 0, "", now),

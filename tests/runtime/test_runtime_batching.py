@@ -159,18 +159,18 @@ async def test_a_full_batch_is_sealed_and_queued_behind_the_one_in_flight(
     await asyncio.gather(*futures)
 
 
-@pytest.mark.parametrize("encoded", [False, True], ids=["records", "encoded"])
+@pytest.mark.parametrize("run", [False, True], ids=["records", "run"])
 async def test_a_write_whose_records_overflow_the_batch_continues_in_the_next(
     make_harness: Callable[..., Harness],
-    encoded: bool,
+    run: bool,
 ) -> None:
     h = await loaded(make_harness, max_batch_bytes=room_for(2))
-    future = h.write(0, put_many({"k1": 1, "k2": 2, "k3": 3}, encoded=encoded))
+    future = h.write(0, put_many({"k1": 1, "k2": 2, "k3": 3}, run=run))
     await settle()
     assert h.writer.batches(0) == [(0, 2), (2, 1)]
-    if encoded:
+    if run:
         # One replay per batch, each under its batch's epoch (twice its base offset).
-        assert h.shard().encoded_replays == [(0, 0, 2, 0), (2, 2, 3, 4)]
+        assert h.shard().run_replays == [(0, 0, 2, 0), (2, 2, 3, 4)]
     h.commit(0, 2)
     await settle()
     # Its response waits for its last record; reads see the first batch only.
@@ -180,13 +180,13 @@ async def test_a_write_whose_records_overflow_the_batch_continues_in_the_next(
     assert await future == "ok"
 
 
-@pytest.mark.parametrize("encoded", [False, True], ids=["records", "encoded"])
+@pytest.mark.parametrize("run", [False, True], ids=["records", "run"])
 async def test_a_record_too_large_for_any_batch_fails_and_replays_nothing(
     make_harness: Callable[..., Harness],
-    encoded: bool,
+    run: bool,
 ) -> None:
     h = await loaded(make_harness, max_batch_bytes=room_for(2))
-    large = h.write(0, put_many({"k1": 1, "x" * 200: 2}, encoded=encoded))
+    large = h.write(0, put_many({"k1": 1, "x" * 200: 2}, run=run))
     fine = h.put(0, "k2", 2)
     await settle()
     with pytest.raises(MessageTooLargeError):
@@ -199,16 +199,16 @@ async def test_a_record_too_large_for_any_batch_fails_and_replays_nothing(
 # A14: atomic writes.
 
 
-@pytest.mark.parametrize("encoded", [False, True], ids=["records", "encoded"])
+@pytest.mark.parametrize("run", [False, True], ids=["records", "run"])
 async def test_an_atomic_write_goes_into_one_batch(
-    make_harness: Callable[..., Harness], encoded: bool
+    make_harness: Callable[..., Harness], run: bool
 ) -> None:
     h = await loaded(make_harness, max_batch_bytes=room_for(3))
     h.writer.pause_appends()
     h.put(0, "k0", 0)
     await settle()
     h.put(0, "k1", 1)
-    atomic = h.write(0, put_many({"k2": 2, "k3": 3, "k4": 4}, atomic=True, encoded=encoded))
+    atomic = h.write(0, put_many({"k2": 2, "k3": 3, "k4": 4}, atomic=True, run=run))
     await settle()
     h.writer.resume_appends()
     await settle()
@@ -218,30 +218,30 @@ async def test_an_atomic_write_goes_into_one_batch(
     assert await atomic == "ok"
 
 
-@pytest.mark.parametrize("encoded", [False, True], ids=["records", "encoded"])
+@pytest.mark.parametrize("run", [False, True], ids=["records", "run"])
 async def test_a_non_atomic_write_fills_the_open_batch_first(
     make_harness: Callable[..., Harness],
-    encoded: bool,
+    run: bool,
 ) -> None:
     h = await loaded(make_harness, max_batch_bytes=room_for(3))
     h.writer.pause_appends()
     h.put(0, "k0", 0)
     await settle()
     h.put(0, "k1", 1)
-    h.write(0, put_many({"k2": 2, "k3": 3, "k4": 4}, encoded=encoded))
+    h.write(0, put_many({"k2": 2, "k3": 3, "k4": 4}, run=run))
     await settle()
     h.writer.resume_appends()
     await settle()
     assert h.writer.batches(0) == [(0, 1), (1, 3), (4, 1)]
 
 
-@pytest.mark.parametrize("encoded", [False, True], ids=["records", "encoded"])
+@pytest.mark.parametrize("run", [False, True], ids=["records", "run"])
 async def test_an_atomic_write_larger_than_a_batch_fails(
     make_harness: Callable[..., Harness],
-    encoded: bool,
+    run: bool,
 ) -> None:
     h = await loaded(make_harness, max_batch_bytes=room_for(2))
-    atomic = h.write(0, put_many({"k1": 1, "k2": 2, "k3": 3}, atomic=True, encoded=encoded))
+    atomic = h.write(0, put_many({"k1": 1, "k2": 2, "k3": 3}, atomic=True, run=run))
     await settle()
     with pytest.raises(MessageTooLargeError):
         await atomic

@@ -179,17 +179,17 @@ async def test_updates_with_records_are_reverted_with_them(harness: Harness) -> 
     assert harness.shard(0).latest() == {}
 
 
-async def test_records_not_replayed_are_still_appended(harness: Harness) -> None:
+async def test_updates_are_applied_after_the_records_are_replayed(harness: Harness) -> None:
+    # An update carries what the records do not: it has the last word over their replay.
     def op(shard: KeyValueShard) -> CoordinatorResult[Any]:
-        return CoordinatorResult(
-            [put_record("k", 1)], "ok", updates=[("set", "k", 1)], replay_records=False
-        )
+        return CoordinatorResult([put_record("k", 1)], "ok", updates=[("set", "k", 7)])
 
     done = harness.write(0, op)
     await settle()
+    assert harness.shard(0).replayed == [(0, "k")]
+    assert harness.shard(0).latest() == {"k": 7}
     harness.commit(0)
     await settle()
     assert done.result() == "ok"
-    assert harness.shard(0).replayed == []
     assert len(harness.writer.entries(0)) == 1
-    assert harness.committed_state(0) == {"k": 1}
+    assert harness.committed_state(0) == {"k": 7}

@@ -43,7 +43,7 @@ actions = st.one_of(
         st.just("put"), st.sampled_from(PARTITIONS), st.sampled_from(KEYS), st.integers(0, 9)
     ),
     st.tuples(st.just("delete"), st.sampled_from(PARTITIONS), st.sampled_from(KEYS)),
-    # Several keys in one write, as record objects or encoded, atomic or not.
+    # Several keys in one write, as record objects or as one run, atomic or not.
     st.tuples(
         st.just("put_many"),
         st.sampled_from(PARTITIONS),
@@ -123,7 +123,7 @@ async def scenario(
         elif kind == "delete":
             futures.append(h.write(step[1], delete(step[2])))
         elif kind == "put_many":
-            futures.append(h.write(step[1], put_many(step[2], atomic=step[3], encoded=step[4])))
+            futures.append(h.write(step[1], put_many(step[2], atomic=step[3], run=step[4])))
         elif kind == "read_latest":
             futures.append(h.write(step[1], get_latest(step[2])))
         elif kind == "settle":

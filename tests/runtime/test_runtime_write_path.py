@@ -49,9 +49,9 @@ def holding(h: Harness) -> Callable[[KeyValueShard], CoordinatorResult[str]]:
         (get_latest("missing"), None),
         (failing, InvalidGroupIdError),
         (put("k", 1), "put k=1"),
-        (put_many({"a": 1, "b": 2}, encoded=True, response="ok"), "ok"),
+        (put_many({"a": 1, "b": 2}, run=True, response="ok"), "ok"),
     ],
-    ids=["no-records", "raises", "records", "encoded-records"],
+    ids=["no-records", "raises", "records", "record-run"],
 )
 async def test_a_write_answers_the_same_run_at_once_or_from_the_queue(
     make_harness: Callable[..., Harness],

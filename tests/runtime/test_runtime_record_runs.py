@@ -1,33 +1,34 @@
-"""Write operations whose records come encoded (CoordinatorResult.encoded): the runtime
-appends the bytes as given and replays them through the result's own replay, with the same
-guarantees as record objects: parked until committed, reads as of the committed offset,
-reverted when the append fails, and a log that reloads into the state the writes built."""
+"""Write operations whose records come as one run (a RecordRun): the runtime appends the
+run's bytes and replays it through the shard's one `replay`, once per batch it lands in,
+with the same guarantees as record objects: parked until committed, reads as of the
+committed offset, reverted when the append fails, and a log that reloads into the state the
+writes built."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from runtime_harness import Harness, KeyValueShard, put, put_many, put_record, settle
+from runtime_harness import Harness, KeyValueRun, KeyValueShard, put, put_many, put_record, settle
 
 from coordinator_server.records import encode_record
-from coordinator_server.runtime.api import CoordinatorResult, EncodedRecords
+from coordinator_server.runtime.api import CoordinatorResult
 from coordinator_server.storage.api import AppendError
 from protocol.errors import UnknownServerError
 
 
-async def test_encoded_records_are_appended_as_given_and_replayed_once(
+async def test_a_run_is_appended_as_it_encodes_itself_and_replayed_once(
     harness: Harness,
 ) -> None:
     shard = harness.shard()
-    written = harness.write(0, put_many({"a": 1, "b": 2}, encoded=True))
+    written = harness.write(0, put_many({"a": 1, "b": 2}, run=True))
     await settle()
     assert harness.writer.entries(0) == [
         encode_record(put_record("a", 1)),
         encode_record(put_record("b", 2)),
     ]
     # One call for the whole write, under the epoch of the batch at offset 0.
-    assert shard.encoded_replays == [(0, 0, 2, 0)]
+    assert shard.run_replays == [(0, 0, 2, 0)]
     assert shard.replayed == [(0, "a"), (1, "b")]
     assert shard.latest() == {"a": 1, "b": 2}
     # Parked, and invisible to reads, until the log commits it.
@@ -39,19 +40,19 @@ async def test_encoded_records_are_appended_as_given_and_replayed_once(
     assert harness.committed_state() == {"a": 1, "b": 2}
 
 
-async def test_encoded_and_object_records_of_consecutive_writes_share_a_batch(
+async def test_runs_and_record_objects_of_consecutive_writes_share_a_batch(
     harness: Harness,
 ) -> None:
     shard = harness.shard()
     futures = [
         harness.put(0, "a", 1),
-        harness.write(0, put_many({"b": 2, "c": 3}, encoded=True)),
+        harness.write(0, put_many({"b": 2, "c": 3}, run=True)),
         harness.put(0, "d", 4),
     ]
     await settle()
     assert harness.writer.batches(0) == [(0, 4)]
-    # The encoded run starts at the offset after the record before it.
-    assert shard.encoded_replays == [(1, 0, 2, 0)]
+    # The run starts at the offset after the record before it.
+    assert shard.run_replays == [(1, 0, 2, 0)]
     assert shard.replayed == [(0, "a"), (1, "b"), (2, "c"), (3, "d")]
     harness.commit(0)
     for future in futures:
@@ -59,36 +60,36 @@ async def test_encoded_and_object_records_of_consecutive_writes_share_a_batch(
     assert harness.committed_state() == {"a": 1, "b": 2, "c": 3, "d": 4}
 
 
-async def test_a_failed_append_of_encoded_records_leaves_nothing_of_them(
+async def test_a_failed_append_of_a_run_leaves_nothing_of_it(
     harness: Harness,
 ) -> None:
-    first = harness.write(0, put_many({"a": 1, "b": 2}, encoded=True))
+    first = harness.write(0, put_many({"a": 1, "b": 2}, run=True))
     await settle()
     harness.commit(0)
     await first
     harness.writer.inject_append_failure(0, 19, "not enough replicas")
-    failed = harness.write(0, put_many({"a": 5, "c": 6}, encoded=True))
+    failed = harness.write(0, put_many({"a": 5, "c": 6}, run=True))
     await settle()
     with pytest.raises(AppendError):
         await failed
     assert harness.shard().latest() == {"a": 1, "b": 2}
     assert harness.committed_state() == {"a": 1, "b": 2}
     assert harness.runtime.last_written_offset(0) == 2
-    later = harness.write(0, put_many({"c": 7}, encoded=True))
+    later = harness.write(0, put_many({"c": 7}, run=True))
     await settle()
     harness.commit(0)
     await later
     assert harness.committed_state() == {"a": 1, "b": 2, "c": 7}
 
 
-async def test_a_failing_encoded_replay_fails_the_whole_open_batch(harness: Harness) -> None:
+async def test_a_failing_replay_of_a_run_fails_the_whole_open_batch(harness: Harness) -> None:
     shard = harness.shard()
     shard.fail_replay_of.add("bad")
     harness.writer.pause_appends()
     in_flight = harness.put(0, "a", 1)
     await settle()
     good = harness.put(0, "b", 2)
-    bad = harness.write(0, put_many({"c": 3, "bad": 4}, encoded=True))
+    bad = harness.write(0, put_many({"c": 3, "bad": 4}, run=True))
     await settle()
     assert isinstance(bad.exception(), UnknownServerError)
     assert isinstance(good.exception(), UnknownServerError)
@@ -101,48 +102,26 @@ async def test_a_failing_encoded_replay_fails_the_whole_open_batch(harness: Harn
     assert harness.writer.batches(0) == [(0, 1)]
 
 
-async def test_encoded_records_not_replayed_are_still_appended(harness: Harness) -> None:
+async def test_updates_are_applied_after_the_run_is_replayed(harness: Harness) -> None:
     def op(shard: KeyValueShard) -> CoordinatorResult[Any]:
-        return CoordinatorResult(
-            response="ok",
-            encoded=shard.encode([put_record("k", 1)]),
-            updates=[("set", "k", 1)],
-            replay_records=False,
-        )
+        return CoordinatorResult(KeyValueRun([put_record("k", 1)]), "ok", updates=[("set", "k", 7)])
 
     done = harness.write(0, op)
     await settle()
+    assert harness.shard().run_replays == [(0, 0, 1, 0)]
+    assert harness.shard().latest() == {"k": 7}
     harness.commit(0)
     assert await done == "ok"
-    assert harness.shard().encoded_replays == []
     assert harness.writer.entries(0) == [encode_record(put_record("k", 1))]
-    assert harness.committed_state() == {"k": 1}
+    assert harness.committed_state() == {"k": 7}
 
 
-async def test_a_result_with_both_kinds_of_records_fails_and_writes_nothing(
-    harness: Harness,
-) -> None:
-    def op(shard: KeyValueShard) -> CoordinatorResult[Any]:
-        return CoordinatorResult(
-            [put_record("a", 1)], "ok", encoded=shard.encode([put_record("b", 2)])
-        )
-
-    both = harness.write(0, op)
-    fine = harness.put(0, "c", 3)
-    await settle()
-    assert isinstance(both.exception(), UnknownServerError)
-    assert harness.shard().latest() == {"c": 3}
-    assert harness.writer.end_offset(0) == 1
-    harness.commit(0)
-    assert await fine == "put c=3"
-
-
-async def test_no_encoded_records_is_a_write_without_records(harness: Harness) -> None:
+async def test_an_empty_run_is_a_write_without_records(harness: Harness) -> None:
     pending = harness.put(0, "a", 1)
     await settle()
 
     def op(shard: KeyValueShard) -> CoordinatorResult[Any]:
-        return CoordinatorResult(response="nothing", encoded=EncodedRecords([], _no_replay))
+        return CoordinatorResult(KeyValueRun([]), "nothing")
 
     # Like any write without records, it answers once every pending write is committed.
     empty = harness.write(0, op)
@@ -152,21 +131,18 @@ async def test_no_encoded_records_is_a_write_without_records(harness: Harness) -
     await pending
     assert await empty == "nothing"
     assert harness.writer.end_offset(0) == 1
+    assert harness.shard().run_replays == []
 
 
-def _no_replay(offset: int, start: int, stop: int) -> None:
-    raise AssertionError("nothing to replay")
-
-
-async def test_a_reload_of_encoded_records_rebuilds_the_state_the_writes_built(
+async def test_a_reload_of_runs_rebuilds_the_state_the_writes_built(
     make_harness: Any,
 ) -> None:
     h: Harness = make_harness()
     await h.load(0)
     futures = [
-        h.write(0, put_many({"a": 1, "b": 2}, encoded=True)),
+        h.write(0, put_many({"a": 1, "b": 2}, run=True)),
         h.put(0, "a", 3),
-        h.write(0, put_many({"c": 4, "b": 5}, encoded=True)),
+        h.write(0, put_many({"c": 4, "b": 5}, run=True)),
     ]
     await settle()
     h.commit(0)

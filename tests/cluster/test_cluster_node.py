@@ -1,0 +1,157 @@
+"""A node of a cluster as an operator runs it: refused settings, a taken node id, a planned
+shutdown that hands the partitions over at once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from apache_kafka import ApacheKafkaBroker
+from server_process import ServerProcess
+from wire_client import WireClient, commit_body, commit_errors
+
+from protocol.api_keys import ApiKey
+from protocol.errors import ErrorCode
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+SESSION_TIMEOUT_MS = 6000
+PARTITIONS = 4
+
+
+def node_args(broker: ApacheKafkaBroker, topic: str, node_id: int) -> list[str]:
+    return [
+        "--port",
+        "0",
+        "--bootstrap-servers",
+        broker.bootstrap,
+        "--offsets-topic",
+        topic,
+        "--offsets-topic-partitions",
+        str(PARTITIONS),
+        "--offsets-topic-replication-factor",
+        "1",
+        "--cluster",
+        "on",
+        "--cluster-session-timeout-ms",
+        str(SESSION_TIMEOUT_MS),
+        "--cluster-heartbeat-interval-ms",
+        "1000",
+        "--node-id",
+        str(node_id),
+    ]
+
+
+@pytest.fixture
+def nodes() -> Iterator[list[ServerProcess]]:
+    started: list[ServerProcess] = []
+    yield started
+    for process in started:
+        process.kill()
+
+
+def http_json(process: ServerProcess, path: str) -> dict[str, Any]:
+    try:
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{process.metrics_port}{path}", timeout=5
+        ) as reply:
+            body: dict[str, Any] = json.loads(reply.read())
+    except urllib.error.HTTPError as error:
+        body = json.loads(error.read())
+    return body
+
+
+def test_a_session_timeout_the_broker_refuses_stops_the_start_with_one_line(
+    kafka_broker: ApacheKafkaBroker, unique_topic: str
+) -> None:
+    args = node_args(kafka_broker, unique_topic, 1)
+    args[args.index("--cluster-session-timeout-ms") + 1] = "3000"
+    process = ServerProcess(args)
+    with pytest.raises(RuntimeError, match="server did not become ready"):
+        process.start(timeout=60)
+    assert process.proc is not None and process.proc.wait(10) == 1
+    (line,) = [line for line in process.lines if "cannot start:" in line]
+    assert "InvalidSessionTimeout" in line, line
+    assert not any("Traceback" in line for line in process.lines), "".join(process.lines)
+
+
+def test_two_nodes_with_one_node_id_never_both_own_and_the_second_says_why(
+    kafka_broker: ApacheKafkaBroker, unique_topic: str, nodes: list[ServerProcess]
+) -> None:
+    first = ServerProcess(node_args(kafka_broker, unique_topic, 7))
+    nodes.append(first)
+    first.start()
+    second = ServerProcess(node_args(kafka_broker, unique_topic, 7))
+    nodes.append(second)
+    second.start()
+    deadline = time.monotonic() + 30
+    while True:
+        status_first = http_json(first, "/status")["cluster"]
+        status_second = http_json(second, "/status")["cluster"]
+        errors = [s["error"] for s in (status_first, status_second) if s["error"]]
+        if errors or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert len(errors) == 1, (status_first, status_second)
+    assert "node id" in errors[0]
+    owned = [set(s["owned"]) for s in (status_first, status_second)]
+    assert owned[0].isdisjoint(owned[1])
+    assert owned[0] | owned[1] == set(range(PARTITIONS))
+    refused = first if status_first["error"] else second
+    readiness = http_json(refused, "/readyz")
+    assert readiness["ready"] is False and "node id" in readiness["reason"], readiness
+    assert any("owns no partition" in line for line in refused.lines)
+
+
+async def test_a_planned_shutdown_hands_the_partitions_over_before_the_session_ends(
+    kafka_broker: ApacheKafkaBroker, unique_topic: str, nodes: list[ServerProcess]
+) -> None:
+    first = ServerProcess(node_args(kafka_broker, unique_topic, 1))
+    nodes.append(first)
+    first.start()
+    second = ServerProcess(node_args(kafka_broker, unique_topic, 2))
+    nodes.append(second)
+    second.start()
+    client = await WireClient.connect(second.host, second.port)
+    try:
+        groups = [f"group-{i}" for i in range(16)]
+
+        async def owners() -> set[int]:
+            response = await client.call(ApiKey.FIND_COORDINATOR, {"key_type": 0, "keys": groups})
+            return {c["node_id"] for c in response["coordinators"]}
+
+        deadline = time.monotonic() + 30
+        while await owners() != {1, 2}:
+            assert time.monotonic() < deadline, "both nodes never owned partitions"
+            await asyncio.sleep(0.2)
+        stopping = time.monotonic()
+        assert first.terminate() == 0
+        while await owners() != {2}:
+            assert time.monotonic() - stopping < SESSION_TIMEOUT_MS / 1000 / 2, (
+                "the partitions waited for the session to expire"
+            )
+            await asyncio.sleep(0.05)
+        # Every group commits at the node that took the partitions over, after at most
+        # retriable errors while they load.
+        for group in groups:
+            while True:
+                response = await client.call(
+                    ApiKey.OFFSET_COMMIT, commit_body(group, {("events", 0): 7})
+                )
+                (code,) = set(commit_errors(response).values())
+                if code == ErrorCode.NONE:
+                    break
+                assert code in (
+                    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                    ErrorCode.NOT_COORDINATOR,
+                ), code
+                assert time.monotonic() - stopping < 20
+                await asyncio.sleep(0.05)
+    finally:
+        await client.close()
