@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final
@@ -210,8 +211,12 @@ class ClusterMembership:
                 "cluster membership starts after it"
             )
         self._watch_lease()
-        # No rebalance listener: the revocation is lazy (see the module's docstring).
-        consumer.subscribe([self._topic])
+        # No rebalance listener: the revocation is lazy (see the module's docstring). A
+        # pattern, not the topic's name: aiokafka asks for the metadata of subscribed topics
+        # by name, and a broker that creates topics on demand would create the log topic
+        # again, with its own defaults, after the log lost it; a pattern's metadata request
+        # names no topic.
+        consumer.subscribe(pattern=f"^{re.escape(self._topic)}$")
         poller = asyncio.create_task(self._poll(consumer), name=f"cluster-poll-{self._node_id}")
         self._poller = poller
         assert self._assigned is not None
