@@ -8,6 +8,7 @@ FindCoordinator (`placement`).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from coordinator_server.cluster.membership import ClusterMembership
 from coordinator_server.cluster.ownership import PartitionLoader, PartitionOwnership
 from coordinator_server.cluster.takeover import FencedLog, Takeover
 from coordinator_server.cluster.view import OwnershipView
+from coordinator_server.metrics import ClusterGauges, ClusterMetrics
 from coordinator_server.service import NodeAddress
 from coordinator_server.storage.kafka_security import KafkaSecurity
 
@@ -42,10 +44,13 @@ class ClusterNode:
         *,
         now_ms: Callable[[], int],
         stopped: Callable[[], str | None],
+        metrics: ClusterMetrics | None = None,
     ) -> None:
-        """`stopped()`: why the log stopped for good, or None."""
+        """`stopped()`: why the log stopped for good, or None; `metrics` counts the
+        takeovers and handovers."""
         self.settings = settings
         self.node = node
+        self.metrics = metrics or ClusterMetrics()
         self.membership = ClusterMembership(
             bootstrap_servers=settings.bootstrap_servers,
             topic=settings.topic,
@@ -60,7 +65,7 @@ class ClusterNode:
         )
         self.takeover = Takeover(log, node.node_id, self._owns, now_ms)
         self.ownership = PartitionOwnership(
-            runtime, self.takeover.acquire, self.takeover.release, stopped=stopped
+            runtime, self._take_over, self._hand_over, stopped=stopped
         )
         # The owner of each partition as of the latest view, ready for FindCoordinator.
         self._owners: dict[int, NodeAddress] = {}
@@ -71,6 +76,21 @@ class ClusterNode:
 
     def placement(self, partition: int) -> NodeAddress | None:
         return self._owners.get(partition)
+
+    async def _take_over(self, partition: int) -> None:
+        try:
+            await self.takeover.acquire(partition)
+        except asyncio.CancelledError:
+            # Lost while being taken over: neither done nor refused.
+            raise
+        except Exception:
+            self.metrics.takeover_failed()
+            raise
+        self.metrics.takeover_done()
+
+    def _hand_over(self, partition: int) -> None:
+        self.metrics.partition_lost()
+        self.takeover.release(partition)
 
     def _on_view(self, view: OwnershipView) -> None:
         if view.error is not None:
@@ -114,6 +134,18 @@ class ClusterNode:
         waiting for its session to expire."""
         await self.membership.stop()
 
+    def gauges(self) -> ClusterGauges:
+        view = self.membership.view
+        return ClusterGauges(
+            generation=view.generation,
+            owned=len(view.mine_owned),
+            standby=len(view.mine_standby),
+            nodes=len(view.nodes),
+            holds_lease=self.membership.holds_lease(),
+            refused=view.error is not None,
+            producer_epochs={p: epoch for p, (_, epoch) in self.takeover.epochs.items()},
+        )
+
     def status(self) -> dict[str, object]:
         view = self.membership.view
         return {
@@ -128,6 +160,9 @@ class ClusterNode:
                 str(p): {"producer_id": pid, "producer_epoch": epoch}
                 for p, (pid, epoch) in sorted(self.takeover.epochs.items())
             },
+            "takeovers": self.metrics.takeovers,
+            "takeover_failures": self.metrics.takeover_failures,
+            "handovers": self.metrics.handovers,
             "nodes": {
                 str(node_id): f"{host}:{port}"
                 for node_id, (host, port) in sorted(view.nodes.items())
