@@ -211,6 +211,8 @@ class CoordinatorApp:
             num_partitions,
             node,
             placement=None if self.cluster is None else self.cluster.placement,
+            cluster_id=config.cluster_name,
+            cluster_nodes=None if self.cluster is None else self.cluster.nodes,
             server_version=__version__,
             limits=RequestLimits(
                 max_id_length=config.max_id_length,

@@ -67,8 +67,10 @@ class ClusterNode:
         self.ownership = PartitionOwnership(
             runtime, self._take_over, self._hand_over, stopped=stopped
         )
-        # The owner of each partition as of the latest view, ready for FindCoordinator.
+        # The owner of each partition as of the latest view, ready for FindCoordinator, and
+        # every node of that view, for DescribeCluster.
         self._owners: dict[int, NodeAddress] = {}
+        self._nodes: list[NodeAddress] = []
 
     def _owns(self, partition: int) -> bool:
         membership = self.membership
@@ -76,6 +78,9 @@ class ClusterNode:
 
     def placement(self, partition: int) -> NodeAddress | None:
         return self._owners.get(partition)
+
+    def nodes(self) -> list[NodeAddress]:
+        return self._nodes
 
     async def _take_over(self, partition: int) -> None:
         try:
@@ -104,6 +109,7 @@ class ClusterNode:
             node_id: NodeAddress(node_id, host, port)
             for node_id, (host, port) in view.nodes.items()
         }
+        self._nodes = [addresses[node_id] for node_id in sorted(addresses)]
         self._owners = {
             partition: addresses[node_id]
             for partition, node_id in view.owners.items()
