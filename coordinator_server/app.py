@@ -17,7 +17,7 @@ from coordinator_server.cluster.node import ClusterNode, ClusterSettings
 from coordinator_server.cluster.ownership import PartitionOwnership
 from coordinator_server.config import CoordinatorConfig
 from coordinator_server.groups.store import GroupsConfig
-from coordinator_server.metrics import GroupMetrics, RuntimeMetrics, ServerMetrics
+from coordinator_server.metrics import ClusterMetrics, GroupMetrics, RuntimeMetrics, ServerMetrics
 from coordinator_server.offsets.manager import OffsetsConfig
 from coordinator_server.prometheus import CoordinatorCollector, Snapshot
 from coordinator_server.request_limits import RequestLimits
@@ -132,6 +132,7 @@ class CoordinatorApp:
         self.server_metrics = ServerMetrics()
         self.runtime_metrics = RuntimeMetrics()
         self.group_metrics = GroupMetrics()
+        self.cluster_metrics = ClusterMetrics()
         self.http: OperatorHttpServer | None = None
         self.started_monotonic = time.monotonic()
         self._stop = asyncio.Event()
@@ -214,6 +215,8 @@ class CoordinatorApp:
             num_partitions,
             node,
             placement=None if self.cluster is None else self.cluster.placement,
+            cluster_id=config.cluster_name,
+            cluster_nodes=None if self.cluster is None else self.cluster.nodes,
             server_version=__version__,
             limits=RequestLimits(
                 max_id_length=config.max_id_length,
@@ -320,6 +323,7 @@ class CoordinatorApp:
             _FencedKafkaLog(log),
             now_ms=self.clock.now_ms,
             stopped=self._log_failure,
+            metrics=self.cluster_metrics,
         )
 
     def _log_failure(self) -> str | None:
@@ -344,6 +348,7 @@ class CoordinatorApp:
                 self.group_metrics,
                 self.snapshot,
                 __version__,
+                self.cluster_metrics,
             )
         )
         return OperatorHttpServer(registry, self.readiness, self.status)
@@ -408,6 +413,7 @@ class CoordinatorApp:
             groups_by_state=groups,
             members=members,
             log_failed=self._log_failure() is not None,
+            cluster=None if self.cluster is None else self.cluster.gauges(),
         )
 
     def readiness(self) -> Probe:

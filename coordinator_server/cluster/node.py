@@ -8,6 +8,7 @@ FindCoordinator (`placement`).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from coordinator_server.cluster.membership import ClusterMembership
 from coordinator_server.cluster.ownership import PartitionHost, PartitionOwnership
 from coordinator_server.cluster.takeover import FencedLog, Takeover
 from coordinator_server.cluster.view import OwnershipView
+from coordinator_server.metrics import ClusterGauges, ClusterMetrics
 from coordinator_server.service import NodeAddress
 from coordinator_server.storage.kafka_security import KafkaSecurity
 
@@ -42,10 +44,13 @@ class ClusterNode:
         *,
         now_ms: Callable[[], int],
         stopped: Callable[[], str | None],
+        metrics: ClusterMetrics | None = None,
     ) -> None:
-        """`stopped()`: why the log stopped for good, or None."""
+        """`stopped()`: why the log stopped for good, or None; `metrics` counts the
+        takeovers and handovers."""
         self.settings = settings
         self.node = node
+        self.metrics = metrics or ClusterMetrics()
         self.membership = ClusterMembership(
             bootstrap_servers=settings.bootstrap_servers,
             topic=settings.topic,
@@ -61,11 +66,13 @@ class ClusterNode:
         self._log = log
         self.takeover = Takeover(log, node.node_id, self._owns, now_ms)
         self.ownership = PartitionOwnership(
-            runtime, self.takeover.acquire, self.takeover.release, stopped=stopped
+            runtime, self._take_over, self._hand_over, stopped=stopped
         )
-        # The owner of each partition as of the latest view, ready for FindCoordinator.
+        # The owner of each partition as of the latest view, ready for FindCoordinator, and
+        # every node of that view, for DescribeCluster.
         self._owners: dict[int, NodeAddress] = {}
         self._this_node = node
+        self._nodes: list[NodeAddress] = []
 
     def _owns(self, partition: int) -> bool:
         membership = self.membership
@@ -83,6 +90,24 @@ class ClusterNode:
             return None
         return owner
 
+    def nodes(self) -> list[NodeAddress]:
+        return self._nodes
+
+    async def _take_over(self, partition: int) -> None:
+        try:
+            await self.takeover.acquire(partition)
+        except asyncio.CancelledError:
+            # Lost while being taken over: neither done nor refused.
+            raise
+        except Exception:
+            self.metrics.takeover_failed()
+            raise
+        self.metrics.takeover_done()
+
+    def _hand_over(self, partition: int) -> None:
+        self.metrics.partition_lost()
+        self.takeover.release(partition)
+
     def _on_view(self, view: OwnershipView) -> None:
         if view.error is not None:
             logger.error(
@@ -98,6 +123,7 @@ class ClusterNode:
         if addresses.get(self.node.node_id) == self.node:
             # This node's own address by identity, for the lease check of `placement`.
             addresses[self.node.node_id] = self._this_node
+        self._nodes = [addresses[node_id] for node_id in sorted(addresses)]
         self._owners = {
             partition: addresses[node_id]
             for partition, node_id in view.owners.items()
@@ -131,6 +157,18 @@ class ClusterNode:
         waiting for its session to expire."""
         await self.membership.stop()
 
+    def gauges(self) -> ClusterGauges:
+        view = self.membership.view
+        return ClusterGauges(
+            generation=view.generation,
+            owned=len(view.mine_owned),
+            standby=len(view.mine_standby),
+            nodes=len(view.nodes),
+            holds_lease=self.membership.holds_lease(),
+            refused=view.error is not None,
+            producer_epochs={p: epoch for p, (_, epoch) in self.takeover.epochs.items()},
+        )
+
     def status(self) -> dict[str, object]:
         view = self.membership.view
         return {
@@ -145,6 +183,9 @@ class ClusterNode:
                 str(p): {"producer_id": pid, "producer_epoch": epoch}
                 for p, (pid, epoch) in sorted(self.takeover.epochs.items())
             },
+            "takeovers": self.metrics.takeovers,
+            "takeover_failures": self.metrics.takeover_failures,
+            "handovers": self.metrics.handovers,
             "nodes": {
                 str(node_id): f"{host}:{port}"
                 for node_id, (host, port) in sorted(view.nodes.items())
