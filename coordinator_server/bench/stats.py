@@ -62,6 +62,9 @@ def format_table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     def cell(value: Any) -> str:
         if value is None:
             return ""
+        if isinstance(value, dict):
+            # One figure per item (each node's CPU share, say), in order.
+            return " ".join(cell(item) for item in value.values())
         if isinstance(value, float):
             if abs(value) >= 1000:
                 return f"{value:,.0f}"

@@ -102,16 +102,38 @@ class HeartbeatSpec:
     generation_id: int
 
 
-class Target(Protocol):
+class CommitTarget(Protocol):
+    """What the commits scenario needs of a target: ours, the peer, or a cluster of ours."""
+
     name: str
     # Processes whose CPU time the measured loops report (name -> pid), and the started
     # processes the target does not use, whose CPU time is reported together as "others".
     watched: dict[str, int]
     others: list[int]
 
+    async def group_names(self, prefix: str, count: int) -> list[str]:
+        """`count` group ids for a scenario's groups (a cluster picks them so that every node
+        coordinates its share)."""
+        ...
+
     async def ready(self, groups: list[str]) -> None:
         """Return once the coordinator of each group answers as a coordinator (not loading,
         not NOT_COORDINATOR, its offsets topic there)."""
+
+    async def commit_loop(
+        self,
+        specs: list[CommitSpec],
+        inflight: int,
+        connections: int,
+        warmup_s: float,
+        duration_s: float,
+    ) -> LoopRun: ...
+
+    async def close(self) -> None: ...
+
+
+class Target(CommitTarget, Protocol):
+    """A target of every scenario: group membership and heartbeats too."""
 
     async def join(
         self,
@@ -140,15 +162,6 @@ class Target(Protocol):
         """The members (index, member id) leave the group, so that no session of theirs
         expires later, while another target is measured on the same core."""
 
-    async def commit_loop(
-        self,
-        specs: list[CommitSpec],
-        inflight: int,
-        connections: int,
-        warmup_s: float,
-        duration_s: float,
-    ) -> LoopRun: ...
-
     async def heartbeat_loop(
         self,
         specs: list[HeartbeatSpec],
@@ -157,8 +170,6 @@ class Target(Protocol):
         warmup_s: float,
         duration_s: float,
     ) -> LoopRun: ...
-
-    async def close(self) -> None: ...
 
 
 async def _measure(
@@ -193,6 +204,18 @@ async def _measure(
     return seconds, cpu / seconds, spent, waited
 
 
+@dataclass(frozen=True)
+class Destination:
+    """A server the measured loops drive: `inflight` requests of `templates` kept outstanding
+    over `connections` connections of their own."""
+
+    host: str
+    port: int
+    templates: list[Template]
+    inflight: int
+    connections: int
+
+
 async def run_loops(
     host: str,
     port: int,
@@ -207,16 +230,46 @@ async def run_loops(
     others: list[int],
 ) -> LoopRun:
     """`inflight` requests kept outstanding over `connections` connections of their own."""
-    results = [LoadResult() for _ in range(connections)]
+    return await run_loops_to(
+        [Destination(host, port, templates, inflight, connections)],
+        parse,
+        check,
+        warmup_s,
+        duration_s,
+        watched,
+        others,
+    )
+
+
+async def run_loops_to(
+    destinations: list[Destination],
+    parse: Parser,
+    check: Checker,
+    warmup_s: float,
+    duration_s: float,
+    watched: dict[str, int],
+    others: list[int],
+) -> LoopRun:
+    """The loops of every destination (the nodes of a cluster), started, measured and
+    stopped together."""
+    results: list[LoadResult] = []
     loops: list[ClosedLoop] = []
     try:
-        for i in range(connections):
-            share = inflight // connections + (1 if i < inflight % connections else 0)
-            if share:
-                mine = templates[i::connections] or templates
-                loops.append(
-                    await ClosedLoop.open(host, port, mine, share, results[i], parse, check)
-                )
+        for destination in destinations:
+            connections = destination.connections
+            inflight = destination.inflight
+            templates = destination.templates
+            for i in range(connections):
+                share = inflight // connections + (1 if i < inflight % connections else 0)
+                if share:
+                    mine = templates[i::connections] or templates
+                    result = LoadResult()
+                    results.append(result)
+                    loops.append(
+                        await ClosedLoop.open(
+                            destination.host, destination.port, mine, share, result, parse, check
+                        )
+                    )
 
         def start() -> None:
             for loop in loops:
@@ -243,6 +296,36 @@ async def run_loops(
     return LoopRun(total, seconds, cpu, spent, len(loops), round(waited, 1))
 
 
+def commit_template(spec: CommitSpec) -> RequestTemplate:
+    """Our OffsetCommit of `spec`, pre-encoded."""
+    return RequestTemplate(
+        8,
+        {
+            "group_id": spec.group,
+            "generation_id_or_member_epoch": spec.generation_id,
+            "member_id": spec.member_id,
+            "topics": [
+                {
+                    "name": spec.topic,
+                    "partitions": [
+                        {
+                            "partition_index": p,
+                            "committed_offset": 1000 + p,
+                            "committed_leader_epoch": -1,
+                            "committed_metadata": "",
+                        }
+                        for p in range(spec.partitions)
+                    ],
+                }
+            ],
+        },
+    )
+
+
+def numbered_groups(prefix: str, count: int) -> list[str]:
+    return [f"{prefix}-{i}" for i in range(count)]
+
+
 def parse_address(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
     return host or "127.0.0.1", int(port)
@@ -266,6 +349,9 @@ class OursTarget:
 
     def _connection(self, index: int) -> WireConnection:
         return self._connections[index % len(self._connections)]
+
+    async def group_names(self, prefix: str, count: int) -> list[str]:
+        return numbered_groups(prefix, count)
 
     async def ready(self, groups: list[str]) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S
@@ -375,31 +461,7 @@ class OursTarget:
         warmup_s: float,
         duration_s: float,
     ) -> LoopRun:
-        templates = [
-            RequestTemplate(
-                8,
-                {
-                    "group_id": spec.group,
-                    "generation_id_or_member_epoch": spec.generation_id,
-                    "member_id": spec.member_id,
-                    "topics": [
-                        {
-                            "name": spec.topic,
-                            "partitions": [
-                                {
-                                    "partition_index": p,
-                                    "committed_offset": 1000 + p,
-                                    "committed_leader_epoch": -1,
-                                    "committed_metadata": "",
-                                }
-                                for p in range(spec.partitions)
-                            ],
-                        }
-                    ],
-                },
-            )
-            for spec in specs
-        ]
+        templates = [commit_template(spec) for spec in specs]
         return await self._loop(templates, inflight, connections, warmup_s, duration_s)
 
     async def heartbeat_loop(
@@ -509,6 +571,9 @@ class PeerTarget:
         host, port = await find_coordinator(address, timeout_s)
         await _ensure_topic(address, partitions)
         return cls(host, port)
+
+    async def group_names(self, prefix: str, count: int) -> list[str]:
+        return numbered_groups(prefix, count)
 
     async def ready(self, groups: list[str]) -> None:
         # A heartbeat of no member probes a group's coordinator: what it answers once ready
@@ -719,6 +784,8 @@ class PeerTarget:
 
 __all__ = [
     "CommitSpec",
+    "CommitTarget",
+    "Destination",
     "HeartbeatSpec",
     "JoinAnswer",
     "LoopRun",
