@@ -249,6 +249,15 @@ class ClusterTarget:
                     self._coordinator[group] = node
         return chosen
 
+    def groups_by_node(self, groups: list[str]) -> dict[str, int]:
+        """How many of `groups` each node coordinates (as FindCoordinator said)."""
+        counts = {str(node): 0 for node in self.node_ids}
+        for group in groups:
+            node = str(self._coordinator.get(group))
+            if node in counts:
+                counts[node] += 1
+        return counts
+
     async def _owner_of(self, groups: list[str]) -> dict[str, int]:
         missing = [group for group in groups if group not in self._coordinator]
         if missing:

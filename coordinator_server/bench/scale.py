@@ -215,7 +215,9 @@ async def _commits(
     await target.ready(names)
     connections = min(args.connections, inflight)
     run = await target.commit_loop(specs, inflight, connections, warmup_s, duration_s)
-    return cluster_row(run, args.partitions, target.node_ids)
+    row = cluster_row(run, args.partitions, target.node_ids)
+    row["groups_by_node"] = target.groups_by_node(names)
+    return row
 
 
 def _say(args: argparse.Namespace, text: str) -> None:
@@ -225,6 +227,8 @@ def _say(args: argparse.Namespace, text: str) -> None:
 
 async def run_scale(env: Environment, args: argparse.Namespace) -> list[dict[str, Any]]:
     """Rows of 1 node and of `--nodes` nodes at each number in flight, with their ratio."""
+    if args.groups < args.nodes:
+        raise SystemExit(f"bench: --nodes {args.nodes} needs at least as many --groups")
     budget = budget_of(args)
     loop = asyncio.get_running_loop()
     cluster = await loop.run_in_executor(None, env.start_cluster, budget.nodes)

@@ -52,6 +52,10 @@ def median_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
             values = [row[key] for row in rows if isinstance(row.get(key), int | float)]
             median = statistics.median(values)
             merged[key] = round(median, 3) if isinstance(median, float) else median
+        elif isinstance(value, dict):
+            # A figure per item (each node's CPU share): the median of each.
+            merged[key] = median_row([row.get(key) or {} for row in rows])
+            merged[key].pop("runs", None)
     merged["runs"] = len(rows)
     return merged
 
