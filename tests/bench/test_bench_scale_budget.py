@@ -4,12 +4,18 @@ a cluster counts as balanced, and how the ratio is decided and said."""
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from coordinator_server.bench import add_parser
 from coordinator_server.bench.cluster import balance_problem, with_option
+from coordinator_server.bench.processes import repin
 from coordinator_server.bench.runner import check_targets
 from coordinator_server.bench.scale import (
     FOLLOW_NODES,
@@ -171,3 +177,29 @@ def test_repeated_runs_report_the_median_of_each_nodes_share() -> None:
     )
     assert merged["requests_per_s"] == 2.0 and merged["runs"] == 3
     assert merged["node_cpu"] == {"1": 0.2, "2": 0.1}
+
+
+# Three threads besides the main one, each a task of its own with its own affinity.
+THREADS = (
+    "import threading, time\n"
+    "for _ in range(3): threading.Thread(target=time.sleep, args=(60,)).start()\n"
+    "time.sleep(60)"
+)
+
+
+def test_a_running_process_is_moved_to_other_cpus_with_every_thread() -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    child = subprocess.Popen([sys.executable, "-c", THREADS])
+    try:
+        tasks = Path(f"/proc/{child.pid}/task")
+        deadline = time.monotonic() + 10
+        while len(list(tasks.iterdir())) < 4:
+            assert time.monotonic() < deadline, "the threads never started"
+            time.sleep(0.02)
+        for target in ([cpus[-1]], cpus):
+            repin(child.pid, target)
+            for task in tasks.iterdir():
+                assert sorted(os.sched_getaffinity(int(task.name))) == target
+    finally:
+        child.kill()
+        child.wait(10)
