@@ -8,6 +8,8 @@ generator) on another. `--peer` adds the peer: the group coordinator inside a se
 of the same kind, on the same CPU, measured in turns with ours (see `environment.py`).
 `--bootstrap-servers` uses an existing broker instead, `--bootstrap` attaches to a running
 coordinator-server, and `--peer-bootstrap` names any other Kafka-protocol coordinator.
+`commits --nodes N` also measures one node of a cluster and then N nodes, each on CPUs of its
+own, and their ratio (see `scale.py`).
 docs/PERFORMANCE.md has the figures and how to reproduce them.
 
 This module only builds the parser, so the command line stays quick to start; the scenarios

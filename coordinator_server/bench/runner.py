@@ -552,6 +552,8 @@ RUNNERS: dict[str, Callable[[Environment, argparse.Namespace], Awaitable[list[di
 async def _main(args: argparse.Namespace) -> dict[str, Any]:
     env = Environment(args)
     names = list(RUNNERS) if args.scenario == "all" else [args.scenario]
+    if args.nodes > 1 and "commits" not in names:
+        raise SystemExit("bench: --nodes measures commits: run `bench commits` (or all)")
     results: dict[str, list[dict[str, Any]]] = {}
     loop = asyncio.get_running_loop()
     peer = None

@@ -203,3 +203,18 @@ def test_a_running_process_is_moved_to_other_cpus_with_every_thread() -> None:
     finally:
         child.kill()
         child.wait(10)
+
+
+def test_nodes_with_another_scenario_is_refused_in_one_line() -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "coordinator_server", "bench", "heartbeats", "--nodes", "2",
+         "--no-pin"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert completed.returncode != 0
+    assert (
+        completed.stderr.strip() == "bench: --nodes measures commits: run `bench commits` (or all)"
+    )
