@@ -17,17 +17,15 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
+from coordinator_server.bench.loops import Destination, LoopRun, run_loops_to
 from coordinator_server.bench.ours import WireConnection, check_ours, parse_ours
 from coordinator_server.bench.processes import CpuSet, ServerProcess
 from coordinator_server.bench.targets import (
     NOT_READY,
     READY_RETRY_S,
     CommitSpec,
-    Destination,
-    LoopRun,
     OursTarget,
     commit_template,
-    run_loops_to,
 )
 
 FIND_COORDINATOR = 10

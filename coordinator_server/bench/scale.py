@@ -27,9 +27,10 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator_server.bench import scenarios
 from coordinator_server.bench.cluster import ClusterTarget
+from coordinator_server.bench.loops import LoopRun
 from coordinator_server.bench.processes import pin_self, usable_cpus
 from coordinator_server.bench.stats import median_row
-from coordinator_server.bench.targets import TOPIC, CommitSpec, LoopRun
+from coordinator_server.bench.targets import TOPIC, CommitSpec
 
 if TYPE_CHECKING:
     from coordinator_server.bench.environment import Environment

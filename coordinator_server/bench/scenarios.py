@@ -10,6 +10,7 @@ from typing import Any
 
 import msgpack
 
+from coordinator_server.bench.loops import LoopRun
 from coordinator_server.bench.stats import latency_summary_ms
 from coordinator_server.bench.targets import (
     ILLEGAL_GENERATION,
@@ -20,7 +21,6 @@ from coordinator_server.bench.targets import (
     CommitSpec,
     CommitTarget,
     HeartbeatSpec,
-    LoopRun,
     Target,
 )
 
