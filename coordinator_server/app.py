@@ -95,6 +95,9 @@ class _FencedKafkaLog:
     def __init__(self, log: KafkaLog) -> None:
         self._log = log
 
+    async def check(self) -> None:
+        await self._log.check_fencing()
+
     async def acquire(self, partition: int) -> tuple[int, int]:
         epoch = await self._log.acquire(partition)
         producer = self._log.producer_of(partition)
@@ -178,6 +181,7 @@ class CoordinatorApp:
                 append_failure_timeout_ms=config.append_failure_timeout_ms,
             ),
             observer=self.runtime_metrics,
+            may_serve=self._may_serve if config.clustered else None,
         )
         server_config = ServerConfig(
             host=config.host,
@@ -281,6 +285,10 @@ class CoordinatorApp:
             describe_log(config),
             "off" if self.metrics_port is None else f"http://{host}:{self.metrics_port}/metrics",
         )
+
+    def _may_serve(self) -> bool:
+        cluster = self.cluster
+        return cluster is not None and cluster.may_serve()
 
     async def _first_loads(self, ownership: PartitionOwnership) -> None:
         """Until the partitions this node owns were loaded once: alone, every partition; in

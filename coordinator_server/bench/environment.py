@@ -129,6 +129,10 @@ class Environment:
         ]
         if topic is not None:
             args += ["--offsets-topic", topic]
+        if self.args.broker == "tansu":
+            # tansu has no transactions, so it cannot fence partitions to their owner: the
+            # server writes its log alone.
+            args += ["--cluster", "off"]
         return [*args, *self._security_args, *self.args.server_arg]
 
     def ours(self) -> str:

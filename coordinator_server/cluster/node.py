@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from coordinator_server.cluster.membership import ClusterMembership
-from coordinator_server.cluster.ownership import PartitionLoader, PartitionOwnership
+from coordinator_server.cluster.ownership import PartitionHost, PartitionOwnership
 from coordinator_server.cluster.takeover import FencedLog, Takeover
 from coordinator_server.cluster.view import OwnershipView
 from coordinator_server.service import NodeAddress
@@ -37,7 +37,7 @@ class ClusterNode:
         self,
         settings: ClusterSettings,
         node: NodeAddress,
-        runtime: PartitionLoader,
+        runtime: PartitionHost,
         log: FencedLog,
         *,
         now_ms: Callable[[], int],
@@ -58,19 +58,30 @@ class ClusterNode:
             on_change=self._on_view,
             kafka_security=settings.security,
         )
+        self._log = log
         self.takeover = Takeover(log, node.node_id, self._owns, now_ms)
         self.ownership = PartitionOwnership(
             runtime, self.takeover.acquire, self.takeover.release, stopped=stopped
         )
         # The owner of each partition as of the latest view, ready for FindCoordinator.
         self._owners: dict[int, NodeAddress] = {}
+        self._this_node = node
 
     def _owns(self, partition: int) -> bool:
         membership = self.membership
         return partition in membership.view.mine_owned and membership.holds_lease()
 
+    def may_serve(self) -> bool:
+        """Whether this node may answer from its partitions now: only on a valid lease (a
+        node paused or cut off past its session may have lost them without knowing)."""
+        return self.membership.holds_lease()
+
     def placement(self, partition: int) -> NodeAddress | None:
-        return self._owners.get(partition)
+        owner = self._owners.get(partition)
+        if owner is self._this_node and not self.membership.holds_lease():
+            # Its own view may be stale: no node is named rather than a wrong one.
+            return None
+        return owner
 
     def _on_view(self, view: OwnershipView) -> None:
         if view.error is not None:
@@ -84,6 +95,9 @@ class ClusterNode:
             node_id: NodeAddress(node_id, host, port)
             for node_id, (host, port) in view.nodes.items()
         }
+        if addresses.get(self.node.node_id) == self.node:
+            # This node's own address by identity, for the lease check of `placement`.
+            addresses[self.node.node_id] = self._this_node
         self._owners = {
             partition: addresses[node_id]
             for partition, node_id in view.owners.items()
@@ -103,6 +117,9 @@ class ClusterNode:
     async def start(self) -> None:
         """Join the cluster and start taking over what it gives this node (the first loads
         are `ownership.wait_first_loads()`)."""
+        # Checked before joining: a node that could take nothing over must not be given
+        # partitions the others would then wait for.
+        await self._log.check()
         await self.membership.start()
 
     async def close(self) -> None:

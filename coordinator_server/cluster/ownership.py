@@ -40,7 +40,7 @@ Release = Callable[[int], None]
 RETRY_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
 
-class PartitionLoader(Protocol):
+class PartitionHost(Protocol):
     """What ownership uses of the coordinator runtime: its load and unload operations."""
 
     def schedule_load(self, partition: int, epoch: int) -> None: ...
@@ -59,7 +59,7 @@ class PartitionOwnership:
 
     def __init__(
         self,
-        runtime: PartitionLoader,
+        runtime: PartitionHost,
         acquire: Acquire,
         release: Release,
         *,

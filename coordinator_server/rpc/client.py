@@ -15,6 +15,10 @@ retries, after an exponential back-off with jitter, on:
   dropped and looked up again (Kafka's `markCoordinatorUnknown`);
 - a lost connection: the request is sent again on a new one.
 
+A request to a coordinator that is not answered in time forgets the coordinator, and one to a
+bootstrap server moves the next one up, so that the next call does not wait on a node that
+is paused or cut off while its groups have moved elsewhere.
+
 The deadline passing while a request is out raises `RequestTimeoutError`; passing during a
 back-off raises the last error seen. Every other error code comes back in the response
 (the typed methods) or is raised as its `protocol.errors` class (`raise_on_error`, and the
@@ -372,10 +376,12 @@ class CoordinatorClient:
         self, request: Message, response_type: type[R], deadline: float
     ) -> R:
         # Servers are tried in turn: one that cannot be reached moves the next one up.
+        # One that does not answer in time (paused, cut off) too: as Kafka's client, which
+        # disconnects from a node after a request timeout and asks another one next.
         address = self.bootstrap_servers[self._bootstrap_index % len(self.bootstrap_servers)]
         try:
             return await self._send(address, request, response_type, deadline)
-        except ConnectionClosedError:
+        except (ConnectionClosedError, RequestTimeoutError):
             self._bootstrap_index += 1
             raise
 
@@ -431,20 +437,27 @@ class CoordinatorClient:
         module docstring says."""
         node_used: list[Node] = []
 
+        def forget_used() -> None:
+            # Forget only the node this attempt used: a concurrent call may already have
+            # found the new one.
+            if node_used and self._coordinators.get(group_id) == node_used[0]:
+                self.forget_coordinator(group_id)
+
         async def attempt(deadline: float) -> R:
             node = await self._coordinator_for(group_id, deadline)
             node_used[:] = [node]
-            return await self._send(node.address, request, api.response_type, deadline)
+            try:
+                return await self._send(node.address, request, api.response_type, deadline)
+            except RequestTimeoutError:
+                # A coordinator that does not answer in time may be paused or cut off while
+                # the group moved to another node: the next call looks it up again (Kafka's
+                # client marks the coordinator unknown after a request timeout).
+                forget_used()
+                raise
 
         def on_retry(code: int | None) -> None:
-            # Forget only the node this attempt used: a concurrent call may already have
-            # found the new one.
-            if (
-                (code is None or code in RETRY_REDISCOVER)
-                and node_used
-                and self._coordinators.get(group_id) == node_used[0]
-            ):
-                self.forget_coordinator(group_id)
+            if code is None or code in RETRY_REDISCOVER:
+                forget_used()
 
         return await self._call_with_retries(
             attempt,

@@ -449,6 +449,32 @@ class KafkaLog:
                 )
         return producer.epoch
 
+    async def check_fencing(self) -> None:
+        """That the Kafka cluster can fence partitions to their owner: InitProducerId of the
+        transactional id `<prefix>check` (never used for appends) at its transaction
+        coordinator. Raises OwnershipError, saying what the cluster must allow, when it
+        cannot (a broker without transactions, a missing WRITE ACL on the transactional
+        ids)."""
+        prefix = self._require_ownership()
+        transactional_id = f"{prefix}check"
+        timeout_s = self._longest_timeout_ms / 1000
+        try:
+            client = await asyncio.wait_for(self._loader(), timeout_s)
+        except (KafkaError, OSError, TimeoutError) as error:
+            raise OwnershipError(
+                REQUEST_TIMED_OUT, f"cannot reach the Kafka cluster: {error!r}"
+            ) from error
+        try:
+            await init_transactional_producer_id(client, transactional_id, timeout_s)
+        except OwnershipError as error:
+            raise OwnershipError(
+                error.error_code,
+                f"the Kafka cluster cannot fence the log's partitions to their owner ({error}); "
+                "a cluster needs Kafka's transactions (and, with ACLs, WRITE on the "
+                f"transactional ids {prefix}*); a broker without them can only serve a node "
+                "alone (--cluster off)",
+            ) from error
+
     def producer_of(self, partition: int) -> tuple[int, int] | None:
         """The producer id and epoch the partition's appends carry, while it is acquired."""
         owners = self._owners

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from apache_kafka import ApacheKafkaBroker
+from kafka_broker import KafkaBroker
 from server_process import ServerProcess
 from wire_client import WireClient, commit_body, commit_errors
 
@@ -155,3 +156,25 @@ async def test_a_planned_shutdown_hands_the_partitions_over_before_the_session_e
                 await asyncio.sleep(0.05)
     finally:
         await client.close()
+
+
+@pytest.mark.tansu
+def test_a_broker_without_transactions_stops_a_cluster_node_with_one_line(
+    tansu_broker: KafkaBroker, unique_topic: str
+) -> None:
+    args = [
+        "--port", "0",
+        "--bootstrap-servers", tansu_broker.bootstrap,
+        "--offsets-topic", unique_topic,
+        "--offsets-topic-partitions", "2",
+        "--offsets-topic-replication-factor", "1",
+    ]  # fmt: skip
+    process = ServerProcess(args)
+    with pytest.raises(RuntimeError, match="server did not become ready"):
+        process.start(timeout=60)
+    assert process.proc is not None and process.proc.wait(10) == 1
+    (line,) = [line for line in process.lines if "cannot start:" in line]
+    assert "--cluster off" in line, line
+    # Alone, the same node serves.
+    with ServerProcess([*args, *tansu_broker.coordinator_args]) as alone:
+        assert alone.port > 0

@@ -233,6 +233,7 @@ class Harness:
         config: RuntimeConfig | None = None,
         auto_commit: bool = False,
         manual: bool = False,
+        may_serve: Callable[[], bool] | None = None,
     ) -> None:
         self.log = InMemoryLog(num_partitions, auto_commit=auto_commit)
         self.writer = self.log.writer
@@ -250,6 +251,7 @@ class Harness:
             clock=self.clock,
             config=self.config,
             event_processor=ManualEventProcessor if manual else EventProcessor,
+            may_serve=may_serve,
         )
         # With `manual`, queued events run only when the test polls this processor.
         self.processor = self.runtime.event_processor
