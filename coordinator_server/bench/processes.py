@@ -1,5 +1,5 @@
-"""Our server as a benchmark starts it, pinned to a CPU, and what the bench reads of the
-processes it starts (ports, CPU time, memory).
+"""Our server as a benchmark starts it, pinned to a CPU (or a set of them), and what the
+bench reads of the processes it starts (ports, CPU time, memory).
 
 The server is stopped by the PID this module started it with, never by name.
 """
@@ -17,7 +17,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 LOOPBACK = "127.0.0.1"
 READY = re.compile(
@@ -25,21 +26,62 @@ READY = re.compile(
     r"\((?P<partitions>\d+) partitions loaded in (?P<seconds>[0-9.]+) s"
     r"(?:: (?P<records>\d+) records in [0-9.]+ s, (?P<rate>\d+) records/s)?"
 )
+METRICS = re.compile(r"metrics: http://[0-9.]+:(?P<port>\d+)/metrics")
 
 
-def pinned(command: Sequence[str], cpu: int | None) -> list[str]:
-    """`command` run on one CPU through taskset, when there is a CPU to pin to and taskset."""
+CpuSet = int | Iterable[int] | None
+"""One CPU, a set of CPUs, or None: not pinned."""
+
+
+def cpu_list(cpu: CpuSet) -> list[int] | None:
+    """The CPUs of `cpu`, sorted; None when not pinned."""
     if cpu is None:
+        return None
+    if isinstance(cpu, int):
+        return [cpu]
+    cpus = sorted(set(cpu))
+    return cpus or None
+
+
+def pinned(command: Sequence[str], cpu: CpuSet) -> list[str]:
+    """`command` run on `cpu` (one CPU or a set) through taskset, when there is a CPU to pin
+    to and taskset."""
+    cpus = cpu_list(cpu)
+    if cpus is None:
         return list(command)
     taskset = shutil.which("taskset")
     if taskset is None:
         return list(command)
-    return [taskset, "-c", str(cpu), *command]
+    return [taskset, "-c", ",".join(map(str, cpus)), *command]
 
 
-def pin_self(cpu: int | None) -> None:
-    if cpu is not None and hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {cpu})
+def pin_self(cpu: CpuSet) -> None:
+    cpus = cpu_list(cpu)
+    if cpus is not None and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, cpus)
+
+
+def usable_cpus() -> list[int]:
+    """The CPUs this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
+def repin(pid: int, cpu: CpuSet) -> None:
+    """Move every thread of a running process to `cpu` (a JVM's threads are tasks of their
+    own, each with its affinity): the threads it starts later inherit it from theirs. A thread
+    that ends meanwhile is skipped."""
+    cpus = cpu_list(cpu)
+    if cpus is None or not hasattr(os, "sched_setaffinity"):
+        return
+    try:
+        tasks = [int(task.name) for task in Path(f"/proc/{pid}/task").iterdir()]
+    except OSError:
+        tasks = [pid]
+    for task in tasks:
+        with contextlib.suppress(ProcessLookupError):
+            os.sched_setaffinity(task, cpus)
 
 
 def free_port() -> int:
@@ -108,11 +150,13 @@ async def wait_until_quiet(pids: list[int], timeout_s: float = QUIET_TIMEOUT_S) 
 class ServerProcess:
     """`coordinator-server serve` as a child process, ready once it logs its address."""
 
-    def __init__(self, args: Sequence[str], cpu: int | None) -> None:
+    def __init__(self, args: Sequence[str], cpu: CpuSet) -> None:
         self.args = list(args)
         self.cpu = cpu
         self.host = ""
         self.port = 0
+        # The operator's HTTP port (/status), when the server was started with one.
+        self.metrics_port = 0
         self.started_at = 0.0
         self.ready_at = 0.0
         self.reported_load_s = 0.0
@@ -160,6 +204,8 @@ class ServerProcess:
             if match and not self._ready.is_set():
                 self.ready_at = time.monotonic()
                 self.host, self.port = match["host"], int(match["port"])
+                metrics = METRICS.search(line)
+                self.metrics_port = int(metrics["port"]) if metrics else 0
                 self.reported_load_s = float(match["seconds"])
                 if match["rate"] is not None:
                     self.reported_records_per_s = int(match["rate"])

@@ -26,7 +26,8 @@ from coordinator_server.bench.load import (
     write_log,
     write_sqlite_log,
 )
-from coordinator_server.bench.processes import pin_self
+from coordinator_server.bench.processes import pin_self, usable_cpus
+from coordinator_server.bench.scale import SCALE_COLUMNS, run_scale, scale_checks, scale_summary
 from coordinator_server.bench.stats import format_table, median_row, to_json
 from coordinator_server.bench.targets import OursTarget, PeerTarget, Target
 from coordinator_server.event_loop import run_async
@@ -508,6 +509,7 @@ def check_targets(
                     "met": row["join_s"] <= 1.0,
                 }
             )
+    checks.extend(scale_checks(results.get("scale", [])))
     for row in results.get("load", []):
         # The load's goals are the Kafka log's, written in large batches.
         if (
@@ -537,6 +539,7 @@ COLUMNS = {
     "heartbeats": HEARTBEAT_COLUMNS,
     "rebalance": REBALANCE_COLUMNS,
     "load": LOAD_COLUMNS,
+    "scale": SCALE_COLUMNS,
 }
 RUNNERS: dict[str, Callable[[Environment, argparse.Namespace], Awaitable[list[dict[str, Any]]]]] = {
     "commits": run_commits,
@@ -549,6 +552,8 @@ RUNNERS: dict[str, Callable[[Environment, argparse.Namespace], Awaitable[list[di
 async def _main(args: argparse.Namespace) -> dict[str, Any]:
     env = Environment(args)
     names = list(RUNNERS) if args.scenario == "all" else [args.scenario]
+    if args.nodes > 1 and "commits" not in names:
+        raise SystemExit("bench: --nodes measures commits: run `bench commits` (or all)")
     results: dict[str, list[dict[str, Any]]] = {}
     loop = asyncio.get_running_loop()
     peer = None
@@ -556,6 +561,8 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
         await loop.run_in_executor(None, env.prepare, names)
         for name in names:
             results[name] = await RUNNERS[name](env, args)
+            if name == "commits" and args.nodes > 1:
+                results["scale"] = await run_scale(env, args)
         if env.peer_address is not None:
             peer = env.peer_description()
     finally:
@@ -574,8 +581,11 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
             "pinned": not args.no_pin,
             "broker": env.broker_kind,
             "offsets_topic_partitions": args.offsets_topic_partitions,
+            "nodes": args.nodes,
         },
         "peer": peer,
+        # The ratio of N nodes' commit rate to one node's (`--nodes`), and the line saying it.
+        "scale": scale_summary(results.get("scale", [])),
         # What the bench started: role, what, pid, the CPUs it may run on, seconds to start.
         "processes": env.started,
         "results": results,
@@ -584,6 +594,8 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    # The CPUs the bench may use, before it pins itself: the scale figures spread over them.
+    args.usable_cpus = usable_cpus()
     if not args.no_pin:
         pin_self(args.generator_cpu)
     document: dict[str, Any] = {}
@@ -616,6 +628,8 @@ def run(args: argparse.Namespace) -> int:
     for name, rows in document["results"].items():
         print(f"\n{name}")
         print(format_table(rows, COLUMNS[name]))
+    if document["scale"]:
+        print(f"\n{document['scale']['line']}")
     if document["targets"]:
         print("\ntargets")
         for check in document["targets"]:
