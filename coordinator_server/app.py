@@ -439,6 +439,8 @@ class CoordinatorApp:
             reason = "shutting down"
         elif cluster is not None and cluster.membership.view.error is not None:
             reason = f"no partition given: {cluster.membership.view.error}"
+        elif cluster is not None and not cluster.may_serve():
+            reason = "no lease in the cluster: Kafka has not confirmed this node a member lately"
         elif not_active:
             reason = f"{len(not_active)} partitions not ACTIVE"
         elif not owned and cluster is None:
