@@ -77,6 +77,7 @@ class ClusterMembership:
         session_timeout_ms: int,
         heartbeat_interval_ms: int,
         on_change: Callable[[OwnershipView], None],
+        on_lease_break: Callable[[], None] | None = None,
         kafka_security: KafkaSecurity | None = None,
         rebalance_timeout_ms: int | None = None,
         start_timeout_ms: int = DEFAULT_START_TIMEOUT_MS,
@@ -110,6 +111,7 @@ class ClusterMembership:
         self._rebalance_timeout_ms = rebalance_timeout_ms
         self._start_timeout_ms = start_timeout_ms
         self._on_change = on_change
+        self._on_lease_break = on_lease_break
         self._security = kafka_security or KafkaSecurity()
         self._client_id = client_id or f"coordinator-server-node-{node_id}"
 
@@ -361,4 +363,10 @@ class ClusterMembership:
         coordinator._send_req = send_and_watch
 
     def _on_group_response(self, api_key: int | None, response: Any, sent: float) -> None:
-        self._lease.on_response(api_key, getattr(response, "error_code", None), sent)
+        lease = self._lease
+        breaks = lease.breaks
+        lease.on_response(api_key, getattr(response, "error_code", None), sent)
+        if lease.breaks != breaks and self._on_lease_break is not None:
+            # Before anything else runs on the loop: no request is served on the new lease
+            # from a state kept across the break.
+            self._on_lease_break()

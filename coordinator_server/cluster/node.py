@@ -20,6 +20,7 @@ from coordinator_server.cluster.view import OwnershipView
 from coordinator_server.metrics import ClusterGauges, ClusterMetrics
 from coordinator_server.service import NodeAddress
 from coordinator_server.storage.kafka_security import KafkaSecurity
+from protocol.errors import NotCoordinatorError
 
 logger = logging.getLogger("coordinator_server.cluster")
 
@@ -61,9 +62,11 @@ class ClusterNode:
             session_timeout_ms=settings.session_timeout_ms,
             heartbeat_interval_ms=settings.heartbeat_interval_ms,
             on_change=self._on_view,
+            on_lease_break=self._on_lease_break,
             kafka_security=settings.security,
         )
         self._log = log
+        self._runtime = runtime
         self.takeover = Takeover(log, node.node_id, self._owns, now_ms)
         self.ownership = PartitionOwnership(
             runtime, self._take_over, self._hand_over, stopped=stopped
@@ -77,6 +80,27 @@ class ClusterNode:
     def _owns(self, partition: int) -> bool:
         membership = self.membership
         return partition in membership.view.mine_owned and membership.holds_lease()
+
+    def _on_lease_break(self) -> None:
+        """The node is a member again after its lease ran out: Kafka may have given its
+        partitions to another node meanwhile, which may have written to them, and the
+        membership may give them back unchanged. Whatever it still has loaded is taken over
+        again (a new epoch, a reload) before it serves from it."""
+        owned = sorted(self.ownership.owned)
+        if owned:
+            logger.warning(
+                "node %d is a member again after its lease ran out: taking its %d partitions "
+                "over again",
+                self.node.node_id,
+                len(owned),
+            )
+        for partition in owned:
+            self._runtime.fail_partition(
+                partition,
+                NotCoordinatorError(
+                    f"partition {partition}: this node's membership lapsed; it is taken over again"
+                ),
+            )
 
     def may_serve(self) -> bool:
         """Whether this node may answer from its partitions now: only on a valid lease (a

@@ -53,6 +53,8 @@ class PartitionHost(Protocol):
 
     async def wait_left_active(self, partition: int) -> CoordinatorState | None: ...
 
+    def fail_partition(self, partition: int, error: BaseException) -> None: ...
+
 
 class PartitionOwnership:
     """The owned partitions' tasks; `own` says which partitions this node owns now."""
