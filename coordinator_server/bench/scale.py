@@ -187,8 +187,9 @@ def cluster_row(run: LoopRun, partitions: int, node_ids: list[int]) -> dict[str,
         row["server_cpu_us"] = round(nodes_s / run.result.requests * 1e6, 1)
         for node in node_ids:
             row.pop(f"node{node}_cpu_us", None)
+    # Four places: a node that served a few requests of a short run is not rounded to 0.
     row["node_cpu"] = {
-        str(node): round(spent.get(f"node{node}", 0.0) / run.seconds, 2) for node in node_ids
+        str(node): round(spent.get(f"node{node}", 0.0) / run.seconds, 4) for node in node_ids
     }
     if "broker" in spent:
         row["broker_cpu"] = round(spent["broker"] / run.seconds, 2)
