@@ -5,8 +5,10 @@ Sub-commands: `list`, `describe GROUP`, `offsets GROUP`, `delete GROUP...`,
 table for people, or JSON with `--json` for scripts, and exits 0 on success, 1 on an error
 (with a one-line message on stderr), 2 on a usage error.
 
-The tool talks to coordinator-server (`--bootstrap-server`) for groups and committed
-offsets, and to Kafka (`--kafka-bootstrap-servers`) for what only the log knows: the
+The tool talks to coordinator-server (`--bootstrap-server`, any node of a cluster) for
+groups and committed offsets: `list` asks every node of the cluster (DescribeCluster names
+them), a group's commands go to its coordinator (FindCoordinator, looked up again on
+NOT_COORDINATOR); and to Kafka (`--kafka-bootstrap-servers`) for what only the log knows: the
 log-end offset of each partition (the high watermark a Fetch reports, see
 `rpc.kafka_log`), the log start, and offsets by time. Both are also read from the
 environment, `COORDINATOR_BOOTSTRAP_SERVER` and `COORDINATOR_KAFKA_BOOTSTRAP_SERVERS`.

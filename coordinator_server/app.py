@@ -17,7 +17,7 @@ from coordinator_server.cluster.node import ClusterNode, ClusterSettings
 from coordinator_server.cluster.ownership import PartitionOwnership
 from coordinator_server.config import CoordinatorConfig
 from coordinator_server.groups.store import GroupsConfig
-from coordinator_server.metrics import GroupMetrics, RuntimeMetrics, ServerMetrics
+from coordinator_server.metrics import ClusterMetrics, GroupMetrics, RuntimeMetrics, ServerMetrics
 from coordinator_server.offsets.manager import OffsetsConfig
 from coordinator_server.prometheus import CoordinatorCollector, Snapshot
 from coordinator_server.request_limits import RequestLimits
@@ -95,6 +95,9 @@ class _FencedKafkaLog:
     def __init__(self, log: KafkaLog) -> None:
         self._log = log
 
+    async def check(self) -> None:
+        await self._log.check_fencing()
+
     async def acquire(self, partition: int) -> tuple[int, int]:
         epoch = await self._log.acquire(partition)
         producer = self._log.producer_of(partition)
@@ -129,6 +132,7 @@ class CoordinatorApp:
         self.server_metrics = ServerMetrics()
         self.runtime_metrics = RuntimeMetrics()
         self.group_metrics = GroupMetrics()
+        self.cluster_metrics = ClusterMetrics()
         self.http: OperatorHttpServer | None = None
         self.started_monotonic = time.monotonic()
         self._stop = asyncio.Event()
@@ -181,6 +185,7 @@ class CoordinatorApp:
                 standby_fetch_max_bytes=config.standby_fetch_max_bytes,
             ),
             observer=self.runtime_metrics,
+            may_serve=self._may_serve if config.clustered else None,
         )
         server_config = ServerConfig(
             host=config.host,
@@ -213,6 +218,8 @@ class CoordinatorApp:
             num_partitions,
             node,
             placement=None if self.cluster is None else self.cluster.placement,
+            cluster_id=config.cluster_name,
+            cluster_nodes=None if self.cluster is None else self.cluster.nodes,
             server_version=__version__,
             limits=RequestLimits(
                 max_id_length=config.max_id_length,
@@ -285,6 +292,10 @@ class CoordinatorApp:
             "off" if self.metrics_port is None else f"http://{host}:{self.metrics_port}/metrics",
         )
 
+    def _may_serve(self) -> bool:
+        cluster = self.cluster
+        return cluster is not None and cluster.may_serve()
+
     async def _first_loads(self, ownership: PartitionOwnership) -> None:
         """Until the partitions this node owns were loaded once: alone, every partition; in
         a cluster, those of its first assignment."""
@@ -316,6 +327,7 @@ class CoordinatorApp:
             _FencedKafkaLog(log),
             now_ms=self.clock.now_ms,
             stopped=self._log_failure,
+            metrics=self.cluster_metrics,
         )
 
     def _log_failure(self) -> str | None:
@@ -340,6 +352,7 @@ class CoordinatorApp:
                 self.group_metrics,
                 self.snapshot,
                 __version__,
+                self.cluster_metrics,
             )
         )
         return OperatorHttpServer(registry, self.readiness, self.status)
@@ -404,6 +417,7 @@ class CoordinatorApp:
             groups_by_state=groups,
             members=members,
             log_failed=self._log_failure() is not None,
+            cluster=None if self.cluster is None else self.cluster.gauges(),
         )
 
     def readiness(self) -> Probe:
@@ -429,6 +443,8 @@ class CoordinatorApp:
             reason = "shutting down"
         elif cluster is not None and cluster.membership.view.error is not None:
             reason = f"no partition given: {cluster.membership.view.error}"
+        elif cluster is not None and not cluster.may_serve():
+            reason = "no lease in the cluster: Kafka has not confirmed this node a member lately"
         elif not_active:
             reason = f"{len(not_active)} partitions not ACTIVE"
         elif not owned and cluster is None:

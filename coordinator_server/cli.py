@@ -16,6 +16,7 @@ from coordinator_server import __version__
 from coordinator_server.cluster.membership import ClusterMembershipError
 from coordinator_server.config import CoordinatorConfig
 from coordinator_server.event_loop import run_async
+from coordinator_server.storage.kafka_producer_fencing import OwnershipError
 from coordinator_server.storage.kafka_security import KafkaSecurityError
 
 
@@ -131,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             serve(config)
         except KeyboardInterrupt:
             return 130
-        except (KafkaSecurityError, ClusterMembershipError) as error:
+        except (KafkaSecurityError, ClusterMembershipError, OwnershipError) as error:
             # Settings that cannot work: what to fix, in one line, not a stack trace.
             logging.getLogger("coordinator_server").error("cannot start: %s", error)
             return 1

@@ -131,7 +131,7 @@ class CoordinatorConfig(BaseSettings):
 
     # The cluster: nodes on one Kafka log share its partitions.
     cluster: Literal["on", "off"] = Field(
-        "off",
+        "on",
         description="With the Kafka log, share the log's partitions with every node on the "
         "same bootstrap servers and topic, each partition fenced to its owner (needs Kafka's "
         "transactions); off: this node writes every partition alone (a broker without "

@@ -195,3 +195,41 @@ class GroupMetrics:
     def rebalance_completed(self, duration_ms: int) -> None:
         self.rebalances += 1
         self.rebalance_duration.observe(duration_ms / 1000)
+
+
+@dataclass
+class ClusterMetrics:
+    """What a node of a cluster counts as partitions move (see `cluster.node`)."""
+
+    # Partitions this node fenced to itself: a new producer epoch and its ownership record
+    # in the log, after which the partition loads (a reload after a failure is one more).
+    takeovers: int = 0
+    # Takeovers that did not get that far: Kafka refused the epoch or the record, or the
+    # membership no longer gave this node the partition on a valid lease.
+    takeover_failures: int = 0
+    # Partitions this node owned and lost to a new assignment.
+    handovers: int = 0
+
+    def takeover_done(self) -> None:
+        self.takeovers += 1
+
+    def takeover_failed(self) -> None:
+        self.takeover_failures += 1
+
+    def partition_lost(self) -> None:
+        self.handovers += 1
+
+
+@dataclass(frozen=True)
+class ClusterGauges:
+    """A node's place in its cluster, read at scrape time."""
+
+    generation: int
+    owned: int
+    standby: int
+    nodes: int
+    holds_lease: bool
+    # The cluster gives this node nothing because of an error (its node id is taken).
+    refused: bool
+    # The producer epoch of each partition this node took over, by partition.
+    producer_epochs: dict[int, int]

@@ -18,7 +18,14 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from coordinator_server.metrics import GroupMetrics, Histogram, RuntimeMetrics, ServerMetrics
+from coordinator_server.metrics import (
+    ClusterGauges,
+    ClusterMetrics,
+    GroupMetrics,
+    Histogram,
+    RuntimeMetrics,
+    ServerMetrics,
+)
 from coordinator_server.server.connection_events import RefusalReason, ServerCloseReason
 from protocol.api_keys import api_name
 from protocol.errors import ErrorCode
@@ -43,6 +50,8 @@ class Snapshot:
     groups_by_state: dict[str, int]
     members: int
     log_failed: bool = False
+    # The node's place in its cluster; None for a node alone (no --cluster on).
+    cluster: ClusterGauges | None = None
 
 
 class CoordinatorCollector(Collector):
@@ -53,22 +62,25 @@ class CoordinatorCollector(Collector):
         groups: GroupMetrics,
         snapshot: Callable[[], Snapshot],
         version: str,
+        cluster: ClusterMetrics | None = None,
     ) -> None:
         self._server = server
         self._runtime = runtime
         self._groups = groups
         self._snapshot = snapshot
         self._version = version
+        self._cluster = cluster
         self.started = time.monotonic()
 
     def collect(self) -> Iterable[Metric]:
-        yield from self._collect_server()
+        snapshot = self._snapshot()
+        yield from self._collect_server(snapshot)
         yield from self._collect_runtime()
         yield from self._collect_groups()
+        yield from self._collect_cluster(snapshot.cluster)
 
-    def _collect_server(self) -> Iterator[Metric]:
+    def _collect_server(self, snapshot: Snapshot) -> Iterator[Metric]:
         server = self._server
-        snapshot = self._snapshot()
         info = GaugeMetricFamily(
             "coordinator_build_info", "The coordinator's version.", labels=["version"]
         )
@@ -203,6 +215,84 @@ class CoordinatorCollector(Collector):
             "coordinator_offsets_expired",
             "Offsets removed by retention.",
             value=groups.offsets_expired,
+        )
+
+    def _collect_cluster(self, gauges: ClusterGauges | None) -> Iterator[Metric]:
+        """The node's place in its cluster. A node alone exports the families without
+        samples: it owns no share of a cluster, takes nothing over and hands nothing over."""
+        counters = self._cluster if gauges is not None else None
+
+        def gauge(name: str, documentation: str, value: float | None) -> GaugeMetricFamily:
+            family = GaugeMetricFamily(name, documentation)
+            if value is not None:
+                family.add_metric([], value)
+            return family
+
+        def counter(name: str, documentation: str, value: int | None) -> CounterMetricFamily:
+            family = CounterMetricFamily(name, documentation)
+            if value is not None:
+                family.add_metric([], value)
+            return family
+
+        yield gauge(
+            "coordinator_cluster_owned_partitions",
+            "Log partitions the cluster's assignment gives this node.",
+            None if gauges is None else gauges.owned,
+        )
+        yield gauge(
+            "coordinator_cluster_standby_partitions",
+            "Log partitions this node stands by for (it would take them over next).",
+            None if gauges is None else gauges.standby,
+        )
+        yield gauge(
+            "coordinator_cluster_nodes",
+            "Nodes in the cluster's latest assignment, as this node knows it.",
+            None if gauges is None else gauges.nodes,
+        )
+        yield gauge(
+            "coordinator_cluster_generation",
+            "Generation of the cluster's group (the Kafka consumer group) of the latest "
+            "assignment.",
+            None if gauges is None else gauges.generation,
+        )
+        yield gauge(
+            "coordinator_cluster_lease_held",
+            "1 while Kafka counts this node a member of its cluster for sure (a heartbeat "
+            "answered within the session timeout); 0 means it takes nothing over.",
+            None if gauges is None else int(gauges.holds_lease),
+        )
+        yield gauge(
+            "coordinator_cluster_assignment_error",
+            "1 while the cluster gives this node nothing because of an error (its node id "
+            "is taken by another node, or the assignment could not be read).",
+            None if gauges is None else int(gauges.refused),
+        )
+        epochs = GaugeMetricFamily(
+            "coordinator_cluster_producer_epoch",
+            "Producer epoch at which this node took each partition over (Kafka's fencing: "
+            "writes of older epochs are refused).",
+            labels=["partition"],
+        )
+        if gauges is not None:
+            for partition, epoch in sorted(gauges.producer_epochs.items()):
+                epochs.add_metric([str(partition)], epoch)
+        yield epochs
+        yield counter(
+            "coordinator_cluster_takeovers",
+            "Partitions this node fenced to itself (a new producer epoch and its ownership "
+            "record in the log) before loading them.",
+            None if counters is None else counters.takeovers,
+        )
+        yield counter(
+            "coordinator_cluster_takeover_failures",
+            "Takeovers that failed (Kafka refused the epoch or the record, or the lease ran "
+            "out); each is tried again while the node owns the partition.",
+            None if counters is None else counters.takeover_failures,
+        )
+        yield counter(
+            "coordinator_cluster_handovers",
+            "Partitions this node owned and lost to a new assignment.",
+            None if counters is None else counters.handovers,
         )
 
 

@@ -9,7 +9,7 @@ server needs no task per request.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar, cast
 
@@ -34,10 +34,15 @@ from protocol.api_keys import SUPPORTED_VERSIONS, ApiKey
 from protocol.errors import ErrorCode
 from protocol.hashing import partition_for
 from protocol.messages import (
+    ENDPOINT_TYPE_BROKERS,
+    ENDPOINT_TYPE_CONTROLLERS,
     ApiVersionsRequest,
     ApiVersionsResponse,
     ApiVersionsResponseKey,
     DeleteGroupsRequest,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
+    DescribeClusterResponseBroker,
     DescribeGroupsRequest,
     FindCoordinatorRequest,
     FindCoordinatorResponseCoordinator,
@@ -100,6 +105,9 @@ Placement = Callable[[int], "NodeAddress | None"]
 """The node that owns a log partition now, or None while no node does (a cluster between
 two assignments)."""
 
+ClusterNodes = Callable[[], Sequence[NodeAddress]]
+"""Every node of the cluster as this node knows it now (empty before its first assignment)."""
+
 _NO_COORDINATOR = FindCoordinatorResponseCoordinator(
     node_id=-1,
     host="",
@@ -135,12 +143,17 @@ class GroupCoordinatorService:
         server_version: str,
         limits: RequestLimits | None = None,
         placement: Placement | None = None,
+        cluster_id: str = "",
+        cluster_nodes: ClusterNodes | None = None,
     ) -> None:
         """`node` is this node as FindCoordinator names it; `placement` says which node owns
-        each partition (None: this node owns every partition)."""
+        each partition (None: this node owns every partition); `cluster_nodes` names the
+        nodes of its cluster, `cluster_id`, for DescribeCluster (None: this node alone)."""
         self._runtime = runtime
         self._num_partitions = num_partitions
         self._node = node
+        self._cluster_id = cluster_id
+        self._cluster_nodes = cluster_nodes
         self._server_version = server_version
         self._limits = limits = limits or RequestLimits()
         self._max_id_length = limits.max_id_length
@@ -168,6 +181,7 @@ class GroupCoordinatorService:
             ApiKey.LIST_GROUPS: _typed(ListGroupsRequest, self.list_groups),
             ApiKey.DELETE_GROUPS: _typed(DeleteGroupsRequest, self.delete_groups),
             ApiKey.OFFSET_DELETE: _typed(OffsetDeleteRequest, self.offset_delete),
+            ApiKey.DESCRIBE_CLUSTER: _typed(DescribeClusterRequest, self.describe_cluster),
         }
 
     @property
@@ -247,6 +261,35 @@ class GroupCoordinatorService:
 
     def find_coordinator(self, request: FindCoordinatorRequest, ctx: RequestContext) -> Reply:
         return _pending(self._bulk.find_coordinator(request))
+
+    def describe_cluster(self, request: DescribeClusterRequest, ctx: RequestContext) -> Reply:
+        """The nodes of the cluster, so that a client can ask each of them (ListGroups);
+        answered at once, like FindCoordinator, from the latest assignment."""
+        endpoint_type = request.endpoint_type
+        if endpoint_type != ENDPOINT_TYPE_BROKERS:
+            # As a Kafka broker answers: it is no controller, and knows no other type.
+            if endpoint_type == ENDPOINT_TYPE_CONTROLLERS:
+                code = ErrorCode.MISMATCHED_ENDPOINT_TYPE
+                message = "the coordinator's nodes are brokers (endpoint type 1), no controllers"
+            else:
+                code = ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
+                message = f"unsupported endpoint type {endpoint_type}"
+            return DescribeClusterResponse(
+                error_code=code,
+                error_message=message,
+                endpoint_type=endpoint_type,
+                cluster_id=self._cluster_id,
+            )
+        nodes = [] if self._cluster_nodes is None else list(self._cluster_nodes())
+        return DescribeClusterResponse(
+            cluster_id=self._cluster_id,
+            brokers=[
+                DescribeClusterResponseBroker(
+                    broker_id=node.node_id, host=node.host, port=node.port
+                )
+                for node in sorted(nodes or [self._node], key=lambda node: node.node_id)
+            ],
+        )
 
     # The classic group protocol.
 

@@ -16,7 +16,8 @@ __all__ = ["SUPPORTED_VERSIONS", "ApiKey", "api_name", "is_supported", "version_
 
 
 class ApiKey(IntEnum):
-    """Kafka's api keys for the coordinator APIs of the contract."""
+    """Kafka's api keys for the coordinator APIs of the contract (and DescribeCluster, which
+    names the nodes of a coordinator cluster)."""
 
     OFFSET_COMMIT = 8
     OFFSET_FETCH = 9
@@ -30,6 +31,7 @@ class ApiKey(IntEnum):
     API_VERSIONS = 18
     DELETE_GROUPS = 42
     OFFSET_DELETE = 47
+    DESCRIBE_CLUSTER = 60
 
 
 SUPPORTED_VERSIONS: Final[Mapping[ApiKey, tuple[int, int]]] = MappingProxyType(
@@ -46,6 +48,7 @@ SUPPORTED_VERSIONS: Final[Mapping[ApiKey, tuple[int, int]]] = MappingProxyType(
         ApiKey.API_VERSIONS: (0, 0),
         ApiKey.DELETE_GROUPS: (0, 0),
         ApiKey.OFFSET_DELETE: (0, 0),
+        ApiKey.DESCRIBE_CLUSTER: (0, 0),
     }
 )
 """(min_version, max_version) per api key, both inclusive."""
@@ -69,6 +72,7 @@ _NAMES: Final[Mapping[int, str]] = MappingProxyType(
         ApiKey.API_VERSIONS: "ApiVersions",
         ApiKey.DELETE_GROUPS: "DeleteGroups",
         ApiKey.OFFSET_DELETE: "OffsetDelete",
+        ApiKey.DESCRIBE_CLUSTER: "DescribeCluster",
     }
 )
 

@@ -98,6 +98,8 @@ class ErrorCode(IntEnum):
     UNRELEASED_INSTANCE_ID = (111, False, "The instance id is still used by another member.")
     UNSUPPORTED_ASSIGNOR = (112, False, "The assignor or its version range is not supported.")
     STALE_MEMBER_EPOCH = (113, False, "The member epoch is stale.")
+    MISMATCHED_ENDPOINT_TYPE = (114, False, "The request went to an endpoint of the wrong type.")
+    UNSUPPORTED_ENDPOINT_TYPE = (115, False, "This endpoint type is not supported yet.")
     TRANSACTION_ABORTABLE = (120, False, "The server encountered an abortable error.")
     INVALID_REGULAR_EXPRESSION = (128, False, "The regular expression is not valid.")
 
@@ -407,6 +409,14 @@ class UnsupportedAssignorError(ApiError):
 
 class StaleMemberEpochError(ApiError):
     code = ErrorCode.STALE_MEMBER_EPOCH
+
+
+class MismatchedEndpointTypeError(ApiError):
+    code = ErrorCode.MISMATCHED_ENDPOINT_TYPE
+
+
+class UnsupportedEndpointTypeError(ApiError):
+    code = ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
 
 
 class TransactionAbortableError(ApiError):

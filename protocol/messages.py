@@ -47,6 +47,9 @@ from protocol.errors import (
 )
 
 __all__ = [
+    "AUTHORIZED_OPERATIONS_OMITTED",
+    "ENDPOINT_TYPE_BROKERS",
+    "ENDPOINT_TYPE_CONTROLLERS",
     "REQUEST_TYPES",
     "RESPONSE_TYPES",
     "ApiVersionsRequest",
@@ -55,6 +58,9 @@ __all__ = [
     "DeleteGroupsRequest",
     "DeleteGroupsResponse",
     "DeleteGroupsResponseResult",
+    "DescribeClusterRequest",
+    "DescribeClusterResponse",
+    "DescribeClusterResponseBroker",
     "DescribeGroupsRequest",
     "DescribeGroupsResponse",
     "DescribeGroupsResponseGroup",
@@ -542,6 +548,43 @@ class OffsetDeleteResponse(Message, kw_only=True):
     topics: list[OffsetDeleteResponseTopic] = msgspec.field(default_factory=list)
 
 
+# DescribeCluster (60)
+
+# Kafka's endpoint types: the brokers, or (KIP-919) the controllers.
+ENDPOINT_TYPE_BROKERS: Final = 1
+ENDPOINT_TYPE_CONTROLLERS: Final = 2
+# Kafka's "authorized operations not requested" (Integer.MIN_VALUE).
+AUTHORIZED_OPERATIONS_OMITTED: Final = -(2**31)
+
+
+class DescribeClusterRequest(Message, kw_only=True):
+    API_KEY: ClassVar[ApiKey] = ApiKey.DESCRIBE_CLUSTER
+
+    include_cluster_authorized_operations: bool = False
+    endpoint_type: Int8 = ENDPOINT_TYPE_BROKERS
+    include_fenced_brokers: bool = False
+
+
+class DescribeClusterResponseBroker(Message, kw_only=True):
+    broker_id: Int32 = 0
+    host: str = ""
+    port: Int32 = 0
+    rack: str | None = None
+    is_fenced: bool = False
+
+
+class DescribeClusterResponse(Message, kw_only=True):
+    API_KEY: ClassVar[ApiKey] = ApiKey.DESCRIBE_CLUSTER
+
+    error_code: Int16 = 0
+    error_message: str | None = None
+    endpoint_type: Int8 = ENDPOINT_TYPE_BROKERS
+    cluster_id: str = ""
+    controller_id: Int32 = -1
+    brokers: list[DescribeClusterResponseBroker] = msgspec.field(default_factory=list)
+    cluster_authorized_operations: Int32 = AUTHORIZED_OPERATIONS_OMITTED
+
+
 # Registries
 
 _MESSAGE_PAIRS: Final = (
@@ -557,6 +600,7 @@ _MESSAGE_PAIRS: Final = (
     (ListGroupsRequest, ListGroupsResponse),
     (DeleteGroupsRequest, DeleteGroupsResponse),
     (OffsetDeleteRequest, OffsetDeleteResponse),
+    (DescribeClusterRequest, DescribeClusterResponse),
 )
 
 # Every API is at version 0 in v1 of the contract; a new body shape adds a new row here

@@ -35,6 +35,12 @@ class KafkaBroker(Protocol):
         ...
 
     @property
+    def coordinator_args(self) -> list[str]:
+        """What `coordinator-server serve` needs besides the bootstrap servers to use this
+        broker for its log (a broker without transactions: `--cluster off`)."""
+        ...
+
+    @property
     def running(self) -> bool: ...
 
     def pause(self) -> None:

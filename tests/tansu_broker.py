@@ -56,6 +56,12 @@ class TansuBroker:
         self._port: int | None = None
 
     @property
+    def coordinator_args(self) -> list[str]:
+        # No transactions: the server cannot fence partitions to an owner, so it writes the
+        # log alone.
+        return ["--cluster", "off"]
+
+    @property
     def bootstrap(self) -> str:
         if self._port is None:
             raise RuntimeError("broker not started")

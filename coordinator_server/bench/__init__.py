@@ -8,6 +8,8 @@ generator) on another. `--peer` adds the peer: the group coordinator inside a se
 of the same kind, on the same CPU, measured in turns with ours (see `environment.py`).
 `--bootstrap-servers` uses an existing broker instead, `--bootstrap` attaches to a running
 coordinator-server, and `--peer-bootstrap` names any other Kafka-protocol coordinator.
+`commits --nodes N` also measures one node of a cluster and then N nodes, each on CPUs of its
+own, and their ratio (see `scale.py`).
 docs/PERFORMANCE.md has the figures and how to reproduce them.
 
 This module only builds the parser, so the command line stays quick to start; the scenarios
@@ -26,6 +28,18 @@ NAMED_ONLY = ("failover",)
 
 def _ints(text: str) -> list[int]:
     return [int(part) for part in text.split(",") if part.strip()]
+
+
+def _cpus(text: str) -> list[int]:
+    from coordinator_server.bench.scale import parse_cpus
+
+    return parse_cpus(text)
+
+
+def _cpus_or_nodes(text: str) -> list[int] | str:
+    from coordinator_server.bench.scale import parse_cpus_or_nodes
+
+    return parse_cpus_or_nodes(text)
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
@@ -71,6 +85,41 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     where.add_argument("--server-cpu", type=int, default=0, help="CPU of the started processes")
     where.add_argument("--generator-cpu", type=int, default=1, help="CPU of the load generator")
     where.add_argument("--no-pin", action="store_true", help="pin nothing to a CPU")
+    scale = parser.add_argument_group(
+        "scale (commits)",
+        "With --nodes N > 1, commits also measures one node of a cluster and then N nodes "
+        "(serve --cluster on, node ids 1 to N, one log topic), each node on CPUs of its own, "
+        "and prints the ratio of their rates.",
+    )
+    scale.add_argument(
+        "--nodes",
+        type=int,
+        default=1,
+        help="nodes of the cluster measured against one (1: none); failover: the cluster's "
+        "nodes, the first one killed (2 when left at 1)",
+    )
+    scale.add_argument(
+        "--node-cpus",
+        nargs="+",
+        type=_cpus,
+        metavar="CPUS",
+        help="each node's CPUs, one list per node, e.g. `0 1` or `0,1 2,3` (default: the "
+        "first N CPUs this process may use, one each)",
+    )
+    scale.add_argument(
+        "--cluster-broker-cpus",
+        type=_cpus_or_nodes,
+        metavar="CPUS|nodes",
+        help="the log broker's CPUs in both phases, or `nodes`: the CPUs of the phase's "
+        "nodes (default: a CPU no node and not the generator uses, else `nodes`)",
+    )
+    scale.add_argument(
+        "--cluster-generator-cpus",
+        type=_cpus_or_nodes,
+        metavar="CPUS|nodes",
+        help="the load generator's CPUs in both phases, or `nodes` (default: a CPU no node "
+        "uses, else `nodes`)",
+    )
     where.add_argument(
         "--offsets-topic-partitions", type=int, default=50, help="partitions of the log"
     )
@@ -142,9 +191,6 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "commits (0: as many as fit 1 MiB; SQLite: 10,000) (load)",
     )
     failover = parser.add_argument_group("failover")
-    failover.add_argument(
-        "--nodes", type=int, default=2, help="nodes of the cluster, the first one killed"
-    )
     failover.add_argument(
         "--failover-standby",
         choices=["on", "off", "both"],

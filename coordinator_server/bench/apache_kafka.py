@@ -147,6 +147,12 @@ class ApacheKafkaBroker:
         self.version = ""
 
     @property
+    def coordinator_args(self) -> list[str]:
+        """What `coordinator-server serve` needs besides the bootstrap servers (nothing:
+        Apache Kafka has all a cluster of coordinators needs)."""
+        return []
+
+    @property
     def bootstrap(self) -> str:
         return f"{LOOPBACK}:{self.port}"
 

@@ -22,7 +22,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from coordinator_server.bench.brokers import BenchBroker, affinity, start_broker
-from coordinator_server.bench.processes import ServerProcess
+from coordinator_server.bench.cluster import ClusterNodes
+from coordinator_server.bench.processes import ServerProcess, pin_self, repin
 from coordinator_server.kafka_options import kafka_security_from_args, serve_settings
 from coordinator_server.storage.kafka_security import KafkaSecurity
 
@@ -41,6 +42,8 @@ class Environment:
         self.broker: BenchBroker | None = None
         self.peer_broker: BenchBroker | None = None
         self.server: ServerProcess | None = None
+        # The nodes of a cluster (`--nodes`), while the scale phases run.
+        self.cluster: ClusterNodes | None = None
         self.bootstrap_servers: str | None = args.bootstrap_servers
         self.ours_address: str | None = args.bootstrap
         self.peer_address: str | None = args.peer_bootstrap
@@ -126,6 +129,10 @@ class Environment:
         ]
         if topic is not None:
             args += ["--offsets-topic", topic]
+        if self.args.broker == "tansu":
+            # tansu has no transactions, so it cannot fence partitions to their owner: the
+            # server writes its log alone.
+            args += ["--cluster", "off"]
         return [*args, *self._security_args, *self.args.server_arg]
 
     def ours(self) -> str:
@@ -139,6 +146,53 @@ class Environment:
             )
             self.ours_address = self.server.bootstrap
         return self.ours_address
+
+    def start_cluster(self, node_cpus: list[list[int]] | None) -> ClusterNodes:
+        """The nodes of a cluster on a log topic of its own (none started yet), node i on
+        `node_cpus[i - 1]` (None: anywhere)."""
+        if self.broker_kind == "tansu" and self.args.bootstrap_servers is None:
+            raise SystemExit(
+                "bench: --nodes needs Kafka's transactions (each node fences its partitions "
+                "with a transactional producer id): use --broker kafka"
+            )
+        topic = f"__coordinator_bench_cluster_{os.getpid()}"
+        cpus: list[list[int] | None] = (
+            [None] * self.args.nodes if node_cpus is None else list(node_cpus)
+        )
+        self.cluster = ClusterNodes(
+            self.server_args(topic), cpus, self.args.offsets_topic_partitions
+        )
+        return self.cluster
+
+    def grow_cluster(self, count: int) -> None:
+        """Start cluster nodes until `count` run, each recorded as a started process."""
+        assert self.cluster is not None
+        for node in self.cluster.grow(count):
+            self._record(
+                f"node {len(self.cluster.nodes)}",
+                "coordinator-server --cluster on",
+                node.pid,
+                node.ready_at - node.started_at,
+            )
+
+    def stop_cluster(self) -> None:
+        if self.cluster is not None:
+            self.cluster.stop()
+            self.cluster = None
+
+    def place_broker(self, cpus: list[int] | None) -> None:
+        """Move the log's broker (every thread of it) to `cpus` for a phase of the scale
+        figures; `restore_pins` puts it back."""
+        if self.broker is not None and cpus is not None:
+            repin(self.broker.pid, cpus)
+
+    def restore_pins(self) -> None:
+        """The broker on `--server-cpu` and this process on `--generator-cpu` again."""
+        if self.cpu is None:
+            return
+        if self.broker is not None:
+            repin(self.broker.pid, self.cpu)
+        pin_self(self.args.generator_cpu)
 
     def _peer_needs_broker(self) -> bool:
         return self.args.peer and self.peer_address is None and self.args.bootstrap_servers is None
@@ -179,9 +233,13 @@ class Environment:
             running["broker"] = self.broker.pid
         if self.peer_broker is not None:
             running["peer broker"] = self.peer_broker.pid
+        if self.cluster is not None:
+            for i, node in enumerate(self.cluster.nodes):
+                running[f"node {i + 1}"] = node.pid
         return running
 
     def close(self) -> None:
+        self.stop_cluster()
         if self.server is not None:
             self.server.stop()
             self.server = None

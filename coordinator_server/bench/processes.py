@@ -1,5 +1,5 @@
-"""Our server as a benchmark starts it, pinned to a CPU, and what the bench reads of the
-processes it starts (ports, CPU time, memory).
+"""Our server as a benchmark starts it, pinned to a CPU (or a set of them), and what the
+bench reads of the processes it starts (ports, CPU time, memory).
 
 The server is stopped by the PID this module started it with, never by name.
 """
@@ -18,7 +18,8 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 LOOPBACK = "127.0.0.1"
 READY = re.compile(
@@ -27,23 +28,63 @@ READY = re.compile(
     r"(?:: (?P<records>\d+) records in [0-9.]+ s, (?P<rate>\d+) records/s)?"
 )
 METRICS = re.compile(r"metrics: http://[0-9.]+:(?P<port>\d+)/metrics")
-# The server's latest lines kept (its first ones, up to ready, are what a failed start shows).
+# The server's latest lines kept (a failed start shows the last of them).
 KEPT_LINES = 2000
 
 
-def pinned(command: Sequence[str], cpu: int | None) -> list[str]:
-    """`command` run on one CPU through taskset, when there is a CPU to pin to and taskset."""
+CpuSet = int | Iterable[int] | None
+"""One CPU, a set of CPUs, or None: not pinned."""
+
+
+def cpu_list(cpu: CpuSet) -> list[int] | None:
+    """The CPUs of `cpu`, sorted; None when not pinned."""
     if cpu is None:
+        return None
+    if isinstance(cpu, int):
+        return [cpu]
+    cpus = sorted(set(cpu))
+    return cpus or None
+
+
+def pinned(command: Sequence[str], cpu: CpuSet) -> list[str]:
+    """`command` run on `cpu` (one CPU or a set) through taskset, when there is a CPU to pin
+    to and taskset."""
+    cpus = cpu_list(cpu)
+    if cpus is None:
         return list(command)
     taskset = shutil.which("taskset")
     if taskset is None:
         return list(command)
-    return [taskset, "-c", str(cpu), *command]
+    return [taskset, "-c", ",".join(map(str, cpus)), *command]
 
 
-def pin_self(cpu: int | None) -> None:
-    if cpu is not None and hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {cpu})
+def pin_self(cpu: CpuSet) -> None:
+    cpus = cpu_list(cpu)
+    if cpus is not None and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, cpus)
+
+
+def usable_cpus() -> list[int]:
+    """The CPUs this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
+def repin(pid: int, cpu: CpuSet) -> None:
+    """Move every thread of a running process to `cpu` (a JVM's threads are tasks of their
+    own, each with its affinity): the threads it starts later inherit it from theirs. A thread
+    that ends meanwhile is skipped."""
+    cpus = cpu_list(cpu)
+    if cpus is None or not hasattr(os, "sched_setaffinity"):
+        return
+    try:
+        tasks = [int(task.name) for task in Path(f"/proc/{pid}/task").iterdir()]
+    except OSError:
+        tasks = [pid]
+    for task in tasks:
+        with contextlib.suppress(ProcessLookupError):
+            os.sched_setaffinity(task, cpus)
 
 
 def free_port() -> int:
@@ -112,19 +153,19 @@ async def wait_until_quiet(pids: list[int], timeout_s: float = QUIET_TIMEOUT_S) 
 class ServerProcess:
     """`coordinator-server serve` as a child process, ready once it logs its address."""
 
-    def __init__(self, args: Sequence[str], cpu: int | None) -> None:
+    def __init__(self, args: Sequence[str], cpu: CpuSet) -> None:
         self.args = list(args)
         self.cpu = cpu
         self.host = ""
         self.port = 0
+        # The operator's HTTP port (/status), when the server was started with one.
+        self.metrics_port = 0
         self.started_at = 0.0
         self.ready_at = 0.0
         self.reported_load_s = 0.0
         # Records the server loaded per second of its partitions' loads, as its ready
         # line says.
         self.reported_records_per_s = 0
-        # The operator's HTTP port, when the server has one (see `--metrics-port`).
-        self.metrics_port = 0
         self.process: subprocess.Popen[str] | None = None
         self.lines: deque[str] = deque(maxlen=KEPT_LINES)
         self._ready = threading.Event()

@@ -26,7 +26,8 @@ from coordinator_server.bench.load import (
     write_log,
     write_sqlite_log,
 )
-from coordinator_server.bench.processes import pin_self
+from coordinator_server.bench.processes import pin_self, usable_cpus
+from coordinator_server.bench.scale import SCALE_COLUMNS, run_scale, scale_checks, scale_summary
 from coordinator_server.bench.stats import format_table, median_row, to_json
 from coordinator_server.bench.targets import OursTarget, PeerTarget, Target
 from coordinator_server.event_loop import run_async
@@ -442,8 +443,6 @@ async def _cold_start(
 async def run_failover(env: Environment, args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.bootstrap is not None:
         raise SystemExit("bench failover starts its own nodes: leave out --bootstrap")
-    if args.nodes < 2:
-        raise SystemExit("bench failover needs --nodes 2 or more")
     with env.broker_of_its_own() as bootstrap_servers:
         return await _run_failover(env, args, bootstrap_servers)
 
@@ -452,6 +451,8 @@ async def _run_failover(
     env: Environment, args: argparse.Namespace, bootstrap_servers: str
 ) -> list[dict[str, Any]]:
     modes = {"on": [True], "off": [False], "both": [True, False]}[args.failover_standby]
+    # A failover needs a node to fail over to: two when --nodes is left at one.
+    nodes = max(args.nodes, 2)
     runs: dict[bool, list[failover.FailoverRun]] = {standby: [] for standby in modes}
     for run in range(args.runs):
         topic = f"__coordinator_bench_failover_{os.getpid()}_{run}"
@@ -469,7 +470,7 @@ async def _run_failover(
         _say(args, f"failover: written in {written_s:.1f} s")
         for standby in modes:
             settings = failover.FailoverSettings(
-                nodes=args.nodes,
+                nodes=nodes,
                 partitions=args.offsets_topic_partitions,
                 session_timeout_ms=args.cluster_session_timeout_ms,
                 heartbeat_interval_ms=args.cluster_heartbeat_interval_ms,
@@ -493,7 +494,7 @@ async def _run_failover(
         failover.summarize(
             runs[standby],
             failover.FailoverSettings(
-                nodes=args.nodes,
+                nodes=nodes,
                 partitions=args.offsets_topic_partitions,
                 session_timeout_ms=args.cluster_session_timeout_ms,
                 heartbeat_interval_ms=args.cluster_heartbeat_interval_ms,
@@ -593,6 +594,7 @@ def check_targets(
                     "met": row["join_s"] <= 1.0,
                 }
             )
+    checks.extend(scale_checks(results.get("scale", [])))
     for row in results.get("load", []):
         # The load's goals are the Kafka log's, written in large batches.
         if (
@@ -623,6 +625,7 @@ COLUMNS = {
     "rebalance": REBALANCE_COLUMNS,
     "load": LOAD_COLUMNS,
     "failover": FAILOVER_COLUMNS,
+    "scale": SCALE_COLUMNS,
 }
 RUNNERS: dict[str, Callable[[Environment, argparse.Namespace], Awaitable[list[dict[str, Any]]]]] = {
     "commits": run_commits,
@@ -638,6 +641,11 @@ ALL = ("commits", "heartbeats", "rebalance", "load")
 async def _main(args: argparse.Namespace) -> dict[str, Any]:
     env = Environment(args)
     names = list(ALL) if args.scenario == "all" else [args.scenario]
+    if args.nodes > 1 and not {"commits", "failover"} & set(names):
+        raise SystemExit(
+            "bench: --nodes measures commits or failover: run `bench commits` (or all) or "
+            "`bench failover`"
+        )
     results: dict[str, list[dict[str, Any]]] = {}
     loop = asyncio.get_running_loop()
     peer = None
@@ -645,6 +653,8 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
         await loop.run_in_executor(None, env.prepare, names)
         for name in names:
             results[name] = await RUNNERS[name](env, args)
+            if name == "commits" and args.nodes > 1:
+                results["scale"] = await run_scale(env, args)
         if env.peer_address is not None:
             peer = env.peer_description()
     finally:
@@ -663,8 +673,11 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
             "pinned": not args.no_pin,
             "broker": env.broker_kind,
             "offsets_topic_partitions": args.offsets_topic_partitions,
+            "nodes": args.nodes,
         },
         "peer": peer,
+        # The ratio of N nodes' commit rate to one node's (`--nodes`), and the line saying it.
+        "scale": scale_summary(results.get("scale", [])),
         # What the bench started: role, what, pid, the CPUs it may run on, seconds to start.
         "processes": env.started,
         "results": results,
@@ -673,6 +686,8 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    # The CPUs the bench may use, before it pins itself: the scale figures spread over them.
+    args.usable_cpus = usable_cpus()
     if not args.no_pin:
         pin_self(args.generator_cpu)
     document: dict[str, Any] = {}
@@ -705,6 +720,8 @@ def run(args: argparse.Namespace) -> int:
     for name, rows in document["results"].items():
         print(f"\n{name}")
         print(format_table(rows, COLUMNS[name]))
+    if document["scale"]:
+        print(f"\n{document['scale']['line']}")
     if document["targets"]:
         print("\ntargets")
         for check in document["targets"]:

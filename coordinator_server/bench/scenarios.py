@@ -10,6 +10,7 @@ from typing import Any
 
 import msgpack
 
+from coordinator_server.bench.loops import LoopRun
 from coordinator_server.bench.stats import latency_summary_ms
 from coordinator_server.bench.targets import (
     ILLEGAL_GENERATION,
@@ -18,8 +19,8 @@ from coordinator_server.bench.targets import (
     TOPIC,
     UNKNOWN_MEMBER_ID,
     CommitSpec,
+    CommitTarget,
     HeartbeatSpec,
-    LoopRun,
     Target,
 )
 
@@ -220,7 +221,7 @@ async def leave(target: Target, group: str, members: list[Member]) -> None:
 
 
 async def commits(
-    target: Target,
+    target: CommitTarget,
     run_id: str,
     groups: int,
     partitions: int,
@@ -230,9 +231,8 @@ async def commits(
     duration_s: float,
 ) -> dict[str, Any]:
     """Simple commits (no generation, no member) of `partitions` partitions to G groups."""
-    specs = [
-        CommitSpec(f"bench-commits-{run_id}-{i}", "", -1, TOPIC, partitions) for i in range(groups)
-    ]
+    names = await target.group_names(f"bench-commits-{run_id}", groups)
+    specs = [CommitSpec(name, "", -1, TOPIC, partitions) for name in names]
     await target.ready([spec.group for spec in specs])
     run = await target.commit_loop(specs, inflight, connections, warmup_s, duration_s)
     return loop_row(run, partitions)

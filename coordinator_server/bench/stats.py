@@ -52,6 +52,10 @@ def median_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
             values = [row[key] for row in rows if isinstance(row.get(key), int | float)]
             median = statistics.median(values)
             merged[key] = round(median, 3) if isinstance(median, float) else median
+        elif isinstance(value, dict):
+            # A figure per item (each node's CPU share): the median of each.
+            merged[key] = median_row([row.get(key) or {} for row in rows])
+            merged[key].pop("runs", None)
     merged["runs"] = len(rows)
     return merged
 
@@ -62,6 +66,9 @@ def format_table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     def cell(value: Any) -> str:
         if value is None:
             return ""
+        if isinstance(value, dict):
+            # One figure per item (each node's CPU share, say), in order.
+            return " ".join(cell(item) for item in value.values())
         if isinstance(value, float):
             if abs(value) >= 1000:
                 return f"{value:,.0f}"

@@ -23,19 +23,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from coordinator_server.bench.loops import LoopRun, run_loops
 from coordinator_server.bench.ours import (
-    Checker,
-    ClosedLoop,
-    Parser,
     RequestTemplate,
-    Template,
     WireConnection,
     check_ours,
     first_error,
     parse_ours,
 )
-from coordinator_server.bench.processes import cpu_seconds, wait_until_quiet
-from coordinator_server.bench.stats import LoadResult
 
 MEMBER_ID_REQUIRED = 79
 REBALANCE_IN_PROGRESS = 27
@@ -70,22 +65,6 @@ class JoinAnswer:
     members: list[str] = field(default_factory=list)
 
 
-@dataclass
-class LoopRun:
-    """A measured loop: what it saw, how long it measured, the generator's CPU share, and
-    the CPU seconds each watched process (our server, the broker) spent meanwhile; "others"
-    is the CPU seconds of the started processes the target does not use (they share its
-    core, and should be idle)."""
-
-    result: LoadResult
-    seconds: float
-    generator_cpu: float
-    process_cpu_s: dict[str, float] = field(default_factory=dict)
-    connections: int = 0
-    # Seconds waited for the others to be quiet before the loop started.
-    quiet_wait_s: float = 0.0
-
-
 @dataclass(frozen=True)
 class CommitSpec:
     group: str
@@ -102,16 +81,38 @@ class HeartbeatSpec:
     generation_id: int
 
 
-class Target(Protocol):
+class CommitTarget(Protocol):
+    """What the commits scenario needs of a target: ours, the peer, or a cluster of ours."""
+
     name: str
     # Processes whose CPU time the measured loops report (name -> pid), and the started
     # processes the target does not use, whose CPU time is reported together as "others".
     watched: dict[str, int]
     others: list[int]
 
+    async def group_names(self, prefix: str, count: int) -> list[str]:
+        """`count` group ids for a scenario's groups (a cluster picks them so that every node
+        coordinates its share)."""
+        ...
+
     async def ready(self, groups: list[str]) -> None:
         """Return once the coordinator of each group answers as a coordinator (not loading,
         not NOT_COORDINATOR, its offsets topic there)."""
+
+    async def commit_loop(
+        self,
+        specs: list[CommitSpec],
+        inflight: int,
+        connections: int,
+        warmup_s: float,
+        duration_s: float,
+    ) -> LoopRun: ...
+
+    async def close(self) -> None: ...
+
+
+class Target(CommitTarget, Protocol):
+    """A target of every scenario: group membership and heartbeats too."""
 
     async def join(
         self,
@@ -140,15 +141,6 @@ class Target(Protocol):
         """The members (index, member id) leave the group, so that no session of theirs
         expires later, while another target is measured on the same core."""
 
-    async def commit_loop(
-        self,
-        specs: list[CommitSpec],
-        inflight: int,
-        connections: int,
-        warmup_s: float,
-        duration_s: float,
-    ) -> LoopRun: ...
-
     async def heartbeat_loop(
         self,
         specs: list[HeartbeatSpec],
@@ -158,89 +150,35 @@ class Target(Protocol):
         duration_s: float,
     ) -> LoopRun: ...
 
-    async def close(self) -> None: ...
+
+def commit_template(spec: CommitSpec) -> RequestTemplate:
+    """Our OffsetCommit of `spec`, pre-encoded."""
+    return RequestTemplate(
+        8,
+        {
+            "group_id": spec.group,
+            "generation_id_or_member_epoch": spec.generation_id,
+            "member_id": spec.member_id,
+            "topics": [
+                {
+                    "name": spec.topic,
+                    "partitions": [
+                        {
+                            "partition_index": p,
+                            "committed_offset": 1000 + p,
+                            "committed_leader_epoch": -1,
+                            "committed_metadata": "",
+                        }
+                        for p in range(spec.partitions)
+                    ],
+                }
+            ],
+        },
+    )
 
 
-async def _measure(
-    start: Callable[[], None],
-    set_measuring: Callable[[bool], None],
-    stop: Callable[[], list[asyncio.Future[None]]],
-    warmup_s: float,
-    duration_s: float,
-    watched: dict[str, int],
-    others: list[int],
-) -> tuple[float, float, dict[str, float], float]:
-    """Run a loop through warm-up and measurement, once the others are quiet; (seconds
-    measured, generator CPU share, CPU seconds of each watched process while measuring, and
-    of the others together, seconds waited for the others)."""
-    waited = await wait_until_quiet(others)
-    start()
-    await asyncio.sleep(warmup_s)
-    set_measuring(True)
-    cpu_started = time.process_time()
-    watched_started = {name: cpu_seconds(pid) for name, pid in watched.items()}
-    others_started = sum(cpu_seconds(pid) for pid in others)
-    wall_started = time.perf_counter()
-    await asyncio.sleep(duration_s)
-    set_measuring(False)
-    seconds = time.perf_counter() - wall_started
-    cpu = time.process_time() - cpu_started
-    spent = {name: cpu_seconds(pid) - watched_started[name] for name, pid in watched.items()}
-    if others:
-        spent["others"] = sum(cpu_seconds(pid) for pid in others) - others_started
-    waiters = stop()
-    await asyncio.wait_for(asyncio.gather(*waiters), 60)
-    return seconds, cpu / seconds, spent, waited
-
-
-async def run_loops(
-    host: str,
-    port: int,
-    templates: list[Template],
-    parse: Parser,
-    check: Checker,
-    inflight: int,
-    connections: int,
-    warmup_s: float,
-    duration_s: float,
-    watched: dict[str, int],
-    others: list[int],
-) -> LoopRun:
-    """`inflight` requests kept outstanding over `connections` connections of their own."""
-    results = [LoadResult() for _ in range(connections)]
-    loops: list[ClosedLoop] = []
-    try:
-        for i in range(connections):
-            share = inflight // connections + (1 if i < inflight % connections else 0)
-            if share:
-                mine = templates[i::connections] or templates
-                loops.append(
-                    await ClosedLoop.open(host, port, mine, share, results[i], parse, check)
-                )
-
-        def start() -> None:
-            for loop in loops:
-                loop.start()
-
-        def set_measuring(on: bool) -> None:
-            for loop in loops:
-                loop.measuring = on
-
-        def stop() -> list[asyncio.Future[None]]:
-            for loop in loops:
-                loop.stop()
-            return [loop.done for loop in loops]
-
-        seconds, cpu, spent, waited = await _measure(
-            start, set_measuring, stop, warmup_s, duration_s, watched, others
-        )
-    finally:
-        for loop in loops:
-            loop.close()
-    total = LoadResult()
-    for result in results:
-        total.merge(result)
-    return LoopRun(total, seconds, cpu, spent, len(loops), round(waited, 1))
+def numbered_groups(prefix: str, count: int) -> list[str]:
+    return [f"{prefix}-{i}" for i in range(count)]
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -266,6 +204,9 @@ class OursTarget:
 
     def _connection(self, index: int) -> WireConnection:
         return self._connections[index % len(self._connections)]
+
+    async def group_names(self, prefix: str, count: int) -> list[str]:
+        return numbered_groups(prefix, count)
 
     async def ready(self, groups: list[str]) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S
@@ -375,31 +316,7 @@ class OursTarget:
         warmup_s: float,
         duration_s: float,
     ) -> LoopRun:
-        templates = [
-            RequestTemplate(
-                8,
-                {
-                    "group_id": spec.group,
-                    "generation_id_or_member_epoch": spec.generation_id,
-                    "member_id": spec.member_id,
-                    "topics": [
-                        {
-                            "name": spec.topic,
-                            "partitions": [
-                                {
-                                    "partition_index": p,
-                                    "committed_offset": 1000 + p,
-                                    "committed_leader_epoch": -1,
-                                    "committed_metadata": "",
-                                }
-                                for p in range(spec.partitions)
-                            ],
-                        }
-                    ],
-                },
-            )
-            for spec in specs
-        ]
+        templates = [commit_template(spec) for spec in specs]
         return await self._loop(templates, inflight, connections, warmup_s, duration_s)
 
     async def heartbeat_loop(
@@ -509,6 +426,9 @@ class PeerTarget:
         host, port = await find_coordinator(address, timeout_s)
         await _ensure_topic(address, partitions)
         return cls(host, port)
+
+    async def group_names(self, prefix: str, count: int) -> list[str]:
+        return numbered_groups(prefix, count)
 
     async def ready(self, groups: list[str]) -> None:
         # A heartbeat of no member probes a group's coordinator: what it answers once ready
@@ -719,9 +639,9 @@ class PeerTarget:
 
 __all__ = [
     "CommitSpec",
+    "CommitTarget",
     "HeartbeatSpec",
     "JoinAnswer",
-    "LoopRun",
     "OursTarget",
     "PeerTarget",
     "Target",

@@ -32,13 +32,15 @@ _NOT_A_MEMBER: Final = frozenset({25, 22, 82})
 class MembershipLease:
     """The lease of one member, `session_timeout_s` long from its last proof."""
 
-    __slots__ = ("_ended", "_from", "_session_timeout_s")
+    __slots__ = ("_breaks", "_ended", "_ever", "_from", "_session_timeout_s")
 
     def __init__(self, session_timeout_s: float) -> None:
         assert session_timeout_s > 0
         self._session_timeout_s = session_timeout_s
         self._from: float | None = None
         self._ended = False
+        self._breaks = 0
+        self._ever = False
 
     @property
     def last_proof(self) -> float | None:
@@ -50,6 +52,13 @@ class MembershipLease:
         """Until when the node is a member for sure, or None when it may be none."""
         return None if self._from is None else self._from + self._session_timeout_s
 
+    @property
+    def breaks(self) -> int:
+        """How many times a lease was renewed after it had run out or been ended: each time,
+        the broker may have removed the node meanwhile, and another node may have owned its
+        partitions (and moved their state on) before it got them back."""
+        return self._breaks
+
     def holds(self, now: float) -> bool:
         deadline = self.deadline
         return deadline is not None and now < deadline
@@ -59,8 +68,16 @@ class MembershipLease:
         if self._ended:
             return
         if error_code == 0 and api_key in _PROVES_MEMBERSHIP:
-            if self._from is None or sent > self._from:
+            previous = self._from
+            if previous is None:
+                # The first lease, or one after an answer that said the node is no member.
+                if self._ever:
+                    self._breaks += 1
+            elif sent >= previous + self._session_timeout_s:
+                self._breaks += 1
+            if previous is None or sent > previous:
                 self._from = sent
+            self._ever = True
         elif error_code in _NOT_A_MEMBER and api_key in (JOIN_GROUP, HEARTBEAT, SYNC_GROUP):
             self._from = None
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final
@@ -76,6 +77,7 @@ class ClusterMembership:
         session_timeout_ms: int,
         heartbeat_interval_ms: int,
         on_change: Callable[[OwnershipView], None],
+        on_lease_break: Callable[[], None] | None = None,
         kafka_security: KafkaSecurity | None = None,
         rebalance_timeout_ms: int | None = None,
         start_timeout_ms: int = DEFAULT_START_TIMEOUT_MS,
@@ -109,6 +111,7 @@ class ClusterMembership:
         self._rebalance_timeout_ms = rebalance_timeout_ms
         self._start_timeout_ms = start_timeout_ms
         self._on_change = on_change
+        self._on_lease_break = on_lease_break
         self._security = kafka_security or KafkaSecurity()
         self._client_id = client_id or f"coordinator-server-node-{node_id}"
 
@@ -210,8 +213,12 @@ class ClusterMembership:
                 "cluster membership starts after it"
             )
         self._watch_lease()
-        # No rebalance listener: the revocation is lazy (see the module's docstring).
-        consumer.subscribe([self._topic])
+        # No rebalance listener: the revocation is lazy (see the module's docstring). A
+        # pattern, not the topic's name: aiokafka asks for the metadata of subscribed topics
+        # by name, and a broker that creates topics on demand would create the log topic
+        # again, with its own defaults, after the log lost it; a pattern's metadata request
+        # names no topic.
+        consumer.subscribe(pattern=f"^{re.escape(self._topic)}$")
         poller = asyncio.create_task(self._poll(consumer), name=f"cluster-poll-{self._node_id}")
         self._poller = poller
         assert self._assigned is not None
@@ -356,4 +363,10 @@ class ClusterMembership:
         coordinator._send_req = send_and_watch
 
     def _on_group_response(self, api_key: int | None, response: Any, sent: float) -> None:
-        self._lease.on_response(api_key, getattr(response, "error_code", None), sent)
+        lease = self._lease
+        breaks = lease.breaks
+        lease.on_response(api_key, getattr(response, "error_code", None), sent)
+        if lease.breaks != breaks and self._on_lease_break is not None:
+            # Before anything else runs on the loop: no request is served on the new lease
+            # from a state kept across the break.
+            self._on_lease_break()

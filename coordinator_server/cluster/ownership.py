@@ -41,7 +41,7 @@ Release = Callable[[int], None]
 RETRY_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
 
-class PartitionLoader(Protocol):
+class PartitionHost(Protocol):
     """What ownership uses of the coordinator runtime: its load and unload operations."""
 
     def schedule_load(self, partition: int, epoch: int) -> None: ...
@@ -54,13 +54,15 @@ class PartitionLoader(Protocol):
 
     async def wait_left_active(self, partition: int) -> CoordinatorState | None: ...
 
+    def fail_partition(self, partition: int, error: BaseException) -> None: ...
+
 
 class PartitionOwnership:
     """The owned partitions' tasks; `own` says which partitions this node owns now."""
 
     def __init__(
         self,
-        runtime: PartitionLoader,
+        runtime: PartitionHost,
         acquire: Acquire,
         release: Release,
         *,

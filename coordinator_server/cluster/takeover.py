@@ -30,6 +30,10 @@ class NotOwnerError(Exception):
 class FencedLog(Protocol):
     """What taking over needs of the log: its fencing and an append."""
 
+    async def check(self) -> None:
+        """Raise, saying why, when the log cannot fence partitions to their owner."""
+        ...
+
     async def acquire(self, partition: int) -> tuple[int, int]:
         """Become the partition's only writer: (producer id, producer epoch)."""
         ...

@@ -5,8 +5,8 @@ Kafka's admin client is built the same way (an `AdminApiHandler` per API, with t
 strategy that finds the node to ask), so that what differs between APIs is data, and
 discovery, retries, deadlines and fan-out are written once. An API differs in:
 
-- where it goes (`Lookup`): any bootstrap server, every bootstrap server (each answers for
-  the groups it coordinates), or the coordinator of the group it names;
+- where it goes (`Lookup`): any bootstrap server, every node of the cluster (each answers
+  for the groups it coordinates), or the coordinator of the group it names;
 - which answers mean "try again" (`retry_code`): COORDINATOR_LOAD_IN_PROGRESS and
   REQUEST_TIMED_OUT on the same coordinator, COORDINATOR_NOT_AVAILABLE and NOT_COORDINATOR
   after looking the coordinator up again, wherever the API puts its error codes;
@@ -30,6 +30,8 @@ from protocol.messages import (
     ApiVersionsResponse,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
     FindCoordinatorRequest,
@@ -57,6 +59,7 @@ from protocol.messages import (
 __all__ = [
     "API_VERSIONS",
     "DELETE_GROUPS",
+    "DESCRIBE_CLUSTER",
     "DESCRIBE_GROUPS",
     "FIND_COORDINATOR",
     "HEARTBEAT",
@@ -95,8 +98,11 @@ class Lookup(enum.Enum):
 
     BOOTSTRAP = "bootstrap"
     """A bootstrap server, the next one if it cannot be reached."""
-    EVERY_BOOTSTRAP = "every bootstrap"
-    """Every bootstrap server, the answers joined (Kafka's `AllBrokersStrategy`)."""
+    EVERY_NODE = "every node"
+    """Every node of the cluster, as DescribeCluster at a bootstrap server names them (the
+    bootstrap servers themselves when the server does not list DescribeCluster in
+    ApiVersions), the answers joined (Kafka's `AllBrokersStrategy`, which finds the brokers
+    with Metadata)."""
     COORDINATOR = "coordinator"
     """The coordinator of the group the request names, found with FindCoordinator and
     cached (Kafka's `CoordinatorStrategy`)."""
@@ -138,7 +144,7 @@ class ApiHandler(Generic[Req, Resp]):
     """What one group's answer contributes to the joined answer."""
     join: Callable[[Req, list[Any]], Resp] | None = None
     """The answer to the whole request: from the groups' items in the request's order, or
-    (`Lookup.EVERY_BOOTSTRAP`) from the servers' answers in the bootstrap servers' order."""
+    (`Lookup.EVERY_NODE`) from the nodes' answers in the nodes' order."""
     name: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -221,6 +227,13 @@ API_VERSIONS: Final = ApiHandler(
 )
 FIND_COORDINATOR: Final = ApiHandler(
     FindCoordinatorRequest, FindCoordinatorResponse, Lookup.BOOTSTRAP
+)
+DESCRIBE_CLUSTER: Final = ApiHandler(
+    DescribeClusterRequest,
+    DescribeClusterResponse,
+    Lookup.BOOTSTRAP,
+    retry_code=_top_level_retry,
+    errors=_top_level_error,
 )
 JOIN_GROUP: Final = ApiHandler(
     JoinGroupRequest,
@@ -310,7 +323,7 @@ DELETE_GROUPS: Final = ApiHandler(
 LIST_GROUPS: Final = ApiHandler(
     ListGroupsRequest,
     ListGroupsResponse,
-    Lookup.EVERY_BOOTSTRAP,
+    Lookup.EVERY_NODE,
     retry_code=_top_level_retry,
     join=_join_listed_groups,
 )

@@ -1,10 +1,10 @@
 """`CoordinatorClient`: the asyncio client of the wire contract.
 
 Theory of operation. A call names a group (most APIs) or none (ApiVersions, ListGroups,
-FindCoordinator). A group's coordinator is found with FindCoordinator, sent to a bootstrap
-server, and cached per group; every request for that group goes to the cached node over
-one pipelined `Connection` per server address, opened on first use and opened again after
-it is lost.
+FindCoordinator, DescribeCluster). A group's coordinator is found with FindCoordinator, sent
+to a bootstrap server, and cached per group; every request for that group goes to the cached
+node over one pipelined `Connection` per server address, opened on first use and opened
+again after it is lost. ListGroups goes to every node DescribeCluster names.
 
 Each call has one deadline (`timeout_ms`, by default the client's `request_timeout_ms`)
 covering discovery, connecting, retries and the wait for the answer. Within it the client
@@ -14,6 +14,10 @@ retries, after an exponential back-off with jitter, on:
 - COORDINATOR_NOT_AVAILABLE (15) and NOT_COORDINATOR (16): the cached coordinator is
   dropped and looked up again (Kafka's `markCoordinatorUnknown`);
 - a lost connection: the request is sent again on a new one.
+
+A request to a coordinator that is not answered in time forgets the coordinator, and one to a
+bootstrap server moves the next one up, so that the next call does not wait on a node that
+is paused or cut off while its groups have moved elsewhere.
 
 The deadline passing while a request is out raises `RequestTimeoutError`; passing during a
 back-off raises the last error seen. Every other error code comes back in the response
@@ -62,7 +66,9 @@ from coordinator_server.rpc.requests import (
     delete_topics,
     fetch_topics,
     partition_errors,
+    raise_for_code,
 )
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, error_for_code
 from protocol.framing import DEFAULT_MAX_FRAME_BYTES
 from protocol.messages import (
@@ -70,6 +76,8 @@ from protocol.messages import (
     ApiVersionsResponse,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
     DescribeGroupsResponseGroup,
@@ -372,10 +380,12 @@ class CoordinatorClient:
         self, request: Message, response_type: type[R], deadline: float
     ) -> R:
         # Servers are tried in turn: one that cannot be reached moves the next one up.
+        # One that does not answer in time (paused, cut off) too: as Kafka's client, which
+        # disconnects from a node after a request timeout and asks another one next.
         address = self.bootstrap_servers[self._bootstrap_index % len(self.bootstrap_servers)]
         try:
             return await self._send(address, request, response_type, deadline)
-        except ConnectionClosedError:
+        except (ConnectionClosedError, RequestTimeoutError):
             self._bootstrap_index += 1
             raise
 
@@ -431,20 +441,27 @@ class CoordinatorClient:
         module docstring says."""
         node_used: list[Node] = []
 
+        def forget_used() -> None:
+            # Forget only the node this attempt used: a concurrent call may already have
+            # found the new one.
+            if node_used and self._coordinators.get(group_id) == node_used[0]:
+                self.forget_coordinator(group_id)
+
         async def attempt(deadline: float) -> R:
             node = await self._coordinator_for(group_id, deadline)
             node_used[:] = [node]
-            return await self._send(node.address, request, api.response_type, deadline)
+            try:
+                return await self._send(node.address, request, api.response_type, deadline)
+            except RequestTimeoutError:
+                # A coordinator that does not answer in time may be paused or cut off while
+                # the group moved to another node: the next call looks it up again (Kafka's
+                # client marks the coordinator unknown after a request timeout).
+                forget_used()
+                raise
 
         def on_retry(code: int | None) -> None:
-            # Forget only the node this attempt used: a concurrent call may already have
-            # found the new one.
-            if (
-                (code is None or code in RETRY_REDISCOVER)
-                and node_used
-                and self._coordinators.get(group_id) == node_used[0]
-            ):
-                self.forget_coordinator(group_id)
+            if code is None or code in RETRY_REDISCOVER:
+                forget_used()
 
         return await self._call_with_retries(
             attempt,
@@ -495,14 +512,25 @@ class CoordinatorClient:
                     deadline,
                     what=f"{api.name}({address[0]}:{address[1]})",
                 )
-                for address in self.bootstrap_servers
+                for address in await self._every_node(deadline)
             )
             assert api.join is not None
             response = api.join(request, answers)
         if raise_on_error:
             for code, message in api.errors(response):
-                _raise_for_code(code, message)
+                raise_for_code(code, message)
         return response
+
+    async def _every_node(self, deadline: float) -> list[tuple[str, int]]:
+        """Where every node of the cluster listens, as DescribeCluster at a bootstrap server
+        names them; the bootstrap servers when the server does not answer DescribeCluster
+        (it does not list it in ApiVersions)."""
+        loop = asyncio.get_running_loop()
+        versions = await self.api_versions(timeout_ms=_ms_until(deadline, loop))
+        if ApiKey.DESCRIBE_CLUSTER not in {key.api_key for key in versions.api_keys}:
+            return list(self.bootstrap_servers)
+        cluster = await self.describe_cluster(timeout_ms=_ms_until(deadline, loop))
+        return list(dict.fromkeys((broker.host, broker.port) for broker in cluster.brokers))
 
     async def _call_group(
         self, api: ApiHandler[Req, R], group_id: str, request: Req, deadline: float
@@ -523,6 +551,11 @@ class CoordinatorClient:
         """FindCoordinator (10) as sent, from a bootstrap server; per-key errors stay in
         the response (use `find_coordinator` for the cached, retried lookup)."""
         return await self._call(apis.FIND_COORDINATOR, request, timeout_ms)
+
+    async def describe_cluster(self, *, timeout_ms: int | None = None) -> DescribeClusterResponse:
+        """DescribeCluster (60) from a bootstrap server: the nodes of its cluster."""
+        request = DescribeClusterRequest()
+        return await self._call(apis.DESCRIBE_CLUSTER, request, timeout_ms, raise_on_error=True)
 
     async def join_group(
         self,
@@ -601,9 +634,10 @@ class CoordinatorClient:
     async def list_groups(
         self, request: ListGroupsRequest | None = None, *, timeout_ms: int | None = None
     ) -> ListGroupsResponse:
-        """ListGroups (16), asked of every bootstrap server (each lists the groups it
-        coordinates) and merged; a group listed twice is listed once. If a server answers
-        an error, that answer is returned (`list_all_groups` raises it)."""
+        """ListGroups (16), asked of every node of the cluster (each lists the groups it
+        coordinates; DescribeCluster names the nodes) and merged; a group listed twice is
+        listed once. If a node answers an error, that answer is returned (`list_all_groups`
+        raises it)."""
         return await self._call(apis.LIST_GROUPS, request or ListGroupsRequest(), timeout_ms)
 
     async def delete_groups(
@@ -684,12 +718,12 @@ class CoordinatorClient:
             timeout_ms=timeout_ms,
         )
         group = single(response.groups, "OffsetFetch")
-        _raise_for_code(group.error_code, f"group {group_id!r}")
+        raise_for_code(group.error_code, f"group {group_id!r}")
         result: dict[TopicPartition, OffsetAndMetadata] = {}
         for topic in group.topics:
             for partition in topic.partitions:
                 tp = TopicPartition(topic.name, partition.partition_index)
-                _raise_for_code(partition.error_code, f"{tp.topic}-{tp.partition}")
+                raise_for_code(partition.error_code, f"{tp.topic}-{tp.partition}")
                 if partition.committed_offset >= 0:
                     result[tp] = OffsetAndMetadata(
                         partition.committed_offset, partition.metadata or ""
@@ -709,7 +743,7 @@ class CoordinatorClient:
             DescribeGroupsRequest(groups=[group_id]), timeout_ms=timeout_ms
         )
         group = single(response.groups, "DescribeGroups")
-        _raise_for_code(group.error_code, f"group {group_id!r}")
+        raise_for_code(group.error_code, f"group {group_id!r}")
         return group
 
     async def list_all_groups(
@@ -719,13 +753,13 @@ class CoordinatorClient:
         types_filter: Collection[str] = (),
         timeout_ms: int | None = None,
     ) -> list[ListGroupsResponseGroup]:
-        """Every group the bootstrap servers coordinate, optionally filtered by state
+        """Every group the nodes of the cluster coordinate, optionally filtered by state
         ("Stable", "Empty", ...) and type ("classic")."""
         response = await self.list_groups(
             ListGroupsRequest(states_filter=list(states_filter), types_filter=list(types_filter)),
             timeout_ms=timeout_ms,
         )
-        _raise_for_code(response.error_code, response.error_message)
+        raise_for_code(response.error_code, response.error_message)
         return sorted(response.groups, key=lambda group: group.group_id)
 
     async def delete_group(self, group_id: str, *, timeout_ms: int | None = None) -> None:
@@ -738,7 +772,7 @@ class CoordinatorClient:
             DeleteGroupsRequest(groups_names=[group_id]), timeout_ms=timeout_ms
         )
         result = single(response.results, "DeleteGroups")
-        _raise_for_code(result.error_code, f"group {group_id!r}")
+        raise_for_code(result.error_code, f"group {group_id!r}")
 
     async def delete_offsets(
         self,
@@ -773,9 +807,8 @@ class CoordinatorClient:
         )
 
 
-def _raise_for_code(code: int, message: str | None = None) -> None:
-    if code != ErrorCode.NONE:
-        raise error_for_code(code, message)
+def _ms_until(deadline: float, loop: asyncio.AbstractEventLoop) -> int:
+    return max(1, int((deadline - loop.time()) * 1000))
 
 
 async def _gather_all(awaitables: Iterable[Awaitable[T]]) -> list[T]:

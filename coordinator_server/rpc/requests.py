@@ -18,7 +18,7 @@ from protocol.messages import (
     OffsetFetchRequestTopic,
 )
 
-__all__ = ["commit_topics", "delete_topics", "fetch_topics", "partition_errors"]
+__all__ = ["commit_topics", "delete_topics", "fetch_topics", "partition_errors", "raise_for_code"]
 
 
 def _by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
@@ -81,3 +81,9 @@ def partition_errors(
         for partition in topic.partitions
         if partition.error_code != ErrorCode.NONE
     }
+
+
+def raise_for_code(code: int, message: str | None = None) -> None:
+    """Raise the error an answer carries, if any."""
+    if code != ErrorCode.NONE:
+        raise error_for_code(code, message)

@@ -80,6 +80,13 @@ S = TypeVar("S", bound=CoordinatorShard)
 T = TypeVar("T")
 
 
+def _no_lease_error() -> ApiError:
+    return NotCoordinatorError(
+        "this node may not serve now (its lease in the cluster ran out): it answers from no "
+        "partition until it knows what it owns"
+    )
+
+
 def _not_active_error(partition: int, context: CoordinatorContext | None) -> ApiError:
     if context is None:
         return NotCoordinatorError(f"partition {partition} is not hosted here")
@@ -107,7 +114,14 @@ class CoordinatorRuntime(Generic[S]):
         logger: logging.Logger | None = None,
         observer: RuntimeObserver | None = None,
         event_processor: type[EventProcessor[CoordinatorEvent]] = EventProcessor,
+        may_serve: Callable[[], bool] | None = None,
     ) -> None:
+        """`may_serve()`: whether this node may answer from any partition's state now (a
+        cluster node's lease at Kafka; None: always). Asked synchronously at every
+        operation a caller starts: a node resumed after a pause handles the requests that
+        waited in its sockets before any timer of its runs, and must not answer them from
+        a state another node may have moved past meanwhile."""
+        self._may_serve = may_serve
         self._clock = clock
         self._config = config
         self._log = log = logger or logging.getLogger(__name__)
@@ -364,6 +378,8 @@ class CoordinatorRuntime(Generic[S]):
         context = self._contexts.get(partition)
         if context is None or context.state is not CoordinatorState.ACTIVE:
             return WriteOutcome(None, _not_active_error(partition, context))
+        if self._may_serve is not None and not self._may_serve():
+            return WriteOutcome(None, _no_lease_error())
         queue = context.queue
         if not queue.events and not queue.running and self._run_when_idle and not self._closing:
             # The idle fast path: the write runs now, in the caller's call, the queue marked
@@ -395,6 +411,8 @@ class CoordinatorRuntime(Generic[S]):
         context = self._contexts.get(partition)
         if context is None or context.state is not CoordinatorState.ACTIVE:
             return WriteOutcome(None, _not_active_error(partition, context))
+        if self._may_serve is not None and not self._may_serve():
+            return WriteOutcome(None, _no_lease_error())
         future: asyncio.Future[T] = context.loop.create_future()
         parked_callers = context.parked_callers
         handle = ResponseHandle(ParkedCaller(future, parked_callers))
@@ -436,6 +454,9 @@ class CoordinatorRuntime(Generic[S]):
         context = self._contexts.get(partition)
         if context is None or context.state is not CoordinatorState.ACTIVE:
             future.set_exception(_not_active_error(partition, context))
+            return future
+        if self._may_serve is not None and not self._may_serve():
+            future.set_exception(_no_lease_error())
             return future
         try:
             future.set_result(op(cast(S, context.shard), context.last_committed_offset))

@@ -117,6 +117,9 @@ __all__ = ["KafkaLog", "KafkaLogError", "OwnershipError", "offsets_topic_configs
 
 log = logging.getLogger(__name__)
 
+# Between two checks that the cluster can fence partitions, while it does not answer.
+_CHECK_RETRY_S = 1.0
+
 T = TypeVar("T")
 
 # As Kafka configures __consumer_offsets (GroupCoordinatorService.groupMetadataTopicConfigs).
@@ -465,6 +468,36 @@ class KafkaLog:
                     f"partition {partition} was released while it was being acquired",
                 )
         return producer.epoch
+
+    async def check_fencing(self) -> None:
+        """That the Kafka cluster can fence partitions to their owner: InitProducerId of the
+        transactional id `<prefix>check` (never used for appends) at its transaction
+        coordinator. A cluster that does not answer in time is asked again for as long as
+        it takes (a slow or absent broker is waited out, as loads wait it out); one that
+        answers it cannot raises OwnershipError, saying what the cluster must allow (a
+        broker without transactions, a missing WRITE ACL on the transactional ids)."""
+        prefix = self._require_ownership()
+        transactional_id = f"{prefix}check"
+        timeout_s = self._longest_timeout_ms / 1000
+        while True:
+            try:
+                client = await asyncio.wait_for(self._loader(), timeout_s)
+                await init_transactional_producer_id(client, transactional_id, timeout_s)
+                return
+            except (KafkaError, OSError, TimeoutError) as error:
+                log.warning("the Kafka cluster did not answer (%r); asking again", error)
+                await asyncio.sleep(_CHECK_RETRY_S)
+            except OwnershipError as error:
+                if error.error_code != REQUEST_TIMED_OUT:
+                    raise OwnershipError(
+                        error.error_code,
+                        f"the Kafka cluster cannot fence the log's partitions to their owner "
+                        f"({error}); a cluster needs Kafka's transactions (and, with ACLs, "
+                        f"WRITE on the transactional ids {prefix}*); a broker without them "
+                        "can only serve a node alone (--cluster off)",
+                    ) from error
+                log.warning("%s; asking again", error)
+                await asyncio.sleep(_CHECK_RETRY_S)
 
     def producer_of(self, partition: int) -> tuple[int, int] | None:
         """The producer id and epoch the partition's appends carry, while it is acquired."""

@@ -41,7 +41,7 @@ def test_every_api_of_the_contract_has_one_handler_with_its_message_types() -> N
         key = (handler.request_type.API_KEY.value, 0)
         assert handler.request_type is REQUEST_TYPES[key]
         assert handler.response_type is RESPONSE_TYPES[key]
-        if handler.split is not None or handler.lookup is Lookup.EVERY_BOOTSTRAP:
+        if handler.split is not None or handler.lookup is Lookup.EVERY_NODE:
             assert handler.join is not None, handler.name
 
 

@@ -296,6 +296,48 @@ async def test_a_request_without_an_answer_times_out_and_its_late_answer_is_drop
     assert server.connections == 1
 
 
+async def test_a_coordinator_that_does_not_answer_in_time_is_looked_up_again() -> None:
+    # The coordinator is paused (it takes the request, never answers) while its groups move.
+    async with (
+        FakeCoordinator(node_id=0) as bootstrap,
+        FakeCoordinator(node_id=1) as silent,
+        FakeCoordinator(node_id=2) as new,
+    ):
+        silent.handler = lambda r: None
+        new.handler = lambda r: (
+            {"error_code": 0, "error_message": None} if r.api_key == ApiKey.HEARTBEAT else None
+        )
+        bootstrap.coordinator_address = (silent.host, silent.port)
+        async with client_for(bootstrap) as client:
+            with pytest.raises(RequestTimeoutError):
+                await client.heartbeat(heartbeat(), timeout_ms=300)
+            assert client.cached_coordinator(GROUP) is None
+            bootstrap.coordinator_address = (new.host, new.port)
+            assert (await client.heartbeat(heartbeat(), timeout_ms=2000)).error_code == 0
+        assert len(bootstrap.requests(ApiKey.FIND_COORDINATOR)) == 2
+        assert len(silent.requests(ApiKey.HEARTBEAT)) == 1
+        assert len(new.requests(ApiKey.HEARTBEAT)) == 1
+
+
+async def test_a_bootstrap_server_that_does_not_answer_in_time_is_skipped_next_time(
+    server: FakeCoordinator,
+) -> None:
+    async with FakeCoordinator() as silent:
+        silent.handler = lambda r: None
+        server.handler = lambda r: (
+            {"error_code": 0, "api_keys": []} if r.api_key == ApiKey.API_VERSIONS else None
+        )
+        async with client_for(silent, server) as client:
+            with pytest.raises(RequestTimeoutError):
+                await client.api_versions(timeout_ms=300)
+            assert (await client.api_versions(timeout_ms=2000)).error_code == 0
+            # And a group's coordinator is looked up there too.
+            await client.find_coordinator(GROUP, timeout_ms=2000)
+        assert len(silent.requests(ApiKey.API_VERSIONS)) == 1
+        assert not silent.requests(ApiKey.FIND_COORDINATOR)
+        assert len(server.requests(ApiKey.FIND_COORDINATOR)) == 1
+
+
 async def test_close_fails_every_pending_call_at_once(server: FakeCoordinator) -> None:
     def handle(received: Received) -> dict[str, Any] | None:
         if received.api_key == ApiKey.HEARTBEAT:

@@ -31,6 +31,7 @@ def server_args(broker: KafkaBroker) -> list[str]:
         "--offsets-topic-replication-factor", "1",
         "--group-min-session-timeout-ms", "500",
         "--group-initial-rebalance-delay-ms", "0",
+        *broker.coordinator_args,
     ]  # fmt: skip
 
 

@@ -64,3 +64,21 @@ def test_leaving_ends_it_for_good() -> None:
     assert lease.deadline is None
     lease.on_response(HEARTBEAT, NONE, 2.0)
     assert lease.deadline is None
+
+
+def test_a_renewal_after_the_lease_ran_out_or_ended_counts_a_break() -> None:
+    lease = MembershipLease(6.0)
+    lease.on_response(SYNC_GROUP, NONE, 10.0)
+    assert lease.breaks == 0
+    # Renewed in time, even by an answer that comes late: no break.
+    lease.on_response(HEARTBEAT, NONE, 15.9)
+    assert lease.breaks == 0
+    # Sent after the lease ran out (a pause): the broker may have removed the node.
+    lease.on_response(HEARTBEAT, NONE, 22.0)
+    assert lease.breaks == 1 and lease.deadline == 28.0
+    # Told it is no member, then a member again (a rejoin).
+    lease.on_response(HEARTBEAT, UNKNOWN_MEMBER_ID, 23.0)
+    lease.on_response(SYNC_GROUP, NONE, 24.0)
+    assert lease.breaks == 2
+    # The very first lease is no break.
+    assert MembershipLease(6.0).breaks == 0

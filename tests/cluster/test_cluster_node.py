@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 from apache_kafka import ApacheKafkaBroker
+from kafka_broker import KafkaBroker
 from server_process import ServerProcess
-from wire_client import WireClient, commit_body, commit_errors
+from wire_client import WireClient, commit_body, commit_errors, fetch_body, fetched_offsets
 
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
@@ -153,5 +154,68 @@ async def test_a_planned_shutdown_hands_the_partitions_over_before_the_session_e
                 ), code
                 assert time.monotonic() - stopping < 20
                 await asyncio.sleep(0.05)
+    finally:
+        await client.close()
+
+
+@pytest.mark.tansu
+def test_a_broker_without_transactions_stops_a_cluster_node_with_one_line(
+    tansu_broker: KafkaBroker, unique_topic: str
+) -> None:
+    args = [
+        "--port", "0",
+        "--bootstrap-servers", tansu_broker.bootstrap,
+        "--offsets-topic", unique_topic,
+        "--offsets-topic-partitions", "2",
+        "--offsets-topic-replication-factor", "1",
+    ]  # fmt: skip
+    process = ServerProcess(args)
+    with pytest.raises(RuntimeError, match="server did not become ready"):
+        process.start(timeout=60)
+    assert process.proc is not None and process.proc.wait(10) == 1
+    (line,) = [line for line in process.lines if "cannot start:" in line]
+    assert "--cluster off" in line, line
+    # Alone, the same node serves.
+    with ServerProcess([*args, *tansu_broker.coordinator_args]) as alone:
+        assert alone.port > 0
+
+
+async def test_a_node_cut_off_from_kafka_serves_nothing_until_it_is_a_member_again(
+    pausable_kafka_broker: ApacheKafkaBroker, unique_topic: str, nodes: list[ServerProcess]
+) -> None:
+    """A split: the node still has its clients but has lost Kafka. Past its session it may
+    have been replaced, so it answers nothing from its state (reads included), says so in
+    /readyz, and serves again once Kafka has it back."""
+    node = ServerProcess(node_args(pausable_kafka_broker, unique_topic, 1))
+    nodes.append(node)
+    node.start()
+    client = await WireClient.connect(node.host, node.port)
+    try:
+        ok = await client.call(ApiKey.OFFSET_COMMIT, commit_body("g", {("events", 0): 3}))
+        assert set(commit_errors(ok).values()) == {ErrorCode.NONE}
+        pausable_kafka_broker.pause()
+        try:
+            await asyncio.sleep(SESSION_TIMEOUT_MS / 1000 + 1)
+            fetched = await client.call(
+                ApiKey.OFFSET_FETCH, fetch_body("g", {"events": [0]}), timeout=30
+            )
+            assert fetched["groups"][0]["error_code"] == ErrorCode.NOT_COORDINATOR, fetched
+            readiness = http_json(node, "/readyz")
+            assert readiness["ready"] is False and "lease" in readiness["reason"], readiness
+            assert http_json(node, "/status")["cluster"]["holds_lease"] is False
+        finally:
+            pausable_kafka_broker.resume()
+        deadline = time.monotonic() + 60
+        while True:
+            fetched = await client.call(ApiKey.OFFSET_FETCH, fetch_body("g", {"events": [0]}))
+            if fetched["groups"][0]["error_code"] == ErrorCode.NONE:
+                break
+            assert fetched["groups"][0]["error_code"] in (
+                ErrorCode.NOT_COORDINATOR,
+                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+            ), fetched
+            assert time.monotonic() < deadline, "the node never served again"
+            await asyncio.sleep(0.2)
+        assert fetched_offsets(fetched) == {("events", 0): 3}
     finally:
         await client.close()

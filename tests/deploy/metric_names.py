@@ -73,6 +73,17 @@ EXPORTED_METRICS: tuple[MetricFamily, ...] = (
     MetricFamily("coordinator_append_duration_seconds", "histogram"),
     MetricFamily("coordinator_append_failures_total", "counter"),
     MetricFamily("coordinator_uncommitted_offsets", "gauge", ("partition",)),
+    # The node's place in its cluster (samples only with --cluster on).
+    MetricFamily("coordinator_cluster_owned_partitions", "gauge"),
+    MetricFamily("coordinator_cluster_standby_partitions", "gauge"),
+    MetricFamily("coordinator_cluster_nodes", "gauge"),
+    MetricFamily("coordinator_cluster_generation", "gauge"),
+    MetricFamily("coordinator_cluster_lease_held", "gauge"),
+    MetricFamily("coordinator_cluster_assignment_error", "gauge"),
+    MetricFamily("coordinator_cluster_producer_epoch", "gauge", ("partition",)),
+    MetricFamily("coordinator_cluster_takeovers_total", "counter"),
+    MetricFamily("coordinator_cluster_takeover_failures_total", "counter"),
+    MetricFamily("coordinator_cluster_handovers_total", "counter"),
 )
 
 METRICS_BY_NAME: dict[str, MetricFamily] = {family.name: family for family in EXPORTED_METRICS}

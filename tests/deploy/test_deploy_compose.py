@@ -52,6 +52,11 @@ def bind_mounts(service: dict[str, Any]) -> dict[str, Path]:
     return mounts
 
 
+def coordinators(services: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The coordinator nodes: the services built from the repository's Dockerfile."""
+    return {name: service for name, service in services.items() if "build" in service}
+
+
 def duration_seconds(text: str) -> float:
     units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
     return sum(float(number) * units[unit] for number, unit in re.findall(r"(\d+)(ms|s|m|h)", text))
@@ -98,21 +103,38 @@ def test_kafka_runs_single_node_kraft(services: dict[str, Any]) -> None:
     assert "healthcheck" in kafka and kafka["healthcheck"]["test"][0] == "CMD"
 
 
-def test_coordinator_is_built_from_the_dockerfile_and_waits_for_kafka(
+def test_coordinators_are_built_from_the_dockerfile_and_wait_for_kafka(
     services: dict[str, Any],
 ) -> None:
-    coordinator = services["coordinator"]
-    build = coordinator["build"]
-    context = (COMPOSE_FILE.parent / build["context"]).resolve()
-    assert context == REPO_ROOT
-    assert (context / build.get("dockerfile", "Dockerfile")).is_file()
-    assert coordinator["depends_on"]["kafka"]["condition"] == "service_healthy"
+    for coordinator in coordinators(services).values():
+        build = coordinator["build"]
+        context = (COMPOSE_FILE.parent / build["context"]).resolve()
+        assert context == REPO_ROOT
+        assert (context / build.get("dockerfile", "Dockerfile")).is_file()
+        assert coordinator["depends_on"]["kafka"]["condition"] == "service_healthy"
 
 
+def test_three_nodes_of_one_cluster_each_with_its_own_node_id(
+    services: dict[str, Any],
+) -> None:
+    nodes = {name: settings_from_env(environment(s)) for name, s in coordinators(services).items()}
+    assert len(nodes) == 3
+    assert len({settings.node_id for settings in nodes.values()}) == 3
+    for settings in nodes.values():
+        assert settings.clustered
+    # One cluster: the same log and cluster id.
+    shared = {
+        (s.bootstrap_servers, s.offsets_topic, s.offsets_topic_partitions, s.cluster_name)
+        for s in nodes.values()
+    }
+    assert len(shared) == 1
+
+
+@pytest.mark.parametrize("node", ["coordinator-1", "coordinator-2", "coordinator-3"])
 def test_coordinator_settings_reach_kafka_from_another_container(
-    services: dict[str, Any],
+    services: dict[str, Any], node: str
 ) -> None:
-    settings = settings_from_env(environment(services["coordinator"]))
+    settings = settings_from_env(environment(services[node]))
     assert settings.offsets_topic_replication_factor == 1, "one broker: one replica"
     kafka = services["kafka"]
     kafka_env = environment(kafka)
@@ -126,17 +148,28 @@ def test_coordinator_settings_reach_kafka_from_another_container(
         assert server in advertised, f"{server} is not an advertised listener: {advertised}"
 
 
-def test_coordinator_gets_time_for_a_graceful_shutdown(services: dict[str, Any]) -> None:
-    coordinator = services["coordinator"]
-    settings = settings_from_env(environment(coordinator))
-    grace = duration_seconds(coordinator["stop_grace_period"])
-    assert grace * 1000 > settings.shutdown_timeout_ms
+def test_coordinators_get_time_for_a_graceful_shutdown(services: dict[str, Any]) -> None:
+    for coordinator in coordinators(services).values():
+        settings = settings_from_env(environment(coordinator))
+        grace = duration_seconds(coordinator["stop_grace_period"])
+        # The shutdown drains, then leaves the cluster, which may wait for a rebalance
+        # under way for up to a session timeout.
+        needed_ms = settings.shutdown_timeout_ms + settings.cluster_session_timeout_ms
+        assert grace * 1000 > needed_ms
 
 
-def test_coordinator_ports_are_published(services: dict[str, Any]) -> None:
-    settings = settings_from_env(environment(services["coordinator"]))
-    published = {port.split(":")[-1] for port in services["coordinator"]["ports"]}
-    assert {str(settings.port), str(settings.metrics_port)} <= published
+def test_each_node_is_published_on_the_ports_it_advertises(services: dict[str, Any]) -> None:
+    """FindCoordinator hands out the advertised host with the listener's own port: a client
+    on the host reaches each node only if that port is published as itself."""
+    seen: set[str] = set()
+    for name, coordinator in coordinators(services).items():
+        settings = settings_from_env(environment(coordinator))
+        assert settings.advertised_host == "localhost", name
+        published = {tuple(port.rsplit(":", 2)[-2:]) for port in coordinator["ports"]}
+        for port in (str(settings.port), str(settings.metrics_port)):
+            assert (port, port) in published, (name, port)
+            assert port not in seen, f"{name}: port {port} is another node's"
+            seen.add(port)
 
 
 def test_bind_mounts_exist(services: dict[str, Any]) -> None:
@@ -156,9 +189,11 @@ def test_prometheus_scrapes_the_coordinator_and_loads_the_rules(
     for rule_file in config["rule_files"]:
         assert mounts.get(rule_file) == ALERT_RULES, f"{rule_file} is not mounted from alerts.yml"
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
-    settings = settings_from_env(environment(services["coordinator"]))
     targets = [t for group in jobs[SCRAPE_JOB]["static_configs"] for t in group["targets"]]
-    assert targets == [f"coordinator:{settings.metrics_port}"]
+    assert targets == [
+        f"{name}:{settings_from_env(environment(service)).metrics_port}"
+        for name, service in coordinators(services).items()
+    ]
     assert jobs[SCRAPE_JOB].get("metrics_path", "/metrics") == "/metrics"
 
 

@@ -84,12 +84,87 @@ def test_strict_validation_really_checks() -> None:
         kubernetes_validate.validate(broken, KUBERNETES_VERSION, strict=True)
 
 
-def test_one_replica(workload: dict[str, Any]) -> None:
-    # A single node owns every partition: a second replica would be a second writer.
-    assert workload["spec"]["replicas"] == 1
-    if workload["kind"] == "StatefulSet":
-        headless = [s for s in resources("Service") if s["spec"].get("clusterIP") == "None"]
-        assert [s["metadata"]["name"] for s in headless] == [workload["spec"]["serviceName"]]
+def headless_service() -> dict[str, Any]:
+    (headless,) = [s for s in resources("Service") if s["spec"].get("clusterIP") == "None"]
+    return headless
+
+
+def test_three_nodes_with_stable_identities(workload: dict[str, Any]) -> None:
+    assert workload["kind"] == "StatefulSet"
+    assert workload["spec"]["replicas"] == 3
+    headless = headless_service()
+    assert headless["metadata"]["name"] == workload["spec"]["serviceName"]
+    # A node that owns partitions but is still loading them must resolve: clients it is
+    # handed to retry COORDINATOR_LOAD_IN_PROGRESS rather than fail to connect.
+    assert headless["spec"]["publishNotReadyAddresses"] is True
+
+
+def test_the_disruption_budget_keeps_two_nodes_up(workload: dict[str, Any]) -> None:
+    budget = one("PodDisruptionBudget")["spec"]
+    replicas = workload["spec"]["replicas"]
+    down = (
+        budget["maxUnavailable"]
+        if "maxUnavailable" in budget
+        else replicas - budget["minAvailable"]
+    )
+    assert down == 1
+
+
+def test_the_nodes_spread_over_kubernetes_nodes(pod: dict[str, Any]) -> None:
+    (spread,) = pod["spec"]["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "kubernetes.io/hostname"
+    assert spread["maxSkew"] == 1
+    assert spread["labelSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+
+
+_REFERENCE = re.compile(r"\$\((\w+)\)")
+
+
+def pod_environment(container: dict[str, Any], ordinal: int, namespace: str) -> dict[str, str]:
+    """The environment the kubelet gives pod `ordinal`: the ConfigMap's, then `env` in order,
+    with the downward API's fields and $(VAR) references resolved as Kubernetes does."""
+    name = f"{one('StatefulSet')['metadata']['name']}-{ordinal}"
+    fields = {
+        "metadata.name": name,
+        "metadata.namespace": namespace,
+        "metadata.labels['apps.kubernetes.io/pod-index']": str(ordinal),
+    }
+    env: dict[str, str] = dict(one("ConfigMap")["data"])
+    for variable in container["env"]:
+        if "value" in variable:
+            env[variable["name"]] = _REFERENCE.sub(
+                lambda match: env.get(match[1], match[0]), variable["value"]
+            )
+            continue
+        source = variable["valueFrom"]
+        if "fieldRef" in source:
+            env[variable["name"]] = fields[source["fieldRef"]["fieldPath"]]
+        else:
+            # A Secret's key, optional: absent unless the Secret exists.
+            assert source["secretKeyRef"]["optional"] is True, variable["name"]
+    return env
+
+
+@pytest.mark.parametrize("ordinal", [0, 1, 2])
+def test_each_pod_is_the_node_of_its_ordinal_at_its_own_dns_name(
+    container: dict[str, Any], ordinal: int
+) -> None:
+    settings = settings_from_env(pod_environment(container, ordinal, "coordination"))
+    assert settings.clustered
+    assert settings.node_id == ordinal
+    headless = headless_service()["metadata"]["name"]
+    assert settings.advertised_host == (
+        f"coordinator-server-{ordinal}.{headless}.coordination.svc.cluster.local"
+    )
+
+
+def test_the_pods_have_distinct_node_ids(container: dict[str, Any]) -> None:
+    replicas = one("StatefulSet")["spec"]["replicas"]
+    ids = {
+        settings_from_env(pod_environment(container, ordinal, "ns")).node_id
+        for ordinal in range(replicas)
+    }
+    assert len(ids) == replicas
 
 
 def test_selectors_match_the_pod(workload: dict[str, Any], pod: dict[str, Any]) -> None:
@@ -108,7 +183,10 @@ def test_settings_come_from_the_configmap(
     assert refs == [one("ConfigMap")["metadata"]["name"]]
     assert settings.host == "0.0.0.0"
     assert settings.bootstrap_servers, "the Kafka log: state must outlive the pod"
-    assert settings.advertised_host in {s["metadata"]["name"] for s in resources("Service")}
+    assert settings.cluster == "on"
+    # Each pod's own: never the same for every node.
+    assert "COORDINATOR_NODE_ID" not in one("ConfigMap")["data"]
+    assert "COORDINATOR_ADVERTISED_HOST" not in one("ConfigMap")["data"]
 
 
 def test_ports_agree(container: dict[str, Any], settings: CoordinatorConfig) -> None:
@@ -170,7 +248,10 @@ def test_prometheus_scrape_annotations(pod: dict[str, Any], settings: Coordinato
 def test_grace_period_outlasts_the_shutdown_timeout(
     pod: dict[str, Any], settings: CoordinatorConfig
 ) -> None:
-    assert pod["spec"]["terminationGracePeriodSeconds"] * 1000 > settings.shutdown_timeout_ms
+    # The shutdown drains, then leaves the cluster, which may wait for a rebalance under
+    # way for up to a session timeout.
+    needed_ms = settings.shutdown_timeout_ms + settings.cluster_session_timeout_ms
+    assert pod["spec"]["terminationGracePeriodSeconds"] * 1000 > needed_ms
 
 
 def test_no_service_links(pod: dict[str, Any]) -> None:

@@ -21,6 +21,7 @@ def test_kafka_numbers() -> None:
         "API_VERSIONS": 18,
         "DELETE_GROUPS": 42,
         "OFFSET_DELETE": 47,
+        "DESCRIBE_CLUSTER": 60,
     }
 
 
@@ -39,6 +40,7 @@ def test_kafka_numbers() -> None:
         (ApiKey.API_VERSIONS, "ApiVersions"),
         (ApiKey.DELETE_GROUPS, "DeleteGroups"),
         (ApiKey.OFFSET_DELETE, "OffsetDelete"),
+        (ApiKey.DESCRIBE_CLUSTER, "DescribeCluster"),
         (11, "JoinGroup"),
         (22, "Unknown(22)"),
         (-1, "Unknown(-1)"),

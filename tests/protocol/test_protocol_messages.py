@@ -192,6 +192,21 @@ CONTRACT_FIELDS: dict[str, list[str]] = {
     "OffsetDeleteResponse": ["error_code", "error_message", "topics"],
     "OffsetDeleteResponseTopic": ["name", "partitions"],
     "OffsetDeleteResponsePartition": ["partition_index", "error_code"],
+    "DescribeClusterRequest": [
+        "include_cluster_authorized_operations",
+        "endpoint_type",
+        "include_fenced_brokers",
+    ],
+    "DescribeClusterResponse": [
+        "error_code",
+        "error_message",
+        "endpoint_type",
+        "cluster_id",
+        "controller_id",
+        "brokers",
+        "cluster_authorized_operations",
+    ],
+    "DescribeClusterResponseBroker": ["broker_id", "host", "port", "rack", "is_fenced"],
 }
 
 MESSAGE_CLASSES: list[type[Message]] = [getattr(messages, name) for name in CONTRACT_FIELDS]

@@ -23,6 +23,7 @@ from coordinator_server.records import (
     new_group_metadata_tombstone_record,
     new_offset_commit_record,
     new_offset_commit_tombstone_record,
+    new_partition_ownership_record,
 )
 
 
@@ -92,6 +93,24 @@ members = st.builds(
     st.binary(max_size=16),
     st.binary(max_size=16),
 )
+
+
+def test_partition_ownership_golden_bytes() -> None:
+    key, value = encode_record(new_partition_ownership_record(2, 1007, 3, 1764000000000))
+    assert key == bytes.fromhex("92 03 00")  # [3 (partition ownership), 0]
+    # [0 (value version), 2 (node id), 1007 (producer id), 3 (epoch), 1764000000000]
+    assert value == bytes.fromhex("95 00 02 cd 03 ef 03 cf 00 00 01 9a b6 97 e8 00")
+
+
+ownership_records = st.builds(
+    new_partition_ownership_record,
+    st.integers(0, 2**31 - 1),
+    st.integers(0, 2**63 - 1),
+    st.integers(0, 2**15 - 1),
+    st.integers(0, 2**63 - 1),
+)
+
+
 group_records = st.builds(
     new_group_metadata_record,
     texts,
@@ -107,7 +126,7 @@ group_records = st.builds(
 )
 
 
-@given(offset_records | group_records)
+@given(offset_records | group_records | ownership_records)
 def test_every_record_round_trips(record: CoordinatorRecord) -> None:
     key, value = encode_record(record)
     assert decode_record(key, value) == record

@@ -281,6 +281,7 @@ class Harness:
         auto_commit: bool = False,
         manual: bool = False,
         shared: SharedLog | None = None,
+        may_serve: Callable[[], bool] | None = None,
     ) -> None:
         """`shared`: run on that log, beside the runtimes of other harnesses on it (its
         partition count and auto commit are the log's)."""
@@ -304,6 +305,7 @@ class Harness:
             clock=self.clock,
             config=self.config,
             event_processor=ManualEventProcessor if manual else EventProcessor,
+            may_serve=may_serve,
         )
         # With `manual`, queued events run only when the test polls this processor.
         self.processor = self.runtime.event_processor

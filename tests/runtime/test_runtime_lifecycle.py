@@ -71,6 +71,24 @@ async def test_operations_on_a_partition_not_hosted_fail_with_not_coordinator(
         await harness.runtime.wait_loaded(2)
 
 
+async def test_a_node_that_may_not_serve_answers_not_coordinator_at_once_and_serves_again() -> None:
+    """A cluster node whose lease ran out answers nothing from its state, reads included,
+    asked synchronously: no timer of its has to run first."""
+    serving = [True]
+    harness = Harness(auto_commit=True, may_serve=lambda: serving[0])
+    await harness.load(0)
+    await harness.put(0, "k", 1)
+    serving[0] = False
+    with pytest.raises(NotCoordinatorError, match="lease"):
+        await harness.put(0, "k", 2)
+    with pytest.raises(NotCoordinatorError, match="lease"):
+        await harness.read(0, "k")
+    serving[0] = True
+    assert await harness.read(0, "k") == 1
+    await harness.put(0, "k", 3)
+    assert await harness.read(0, "k") == 3
+
+
 async def test_operations_on_a_failed_partition_fail_with_not_coordinator(
     harness: Harness,
 ) -> None:

@@ -49,12 +49,17 @@ PRODUCER = re.compile(r"appends are idempotent with producer id (\d+) epoch (\d+
 
 
 def server_args(broker: ApacheKafkaBroker, topic: str, *extra: str) -> list[str]:
+    """A node alone (`--cluster off`): these are the whole log's producer's ways. A cluster
+    node's producer per partition, fenced to its owner, stops the partition instead where
+    this one moves to a new epoch (tests/storage/test_storage_kafka_fencing.py,
+    tests/cluster/)."""
     return [
         "--port", "0",
         "--bootstrap-servers", broker.bootstrap,
         "--offsets-topic", topic,
         "--offsets-topic-partitions", str(PARTITIONS),
         "--offsets-topic-replication-factor", "1",
+        "--cluster", "off",
         *extra,
     ]  # fmt: skip
 

@@ -123,6 +123,7 @@ async def test_acknowledged_commits_survive_kill_9_with_the_kafka_log(
             "6",
             "--offsets-topic-replication-factor",
             "1",
+            *each_broker.coordinator_args,
         ]
     )
 

@@ -1,0 +1,360 @@
+"""The scale figures (`bench commits --nodes N`): OffsetCommit throughput of one node of a
+cluster on its CPUs, then of N nodes on N times the CPUs, in the same run, and their ratio.
+
+The CPU budget. Each node runs on CPUs of its own (`--node-cpus`). The log's broker and the
+load generator serve both phases, so a fair comparison gives them the same room in both:
+on a machine with two CPUs to spare beyond the nodes', the broker gets one and the generator
+the other, in both phases (the ratio is then the nodes' alone, as long as neither of the two
+is saturated: their CPU shares are reported). With fewer CPUs they run on the CPUs of the
+phase's nodes (`nodes`): one node shares its CPU with them, N nodes share N CPUs with them,
+so both phases fit the whole system into their CPUs and the ratio is the system's. The
+ratio of CPU time a commit (nodes and broker) says what N nodes would reach with their CPUs
+to themselves, whatever else ran on the machine.
+
+The phases run one after the other on one cluster: node 1 alone (it owns every partition),
+then nodes 2 to N join and the bench waits until the cluster is balanced before measuring.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from coordinator_server.bench import scenarios
+from coordinator_server.bench.cluster import ClusterTarget
+from coordinator_server.bench.loops import LoopRun
+from coordinator_server.bench.processes import pin_self, usable_cpus
+from coordinator_server.bench.stats import median_row
+from coordinator_server.bench.targets import TOPIC, CommitSpec
+
+if TYPE_CHECKING:
+    from coordinator_server.bench.environment import Environment
+
+# The issue's goal: N nodes on N cores at least this many times the rate of one node.
+GOAL_PER_NODE = 0.9
+# A process the phase needs that used more of a core than this may be what limits it.
+SATURATED_SHARE = 0.85
+FOLLOW_NODES = "nodes"
+
+SCALE_COLUMNS = [
+    "target",
+    "inflight",
+    "requests_per_s",
+    "partition_commits_per_s",
+    "p50_ms",
+    "p99_ms",
+    "p999_ms",
+    "errors",
+    "connections",
+    "node_cpu",
+    "broker_cpu",
+    "generator_cpu",
+    "server_cpu_us",
+    "broker_cpu_us",
+    "core_cpu_us",
+    "others_cpu_us",
+]
+RATIO_COLUMNS = [
+    "requests_per_s",
+    "partition_commits_per_s",
+    "p50_ms",
+    "p99_ms",
+    "p999_ms",
+    "core_cpu_us",
+]
+
+
+def parse_cpus(text: str) -> list[int]:
+    """A CPU set as taskset's list takes it: "0", "0,1", "2-3"."""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        low, _, high = part.partition("-")
+        if high:
+            cpus.update(range(int(low), int(high) + 1))
+        else:
+            cpus.add(int(low))
+    if not cpus or min(cpus) < 0:
+        raise argparse.ArgumentTypeError(f"not a CPU list: {text!r}")
+    return sorted(cpus)
+
+
+def parse_cpus_or_nodes(text: str) -> list[int] | str:
+    return FOLLOW_NODES if text == FOLLOW_NODES else parse_cpus(text)
+
+
+@dataclass(frozen=True)
+class Phase:
+    """Where the processes of one phase run (None: anywhere)."""
+
+    nodes: list[list[int]] | None
+    broker: list[int] | None
+    generator: list[int] | None
+
+    def describe(self) -> dict[str, str]:
+        def cpus(value: list[int] | None) -> str:
+            return "any" if value is None else ",".join(map(str, value))
+
+        return {
+            "node_cpus": " ".join(cpus(n) for n in self.nodes) if self.nodes else "any",
+            "broker_cpus": cpus(self.broker),
+            "generator_cpus": cpus(self.generator),
+        }
+
+
+@dataclass(frozen=True)
+class ScaleBudget:
+    """Each node's CPUs, and the broker's and the generator's: fixed CPUs, or those of the
+    phase's nodes (`FOLLOW_NODES`); nothing pinned when `nodes` is None."""
+
+    nodes: list[list[int]] | None
+    broker: list[int] | str
+    generator: list[int] | str
+
+    def phase(self, count: int) -> Phase:
+        if self.nodes is None:
+            return Phase(None, None, None)
+        nodes = self.nodes[:count]
+        union = sorted({cpu for cpus in nodes for cpu in cpus})
+
+        def place(value: list[int] | str) -> list[int]:
+            return union if isinstance(value, str) else value
+
+        return Phase(nodes, place(self.broker), place(self.generator))
+
+
+def scale_budget(
+    nodes: int,
+    node_cpus: Sequence[list[int]] | None,
+    broker: list[int] | str | None,
+    generator: list[int] | str | None,
+    allowed: Sequence[int],
+    pin: bool = True,
+) -> ScaleBudget:
+    """The budget from the options, the rest derived from the CPUs this process may use:
+    node i on the i-th of them unless told; then a CPU to spare each for the generator and
+    the broker (the generator first), else they follow the phase's nodes."""
+    if not pin:
+        return ScaleBudget(None, FOLLOW_NODES, FOLLOW_NODES)
+    allowed = sorted(allowed)
+    if node_cpus:
+        if len(node_cpus) != nodes:
+            raise SystemExit(
+                f"bench: --node-cpus gives {len(node_cpus)} CPU sets for --nodes {nodes}"
+            )
+        chosen = [list(cpus) for cpus in node_cpus]
+    else:
+        chosen = [[allowed[i % len(allowed)]] for i in range(nodes)]
+    taken = {cpu for cpus in chosen for cpu in cpus}
+    spare = [cpu for cpu in allowed if cpu not in taken]
+    if generator is None:
+        generator = [spare.pop(0)] if spare else FOLLOW_NODES
+    if broker is None:
+        broker = [spare.pop(0)] if spare else FOLLOW_NODES
+    return ScaleBudget(chosen, broker, generator)
+
+
+def budget_of(args: argparse.Namespace) -> ScaleBudget:
+    allowed = getattr(args, "usable_cpus", None) or usable_cpus()
+    return scale_budget(
+        args.nodes,
+        args.node_cpus,
+        args.cluster_broker_cpus,
+        args.cluster_generator_cpus,
+        allowed,
+        pin=not args.no_pin,
+    )
+
+
+def target_name(count: int) -> str:
+    return "1 node" if count == 1 else f"{count} nodes"
+
+
+def cluster_row(run: LoopRun, partitions: int, node_ids: list[int]) -> dict[str, Any]:
+    """The commits row of a cluster: the nodes' CPU per request summed as the server's, and
+    each node's and the broker's share of a core while measured."""
+    row = scenarios.loop_row(run, partitions)
+    spent = run.process_cpu_s
+    if run.result.requests:
+        nodes_s = sum(spent.get(f"node{node}", 0.0) for node in node_ids)
+        row["server_cpu_us"] = round(nodes_s / run.result.requests * 1e6, 1)
+        for node in node_ids:
+            row.pop(f"node{node}_cpu_us", None)
+    # Four places: a node that served a few requests of a short run is not rounded to 0.
+    row["node_cpu"] = {
+        str(node): round(spent.get(f"node{node}", 0.0) / run.seconds, 4) for node in node_ids
+    }
+    if "broker" in spent:
+        row["broker_cpu"] = round(spent["broker"] / run.seconds, 2)
+    return row
+
+
+def ratio_row(bigger: dict[str, Any], one: dict[str, Any]) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "target": f"{bigger['target']}/{one['target']}",
+        "inflight": bigger["inflight"],
+    }
+    for column in RATIO_COLUMNS:
+        a, b = bigger.get(column), one.get(column)
+        if isinstance(a, int | float) and isinstance(b, int | float) and b:
+            row[column] = float(f"{a / b:.3g}")
+    return row
+
+
+async def _commits(
+    target: ClusterTarget, run_id: str, args: argparse.Namespace, inflight: int, warmup_s: float,
+    duration_s: float,
+) -> dict[str, Any]:  # fmt: skip
+    names = await target.group_names(f"bench-commits-{run_id}", args.groups)
+    specs = [CommitSpec(name, "", -1, TOPIC, args.partitions) for name in names]
+    await target.ready(names)
+    connections = min(args.connections, inflight)
+    run = await target.commit_loop(specs, inflight, connections, warmup_s, duration_s)
+    row = cluster_row(run, args.partitions, target.node_ids)
+    row["groups_by_node"] = target.groups_by_node(names)
+    return row
+
+
+def _say(args: argparse.Namespace, text: str) -> None:
+    if not args.json:
+        print(text, file=sys.stderr, flush=True)
+
+
+async def run_scale(env: Environment, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Rows of 1 node and of `--nodes` nodes at each number in flight, with their ratio."""
+    if args.groups < args.nodes:
+        raise SystemExit(f"bench: --nodes {args.nodes} needs at least as many --groups")
+    budget = budget_of(args)
+    loop = asyncio.get_running_loop()
+    cluster = await loop.run_in_executor(None, env.start_cluster, budget.nodes)
+    by_phase: dict[int, dict[int, dict[str, Any]]] = {}
+    try:
+        for count in (1, args.nodes):
+            phase = budget.phase(count)
+            _say(args, f"scale: starting {target_name(count)}")
+            await loop.run_in_executor(None, env.grow_cluster, count)
+            waited = await cluster.balanced()
+            _say(args, f"scale: {target_name(count)} balanced after {waited:.1f} s")
+            env.place_broker(phase.broker)
+            pin_self(phase.generator)
+            by_phase[count] = await _measure_phase(env, args, cluster.nodes[:count], phase)
+    finally:
+        env.restore_pins()
+        await loop.run_in_executor(None, env.stop_cluster)
+    rows: list[dict[str, Any]] = []
+    for inflight in args.inflight or [1, 16, 64]:
+        one, bigger = by_phase[1][inflight], by_phase[args.nodes][inflight]
+        rows += [one, bigger, ratio_row(bigger, one)]
+    return rows
+
+
+async def _measure_phase(
+    env: Environment, args: argparse.Namespace, nodes: Sequence[Any], phase: Phase
+) -> dict[int, dict[str, Any]]:
+    count = len(nodes)
+    target = await ClusterTarget.connect(
+        target_name(count), {i + 1: node.bootstrap for i, node in enumerate(nodes)}
+    )
+    target.watched = {f"node{i + 1}": node.pid for i, node in enumerate(nodes)}
+    running = env.pids()
+    if "broker" in running:
+        target.watched["broker"] = running["broker"]
+    used = set(target.watched.values())
+    target.others = [pid for pid in running.values() if pid not in used]
+    rows: dict[int, dict[str, Any]] = {}
+    try:
+        if args.jit_warmup > 0:
+            heaviest = max(args.inflight or [64])
+            _say(args, f"scale: {target.name}, warming up")
+            await _commits(target, f"{os.getpid()}-n{count}-warmup", args, heaviest, 0.0,
+                           args.jit_warmup)  # fmt: skip
+        for inflight in args.inflight or [1, 16, 64]:
+            _say(args, f"scale: {target.name}, {inflight} in flight")
+
+            async def measure(run: int, c: int = inflight) -> dict[str, Any]:
+                return await _commits(
+                    target, f"{os.getpid()}-n{count}-{run}", args, c, args.warmup, args.duration
+                )
+
+            row = await _repeat(args.runs, measure)
+            rows[inflight] = {
+                "target": target.name,
+                "nodes": count,
+                "inflight": inflight,
+                **row,
+                **phase.describe(),
+            }
+    finally:
+        await target.close()
+    return rows
+
+
+async def _repeat(runs: int, measure: Callable[[int], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+    return median_row([await measure(run) for run in range(runs)])
+
+
+def scale_summary(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The ratio at the most requests in flight measured (where both phases are busiest),
+    with the line that says it."""
+    ratios = [row for row in rows if "/" in row["target"]]
+    if not ratios:
+        return None
+    ratio = max(ratios, key=lambda row: row["inflight"])
+    inflight = ratio["inflight"]
+    at_inflight = {row["target"]: row for row in rows if row["inflight"] == inflight}
+    bigger_name, one_name = ratio["target"].split("/")
+    one, bigger = at_inflight[one_name], at_inflight[bigger_name]
+    nodes = bigger["nodes"]
+    goal = round(GOAL_PER_NODE * nodes, 2)
+    rate = ratio.get("requests_per_s")
+    cpu_ratio = None
+    if one.get("core_cpu_us") and bigger.get("core_cpu_us"):
+        cpu_ratio = round(nodes * one["core_cpu_us"] / bigger["core_cpu_us"], 2)
+    line = (
+        f"scale: {bigger['target']} commit at {rate}x the rate of 1 node at {inflight} in "
+        f"flight ({bigger['requests_per_s']:,.0f} vs {one['requests_per_s']:,.0f} OffsetCommit "
+        f"requests/s, p99 {bigger['p99_ms']} vs {one['p99_ms']} ms); goal at least {goal}x: "
+        f"{'met' if rate is not None and rate >= goal else 'MISSED'}"
+    )
+    if cpu_ratio is not None:
+        line += f"; by CPU time a commit (nodes and broker) {cpu_ratio}x"
+    busy = [
+        f"the {name} used {share} of a core"
+        for name, share in (
+            ("generator", bigger.get("generator_cpu")),
+            ("broker", bigger.get("broker_cpu")),
+        )
+        if isinstance(share, int | float) and share >= SATURATED_SHARE
+    ]
+    if busy:
+        line += f" (with {nodes} nodes {', '.join(busy)}: it may be what limits them)"
+    return {
+        "nodes": nodes,
+        "inflight": inflight,
+        "ratio": rate,
+        "goal": goal,
+        "met": rate is not None and rate >= goal,
+        "cpu_ratio": cpu_ratio,
+        "line": line,
+    }
+
+
+def scale_checks(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    summary = scale_summary(rows)
+    if summary is None:
+        return []
+    return [
+        {
+            "target": f"scale: OffsetCommit rate of {summary['nodes']} nodes on their CPUs at "
+            f"least {summary['goal']}x that of 1 node on its ({summary['inflight']} in flight)",
+            "value": summary["ratio"],
+            "met": summary["met"],
+        }
+    ]
