@@ -6,10 +6,9 @@ record batch produced with acks=all (by `kafka_produce.ProduceSender`, which put
 batches of many partitions in one ProduceRequest); the log end offset it returns is the
 batch's base offset plus its record count. A load replays a partition from its start to the
 high watermark the first Fetch response reports (`kafka_load.PartitionLoad`, which keeps going
-on a slow broker); a standby's catch-up loads from where its standby stopped. The follower
-(`kafka_follow.KafkaFollower`) reads the partitions standbys follow as they grow, on a
-connection of its own. Topic administration and loads go through aiokafka; metadata requests are
-the log's own, which never create the topic (`kafka_metadata`).
+on a slow broker), or from where a standby stopped; standbys follow it (`kafka_follow`).
+Topic administration and loads go through aiokafka; metadata requests are the log's own,
+which never create the topic (`kafka_metadata`).
 
 The topic's partition count is the one the log found or created at start. Whenever the
 topic's metadata is read (every `metadata_max_age_ms`, and whenever appends or loads look up
@@ -247,11 +246,9 @@ class KafkaLog:
         self._watcher = TopicWatcher(
             topic, self._fetch_metadata, self._stop_for_good, metadata_max_age_ms / 1000
         )
-        self._follow_lock = asyncio.Lock()
-        self._follow_client: AIOKafkaClient | None = None
         self._follower = KafkaFollower(
             topic,
-            connect=self._following,
+            new_client=self._following,
             metadata=self._watcher.refresh,
             stopped=lambda: self._watcher.lost,
             request_timeout_ms=request_timeout_ms,
@@ -370,11 +367,11 @@ class KafkaLog:
         sender, self._sender = self._sender, None
         if sender is not None:
             await sender.close()
-        for client in (self._load_client, self._follow_client):
-            if client is not None:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(client.close(), self._request_timeout_ms / 1000)
-        self._load_client = self._follow_client = None
+        await self._follower.close()
+        client, self._load_client = self._load_client, None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(client.close(), self._request_timeout_ms / 1000)
 
     # PartitionWriter
 
@@ -666,14 +663,9 @@ class KafkaLog:
             return client
 
     async def _following(self) -> AIOKafkaClient:
-        """The follower's client: a connection of its own (see `kafka_follow`)."""
         if not self._started or self._closed:
             raise LoadError("the Kafka log is not running")
-        async with self._follow_lock:
-            client = self._follow_client
-            if client is None:
-                client = self._follow_client = await self._new_client("follower")
-            return client
+        return await self._new_client("follower")
 
     async def _new_client(self, role: str) -> AIOKafkaClient:
         client = AIOKafkaClient(

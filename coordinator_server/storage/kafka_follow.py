@@ -24,6 +24,7 @@ up once and again after any error.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -61,17 +62,19 @@ class KafkaFollower:
         self,
         topic: str,
         *,
-        connect: Callable[[], Awaitable[AIOKafkaClient]],
+        new_client: Callable[[], Awaitable[AIOKafkaClient]],
         metadata: Callable[[], Awaitable[TopicMetadata]],
         stopped: Callable[[], str | None],
         request_timeout_ms: int,
     ) -> None:
-        """`connect` gives the rounds' own client (connected, and the same each time while
-        it works); `metadata` reads the topic's metadata, checked (TopicLostError for a topic
+        """`new_client` makes the rounds' own client, bootstrapped (once, and again after
+        that failed); `metadata` reads the topic's metadata, checked (TopicLostError for a topic
         gone or resized, TopicMetadataError when it cannot be read now); `stopped` says why
         the log stopped for good, or None."""
         self._topic = topic
-        self._connect = connect
+        self._new_client = new_client
+        self._client: AIOKafkaClient | None = None
+        self._connecting = asyncio.Lock()
         self._metadata = metadata
         self._stopped = stopped
         self._request_timeout_s = request_timeout_ms / 1000
@@ -141,6 +144,19 @@ class KafkaFollower:
                         self._leaders = None
                         retry[partition] = str(unreadable)
         return FollowResult(read, high_watermarks, retry, lost)
+
+    async def close(self) -> None:
+        async with self._connecting:
+            client, self._client = self._client, None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(client.close(), self._request_timeout_s)
+
+    async def _connect(self) -> AIOKafkaClient:
+        async with self._connecting:
+            if self._client is None:
+                self._client = await self._new_client()
+            return self._client
 
     async def _by_leader(
         self,
