@@ -215,6 +215,7 @@ def test_nodes_with_another_scenario_is_refused_in_one_line() -> None:
         check=False,
     )  # fmt: skip
     assert completed.returncode != 0
-    assert (
-        completed.stderr.strip() == "bench: --nodes measures commits: run `bench commits` (or all)"
+    assert completed.stderr.strip() == (
+        "bench: --nodes measures commits or failover: run `bench commits` (or all) "
+        "or `bench failover`"
     )
