@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Iterator
 
 import pytest
 from apache_kafka import ApacheKafkaBroker
+from cluster_nodes import SESSION_TIMEOUT_MS, node_args
 from server_process import ServerProcess
 from test_cluster_fencing import status, wait_until
 from wire_client import WireClient, commit_body, commit_errors
@@ -26,7 +26,6 @@ from protocol.hashing import partition_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
-SESSION_TIMEOUT_MS = 6000
 PARTITIONS = 4
 RECORDS = 200_000
 # What the takeover may read past its standby: the node's own ownership record and the few
@@ -36,37 +35,6 @@ LOADED = re.compile(
     r"partition=(?P<partition>\d+) loaded (?P<records>\d+) records .* "
     r"from offset (?P<offset>\d+) where its standby was"
 )
-
-
-def node_args(broker: ApacheKafkaBroker, topic: str, node_id: int) -> list[str]:
-    return [
-        "--port",
-        "0",
-        "--bootstrap-servers",
-        broker.bootstrap,
-        "--offsets-topic",
-        topic,
-        "--offsets-topic-partitions",
-        str(PARTITIONS),
-        "--offsets-topic-replication-factor",
-        "1",
-        "--cluster",
-        "on",
-        "--cluster-session-timeout-ms",
-        str(SESSION_TIMEOUT_MS),
-        "--cluster-heartbeat-interval-ms",
-        "1000",
-        "--node-id",
-        str(node_id),
-    ]
-
-
-@pytest.fixture
-def nodes() -> Iterator[list[ServerProcess]]:
-    started: list[ServerProcess] = []
-    yield started
-    for process in started:
-        process.kill()
 
 
 def group_of_each(partitions: list[int]) -> dict[int, str]:
@@ -85,10 +53,10 @@ async def test_a_killed_owners_partitions_serve_at_their_standby_soon_after_the_
     kafka_broker: ApacheKafkaBroker, unique_topic: str, nodes: list[ServerProcess]
 ) -> None:
     await write_log(kafka_broker.bootstrap, unique_topic, PARTITIONS, RECORDS, 10, 100)
-    first = ServerProcess(node_args(kafka_broker, unique_topic, 1))
+    first = ServerProcess(node_args(kafka_broker, unique_topic, 1, PARTITIONS))
     nodes.append(first)
     first.start(timeout=120)
-    second = ServerProcess(node_args(kafka_broker, unique_topic, 2))
+    second = ServerProcess(node_args(kafka_broker, unique_topic, 2, PARTITIONS))
     nodes.append(second)
     second.start(timeout=120)
 

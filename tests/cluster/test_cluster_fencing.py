@@ -15,11 +15,11 @@ import os
 import signal
 import time
 import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from apache_kafka import ApacheKafkaBroker
+from cluster_nodes import SESSION_TIMEOUT_MS, node_args
 from server_process import ServerProcess
 from wire_client import WireClient, commit_body, commit_errors, fetch_body, fetched_offsets
 
@@ -28,42 +28,8 @@ from protocol.errors import ErrorCode
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
-SESSION_TIMEOUT_MS = 6000
 PARTITIONS = 2
 TOPIC = "events"
-
-
-def cluster_args(broker: ApacheKafkaBroker, topic: str, node_id: int) -> list[str]:
-    return [
-        "--port",
-        "0",
-        "--bootstrap-servers",
-        broker.bootstrap,
-        "--offsets-topic",
-        topic,
-        "--offsets-topic-partitions",
-        str(PARTITIONS),
-        "--offsets-topic-replication-factor",
-        "1",
-        "--cluster",
-        "on",
-        "--cluster-session-timeout-ms",
-        str(SESSION_TIMEOUT_MS),
-        "--cluster-heartbeat-interval-ms",
-        "500",
-        "--node-id",
-        str(node_id),
-    ]
-
-
-@pytest.fixture
-def nodes() -> Iterator[list[ServerProcess]]:
-    started: list[ServerProcess] = []
-    yield started
-    for process in started:
-        if process.proc is not None and process.proc.poll() is None:
-            os.kill(process.pid, signal.SIGCONT)
-        process.kill()
 
 
 def status(process: ServerProcess) -> dict[str, Any]:
@@ -94,10 +60,10 @@ async def wait_until(predicate: Any, timeout: float, what: str) -> None:
 async def test_a_paused_owner_never_acknowledges_a_write_after_its_partition_moved(
     kafka_broker: ApacheKafkaBroker, unique_topic: str, nodes: list[ServerProcess]
 ) -> None:
-    first = ServerProcess(cluster_args(kafka_broker, unique_topic, 1))
+    first = ServerProcess(node_args(kafka_broker, unique_topic, 1, PARTITIONS))
     nodes.append(first)
     first.start()
-    second = ServerProcess(cluster_args(kafka_broker, unique_topic, 2))
+    second = ServerProcess(node_args(kafka_broker, unique_topic, 2, PARTITIONS))
     nodes.append(second)
     second.start()
     at_first = await WireClient.connect(first.host, first.port)
@@ -158,7 +124,7 @@ async def test_a_paused_owner_never_acknowledges_a_write_after_its_partition_mov
         assert fetched_offsets(fetched) == {(TOPIC, 0): 500}
         # And after the paused node is gone for good, a fresh node loads the same from the log.
         first.kill()
-        third = ServerProcess(cluster_args(kafka_broker, unique_topic, 3))
+        third = ServerProcess(node_args(kafka_broker, unique_topic, 3, PARTITIONS))
         nodes.append(third)
         second.terminate()
         third.start()

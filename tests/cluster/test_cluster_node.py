@@ -8,11 +8,11 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from apache_kafka import ApacheKafkaBroker
+from cluster_nodes import SESSION_TIMEOUT_MS, node_args
 from kafka_broker import KafkaBroker
 from server_process import ServerProcess
 from wire_client import WireClient, commit_body, commit_errors, fetch_body, fetched_offsets
@@ -22,39 +22,7 @@ from protocol.errors import ErrorCode
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
-SESSION_TIMEOUT_MS = 6000
 PARTITIONS = 4
-
-
-def node_args(broker: ApacheKafkaBroker, topic: str, node_id: int) -> list[str]:
-    return [
-        "--port",
-        "0",
-        "--bootstrap-servers",
-        broker.bootstrap,
-        "--offsets-topic",
-        topic,
-        "--offsets-topic-partitions",
-        str(PARTITIONS),
-        "--offsets-topic-replication-factor",
-        "1",
-        "--cluster",
-        "on",
-        "--cluster-session-timeout-ms",
-        str(SESSION_TIMEOUT_MS),
-        "--cluster-heartbeat-interval-ms",
-        "1000",
-        "--node-id",
-        str(node_id),
-    ]
-
-
-@pytest.fixture
-def nodes() -> Iterator[list[ServerProcess]]:
-    started: list[ServerProcess] = []
-    yield started
-    for process in started:
-        process.kill()
 
 
 def http_json(process: ServerProcess, path: str) -> dict[str, Any]:
@@ -71,7 +39,7 @@ def http_json(process: ServerProcess, path: str) -> dict[str, Any]:
 def test_a_session_timeout_the_broker_refuses_stops_the_start_with_one_line(
     kafka_broker: ApacheKafkaBroker, unique_topic: str
 ) -> None:
-    args = node_args(kafka_broker, unique_topic, 1)
+    args = node_args(kafka_broker, unique_topic, 1, PARTITIONS)
     args[args.index("--cluster-session-timeout-ms") + 1] = "3000"
     process = ServerProcess(args)
     with pytest.raises(RuntimeError, match="server did not become ready"):
@@ -85,10 +53,10 @@ def test_a_session_timeout_the_broker_refuses_stops_the_start_with_one_line(
 def test_two_nodes_with_one_node_id_never_both_own_and_the_second_says_why(
     kafka_broker: ApacheKafkaBroker, unique_topic: str, nodes: list[ServerProcess]
 ) -> None:
-    first = ServerProcess(node_args(kafka_broker, unique_topic, 7))
+    first = ServerProcess(node_args(kafka_broker, unique_topic, 7, PARTITIONS))
     nodes.append(first)
     first.start()
-    second = ServerProcess(node_args(kafka_broker, unique_topic, 7))
+    second = ServerProcess(node_args(kafka_broker, unique_topic, 7, PARTITIONS))
     nodes.append(second)
     second.start()
     deadline = time.monotonic() + 30
@@ -113,10 +81,10 @@ def test_two_nodes_with_one_node_id_never_both_own_and_the_second_says_why(
 async def test_a_planned_shutdown_hands_the_partitions_over_before_the_session_ends(
     kafka_broker: ApacheKafkaBroker, unique_topic: str, nodes: list[ServerProcess]
 ) -> None:
-    first = ServerProcess(node_args(kafka_broker, unique_topic, 1))
+    first = ServerProcess(node_args(kafka_broker, unique_topic, 1, PARTITIONS))
     nodes.append(first)
     first.start()
-    second = ServerProcess(node_args(kafka_broker, unique_topic, 2))
+    second = ServerProcess(node_args(kafka_broker, unique_topic, 2, PARTITIONS))
     nodes.append(second)
     second.start()
     client = await WireClient.connect(second.host, second.port)
@@ -186,7 +154,7 @@ async def test_a_node_cut_off_from_kafka_serves_nothing_until_it_is_a_member_aga
     """A split: the node still has its clients but has lost Kafka. Past its session it may
     have been replaced, so it answers nothing from its state (reads included), says so in
     /readyz, and serves again once Kafka has it back."""
-    node = ServerProcess(node_args(pausable_kafka_broker, unique_topic, 1))
+    node = ServerProcess(node_args(pausable_kafka_broker, unique_topic, 1, PARTITIONS))
     nodes.append(node)
     node.start()
     client = await WireClient.connect(node.host, node.port)
