@@ -11,13 +11,16 @@ not Apache Kafka, serves a smaller compatibility set through `tansu_broker`,
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import signal
 import uuid
 from collections.abc import Iterator
 
 import pytest
 from apache_kafka import ApacheKafkaBroker, ApacheKafkaStartError, fetch_apache_kafka
 from kafka_broker import KafkaBroker
+from server_process import ServerProcess
 from tansu_broker import TansuBroker
 
 APACHE_KAFKA_FIXTURES = frozenset({"kafka_broker", "fresh_kafka_broker", "pausable_kafka_broker"})
@@ -102,3 +105,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.kafka)
         if fixtures & TANSU_FIXTURES:
             item.add_marker(pytest.mark.tansu)
+
+
+@pytest.fixture
+def nodes() -> Iterator[list[ServerProcess]]:
+    """The test's nodes: each killed at the end (a paused one resumed first), by its PID."""
+    started: list[ServerProcess] = []
+    yield started
+    for process in started:
+        if process.proc is not None and process.proc.poll() is None:
+            os.kill(process.pid, signal.SIGCONT)
+        process.kill()

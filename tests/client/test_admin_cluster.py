@@ -10,12 +10,12 @@ import json
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from aiokafka.structs import TopicPartition
 from apache_kafka import ApacheKafkaBroker
+from cluster_nodes import node_args
 from prometheus_client.parser import text_string_to_metric_families
 from server_process import ServerProcess
 from wire_client import WireClient
@@ -28,31 +28,8 @@ from protocol.messages import FindCoordinatorRequest
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
-SESSION_TIMEOUT_MS = 6000
 PARTITIONS = 4
 GROUPS = [f"cluster-admin-{index}" for index in range(12)]
-
-
-def node_args(broker: ApacheKafkaBroker, topic: str, node_id: int) -> list[str]:
-    return [
-        "--port", "0",
-        "--bootstrap-servers", broker.bootstrap,
-        "--offsets-topic", topic,
-        "--offsets-topic-partitions", str(PARTITIONS),
-        "--offsets-topic-replication-factor", "1",
-        "--cluster", "on",
-        "--cluster-session-timeout-ms", str(SESSION_TIMEOUT_MS),
-        "--cluster-heartbeat-interval-ms", "1000",
-        "--node-id", str(node_id),
-    ]  # fmt: skip
-
-
-@pytest.fixture
-def nodes() -> Iterator[list[ServerProcess]]:
-    started: list[ServerProcess] = []
-    yield started
-    for process in started:
-        process.kill()
 
 
 def address(process: ServerProcess) -> str:
@@ -108,7 +85,7 @@ def test_the_tool_works_against_any_node_and_the_client_follows_a_moved_group(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     topic = f"events-{uuid.uuid4().hex[:8]}"
-    first = ServerProcess(node_args(kafka_broker, unique_topic, 1))
+    first = ServerProcess(node_args(kafka_broker, unique_topic, 1, PARTITIONS))
     nodes.append(first)
     first.start()
     client = CoordinatorClient(address(first))
@@ -122,7 +99,7 @@ def test_the_tool_works_against_any_node_and_the_client_follows_a_moved_group(
             )
         assert {client.cached_coordinator(g).node_id for g in GROUPS} == {1}  # type: ignore[union-attr]
 
-        second = ServerProcess(node_args(kafka_broker, unique_topic, 2))
+        second = ServerProcess(node_args(kafka_broker, unique_topic, 2, PARTITIONS))
         nodes.append(second)
         second.start()
         deadline = time.monotonic() + 30
@@ -186,7 +163,7 @@ async def test_describe_cluster_names_every_node_from_either_node(
     kafka_broker: ApacheKafkaBroker, unique_topic: str, nodes: list[ServerProcess]
 ) -> None:
     for node_id in (1, 2):
-        process = ServerProcess(node_args(kafka_broker, unique_topic, node_id))
+        process = ServerProcess(node_args(kafka_broker, unique_topic, node_id, PARTITIONS))
         nodes.append(process)
         await asyncio.to_thread(process.start)
     expected = {(1, nodes[0].port), (2, nodes[1].port)}

@@ -8,11 +8,11 @@ import asyncio
 import json
 import time
 import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from apache_kafka import ApacheKafkaBroker
+from cluster_nodes import node_args
 from prometheus_client.parser import text_string_to_metric_families
 from server_process import ServerProcess
 
@@ -20,30 +20,7 @@ from coordinator_server.app import CoordinatorApp
 from coordinator_server.config import CoordinatorConfig
 from coordinator_server.storage.memory import InMemoryLog
 
-SESSION_TIMEOUT_MS = 6000
 PARTITIONS = 4
-
-
-def node_args(broker: ApacheKafkaBroker, topic: str, node_id: int) -> list[str]:
-    return [
-        "--port", "0",
-        "--bootstrap-servers", broker.bootstrap,
-        "--offsets-topic", topic,
-        "--offsets-topic-partitions", str(PARTITIONS),
-        "--offsets-topic-replication-factor", "1",
-        "--cluster", "on",
-        "--cluster-session-timeout-ms", str(SESSION_TIMEOUT_MS),
-        "--cluster-heartbeat-interval-ms", "1000",
-        "--node-id", str(node_id),
-    ]  # fmt: skip
-
-
-@pytest.fixture
-def nodes() -> Iterator[list[ServerProcess]]:
-    started: list[ServerProcess] = []
-    yield started
-    for process in started:
-        process.kill()
 
 
 def http_get(process: ServerProcess, path: str) -> bytes:
@@ -90,7 +67,7 @@ def status(process: ServerProcess) -> dict[str, Any]:
 def test_each_node_exports_its_share_of_the_cluster_and_the_moves_it_made(
     kafka_broker: ApacheKafkaBroker, unique_topic: str, nodes: list[ServerProcess]
 ) -> None:
-    first = ServerProcess(node_args(kafka_broker, unique_topic, 1))
+    first = ServerProcess(node_args(kafka_broker, unique_topic, 1, PARTITIONS))
     nodes.append(first)
     first.start()
     alone = scrape(first)
@@ -107,7 +84,7 @@ def test_each_node_exports_its_share_of_the_cluster_and_the_moves_it_made(
     assert set(epochs_alone) == set(range(PARTITIONS))
     assert epochs_alone == {int(p): e["producer_epoch"] for p, e in status(first)["epochs"].items()}
 
-    second = ServerProcess(node_args(kafka_broker, unique_topic, 2))
+    second = ServerProcess(node_args(kafka_broker, unique_topic, 2, PARTITIONS))
     nodes.append(second)
     second.start()
     deadline = time.monotonic() + 30
