@@ -7,6 +7,7 @@ the pure layers (`groups/`, `offsets/`, `shard.py`) may import.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
@@ -41,7 +42,7 @@ EncodedRecord = tuple[bytes, bytes | None]
 """A record as the log holds it: key bytes and value bytes, or None for a tombstone."""
 
 
-class RecordRun:
+class RecordRun(ABC):
     """Records that follow each other in the log, which the shard replays as one.
 
     A write that emits many records of one kind (an OffsetCommit, one record per partition)
@@ -63,14 +64,14 @@ class RecordRun:
 
     __slots__ = ()
 
-    def __len__(self) -> int:
-        raise NotImplementedError
+    @abstractmethod
+    def __len__(self) -> int: ...
 
-    def encode(self) -> Sequence[EncodedRecord]:
-        raise NotImplementedError
+    @abstractmethod
+    def encode(self) -> Sequence[EncodedRecord]: ...
 
-    def slice(self, start: int, stop: int) -> RecordRun:
-        raise NotImplementedError
+    @abstractmethod
+    def slice(self, start: int, stop: int) -> RecordRun: ...
 
 
 Records = Sequence[CoordinatorRecord] | RecordRun
