@@ -15,14 +15,15 @@ generation those come from) and hands every member the result. The rules:
   loaded node. So a node joining takes about P/n partitions from the others and moves
   nothing else; a node leaving moves only its own partitions.
 - Standbys: with two nodes or more, every partition has one standby, never on its owner's
-  node; the standby counts are balanced too, and sticky the same way.
+  node; the standby counts are balanced too, each node's partitions have theirs spread
+  evenly over the other nodes (so that a node's death finds its partitions warm on nodes
+  with room for them), and they are sticky within that spread.
 - Deterministic: the same claims give the same assignment, whatever the order of the
   members in the mapping.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -218,9 +219,12 @@ def _assign_standbys(
 ) -> dict[int, int]:
     if len(claims) < 2 or num_partitions == 0:
         return {}
-    owned_count = dict.fromkeys(claims, 0)
+    nodes = sorted(claims)
+    owned_count = dict.fromkeys(nodes, 0)
     for node in owners.values():
         owned_count[node] += 1
+    # room[(owner, node)]: how many of owner's partitions node is still to stand by for.
+    room = _standby_shares(nodes, owned_count)
     # A claim to stand by for a partition the node now owns is no claim.
     winners = _winners(
         claims,
@@ -228,68 +232,89 @@ def _assign_standbys(
         num_partitions,
         excluded=owners,
     )
-    kept = _kept(claims, winners)
-    # The larger quotas go first to the nodes that own fewer: a node can stand by only for
-    # partitions it does not own, and this keeps every node's owned plus standby counts
-    # within the partition count, which is all a complete assignment needs (Hall's
-    # condition: any two nodes together can stand by for every partition).
-    quotas = _quotas(
-        sorted(claims, key=lambda node: (owned_count[node], -len(kept[node]), node)),
-        num_partitions,
-    )
-    nodes = list(claims)
     standbys: dict[int, int] = {}
-    load: dict[int, int] = {}
-    for node, partitions in kept.items():
-        keep = partitions[: quotas[node]]
-        standbys.update(dict.fromkeys(keep, node))
-        load[node] = len(keep)
+    for partition in sorted(winners):
+        pair = (owners[partition], winners[partition])
+        if room.get(pair, 0) > 0:
+            standbys[partition] = winners[partition]
+            room[pair] -= 1
     for partition in range(num_partitions):
         if partition not in standbys:
-            _place_standby(partition, nodes, owners, quotas, standbys, load)
+            owner = owners[partition]
+            node = next(node for node in nodes if room.get((owner, node), 0) > 0)
+            standbys[partition] = node
+            room[(owner, node)] -= 1
     return standbys
 
 
-def _place_standby(
-    partition: int,
-    nodes: list[int],
-    owners: Mapping[int, int],
-    quotas: Mapping[int, int],
-    standbys: dict[int, int],
-    load: dict[int, int],
-) -> None:
-    """Give `partition` a standby: the least loaded node with room that does not own it, or,
-    when every such node is full, along the shortest chain of moves that ends at a node with
-    room (node A takes the partition and gives up one of its own, which node B takes, ...)."""
-    free = [node for node in nodes if node != owners[partition] and load[node] < quotas[node]]
-    if free:
-        node = min(free, key=lambda candidate: (load[candidate], candidate))
-        standbys[partition] = node
-        load[node] += 1
-        return
-    held: dict[int, list[int]] = {node: [] for node in nodes}
-    for other, node in sorted(standbys.items()):
-        held[node].append(other)
-    # via[p] = (q, node): node takes q and gives p up.
-    via: dict[int, tuple[int, int]] = {}
-    queue = deque([partition])
-    seen = {partition}
-    while queue:
-        current = queue.popleft()
+def _standby_shares(nodes: list[int], owned_count: Mapping[int, int]) -> dict[tuple[int, int], int]:
+    """(owner, node) -> how many of owner's partitions node stands by for: each owner's
+    partitions spread evenly over the other nodes (so that when it dies each survivor takes
+    over about as many of them as it has room for, and finds them warm), with the nodes'
+    standby counts balanced (the larger ones to the nodes that own fewer). The shares
+    depend on the owned counts only: an assignment fed back keeps its standbys.
+
+    Each owner gives every other node its even part, rounded down; the rest (fewer than
+    nodes per owner, one at most to a node) go where the standby counts still have room,
+    a small flow problem solved exactly (augmenting paths)."""
+    num_partitions = sum(owned_count.values())
+    quotas = _quotas(sorted(nodes, key=lambda node: (owned_count[node], node)), num_partitions)
+    shares: dict[tuple[int, int], int] = {}
+    room = dict(quotas)
+    extras: dict[int, int] = {}
+    for owner in nodes:
+        base, extras[owner] = divmod(owned_count[owner], len(nodes) - 1)
         for node in nodes:
-            if node == owners[current] or node == standbys.get(current):
-                continue
-            if load[node] < quotas[node]:
-                standbys[current] = node
-                load[node] += 1
-                while current != partition:
-                    previous, taker = via[current]
-                    standbys[previous] = taker
-                    current = previous
-                return
-            for given_up in held[node]:
-                if given_up not in seen:
-                    seen.add(given_up)
-                    via[given_up] = (current, node)
-                    queue.append(given_up)
-    raise AssertionError(f"no standby can be found for partition {partition}")
+            if node != owner:
+                shares[(owner, node)] = base
+                room[node] -= base
+    # given[owner]: the nodes an owner's odd partitions went to, one each.
+    given: dict[int, list[int]] = {owner: [] for owner in nodes}
+    for owner in nodes:
+        for _ in range(extras[owner]):
+            if not _augment(owner, nodes, given, room):
+                # No exact balance exists (never seen): the least loaded node that can.
+                node = min(
+                    (n for n in nodes if n != owner and n not in given[owner]),
+                    key=lambda n: (-room[n], n),
+                )
+                given[owner].append(node)
+                room[node] -= 1
+    for owner, nodes_given in given.items():
+        for node in nodes_given:
+            shares[(owner, node)] += 1
+    return shares
+
+
+def _augment(
+    owner: int, nodes: list[int], given: dict[int, list[int]], room: dict[int, int]
+) -> bool:
+    """One more odd partition of `owner` to a node with room, moving others' odd partitions
+    along the shortest chain if need be (owner gives to A, A's giver B gives to C instead,
+    ...). False when no chain exists."""
+    # came[node] = the owner that gives to node on the path, and the node that owner gave to
+    # before (None: the path's start).
+    came: dict[int, tuple[int, int | None]] = {}
+    frontier: list[tuple[int, int | None]] = [(owner, None)]
+    while frontier:
+        next_frontier: list[tuple[int, int | None]] = []
+        for giver, released in frontier:
+            for node in nodes:
+                if node == giver or node in given[giver] or node in came:
+                    continue
+                came[node] = (giver, released)
+                if room[node] > 0:
+                    room[node] -= 1
+                    while True:
+                        giver_of, released_by = came[node]
+                        given[giver_of].append(node)
+                        if released_by is None:
+                            return True
+                        given[giver_of].remove(released_by)
+                        node = released_by
+                # Another owner that gives to `node` could give elsewhere, freeing it.
+                next_frontier.extend(
+                    (other, node) for other in nodes if other != giver and node in given[other]
+                )
+        frontier = next_frontier
+    return False

@@ -298,3 +298,23 @@ def test_a_node_leaving_moves_only_its_own_partitions(
     after = assign(members, partitions)
     check_rules(after, members, partitions)
     assert moved(before, after) == {p for p, n in before.view.owners.items() if n == left}
+
+
+@settings(max_examples=300, deadline=None)
+@given(sizes=st.tuples(st.integers(2, 6), st.integers(0, 60)), seed=st.integers(0, 10_000),
+       data=st.data())  # fmt: skip
+def test_a_node_leaving_hands_its_partitions_to_their_standbys(
+    sizes: tuple[int, int], seed: int, data: st.DataObject
+) -> None:
+    """Failover is warm: each node's partitions have their standbys spread over the other
+    nodes, so that the survivors have room for them where they stand by. Only rounding
+    may send a few elsewhere: at most one per survivor."""
+    nodes, partitions = sizes
+    before, members = stable(nodes + 1, partitions, seed)
+    leaver = data.draw(st.sampled_from(sorted(members)))
+    left = members.pop(leaver).node_id
+    after = assign(members, partitions)
+    check_rules(after, members, partitions)
+    orphans = [p for p, n in before.view.owners.items() if n == left]
+    cold = [p for p in orphans if after.view.owners[p] != before.view.standbys[p]]
+    assert len(cold) <= nodes - 1 if nodes > 1 else not cold, (orphans, cold)
