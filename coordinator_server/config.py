@@ -171,6 +171,13 @@ class CoordinatorConfig(BaseSettings):
         ge=1024,
         description="The most record bytes one read of the standby partitions brings in.",
     )
+    standby_max_pending_records: int = Field(
+        defaults.STANDBY_MAX_PENDING_RECORDS,
+        ge=1,
+        description="The most records a standby holds read but not yet replayed into its "
+        "state (the latest of each key, as compaction would leave them): replayed past it, "
+        "when the log is quiet, and first thing at a takeover.",
+    )
     append_linger_ms: int = Field(
         defaults.APPEND_LINGER_MS,
         ge=-1,

@@ -29,6 +29,9 @@ CLUSTER_HEARTBEAT_INTERVAL_MS = 1000
 # and the most bytes one read of all its partitions brings in.
 STANDBY_FETCH_MAX_WAIT_MS = 500
 STANDBY_FETCH_MAX_BYTES = 16 * 1024 * 1024
+# The most records a standby holds read but not yet replayed (the latest per key): what a
+# takeover replays at most.
+STANDBY_MAX_PENDING_RECORDS = 100_000
 
 # The classic group protocol (Kafka's group.* settings).
 GROUP_INITIAL_REBALANCE_DELAY_MS = 3000

@@ -39,6 +39,10 @@ class RuntimeConfig:
             trip, and an idle log costs a request every this many milliseconds).
         standby_fetch_max_bytes: the most record bytes one read of the standby partitions
             brings in (a record batch larger than that still comes whole).
+        standby_max_pending_records: the most records a standby holds read but not yet
+            replayed into its shard (the latest of each key, as compaction would leave
+            them); past it, or when a read brings the partition nothing new, they are
+            replayed. A takeover replays what is held first.
     """
 
     write_timeout_ms: int = defaults.OFFSETS_COMMIT_TIMEOUT_MS
@@ -51,6 +55,7 @@ class RuntimeConfig:
     append_failure_timeout_ms: int = defaults.APPEND_FAILURE_TIMEOUT_MS
     standby_fetch_max_wait_ms: int = defaults.STANDBY_FETCH_MAX_WAIT_MS
     standby_fetch_max_bytes: int = defaults.STANDBY_FETCH_MAX_BYTES
+    standby_max_pending_records: int = defaults.STANDBY_MAX_PENDING_RECORDS
 
     def __post_init__(self) -> None:
         if self.write_timeout_ms <= 0:
@@ -76,6 +81,11 @@ class RuntimeConfig:
         if self.standby_fetch_max_bytes < 1:
             raise ValueError(
                 f"standby_fetch_max_bytes must be positive, got {self.standby_fetch_max_bytes}"
+            )
+        if self.standby_max_pending_records < 1:
+            raise ValueError(
+                "standby_max_pending_records must be positive, got "
+                f"{self.standby_max_pending_records}"
             )
 
 

@@ -15,9 +15,18 @@ asked for again after a back-off that grows with its failures in a row, and logg
 below it), or whose shard refused a record, starts over from a fresh shard at the log's
 start; a round that fails as a whole backs off the same way. None of it ever serves.
 
-`promote` ends a partition's standby and hands its shard's load replay and position to the
-load that makes it ACTIVE (`PartitionLoader.resume`). A record counts as the standby's once
-the replay took it, so the load goes on from exactly there, whatever round was under way.
+A standby does not replay each record as it comes: it holds the latest record of each key
+(as compaction would leave them, in the order of their offsets) and replays them into its
+shard when it holds `standby_max_pending_records` of them, when a round brings the partition
+nothing new, and when it is promoted. Replaying every record as it came cost the standby's
+node about as much CPU as the owner's serving of the same commits (a consumer commits the
+same partitions again and again); a compacted replay leaves the same state, as a load of a
+compacted log does.
+
+`promote` ends a partition's standby, replays what it holds, and hands its shard's load
+replay and position to the load that makes it ACTIVE (`PartitionLoader.resume`). A record
+counts as the standby's once it holds it, so the load goes on from exactly there, whatever
+round was under way.
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from coordinator_server.runtime.api import CoordinatorShard, LoadReplay
 from coordinator_server.runtime.config import RuntimeConfig
@@ -42,6 +51,9 @@ class _Standby:
     context: CoordinatorContext
     # The shard's load replay; None when the shard must be built again first.
     sink: LoadReplay | None = None
+    # Records read but not yet replayed into the shard: key -> (offset, value), the latest of
+    # each key, in the order of their offsets.
+    pending: dict[bytes, tuple[int, bytes | None]] = field(default_factory=dict)
     # The next offset to read (None: the log's start).
     position: int | None = None
     failures: int = 0
@@ -111,6 +123,8 @@ class StandbyFollower:
             return None
         if standby.sink is None or standby.position is None:
             return None
+        if not self._replay_pending(standby, asyncio.get_running_loop().time()):
+            return None
         self._log.info(
             "partition=%d ends its standby at offset %d (%d records followed)",
             context.partition,
@@ -154,6 +168,7 @@ class StandbyFollower:
             if not due:
                 await self._idle(loop)
                 continue
+            records_before = {p: s.records for p, s in due.items()}
             try:
                 result = await follower.follow(
                     {p: s.position for p, s in due.items()},
@@ -181,7 +196,10 @@ class StandbyFollower:
                 standby = self._current(due, partition)
                 if standby is None or standby.sink is None:
                     continue
-                standby.sink.close()
+                if standby.records == records_before[partition] and not self._replay_pending(
+                    standby, now
+                ):
+                    continue
                 if standby.position is None or position > standby.position:
                     standby.position = position
                 standby.failures = 0
@@ -209,26 +227,47 @@ class StandbyFollower:
             await asyncio.wait_for(self._wake.wait(), timeout)
 
     def _sink(self, due: dict[int, _Standby]) -> Callable[[int, int, bytes, bytes | None], None]:
+        max_pending = self._config.standby_max_pending_records
+
         def sink(partition: int, offset: int, key: bytes, value: bytes | None) -> None:
             standby = self._current(due, partition)
             if standby is None or standby.sink is None:
                 # Promoted, unloaded or broken meanwhile: its records are someone else's.
                 return
-            try:
-                standby.sink(offset, key, value)
-            except Exception as error:
-                self._log.exception("partition=%d the standby's shard failed", partition)
-                standby.sink = None
-                self._back_off(
-                    standby,
-                    asyncio.get_running_loop().time(),
-                    f"refused the record at offset {offset} ({error!r}): starting over",
-                )
-                return
+            pending = standby.pending
+            # Removed first, so that the key goes to the end: the held records stay in the
+            # order of their offsets.
+            pending.pop(key, None)
+            pending[key] = (offset, value)
             standby.position = offset + 1
             standby.records += 1
+            if len(pending) >= max_pending:
+                self._replay_pending(standby, asyncio.get_running_loop().time())
 
         return sink
+
+    def _replay_pending(self, standby: _Standby, now: float) -> bool:
+        """Replay the records the standby holds into its shard; False (starting over) if the
+        shard refused one."""
+        sink = standby.sink
+        pending, standby.pending = standby.pending, {}
+        if sink is None:
+            return False
+        offset = -1
+        try:
+            for key, (offset, value) in pending.items():
+                sink(offset, key, value)
+            sink.close()
+        except Exception as error:
+            self._log.exception(
+                "partition=%d the standby's shard failed", standby.context.partition
+            )
+            standby.sink = None
+            self._back_off(
+                standby, now, f"refused the record at offset {offset} ({error!r}): starting over"
+            )
+            return False
+        return True
 
     def _current(self, due: dict[int, _Standby], partition: int) -> _Standby | None:
         """The partition's standby as the round asked for it, if it is still the one."""
@@ -249,6 +288,7 @@ class StandbyFollower:
                 self._log.exception("partition=%d on_unloaded failed", context.partition)
         standby.position = None
         standby.records = 0
+        standby.pending = {}
         try:
             shard = self._new_shard(context)
         except Exception as error:

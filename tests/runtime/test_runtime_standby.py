@@ -64,16 +64,53 @@ async def test_a_standby_follows_what_another_runtime_writes(
     assert standby.runtime.partition_state(0) is State.STANDBY
     high_watermark = owner.writer.high_watermark(0)
     await until(lambda: followed_to(standby) == high_watermark)
-    assert standby.shard(0).latest() == owner.shard(0).latest()
+    # What it read is replayed once a round brings nothing new.
+    await until(lambda: standby.shard(0).latest() == owner.shard(0).latest())
 
     # New writes arrive within a round trip, not a poll interval.
     await write(owner, 5, start=20)
     started = time.monotonic()
     await until(lambda: followed_to(standby) == owner.writer.high_watermark(0))
     assert time.monotonic() - started < MAX_WAIT_MS / 1000
-    assert standby.shard(0).latest() == owner.shard(0).latest()
+    await until(lambda: standby.shard(0).latest() == owner.shard(0).latest())
     assert len(standby.shards[0]) == 1, "the standby built one shard and kept it"
     assert standby.shard(0).loaded == 0, "a standby is never made ACTIVE"
+
+
+async def test_a_standby_replays_the_latest_record_of_each_key(
+    pair: tuple[Harness, Harness],
+) -> None:
+    """Records read are held, the latest per key, and replayed in one go: 40 puts on 7 keys
+    cost the standby's shard 7 replays, and leave it as the owner's."""
+    owner, standby = pair
+    await write(owner, 40)
+    standby.runtime.schedule_standby(0)
+    await until(lambda: followed_to(standby) == 40)
+    await until(lambda: standby.shard(0).latest() == owner.shard(0).latest())
+    replayed = standby.shard(0).replayed
+    assert sorted(key for _, key in replayed) == sorted(f"key-{k}" for k in range(7))
+    # In the order of their offsets, as compaction leaves them.
+    assert [offset for offset, _ in replayed] == sorted(offset for offset, _ in replayed)
+    assert {offset for offset, _ in replayed} == set(range(33, 40))
+
+
+async def test_a_standby_holding_its_most_records_replays_them_at_once() -> None:
+    shared = SharedLog(InMemoryLog(3, auto_commit=True))
+    # A long poll the test would notice: replays must not wait for a quiet round.
+    config = RuntimeConfig(standby_fetch_max_wait_ms=5000, standby_max_pending_records=3)
+    owner = Harness(shared=shared, config=config)
+    standby = Harness(shared=shared, config=config)
+    try:
+        await owner.load(0)
+        standby.runtime.schedule_standby(0)
+        await until(lambda: followed_to(standby) == 0 and standby.shards.get(0) is not None)
+        for index in range(6):
+            await owner.put(0, f"key-{index}", index)
+        await until(lambda: len(standby.shard(0).replayed) == 6, timeout_s=2.0)
+        await until(lambda: standby.shard(0).latest() == owner.shard(0).latest())
+    finally:
+        await standby.close()
+        await owner.close()
 
 
 async def test_an_idle_standby_long_polls_instead_of_spinning(
@@ -169,6 +206,7 @@ async def test_an_unloaded_standby_is_followed_no_more(pair: tuple[Harness, Harn
     standby.runtime.schedule_standby(0)
     standby.runtime.schedule_standby(1)
     await until(lambda: followed_to(standby, 0) == 5 and followed_to(standby, 1) == 5)
+    await until(lambda: standby.shard(0).latest() == owner.shard(0).latest())
     shard = standby.shard(0)
     standby.runtime.schedule_unload(0, None)
     assert standby.runtime.partition_state(0) is None
@@ -182,7 +220,7 @@ async def test_an_unloaded_standby_is_followed_no_more(pair: tuple[Harness, Harn
     standby.runtime.schedule_standby(0)
     await until(lambda: followed_to(standby, 0) == 7)
     assert len(standby.shards[0]) == 2
-    assert standby.shard(0).latest() == owner.shard(0).latest()
+    await until(lambda: standby.shard(0).latest() == owner.shard(0).latest())
 
 
 async def test_a_standby_that_cannot_read_the_log_backs_off_and_catches_up(
@@ -198,7 +236,7 @@ async def test_a_standby_that_cannot_read_the_log_backs_off_and_catches_up(
     assert time.monotonic() - started >= RETRY_BACKOFF_S[0] + RETRY_BACKOFF_S[1]
     assert standby.runtime.partition_state(0) is State.STANDBY
     assert len(standby.shards[0]) == 1
-    assert standby.shard(0).latest() == owner.shard(0).latest()
+    await until(lambda: standby.shard(0).latest() == owner.shard(0).latest())
 
 
 async def test_a_standby_whose_position_is_lost_starts_over(
@@ -211,7 +249,7 @@ async def test_a_standby_whose_position_is_lost_starts_over(
     standby.follower.inject_follow_failure(0, "offset out of range", lost=True)
     await write(owner, 2, start=5)
     await until(lambda: len(standby.shards[0]) == 2 and followed_to(standby) == 7)
-    assert standby.shard(0).latest() == owner.shard(0).latest()
+    await until(lambda: standby.shard(0).latest() == owner.shard(0).latest())
     assert standby.shards[0][0].unloaded == 1
     assert any("starting over" in r.getMessage() for r in caplog.records)
     assert standby.runtime.partition_state(0) is State.STANDBY
@@ -227,7 +265,7 @@ async def test_a_standby_whose_shard_refuses_a_record_starts_over(
     standby.shard(0).fail_replay_of.add("key-3")
     await write(owner, 2, start=3)
     await until(lambda: len(standby.shards[0]) == 2 and followed_to(standby) == 5)
-    assert standby.shard(0).latest() == owner.shard(0).latest()
+    await until(lambda: standby.shard(0).latest() == owner.shard(0).latest())
 
 
 async def test_a_standby_that_never_read_is_loaded_whole(pair: tuple[Harness, Harness]) -> None:
