@@ -25,7 +25,8 @@ MAX_EPOCH = 32767
 
 def test_invalid_request_when_transactional_id_is_empty() -> None:
     ctx = txn_context()
-    assert ctx.write(lambda s: s.init_producer_id("", TIMEOUT_MS)).error == ErrorCode.INVALID_REQUEST
+    answer = ctx.write(lambda s: s.init_producer_id("", TIMEOUT_MS))
+    assert answer.error == ErrorCode.INVALID_REQUEST
     assert ctx.write(lambda s: s.end_txn("", 1, 0, True)).error == ErrorCode.INVALID_REQUEST
     assert ctx.write(lambda s: s.add_offsets_to_txn("", 1, 0, "g", 0)).error == (
         ErrorCode.INVALID_REQUEST
