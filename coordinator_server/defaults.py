@@ -62,3 +62,23 @@ RESPONSE_BUFFER_MAX_BYTES = 64 * 1024 * 1024
 CONNECTIONS_MAX_IDLE_MS = 600_000
 FRAME_READ_TIMEOUT_MS = 30_000
 RESPONSE_WRITE_TIMEOUT_MS = 60_000
+
+# The log's partitions (the server's --offsets-topic-partitions).
+OFFSETS_TOPIC_PARTITIONS = 50
+
+# The transaction coordinator (Kafka's transaction.* settings): the longest transaction timeout
+# a producer may ask for (transaction.max.timeout.ms), how long a transactional id outlives its
+# last use (transactional.id.expiration.ms), and how often the coordinator aborts the timed-out
+# transactions (transaction.abort.timed.out.transaction.cleanup.interval.ms) and removes the
+# expired ids (transaction.remove.expired.transaction.cleanup.interval.ms).
+TRANSACTION_MAX_TIMEOUT_MS = 900_000
+TRANSACTIONAL_ID_EXPIRATION_MS = 604_800_000
+TRANSACTION_ABORT_TIMED_OUT_INTERVAL_MS = 10_000
+TRANSACTION_REMOVE_EXPIRED_INTERVAL_MS = 3_600_000
+# The producer ids the coordinator hands out: far above those a Kafka cluster's controller
+# hands out (it counts up from 0 in blocks of 1000), split among the log's partitions.
+TRANSACTION_PRODUCER_ID_START = 2**48
+TRANSACTION_PRODUCER_ID_END = 2**63 - 1
+# What clients may make one log partition hold.
+MAX_TRANSACTIONAL_IDS = 1_000_000
+MAX_PARTITIONS_PER_TRANSACTION = 100_000

@@ -9,7 +9,7 @@ expiration job) live here, as in Kafka's GroupCoordinatorShard.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from coordinator_server.groups.manager import GroupMetadataManager
 from coordinator_server.groups.store import (
@@ -31,10 +31,17 @@ from coordinator_server.records import (
     OffsetCommitValue,
     PartitionOwnershipKey,
     PartitionOwnershipValue,
+    ProducerIdBlockKey,
+    ProducerIdBlockValue,
+    TransactionKey,
+    TransactionValue,
     decode_offset_commit,
     decode_record,
 )
 from coordinator_server.runtime.api import CoordinatorResult, RecordRun, ShardContext
+from coordinator_server.transactions.manager import TransactionManager
+from coordinator_server.transactions.producer_ids import ProducerIdUpdate
+from coordinator_server.transactions.results import TransactionsConfig
 from protocol.errors import ErrorCode
 from protocol.messages import DeleteGroupsResponseResult
 
@@ -48,6 +55,7 @@ LOAD_RUN_LIMIT = 1024
 class ShardConfig:
     offsets: OffsetsConfig = field(default_factory=OffsetsConfig)
     groups: GroupsConfig = field(default_factory=GroupsConfig)
+    transactions: TransactionsConfig = field(default_factory=TransactionsConfig)
 
 
 class GroupCoordinatorShard:
@@ -73,6 +81,13 @@ class GroupCoordinatorShard:
         self.offsets = offsets = OffsetMetadataManager(
             context.snapshot_registry, context.clock, config.offsets, self.groups
         )
+        # The transaction coordinator of the transactional ids that hash to this partition.
+        self.transactions = transactions = TransactionManager(
+            context.snapshot_registry,
+            context.clock,
+            context.timer,
+            replace(config.transactions, partition=context.partition),
+        )
         groups = self.groups
         # The shard's door, as Kafka's GroupCoordinatorService sees its GroupCoordinatorShard:
         # one operation per API. They are the managers' own handlers, bound here once, so
@@ -89,6 +104,16 @@ class GroupCoordinatorShard:
         self.fetch_offsets = offsets.fetch_offsets
         self.fetch_partition_offsets = offsets.fetch_partition_offsets
         self.fetch_all_offsets = offsets.fetch_all_offsets
+        self.init_producer_id = transactions.init_producer_id
+        self.add_partitions_to_txn = transactions.add_partitions_to_txn
+        self.add_offsets_to_txn = transactions.add_offsets_to_txn
+        self.end_txn = transactions.end_txn
+        # The transaction's own completion once its markers are written (the log's
+        # partitions settle their transactional offsets with the offsets' operation).
+        self.complete_txn = transactions.complete_transaction
+        self.pending_completions = transactions.pending_completions
+        self.describe_transactions = transactions.describe_transactions
+        self.list_transactions = transactions.list_transactions
         # What the gauges read at scrape time (the latest state, committed or not), and the
         # node's group count for `max_groups`.
         self.num_groups = groups.num_groups
@@ -123,6 +148,14 @@ class GroupCoordinatorShard:
             # Who took the partition over last: the fence itself is Kafka's; the state only
             # remembers it, for the operators.
             self.ownership = value
+        elif type(key) is TransactionKey:
+            value = record.value
+            assert value is None or type(value) is TransactionValue
+            self.transactions.replay(key.transactional_id, value)
+        elif type(key) is ProducerIdBlockKey:
+            value = record.value
+            assert type(value) is ProducerIdBlockValue
+            self.transactions.replay_producer_id_block(value.next_block_start)
         else:
             raise ValueError(f"unknown record key {key!r} at offset {offset}")
 
@@ -133,12 +166,15 @@ class GroupCoordinatorShard:
     def apply(self, update: object) -> None:
         if type(update) is ClassicGroupUpdate:
             self.groups.apply(update)
+        elif type(update) is ProducerIdUpdate:
+            self.transactions.apply(update)
         else:
             raise ValueError(f"unknown in-memory update {update!r}")
 
     def on_loaded(self) -> None:
         self.groups.on_loaded()
         self._schedule_group_metadata_expiration()
+        self.transactions.on_loaded()
 
     def on_unloaded(self) -> None:
         # The runtime fails every parked caller of the partition with NOT_COORDINATOR.

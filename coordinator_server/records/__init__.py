@@ -16,6 +16,19 @@ from typing import Any, TypeAlias
 import msgpack
 import msgspec
 
+from coordinator_server.records.transactions import (
+    PRODUCER_ID_BLOCK_VALUE_VERSION,
+    TRANSACTION_VALUE_VERSION,
+    ProducerIdBlockKey,
+    ProducerIdBlockValue,
+    TransactionKey,
+    TransactionValue,
+    decode_producer_id_block_value,
+    decode_transaction_value,
+    producer_id_block_value_fields,
+    transaction_value_fields,
+)
+
 
 class RecordType(IntEnum):
     """The first element of every key."""
@@ -23,6 +36,8 @@ class RecordType(IntEnum):
     OFFSET_COMMIT = 1
     GROUP_METADATA = 2
     PARTITION_OWNERSHIP = 3
+    TRANSACTION = 4
+    PRODUCER_ID_BLOCK = 5
 
 
 KEY_VERSION = 0
@@ -104,8 +119,16 @@ class PartitionOwnershipValue:
     timestamp_ms: int
 
 
-RecordKey: TypeAlias = OffsetCommitKey | GroupMetadataKey | PartitionOwnershipKey
-RecordValue: TypeAlias = OffsetCommitValue | GroupMetadataValue | PartitionOwnershipValue
+RecordKey: TypeAlias = (
+    OffsetCommitKey | GroupMetadataKey | PartitionOwnershipKey | TransactionKey | ProducerIdBlockKey
+)
+RecordValue: TypeAlias = (
+    OffsetCommitValue
+    | GroupMetadataValue
+    | PartitionOwnershipValue
+    | TransactionValue
+    | ProducerIdBlockValue
+)
 
 
 @dataclass(slots=True, unsafe_hash=True)
@@ -157,6 +180,18 @@ def new_partition_ownership_record(
     )
 
 
+def new_transaction_record(transactional_id: str, value: TransactionValue) -> CoordinatorRecord:
+    return CoordinatorRecord(TransactionKey(transactional_id), value)
+
+
+def new_transaction_tombstone_record(transactional_id: str) -> CoordinatorRecord:
+    return CoordinatorRecord(TransactionKey(transactional_id), None)
+
+
+def new_producer_id_block_record(next_block_start: int) -> CoordinatorRecord:
+    return CoordinatorRecord(ProducerIdBlockKey(), ProducerIdBlockValue(next_block_start))
+
+
 # Encoding. Keys and values are msgpack arrays whose first elements say what they are; a
 # newer version only appends elements, so a reader ignores elements it does not know.
 
@@ -166,6 +201,8 @@ _pack = _packer.pack
 _OFFSET_COMMIT_KEY_TYPE = int(RecordType.OFFSET_COMMIT)
 _GROUP_METADATA_KEY_TYPE = int(RecordType.GROUP_METADATA)
 _PARTITION_OWNERSHIP_KEY_TYPE = int(RecordType.PARTITION_OWNERSHIP)
+_TRANSACTION_KEY_TYPE = int(RecordType.TRANSACTION)
+_PRODUCER_ID_BLOCK_KEY_TYPE = int(RecordType.PRODUCER_ID_BLOCK)
 # msgpack's header of an array of five elements (fixarray: 0x90 | length).
 _FIXARRAY_5 = b"\x95"
 _encode = msgspec.msgpack.Encoder().encode
@@ -186,6 +223,10 @@ def encode_key(key: RecordKey) -> bytes:
         return _packb((_GROUP_METADATA_KEY_TYPE, KEY_VERSION, key.group))
     if type(key) is PartitionOwnershipKey:
         return _packb((_PARTITION_OWNERSHIP_KEY_TYPE, KEY_VERSION))
+    if type(key) is TransactionKey:
+        return _packb((_TRANSACTION_KEY_TYPE, KEY_VERSION, key.transactional_id))
+    if type(key) is ProducerIdBlockKey:
+        return _packb((_PRODUCER_ID_BLOCK_KEY_TYPE, KEY_VERSION))
     raise RecordFormatError(f"unknown key type {type(key).__name__}")
 
 
@@ -238,6 +279,10 @@ def encode_value(value: RecordValue | None) -> bytes | None:
                 value.timestamp_ms,
             )
         )
+    if type(value) is TransactionValue:
+        return _packb(transaction_value_fields(value))
+    if type(value) is ProducerIdBlockValue:
+        return _packb(producer_id_block_value_fields(value))
     raise RecordFormatError(f"unknown value type {type(value).__name__}")
 
 
@@ -326,6 +371,10 @@ def decode_key(data: bytes) -> RecordKey:
             return GroupMetadataKey(_str(fields[2]))
         if record_type == RecordType.PARTITION_OWNERSHIP:
             return PartitionOwnershipKey()
+        if record_type == RecordType.TRANSACTION:
+            return TransactionKey(_str(fields[2]))
+        if record_type == RecordType.PRODUCER_ID_BLOCK:
+            return ProducerIdBlockKey()
     except (IndexError, ValueError) as exc:
         raise RecordFormatError(f"bad key for record type {record_type!r}: {exc}") from exc
     raise RecordFormatError(f"unknown record type {record_type!r}")
@@ -362,6 +411,10 @@ def decode_value(key: RecordKey, data: bytes | None) -> RecordValue | None:
             return PartitionOwnershipValue(
                 _int(node_id), _int(producer_id), _int(producer_epoch), _int(timestamp_ms)
             )
+        if type(key) is TransactionKey:
+            return decode_transaction_value(fields)
+        if type(key) is ProducerIdBlockKey:
+            return decode_producer_id_block_value(fields)
     except (ValueError, TypeError) as exc:
         raise RecordFormatError(f"bad value for {type(key).__name__}: {exc}") from exc
     raise RecordFormatError(f"unknown key type {type(key).__name__}")
@@ -511,6 +564,8 @@ __all__ = [
     "KEY_VERSION",
     "OFFSET_COMMIT_VALUE_VERSION",
     "PARTITION_OWNERSHIP_VALUE_VERSION",
+    "PRODUCER_ID_BLOCK_VALUE_VERSION",
+    "TRANSACTION_VALUE_VERSION",
     "CoordinatorRecord",
     "GroupMemberValue",
     "GroupMetadataKey",
@@ -519,10 +574,14 @@ __all__ = [
     "OffsetCommitValue",
     "PartitionOwnershipKey",
     "PartitionOwnershipValue",
+    "ProducerIdBlockKey",
+    "ProducerIdBlockValue",
     "RecordFormatError",
     "RecordKey",
     "RecordType",
     "RecordValue",
+    "TransactionKey",
+    "TransactionValue",
     "decode_key",
     "decode_offset_commit",
     "decode_record",
@@ -536,4 +595,7 @@ __all__ = [
     "new_offset_commit_record",
     "new_offset_commit_tombstone_record",
     "new_partition_ownership_record",
+    "new_producer_id_block_record",
+    "new_transaction_record",
+    "new_transaction_tombstone_record",
 ]

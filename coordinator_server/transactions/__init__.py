@@ -1,0 +1,1 @@
+"""The transaction coordinator's pure state machine (Kafka's TransactionCoordinator)."""
