@@ -33,9 +33,11 @@ class LeaderLookupError(Exception):
     """No metadata could be read now (no broker answered in time): try again later."""
 
 
-class _MetadataRequestWithoutAutoCreation(
+class _LeadersRequest(
     Request[MetadataRequest_v4 | MetadataRequest_v5]  # type: ignore[misc]
 ):
+    """A MetadataRequest for the topics' leaders that never creates them."""
+
     API_KEY = 3
 
     def __init__(self, topics: list[str]) -> None:
@@ -100,7 +102,7 @@ class LeaderCache:
             raise LeaderLookupError("no broker is known")
         try:
             response = await asyncio.wait_for(
-                client.send(node_id, _MetadataRequestWithoutAutoCreation(names)), timeout_s
+                client.send(node_id, _LeadersRequest(names)), timeout_s
             )
         except NotImplementedError as error:
             raise LeaderLookupError(
