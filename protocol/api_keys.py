@@ -16,8 +16,12 @@ __all__ = ["SUPPORTED_VERSIONS", "ApiKey", "api_name", "is_supported", "version_
 
 
 class ApiKey(IntEnum):
-    """Kafka's api keys for the coordinator APIs of the contract (and DescribeCluster, which
-    names the nodes of a coordinator cluster)."""
+    """Kafka's api keys for the coordinator APIs of the contract: the group coordinator's,
+    the transaction coordinator's (WriteTxnMarkers among them, which only nodes send), and
+    DescribeCluster, which names the nodes of a coordinator cluster.
+
+    The contract defining an API does not mean a server answers it: a server lists in
+    ApiVersions only the APIs it serves, and answers any other UNSUPPORTED_VERSION."""
 
     OFFSET_COMMIT = 8
     OFFSET_FETCH = 9
@@ -29,9 +33,17 @@ class ApiKey(IntEnum):
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
     API_VERSIONS = 18
+    INIT_PRODUCER_ID = 22
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    WRITE_TXN_MARKERS = 27
+    TXN_OFFSET_COMMIT = 28
     DELETE_GROUPS = 42
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
 
 
 SUPPORTED_VERSIONS: Final[Mapping[ApiKey, tuple[int, int]]] = MappingProxyType(
@@ -46,9 +58,17 @@ SUPPORTED_VERSIONS: Final[Mapping[ApiKey, tuple[int, int]]] = MappingProxyType(
         ApiKey.DESCRIBE_GROUPS: (0, 0),
         ApiKey.LIST_GROUPS: (0, 0),
         ApiKey.API_VERSIONS: (0, 0),
+        ApiKey.INIT_PRODUCER_ID: (0, 0),
+        ApiKey.ADD_PARTITIONS_TO_TXN: (0, 0),
+        ApiKey.ADD_OFFSETS_TO_TXN: (0, 0),
+        ApiKey.END_TXN: (0, 0),
+        ApiKey.WRITE_TXN_MARKERS: (0, 0),
+        ApiKey.TXN_OFFSET_COMMIT: (0, 0),
         ApiKey.DELETE_GROUPS: (0, 0),
         ApiKey.OFFSET_DELETE: (0, 0),
         ApiKey.DESCRIBE_CLUSTER: (0, 0),
+        ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
+        ApiKey.LIST_TRANSACTIONS: (0, 0),
     }
 )
 """(min_version, max_version) per api key, both inclusive."""
@@ -70,9 +90,17 @@ _NAMES: Final[Mapping[int, str]] = MappingProxyType(
         ApiKey.DESCRIBE_GROUPS: "DescribeGroups",
         ApiKey.LIST_GROUPS: "ListGroups",
         ApiKey.API_VERSIONS: "ApiVersions",
+        ApiKey.INIT_PRODUCER_ID: "InitProducerId",
+        ApiKey.ADD_PARTITIONS_TO_TXN: "AddPartitionsToTxn",
+        ApiKey.ADD_OFFSETS_TO_TXN: "AddOffsetsToTxn",
+        ApiKey.END_TXN: "EndTxn",
+        ApiKey.WRITE_TXN_MARKERS: "WriteTxnMarkers",
+        ApiKey.TXN_OFFSET_COMMIT: "TxnOffsetCommit",
         ApiKey.DELETE_GROUPS: "DeleteGroups",
         ApiKey.OFFSET_DELETE: "OffsetDelete",
         ApiKey.DESCRIBE_CLUSTER: "DescribeCluster",
+        ApiKey.DESCRIBE_TRANSACTIONS: "DescribeTransactions",
+        ApiKey.LIST_TRANSACTIONS: "ListTransactions",
     }
 )
 

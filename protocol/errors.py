@@ -12,7 +12,8 @@ from typing import ClassVar
 
 
 class ErrorCode(IntEnum):
-    """Kafka's error codes used by the group coordinator: (code, retriable, description)."""
+    """Kafka's error codes used by the group and transaction coordinators: (code, retriable,
+    description)."""
 
     retriable: bool
     description: str
@@ -87,6 +88,7 @@ class ErrorCode(IntEnum):
     OPERATION_NOT_ATTEMPTED = (55, False, "The broker did not attempt to execute this operation.")
     KAFKA_STORAGE_ERROR = (56, True, "Disk error when trying to access log file on the disk.")
     SASL_AUTHENTICATION_FAILED = (58, False, "SASL authentication failed.")
+    UNKNOWN_PRODUCER_ID = (59, False, "The broker could not locate the producer metadata.")
     NON_EMPTY_GROUP = (68, False, "The group is not empty.")
     GROUP_ID_NOT_FOUND = (69, False, "The group id does not exist.")
     MEMBER_ID_REQUIRED = (79, False, "A valid member id is required to join the group.")
@@ -94,6 +96,8 @@ class ErrorCode(IntEnum):
     FENCED_INSTANCE_ID = (82, False, "The group instance id was fenced by a newer instance.")
     GROUP_SUBSCRIBED_TO_TOPIC = (86, False, "The group is subscribed to the topic.")
     UNSTABLE_OFFSET_COMMIT = (88, True, "There are unstable offsets awaiting resolution.")
+    PRODUCER_FENCED = (90, False, "A newer producer with the same transactional id fenced it.")
+    TRANSACTIONAL_ID_NOT_FOUND = (105, False, "The transactional id could not be found.")
     FENCED_MEMBER_EPOCH = (110, False, "The member epoch is fenced by the group coordinator.")
     UNRELEASED_INSTANCE_ID = (111, False, "The instance id is still used by another member.")
     UNSUPPORTED_ASSIGNOR = (112, False, "The assignor or its version range is not supported.")
@@ -367,6 +371,10 @@ class SaslAuthenticationFailedError(ApiError):
     code = ErrorCode.SASL_AUTHENTICATION_FAILED
 
 
+class UnknownProducerIdError(ApiError):
+    code = ErrorCode.UNKNOWN_PRODUCER_ID
+
+
 class NonEmptyGroupError(ApiError):
     code = ErrorCode.NON_EMPTY_GROUP
 
@@ -393,6 +401,14 @@ class GroupSubscribedToTopicError(ApiError):
 
 class UnstableOffsetCommitError(ApiError):
     code = ErrorCode.UNSTABLE_OFFSET_COMMIT
+
+
+class ProducerFencedError(ApiError):
+    code = ErrorCode.PRODUCER_FENCED
+
+
+class TransactionalIdNotFoundError(ApiError):
+    code = ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
 
 
 class FencedMemberEpochError(ApiError):

@@ -25,13 +25,16 @@ handler builds are trusted to use the declared types.
 `protocol.envelope.split_request`) -> request message, in one pass, raising
 `UnsupportedVersionError` or `InvalidRequestError`, both answered on the open connection.
 `parse_response` is the client's.
+
+The transaction APIs' messages are in `protocol.transactions` (the base they share, in
+`protocol.message_base`); the registries here hold every API of the contract.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Annotated, ClassVar, Final, Self, TypeAlias, cast
+from typing import ClassVar, Final
 
 import msgspec
 
@@ -41,10 +44,11 @@ from protocol.envelope import MSGPACK_ERRORS, EnvelopeError, RequestHeader
 from protocol.errors import (
     ErrorCode,
     InvalidRequestError,
-    ProtocolError,
     UnsupportedVersionError,
     error_for_code,
 )
+from protocol.message_base import Int8, Int16, Int32, Int64, InvalidResponseError, Message
+from protocol.transactions import TRANSACTION_MESSAGE_PAIRS
 
 __all__ = [
     "AUTHORIZED_OPERATIONS_OMITTED",
@@ -113,46 +117,6 @@ __all__ = [
     "parse_request",
     "parse_response",
 ]
-
-Int8: TypeAlias = Annotated[int, msgspec.Meta(ge=-(2**7), le=2**7 - 1)]
-Int16: TypeAlias = Annotated[int, msgspec.Meta(ge=-(2**15), le=2**15 - 1)]
-Int32: TypeAlias = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
-Int64: TypeAlias = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
-
-
-class InvalidResponseError(ProtocolError):
-    """A response body that does not match its API's response schema."""
-
-
-class Message(msgspec.Struct, kw_only=True, gc=False):
-    """A request or response body, or an item nested in one.
-
-    Every subclass is `kw_only=True` (msgspec applies it per class), so fields are named
-    at construction and a required field may follow one with a default.
-
-    `gc=False` (inherited): the cyclic garbage collector does not track messages. They hold
-    only scalars and lists of other messages, built top-down, so they cannot form a cycle,
-    and a request decodes about 10% faster with fewer collections triggered. A field that
-    could hold an arbitrary object would have to give this up.
-    """
-
-    # Set on top-level requests and responses only (nested items have no API key).
-    API_KEY: ClassVar[ApiKey]
-
-    def to_body(self) -> dict[str, object]:
-        """The wire map as plain values: every field present, None as nil, bytes as bytes,
-        items as maps, error codes as plain ints."""
-        return cast("dict[str, object]", msgspec.to_builtins(self, builtin_types=(bytes,)))
-
-    def replace(self, **changes: object) -> Self:
-        """A copy with `changes` applied; the message itself is left as it was."""
-        return msgspec.structs.replace(self, **changes)
-
-    def reported_error_code(self) -> int:
-        """The error a response reports: its top-level error code, 0 for one without."""
-        code = getattr(self, "error_code", 0)
-        return code if type(code) is int else int(code)
-
 
 # ApiVersions (18)
 
@@ -601,6 +565,7 @@ _MESSAGE_PAIRS: Final = (
     (DeleteGroupsRequest, DeleteGroupsResponse),
     (OffsetDeleteRequest, OffsetDeleteResponse),
     (DescribeClusterRequest, DescribeClusterResponse),
+    *TRANSACTION_MESSAGE_PAIRS,
 )
 
 # Every API is at version 0 in v1 of the contract; a new body shape adds a new row here

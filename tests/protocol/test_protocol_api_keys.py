@@ -19,9 +19,17 @@ def test_kafka_numbers() -> None:
         "DESCRIBE_GROUPS": 15,
         "LIST_GROUPS": 16,
         "API_VERSIONS": 18,
+        "INIT_PRODUCER_ID": 22,
+        "ADD_PARTITIONS_TO_TXN": 24,
+        "ADD_OFFSETS_TO_TXN": 25,
+        "END_TXN": 26,
+        "WRITE_TXN_MARKERS": 27,
+        "TXN_OFFSET_COMMIT": 28,
         "DELETE_GROUPS": 42,
         "OFFSET_DELETE": 47,
         "DESCRIBE_CLUSTER": 60,
+        "DESCRIBE_TRANSACTIONS": 65,
+        "LIST_TRANSACTIONS": 66,
     }
 
 
@@ -42,7 +50,10 @@ def test_kafka_numbers() -> None:
         (ApiKey.OFFSET_DELETE, "OffsetDelete"),
         (ApiKey.DESCRIBE_CLUSTER, "DescribeCluster"),
         (11, "JoinGroup"),
-        (22, "Unknown(22)"),
+        (ApiKey.INIT_PRODUCER_ID, "InitProducerId"),
+        (ApiKey.TXN_OFFSET_COMMIT, "TxnOffsetCommit"),
+        (66, "ListTransactions"),
+        (23, "Unknown(23)"),
         (-1, "Unknown(-1)"),
     ],
 )

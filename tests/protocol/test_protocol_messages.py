@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import types
-from typing import Annotated, Any, Union, get_args, get_origin
+from typing import Any
 
 import msgpack
 import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from message_strategies import message_strategy
 
 from protocol import messages
 from protocol.api_keys import SUPPORTED_VERSIONS, ApiKey
@@ -765,7 +765,7 @@ def test_body_that_is_not_a_map(body: object, message: str) -> None:
         (ApiKey.JOIN_GROUP, 1, "JoinGroup version 1 is not supported (supported: 0 to 0)"),
         (ApiKey.API_VERSIONS, -1, "ApiVersions version -1 is not supported (supported: 0 to 0)"),
         (99, 0, "api_key 99 is not supported"),
-        (22, 0, "api_key 22 is not supported"),
+        (23, 0, "api_key 23 is not supported"),
     ],
 )
 def test_unsupported_versions(api_key: int, api_version: int, message: str) -> None:
@@ -1004,46 +1004,6 @@ def test_error_body() -> None:
 # field's own type and range.
 
 
-def _int_bounds(metadata: list[Any]) -> tuple[int, int]:
-    low, high = -(2**63), 2**63 - 1
-    for constraint in metadata:
-        if isinstance(constraint, msgspec.Meta):
-            low = low if constraint.ge is None else int(constraint.ge)
-            high = high if constraint.le is None else int(constraint.le)
-    return low, high
-
-
-def _strategy(annotation: Any, metadata: list[Any]) -> st.SearchStrategy[Any]:
-    origin = get_origin(annotation)
-    if origin is Annotated:
-        base, *extra = get_args(annotation)
-        return _strategy(base, [*metadata, *extra])
-    if origin in (Union, types.UnionType):
-        return st.one_of([_strategy(arg, metadata) for arg in get_args(annotation)])
-    if origin is list:
-        (item,) = get_args(annotation)
-        return st.lists(_strategy(item, []), max_size=3)
-    if annotation is type(None):
-        return st.none()
-    if annotation is bool:
-        return st.booleans()
-    if annotation is int:
-        low, high = _int_bounds(metadata)
-        return st.integers(min_value=low, max_value=high)
-    if annotation is str:
-        return st.text(max_size=12)
-    if annotation is bytes:
-        return st.binary(max_size=12)
-    if isinstance(annotation, type) and issubclass(annotation, Message):
-        return _message_strategy(annotation)
-    raise AssertionError(f"no strategy for {annotation!r}")
-
-
-def _message_strategy(cls: type[Message]) -> st.SearchStrategy[Message]:
-    fields = {info.name: _strategy(info.type, []) for info in msgspec.structs.fields(cls)}
-    return st.builds(cls, **fields)
-
-
 REQUEST_CLASSES = [cls for cls in MESSAGE_CLASSES if cls in REQUEST_TYPES.values()]
 TOP_RESPONSE_CLASSES = [cls for cls in MESSAGE_CLASSES if cls in RESPONSE_TYPES.values()]
 
@@ -1052,7 +1012,7 @@ TOP_RESPONSE_CLASSES = [cls for cls in MESSAGE_CLASSES if cls in RESPONSE_TYPES.
 @settings(max_examples=40)
 @given(data=st.data())
 def test_request_wire_round_trip(cls: type[Message], data: st.DataObject) -> None:
-    request = data.draw(_message_strategy(cls))
+    request = data.draw(message_strategy(cls))
     header = _header(cls.API_KEY)  # type: ignore[attr-defined]
     payload = encode_request(header, request)
     # A message goes out as its to_body() map would, byte for byte.
@@ -1066,7 +1026,7 @@ def test_request_wire_round_trip(cls: type[Message], data: st.DataObject) -> Non
 @settings(max_examples=40)
 @given(data=st.data())
 def test_response_wire_round_trip(cls: type[Message], data: st.DataObject) -> None:
-    response = data.draw(_message_strategy(cls))
+    response = data.draw(message_strategy(cls))
     payload = encode_response(7, response)
     assert payload == encode_response(7, response.to_body())
     assert payload == encode_response_of(7, encode_body(response))
@@ -1079,7 +1039,7 @@ def test_response_wire_round_trip(cls: type[Message], data: st.DataObject) -> No
 @settings(max_examples=25)
 @given(data=st.data())
 def test_to_body_decodes_back_to_the_same_message(cls: type[Message], data: st.DataObject) -> None:
-    message = data.draw(_message_strategy(cls))
+    message = data.draw(message_strategy(cls))
     body = message.to_body()
     assert list(body) == CONTRACT_FIELDS[cls.__name__]
     assert msgspec.msgpack.decode(packb(body), type=cls) == message

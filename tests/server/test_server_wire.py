@@ -85,6 +85,28 @@ async def test_unsupported_api_and_version_answer_unsupported_version_and_keep_t
         assert (await client.call(ApiKey.API_VERSIONS, {}))["error_code"] == 0
 
 
+async def test_an_api_of_the_contract_the_service_does_not_serve_is_unsupported_and_unlisted() -> (
+    None
+):
+    # The transaction APIs are in the contract before the service answers them: until it
+    # does, they are neither listed in ApiVersions nor answered, even with a valid body.
+    async with serve() as app, connect(app) as client:
+        versions = await client.call(ApiKey.API_VERSIONS, {})
+        listed = {k["api_key"] for k in versions["api_keys"]}
+        for api_key, body in [
+            (ApiKey.INIT_PRODUCER_ID, {"transaction_timeout_ms": 1000}),
+            (ApiKey.LIST_TRANSACTIONS, {}),
+            (ApiKey.WRITE_TXN_MARKERS, {"markers": []}),
+        ]:
+            assert api_key not in listed
+            answer = await client.call(api_key, body)
+            assert answer["error_code"] == ErrorCode.UNSUPPORTED_VERSION, api_key
+        # An invalid body of an API not served is still a bad request first.
+        invalid = await client.call(ApiKey.END_TXN, {"committed": "yes"})
+        assert invalid["error_code"] == ErrorCode.INVALID_REQUEST
+        assert (await client.call(ApiKey.API_VERSIONS, {}))["error_code"] == 0
+
+
 async def test_find_coordinator_answers_with_this_node_and_rejects_transactions() -> None:
     async with serve() as app, connect(app) as client:
         assert app.address is not None
