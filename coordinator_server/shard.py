@@ -112,6 +112,7 @@ class GroupCoordinatorShard:
         # partitions settle their transactional offsets with the offsets' operation).
         self.complete_txn = transactions.complete_transaction
         self.pending_completions = transactions.pending_completions
+        self.verify_transaction = transactions.verify_transaction
         self.describe_transactions = transactions.describe_transactions
         self.list_transactions = transactions.list_transactions
         # What the gauges read at scrape time (the latest state, committed or not), and the

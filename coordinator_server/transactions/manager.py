@@ -56,8 +56,6 @@ from coordinator_server.transactions.producer_ids import (
     ProducerIdUpdate,
 )
 from coordinator_server.transactions.results import (
-    PRODUCER_FENCED,
-    TRANSACTIONAL_ID_NOT_FOUND,
     AddOffsetsToTxnResult,
     AddPartitionsToTxnResult,
     CompleteTransactionResult,
@@ -195,7 +193,7 @@ class TransactionManager:
             or expected[0] == txn.producer_id
             or (expected[0] == txn.previous_producer_id and is_epoch_exhausted(expected[1]))
         ):
-            return CoordinatorResult(response=_init_error(PRODUCER_FENCED))
+            return CoordinatorResult(response=_init_error(ErrorCode.PRODUCER_FENCED))
 
         state = txn.state
         if state is PREPARE_ABORT or state is PREPARE_COMMIT:
@@ -238,7 +236,7 @@ class TransactionManager:
                 transaction_timeout_ms, None if expected is None else expected[1], now_ms
             )
         if target_or_none is None:
-            return CoordinatorResult(response=_init_error(PRODUCER_FENCED))
+            return CoordinatorResult(response=_init_error(ErrorCode.PRODUCER_FENCED))
         target = target_or_none
         check_transition(txn, target)
         records.append(new_transaction_record(transactional_id, target.to_value()))
@@ -307,7 +305,7 @@ class TransactionManager:
         if txn is None or txn.producer_id != producer_id:
             return ErrorCode.INVALID_PRODUCER_ID_MAPPING, []
         if txn.producer_epoch != producer_epoch:
-            return PRODUCER_FENCED, []
+            return ErrorCode.PRODUCER_FENCED, []
         if txn.state is PREPARE_COMMIT or txn.state is PREPARE_ABORT:
             return ErrorCode.CONCURRENT_TRANSACTIONS, []
         if (
@@ -338,7 +336,7 @@ class TransactionManager:
         if txn is None or txn.producer_id != producer_id:
             error: int = ErrorCode.INVALID_PRODUCER_ID_MAPPING
         elif txn.producer_epoch != producer_epoch:
-            error = PRODUCER_FENCED
+            error = ErrorCode.PRODUCER_FENCED
         else:
             state = txn.state
             if state is ONGOING:
@@ -385,7 +383,7 @@ class TransactionManager:
         if txn is None or txn.producer_id != producer_id:
             error: int = ErrorCode.INVALID_PRODUCER_ID_MAPPING
         elif txn.producer_epoch != producer_epoch:
-            error = PRODUCER_FENCED
+            error = ErrorCode.PRODUCER_FENCED
         elif txn.state is (COMPLETE_COMMIT if committed else COMPLETE_ABORT):
             error = NONE
         elif txn.state is not (PREPARE_COMMIT if committed else PREPARE_ABORT) or (
@@ -400,6 +398,26 @@ class TransactionManager:
                 CompleteTransactionResult(NONE),
             )
         return CoordinatorResult(response=CompleteTransactionResult(error))
+
+    def verify_transaction(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        log_partition: int,
+        committed_offset: int | None = None,
+    ) -> int:
+        """Whether the producer's ongoing transaction added the log partition (AddOffsetsToTxn
+        of a group on it): the check of a TxnOffsetCommit (Kafka's verification of a
+        transactional write, KIP-890, as the transaction coordinator answers it)."""
+        txn = self.transaction(transactional_id, committed_offset)
+        if txn is None or txn.producer_id != producer_id:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if txn.producer_epoch != producer_epoch:
+            return ErrorCode.PRODUCER_FENCED
+        if txn.state is not ONGOING or log_partition not in txn.log_partitions:
+            return ErrorCode.INVALID_TXN_STATE
+        return ErrorCode.NONE
 
     def pending_completions(self, committed_offset: int | None = None) -> list[TxnCompletion]:
         """Every transaction in PrepareCommit or PrepareAbort: markers owed (after a load,
@@ -482,7 +500,7 @@ class TransactionManager:
             txn = self.transaction(transactional_id, committed_offset)
             if txn is None:
                 described.append(
-                    TransactionDescription(TRANSACTIONAL_ID_NOT_FOUND, transactional_id)
+                    TransactionDescription(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, transactional_id)
                 )
                 continue
             described.append(

@@ -14,10 +14,6 @@ from coordinator_server import defaults
 TopicPartitions = tuple[tuple[str, tuple[int, ...]], ...]
 """Kafka data partitions by topic, sorted: ((topic, (partition, ...)), ...)."""
 
-# Kafka's codes that the wire contract's table does not hold yet.
-PRODUCER_FENCED = 90
-TRANSACTIONAL_ID_NOT_FOUND = 105
-
 
 @dataclass(frozen=True, slots=True)
 class TransactionsConfig:

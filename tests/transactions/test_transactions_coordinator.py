@@ -11,8 +11,6 @@ from coordinator_server.records import ProducerIdBlockKey, TransactionKey
 from coordinator_server.transactions.metadata import TransactionState
 from coordinator_server.transactions.producer_ids import BLOCK_SIZE, partition_range
 from coordinator_server.transactions.results import (
-    PRODUCER_FENCED,
-    TRANSACTIONAL_ID_NOT_FOUND,
     AddPartitionsToTxnResult,
     InitProducerIdResult,
     TxnCompletion,
@@ -111,7 +109,7 @@ def test_concurrent_transactions_on_add_partitions_while_preparing(state: S) -> 
 
 @pytest.mark.parametrize(
     ("producer_id", "epoch", "code"),
-    [(PID, 4, PRODUCER_FENCED), (PID, 6, PRODUCER_FENCED), (PID + 1, 5, 49)],
+    [(PID, 4, ErrorCode.PRODUCER_FENCED), (PID, 6, ErrorCode.PRODUCER_FENCED), (PID + 1, 5, 49)],
 )
 def test_add_partitions_of_another_producer(producer_id: int, epoch: int, code: int) -> None:
     ctx = txn_context()
@@ -179,7 +177,11 @@ def test_end_txn_with_another_epoch_is_fenced(epoch: int) -> None:
     ctx = txn_context()
     seed(ctx, S.ONGOING)
     answer = ctx.write(lambda s: s.end_txn(TID, PID, epoch, True))
-    assert (answer.error, answer.producer_id, answer.producer_epoch) == (PRODUCER_FENCED, -1, -1)
+    assert (answer.error, answer.producer_id, answer.producer_epoch) == (
+        ErrorCode.PRODUCER_FENCED,
+        -1,
+        -1,
+    )
 
 
 @pytest.mark.parametrize(
@@ -281,7 +283,7 @@ def test_init_pid_aborts_an_ongoing_transaction_with_a_fencing_epoch() -> None:
     assert answer.completion is not None and answer.completion.producer_epoch == 6
     assert not answer.completion.committed
     # The old producer is fenced at once.
-    assert ctx.write(lambda s: s.end_txn(TID, PID, 5, True)).error == PRODUCER_FENCED
+    assert ctx.write(lambda s: s.end_txn(TID, PID, 5, True)).error == ErrorCode.PRODUCER_FENCED
     # Once the abort's markers are written, the retry bumps the epoch again.
     ctx.write(lambda s: s.complete_txn(TID, PID, 6, False))
     assert ctx.write(lambda s: s.init_producer_id(TID, TIMEOUT_MS)) == InitProducerIdResult(
@@ -319,14 +321,14 @@ def test_init_pid_without_last_producer_data_fences_a_stale_producer() -> None:
     ctx = txn_context()
     seed(ctx, S.EMPTY, producer_epoch=6, last_producer_epoch=-1)
     answer = ctx.write(lambda s: s.init_producer_id(TID, TIMEOUT_MS, PID, 5))
-    assert answer == InitProducerIdResult(PRODUCER_FENCED, -1, -1)
+    assert answer == InitProducerIdResult(ErrorCode.PRODUCER_FENCED, -1, -1)
 
 
 def test_fence_producer_when_mapping_exists_with_different_producer_id() -> None:
     ctx = txn_context()
     seed(ctx, S.EMPTY, producer_id=PID + 1, previous_producer_id=PID, last_producer_epoch=4)
     answer = ctx.write(lambda s: s.init_producer_id(TID, TIMEOUT_MS, PID, 5))
-    assert answer == InitProducerIdResult(PRODUCER_FENCED, -1, -1)
+    assert answer == InitProducerIdResult(ErrorCode.PRODUCER_FENCED, -1, -1)
 
 
 def test_init_pid_with_current_epoch_and_its_retry() -> None:
@@ -347,7 +349,7 @@ def test_init_pid_stale_current_epoch() -> None:
     )
     # A new producer took over: the old one, resuming from epoch 10, is fenced.
     assert ctx.write(lambda s: s.init_producer_id(TID, TIMEOUT_MS, PID, 10)) == (
-        InitProducerIdResult(PRODUCER_FENCED, -1, -1)
+        InitProducerIdResult(ErrorCode.PRODUCER_FENCED, -1, -1)
     )
 
 
@@ -360,7 +362,7 @@ def test_retry_init_pid_after_producer_id_rotation() -> None:
     assert ctx.write(lambda s: s.init_producer_id(TID, TIMEOUT_MS, PID, MAX_EPOCH - 1)) == rotated
     # An old producer with a stale epoch is fenced.
     assert ctx.write(lambda s: s.init_producer_id(TID, TIMEOUT_MS, PID, MAX_EPOCH - 2)) == (
-        InitProducerIdResult(PRODUCER_FENCED, -1, -1)
+        InitProducerIdResult(ErrorCode.PRODUCER_FENCED, -1, -1)
     )
 
 
@@ -404,7 +406,7 @@ def test_describe_transactions() -> None:
     seed(ctx, S.ONGOING, partitions=(("b", (1,)), ("a", (2, 0))))
     [empty, missing, found] = ctx.shard.describe_transactions(["", "nope", TID])
     assert empty.error == ErrorCode.INVALID_REQUEST
-    assert missing.error == TRANSACTIONAL_ID_NOT_FOUND
+    assert missing.error == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
     assert (found.error, found.state, found.producer_id, found.producer_epoch) == (
         ErrorCode.NONE,
         "Ongoing",
@@ -420,7 +422,7 @@ def test_describe_sees_committed_state_only() -> None:
     committed = ctx.end_offset
     ctx.write(lambda s: s.init_producer_id(TID, TIMEOUT_MS))
     assert ctx.shard.describe_transactions([TID], committed)[0].error == (
-        TRANSACTIONAL_ID_NOT_FOUND
+        ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
     )
     ctx.commit()
     assert ctx.shard.describe_transactions([TID], ctx.end_offset)[0].state == "Empty"

@@ -1,0 +1,713 @@
+"""TransactionCoordinatorService: the transaction coordinator's front door, one method per API.
+
+Kafka's `TransactionCoordinator` as KafkaApis reaches it (InitProducerId, AddPartitionsToTxn,
+AddOffsetsToTxn, EndTxn, DescribeTransactions, ListTransactions), the group coordinator's
+TxnOffsetCommit, and WriteTxnMarkers for the coordinator log's own partitions (what a
+transaction's end writes where its offsets are). A transactional id lives on the log
+partition it hashes to, as a group id does, so each request is one operation on one
+partition's shard, scheduled on the same runtime as the groups'.
+
+A write that moves a transaction to PrepareCommit or PrepareAbort owes markers; once its
+records are committed, its completion goes to `Completions` (the markers' writer and the
+transaction's own completion, `markers/completion.py`), which also finds the prepared
+transactions of every partition that loads, so a transaction prepared before a crash or a
+move of its partition still ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from typing import Protocol, TypeVar
+
+from coordinator_server.offsets.transactional import (
+    TxnOffsetCommitRequest as OffsetsTxnCommitRequest,
+)
+from coordinator_server.offsets.transactional import (
+    TxnOffsetCommitRequestPartition as OffsetsTxnCommitPartition,
+)
+from coordinator_server.offsets.transactional import (
+    TxnOffsetCommitRequestTopic as OffsetsTxnCommitTopic,
+)
+from coordinator_server.offsets.transactional import (
+    TxnOffsetCommitResponse as OffsetsTxnCommitResponse,
+)
+from coordinator_server.runtime.context import CoordinatorState
+from coordinator_server.runtime.events import WriteOutcome
+from coordinator_server.runtime.runtime import CoordinatorRuntime
+from coordinator_server.service import (
+    GroupCoordinatorService,
+    Handler,
+    PendingReply,
+    Reply,
+    RequestContext,
+    _typed,
+)
+from coordinator_server.service_errors import map_operation_error
+from coordinator_server.shard import GroupCoordinatorShard
+from coordinator_server.transactions.results import (
+    AddOffsetsToTxnResult,
+    AddPartitionsToTxnResult,
+    EndTxnResult,
+    InitProducerIdResult,
+    TransactionDescription,
+    TxnCompletion,
+)
+from protocol.api_keys import ApiKey
+from protocol.errors import ApiError, ErrorCode
+from protocol.messages import Message
+from protocol.transactions import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    AddPartitionsToTxnResponsePartition,
+    AddPartitionsToTxnResponseTopic,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+    DescribeTransactionsResponseState,
+    DescribeTransactionsResponseTopic,
+    EndTxnRequest,
+    EndTxnResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
+    ListTransactionsResponseState,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+    TxnOffsetCommitResponsePartition,
+    TxnOffsetCommitResponseTopic,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
+    WriteTxnMarkersResponseMarker,
+    WriteTxnMarkersResponsePartition,
+    WriteTxnMarkersResponseTopic,
+)
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class Completions(Protocol):
+    """Where a prepared transaction's end goes once its Prepare record is committed."""
+
+    def submit(self, partition: int, completion: TxnCompletion) -> None: ...
+
+
+class TransactionCoordinatorService:
+    def __init__(
+        self,
+        runtime: CoordinatorRuntime[GroupCoordinatorShard],
+        groups: GroupCoordinatorService,
+        *,
+        log_topic: str,
+        completions: Completions,
+        max_id_length: int,
+    ) -> None:
+        """`groups` is the group coordinator's service: the same partitions, the same
+        routing (`partition_for`) and FindCoordinator; `log_topic` names the log in
+        WriteTxnMarkers between nodes."""
+        self._runtime = runtime
+        self._groups = groups
+        self._log_topic = log_topic
+        self._completions = completions
+        self._max_id_length = max_id_length
+        self.handlers: dict[int, Handler] = {
+            ApiKey.INIT_PRODUCER_ID: _typed(InitProducerIdRequest, self.init_producer_id),
+            ApiKey.ADD_PARTITIONS_TO_TXN: _typed(
+                AddPartitionsToTxnRequest, self.add_partitions_to_txn
+            ),
+            ApiKey.ADD_OFFSETS_TO_TXN: _typed(AddOffsetsToTxnRequest, self.add_offsets_to_txn),
+            ApiKey.END_TXN: _typed(EndTxnRequest, self.end_txn),
+            ApiKey.WRITE_TXN_MARKERS: _typed(WriteTxnMarkersRequest, self.write_txn_markers),
+            ApiKey.TXN_OFFSET_COMMIT: _typed(TxnOffsetCommitRequest, self.txn_offset_commit),
+            ApiKey.DESCRIBE_TRANSACTIONS: _typed(
+                DescribeTransactionsRequest, self.describe_transactions
+            ),
+            ApiKey.LIST_TRANSACTIONS: _typed(ListTransactionsRequest, self.list_transactions),
+        }
+
+    def _refused_id(self, transactional_id: str | None) -> str | None:
+        if not transactional_id:
+            return "the transactional id must not be empty"
+        if len(transactional_id) > self._max_id_length:
+            return f"the transactional id is longer than {self._max_id_length} characters"
+        return None
+
+    def _answer(
+        self,
+        name: str,
+        outcome: WriteOutcome[T],
+        to_message: Callable[[T], Message],
+        on_error: Callable[[ErrorCode, str | None], Message],
+    ) -> Reply:
+        """The write's response as a wire message once committed, or its failure as Kafka
+        maps it."""
+
+        def failed(error: BaseException) -> Message:
+            return on_error(*map_operation_error(name, error))
+
+        def answered(response: T) -> Message:
+            try:
+                return to_message(response)
+            except Exception as error:
+                logger.exception("%s: the answer could not be made", name)
+                return failed(error)
+
+        future = outcome.future
+        if future is None:
+            error = outcome.error
+            return failed(error) if error is not None else answered(outcome.response)  # type: ignore[arg-type]
+        reply: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+
+        def done(f: asyncio.Future[T]) -> None:
+            if reply.done():
+                return
+            if f.cancelled():
+                reply.set_result(failed(asyncio.CancelledError()))
+                return
+            error = f.exception()
+            reply.set_result(failed(error) if error is not None else answered(f.result()))
+
+        future.add_done_callback(done)
+        return PendingReply(reply)
+
+    def _submit(self, partition: int, completion: TxnCompletion | None) -> None:
+        if completion is not None:
+            self._completions.submit(partition, completion)
+
+    # InitProducerId.
+
+    def init_producer_id(self, request: InitProducerIdRequest, ctx: RequestContext) -> Reply:
+        def error(code: ErrorCode, message: str | None = None) -> InitProducerIdResponse:
+            return InitProducerIdResponse(error_code=code, error_message=message)
+
+        transactional_id = request.transactional_id
+        if (request.producer_id < 0) != (request.producer_epoch < 0):
+            return error(
+                ErrorCode.INVALID_REQUEST,
+                "producer_id and producer_epoch are both set or both -1",
+            )
+        if transactional_id is None:
+            # An idempotent producer: an id from any partition this node serves.
+            partition = self._any_active_partition()
+            if partition is None:
+                return error(ErrorCode.COORDINATOR_NOT_AVAILABLE, "no partition is active yet")
+        else:
+            refusal = self._refused_id(transactional_id)
+            if refusal is not None:
+                return error(ErrorCode.INVALID_REQUEST, refusal)
+            if request.transaction_timeout_ms <= 0:
+                return error(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
+            partition = self._groups.partition_for(transactional_id)
+
+        def to_message(result: InitProducerIdResult) -> Message:
+            self._submit(partition, result.completion)
+            return InitProducerIdResponse(
+                error_code=result.error,
+                producer_id=result.producer_id,
+                producer_epoch=result.producer_epoch,
+            )
+
+        outcome = self._runtime.write(
+            "init-producer-id",
+            partition,
+            lambda shard: shard.init_producer_id(
+                transactional_id,
+                request.transaction_timeout_ms,
+                request.producer_id,
+                request.producer_epoch,
+            ),
+        )
+        return self._answer("init-producer-id", outcome, to_message, error)
+
+    def _any_active_partition(self) -> int | None:
+        for partition, state in sorted(self._runtime.partitions().items()):
+            if state is CoordinatorState.ACTIVE:
+                return partition
+        return None
+
+    # AddPartitionsToTxn, AddOffsetsToTxn, EndTxn.
+
+    def add_partitions_to_txn(
+        self, request: AddPartitionsToTxnRequest, ctx: RequestContext
+    ) -> Reply:
+        def error(code: ErrorCode, message: str | None = None) -> AddPartitionsToTxnResponse:
+            # Every partition answered with the code, as Kafka's response does.
+            return AddPartitionsToTxnResponse(
+                error_code=code,
+                error_message=message,
+                results_by_topic=[
+                    AddPartitionsToTxnResponseTopic(
+                        name=topic.name,
+                        results_by_partition=[
+                            AddPartitionsToTxnResponsePartition(
+                                partition_index=p, partition_error_code=code
+                            )
+                            for p in topic.partitions
+                        ],
+                    )
+                    for topic in request.topics
+                ],
+            )
+
+        refusal = self._refused_id(request.transactional_id)
+        if refusal is not None:
+            return error(ErrorCode.INVALID_REQUEST, refusal)
+
+        def to_message(result: AddPartitionsToTxnResult) -> Message:
+            return AddPartitionsToTxnResponse(
+                results_by_topic=[
+                    AddPartitionsToTxnResponseTopic(
+                        name=topic,
+                        results_by_partition=[
+                            AddPartitionsToTxnResponsePartition(
+                                partition_index=partition, partition_error_code=code
+                            )
+                            for partition, code in partitions
+                        ],
+                    )
+                    for topic, partitions in result.topics
+                ]
+            )
+
+        topics = [(topic.name, topic.partitions) for topic in request.topics]
+        outcome = self._runtime.write(
+            "add-partitions-to-txn",
+            self._groups.partition_for(request.transactional_id),
+            lambda shard: shard.add_partitions_to_txn(
+                request.transactional_id, request.producer_id, request.producer_epoch, topics
+            ),
+        )
+        return self._answer("add-partitions-to-txn", outcome, to_message, error)
+
+    def add_offsets_to_txn(self, request: AddOffsetsToTxnRequest, ctx: RequestContext) -> Reply:
+        def error(code: ErrorCode, message: str | None = None) -> AddOffsetsToTxnResponse:
+            return AddOffsetsToTxnResponse(error_code=code, error_message=message)
+
+        refusal = self._refused_id(request.transactional_id)
+        if refusal is not None:
+            return error(ErrorCode.INVALID_REQUEST, refusal)
+        group_id = request.group_id
+        if not group_id or len(group_id) > self._max_id_length:
+            return error(ErrorCode.INVALID_GROUP_ID)
+        group_partition = self._groups.partition_for(group_id)
+
+        def to_message(result: AddOffsetsToTxnResult) -> Message:
+            return AddOffsetsToTxnResponse(error_code=result.error)
+
+        outcome = self._runtime.write(
+            "add-offsets-to-txn",
+            self._groups.partition_for(request.transactional_id),
+            lambda shard: shard.add_offsets_to_txn(
+                request.transactional_id,
+                request.producer_id,
+                request.producer_epoch,
+                group_id,
+                group_partition,
+            ),
+        )
+        return self._answer("add-offsets-to-txn", outcome, to_message, error)
+
+    def end_txn(self, request: EndTxnRequest, ctx: RequestContext) -> Reply:
+        def error(code: ErrorCode, message: str | None = None) -> EndTxnResponse:
+            return EndTxnResponse(error_code=code, error_message=message)
+
+        refusal = self._refused_id(request.transactional_id)
+        if refusal is not None:
+            return error(ErrorCode.INVALID_REQUEST, refusal)
+        partition = self._groups.partition_for(request.transactional_id)
+
+        def to_message(result: EndTxnResult) -> Message:
+            self._submit(partition, result.completion)
+            return EndTxnResponse(
+                error_code=result.error,
+                producer_id=result.producer_id,
+                producer_epoch=result.producer_epoch,
+            )
+
+        outcome = self._runtime.write(
+            "end-txn",
+            partition,
+            lambda shard: shard.end_txn(
+                request.transactional_id,
+                request.producer_id,
+                request.producer_epoch,
+                request.committed,
+            ),
+        )
+        return self._answer("end-txn", outcome, to_message, error)
+
+    # TxnOffsetCommit.
+
+    def txn_offset_commit(self, request: TxnOffsetCommitRequest, ctx: RequestContext) -> Reply:
+        def error(code: ErrorCode, message: str | None = None) -> TxnOffsetCommitResponse:
+            return TxnOffsetCommitResponse(
+                topics=[
+                    TxnOffsetCommitResponseTopic(
+                        name=topic.name,
+                        partitions=[
+                            TxnOffsetCommitResponsePartition(
+                                partition_index=p.partition_index, error_code=code
+                            )
+                            for p in topic.partitions
+                        ],
+                    )
+                    for topic in request.topics
+                ]
+            )
+
+        group_id = request.group_id
+        if not group_id or len(group_id) > self._max_id_length:
+            return error(ErrorCode.INVALID_GROUP_ID)
+        refusal = self._refused_id(request.transactional_id)
+        if refusal is not None:
+            return error(ErrorCode.INVALID_REQUEST, refusal)
+        group_partition = self._groups.partition_for(group_id)
+        commit = OffsetsTxnCommitRequest(
+            group_id=group_id,
+            transactional_id=request.transactional_id,
+            producer_id=request.producer_id,
+            producer_epoch=request.producer_epoch,
+            generation_id=request.generation_id_or_member_epoch,
+            member_id=request.member_id,
+            group_instance_id=request.group_instance_id,
+            topics=[
+                OffsetsTxnCommitTopic(
+                    name=topic.name,
+                    partitions=[
+                        OffsetsTxnCommitPartition(
+                            partition_index=p.partition_index,
+                            committed_offset=p.committed_offset,
+                            committed_leader_epoch=p.committed_leader_epoch,
+                            committed_metadata=p.committed_metadata,
+                        )
+                        for p in topic.partitions
+                    ],
+                )
+                for topic in request.topics
+            ],
+        )
+
+        def to_message(result: OffsetsTxnCommitResponse) -> Message:
+            return TxnOffsetCommitResponse(
+                topics=[
+                    TxnOffsetCommitResponseTopic(
+                        name=topic.name,
+                        partitions=[
+                            TxnOffsetCommitResponsePartition(
+                                partition_index=p.partition_index, error_code=p.error_code
+                            )
+                            for p in topic.partitions
+                        ],
+                    )
+                    for topic in result.topics
+                ]
+            )
+
+        def write() -> Reply:
+            outcome = self._runtime.write(
+                "txn-offset-commit",
+                group_partition,
+                lambda shard: shard.txn_offset_commit(commit),
+            )
+            return self._answer("txn-offset-commit", outcome, to_message, error)
+
+        txn_partition = self._groups.partition_for(request.transactional_id)
+        if self._runtime.partition_state(txn_partition) is not CoordinatorState.ACTIVE:
+            # The transaction lives on another node: its offsets are taken as Kafka took
+            # them before it verified transactions (KIP-890), and its end settles them.
+            return write()
+        # Kafka's verification (KIP-890): the offsets are taken only inside the producer's
+        # ongoing transaction that added this group, so that a zombie's late commit cannot
+        # leave offsets no transaction will ever end.
+        try:
+            verdict = self._runtime.schedule_read(
+                "verify-txn",
+                txn_partition,
+                lambda shard, offset: shard.verify_transaction(
+                    request.transactional_id,
+                    request.producer_id,
+                    request.producer_epoch,
+                    group_partition,
+                    offset,
+                ),
+            )
+        except ApiError as failure:
+            return error(failure.code, failure.message)
+        reply: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+
+        def verified(f: asyncio.Future[int]) -> None:
+            if f.cancelled() or f.exception() is not None:
+                code, message = map_operation_error(
+                    "verify-txn", f.exception() or asyncio.CancelledError()
+                )
+                # A client before KIP-890 does not retry NETWORK_EXCEPTION: Kafka answers
+                # COORDINATOR_LOAD_IN_PROGRESS for a verification that could not run.
+                reply.set_result(error(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, message))
+                return
+            code = f.result()
+            if code != ErrorCode.NONE:
+                reply.set_result(error(ErrorCode(code)))
+                return
+            answer = write()
+            if isinstance(answer, PendingReply):
+                answer.future.add_done_callback(
+                    lambda g: (
+                        reply.done()
+                        or reply.set_result(
+                            g.result()
+                            if not g.cancelled() and g.exception() is None
+                            else error(ErrorCode.UNKNOWN_SERVER_ERROR)
+                        )
+                    )
+                )
+            else:
+                reply.set_result(answer)
+
+        verdict.add_done_callback(verified)
+        return PendingReply(reply)
+
+    # WriteTxnMarkers (between the nodes of a cluster).
+
+    def write_txn_markers(self, request: WriteTxnMarkersRequest, ctx: RequestContext) -> Reply:
+        """The end of transactions on this node's log partitions: for each marker, each
+        named partition of the log gets the producer's transactional offsets committed or
+        dropped (a repeat is a no-op)."""
+        loop = asyncio.get_running_loop()
+        slots: list[tuple[int, str, int, asyncio.Future[int]]] = []
+        for index, marker in enumerate(request.markers):
+            for topic in marker.topics:
+                for partition in topic.partition_indexes:
+                    result: asyncio.Future[int] = loop.create_future()
+                    slots.append((index, topic.name, partition, result))
+                    if topic.name != self._log_topic or not (
+                        0 <= partition < self._groups.num_partitions
+                    ):
+                        result.set_result(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                        continue
+                    self._end_on_log_partition(
+                        partition,
+                        marker.producer_id,
+                        marker.producer_epoch,
+                        marker.transaction_result,
+                        result,
+                    )
+        answer: asyncio.Future[Message] = loop.create_future()
+
+        def gather() -> Message:
+            by_marker: dict[int, dict[str, list[WriteTxnMarkersResponsePartition]]] = {}
+            for index, name, partition, result in slots:
+                by_marker.setdefault(index, {}).setdefault(name, []).append(
+                    WriteTxnMarkersResponsePartition(
+                        partition_index=partition, error_code=result.result()
+                    )
+                )
+            return WriteTxnMarkersResponse(
+                markers=[
+                    WriteTxnMarkersResponseMarker(
+                        producer_id=marker.producer_id,
+                        topics=[
+                            WriteTxnMarkersResponseTopic(name=name, partitions=partitions)
+                            for name, partitions in by_marker.get(index, {}).items()
+                        ],
+                    )
+                    for index, marker in enumerate(request.markers)
+                ]
+            )
+
+        pending = [result for *_, result in slots if not result.done()]
+        if not pending:
+            return gather()
+
+        def one_done(_: asyncio.Future[int]) -> None:
+            if not answer.done() and all(result.done() for *_, result in slots):
+                answer.set_result(gather())
+
+        for result in pending:
+            result.add_done_callback(one_done)
+        return PendingReply(answer)
+
+    def _end_on_log_partition(
+        self,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        committed: bool,
+        result: asyncio.Future[int],
+    ) -> None:
+        outcome = self._runtime.write(
+            "end-transaction-offsets",
+            partition,
+            lambda shard: shard.complete_transaction_offsets(
+                producer_id, producer_epoch, committed
+            ),
+        )
+
+        def settle(error: BaseException | None) -> None:
+            if result.done():
+                return
+            if error is None:
+                result.set_result(ErrorCode.NONE)
+            else:
+                result.set_result(map_operation_error("end-transaction-offsets", error)[0])
+
+        future = outcome.future
+        if future is None:
+            settle(outcome.error)
+            return
+        future.add_done_callback(
+            lambda f: settle(asyncio.CancelledError() if f.cancelled() else f.exception())
+        )
+
+    # DescribeTransactions, ListTransactions.
+
+    def describe_transactions(
+        self, request: DescribeTransactionsRequest, ctx: RequestContext
+    ) -> Reply:
+        loop = asyncio.get_running_loop()
+        reads: list[tuple[str, asyncio.Future[list[TransactionDescription]] | None]] = []
+        for transactional_id in request.transactional_ids:
+            if self._refused_id(transactional_id) is not None:
+                reads.append((transactional_id, None))
+                continue
+            reads.append(
+                (
+                    transactional_id,
+                    self._runtime.schedule_read(
+                        "describe-transactions",
+                        self._groups.partition_for(transactional_id),
+                        lambda shard, offset, tid=transactional_id: shard.describe_transactions(
+                            [tid], offset
+                        ),
+                    ),
+                )
+            )
+
+        def state_of(
+            transactional_id: str, read: asyncio.Future[list[TransactionDescription]] | None
+        ) -> DescribeTransactionsResponseState:
+            if read is None:
+                return DescribeTransactionsResponseState(
+                    error_code=ErrorCode.INVALID_REQUEST, transactional_id=transactional_id
+                )
+            if read.cancelled() or read.exception() is not None:
+                code, _ = map_operation_error(
+                    "describe-transactions", read.exception() or asyncio.CancelledError()
+                )
+                return DescribeTransactionsResponseState(
+                    error_code=code, transactional_id=transactional_id
+                )
+            (described,) = read.result()
+            return DescribeTransactionsResponseState(
+                error_code=described.error,
+                transactional_id=transactional_id,
+                transaction_state=described.state,
+                transaction_timeout_ms=described.timeout_ms,
+                transaction_start_time_ms=described.start_time_ms,
+                producer_id=described.producer_id,
+                producer_epoch=described.producer_epoch,
+                topics=[
+                    DescribeTransactionsResponseTopic(topic=topic, partitions=list(partitions))
+                    for topic, partitions in described.topics
+                ],
+            )
+
+        def answer() -> Message:
+            return DescribeTransactionsResponse(
+                transaction_states=[state_of(tid, read) for tid, read in reads]
+            )
+
+        futures = [read for _, read in reads if read is not None]
+        if not futures:
+            return answer()
+        reply: asyncio.Future[Message] = loop.create_future()
+        gathered = asyncio.gather(*futures, return_exceptions=True)
+        gathered.add_done_callback(lambda _: reply.done() or reply.set_result(answer()))
+        return PendingReply(reply)
+
+    def list_transactions(self, request: ListTransactionsRequest, ctx: RequestContext) -> Reply:
+        """Every transaction of the partitions this node serves (a client asks every node,
+        as Kafka's admin client asks every broker)."""
+        loop = asyncio.get_running_loop()
+        reads = [
+            self._runtime.schedule_read(
+                "list-transactions",
+                partition,
+                lambda shard, offset: shard.list_transactions(
+                    request.state_filters,
+                    request.producer_id_filters,
+                    request.duration_filter,
+                    offset,
+                ),
+            )
+            for partition, state in sorted(self._runtime.partitions().items())
+            if state is CoordinatorState.ACTIVE
+        ]
+
+        def answer() -> Message:
+            unknown: Sequence[str] = ()
+            states: list[ListTransactionsResponseState] = []
+            pattern = request.transactional_id_pattern
+            matcher = _pattern(pattern)
+            for read in reads:
+                if read.cancelled() or read.exception() is not None:
+                    # The partition unloaded meanwhile: its transactions are another
+                    # node's to list now.
+                    continue
+                result = read.result()
+                unknown = result.unknown_state_filters
+                states.extend(
+                    ListTransactionsResponseState(
+                        transactional_id=txn.transactional_id,
+                        producer_id=txn.producer_id,
+                        transaction_state=txn.state,
+                    )
+                    for txn in result.transactions
+                    if matcher is None or matcher(txn.transactional_id)
+                )
+            if not reads:
+                unknown = [
+                    name for name in request.state_filters if name not in _TRANSACTION_STATES
+                ]
+            return ListTransactionsResponse(
+                unknown_state_filters=list(unknown), transaction_states=states
+            )
+
+        if not reads:
+            return answer()
+        reply: asyncio.Future[Message] = loop.create_future()
+        gathered = asyncio.gather(*reads, return_exceptions=True)
+        gathered.add_done_callback(lambda _: reply.done() or reply.set_result(answer()))
+        return PendingReply(reply)
+
+
+_TRANSACTION_STATES = frozenset(
+    (
+        "Empty",
+        "Ongoing",
+        "PrepareCommit",
+        "PrepareAbort",
+        "CompleteCommit",
+        "CompleteAbort",
+        "Dead",
+        "PrepareEpochFence",
+    )
+)
+
+
+def _pattern(pattern: str | None) -> Callable[[str], bool] | None:
+    """ListTransactions' `transactional_id_pattern` (KIP-1152): a Java regular expression
+    the whole id must match; None or empty: every id."""
+    if not pattern:
+        return None
+    import re
+
+    try:
+        compiled = re.compile(pattern)
+    except re.error:
+        return lambda _: False
+    return lambda transactional_id: compiled.fullmatch(transactional_id) is not None
