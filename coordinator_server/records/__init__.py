@@ -16,6 +16,16 @@ from typing import Any, TypeAlias
 import msgpack
 import msgspec
 
+from coordinator_server.records.transactional_offsets import (
+    TRANSACTIONAL_OFFSET_VALUE_VERSION,
+    TransactionalOffsetKey,
+    TransactionalOffsetValue,
+    transactional_offset_key_fields,
+    transactional_offset_key_from_fields,
+    transactional_offset_value_fields,
+    transactional_offset_value_from_fields,
+)
+
 
 class RecordType(IntEnum):
     """The first element of every key."""
@@ -23,6 +33,7 @@ class RecordType(IntEnum):
     OFFSET_COMMIT = 1
     GROUP_METADATA = 2
     PARTITION_OWNERSHIP = 3
+    TRANSACTIONAL_OFFSET = 6
 
 
 KEY_VERSION = 0
@@ -104,8 +115,12 @@ class PartitionOwnershipValue:
     timestamp_ms: int
 
 
-RecordKey: TypeAlias = OffsetCommitKey | GroupMetadataKey | PartitionOwnershipKey
-RecordValue: TypeAlias = OffsetCommitValue | GroupMetadataValue | PartitionOwnershipValue
+RecordKey: TypeAlias = (
+    OffsetCommitKey | GroupMetadataKey | PartitionOwnershipKey | TransactionalOffsetKey
+)
+RecordValue: TypeAlias = (
+    OffsetCommitValue | GroupMetadataValue | PartitionOwnershipValue | TransactionalOffsetValue
+)
 
 
 @dataclass(slots=True, unsafe_hash=True)
@@ -157,6 +172,18 @@ def new_partition_ownership_record(
     )
 
 
+def new_transactional_offset_record(
+    group: str, topic: str, partition: int, producer_id: int, value: TransactionalOffsetValue
+) -> CoordinatorRecord:
+    return CoordinatorRecord(TransactionalOffsetKey(group, topic, partition, producer_id), value)
+
+
+def new_transactional_offset_tombstone_record(
+    group: str, topic: str, partition: int, producer_id: int
+) -> CoordinatorRecord:
+    return CoordinatorRecord(TransactionalOffsetKey(group, topic, partition, producer_id), None)
+
+
 # Encoding. Keys and values are msgpack arrays whose first elements say what they are; a
 # newer version only appends elements, so a reader ignores elements it does not know.
 
@@ -186,6 +213,8 @@ def encode_key(key: RecordKey) -> bytes:
         return _packb((_GROUP_METADATA_KEY_TYPE, KEY_VERSION, key.group))
     if type(key) is PartitionOwnershipKey:
         return _packb((_PARTITION_OWNERSHIP_KEY_TYPE, KEY_VERSION))
+    if type(key) is TransactionalOffsetKey:
+        return _packb(transactional_offset_key_fields(key, KEY_VERSION))
     raise RecordFormatError(f"unknown key type {type(key).__name__}")
 
 
@@ -238,6 +267,8 @@ def encode_value(value: RecordValue | None) -> bytes | None:
                 value.timestamp_ms,
             )
         )
+    if type(value) is TransactionalOffsetValue:
+        return _packb(transactional_offset_value_fields(value))
     raise RecordFormatError(f"unknown value type {type(value).__name__}")
 
 
@@ -326,6 +357,8 @@ def decode_key(data: bytes) -> RecordKey:
             return GroupMetadataKey(_str(fields[2]))
         if record_type == RecordType.PARTITION_OWNERSHIP:
             return PartitionOwnershipKey()
+        if record_type == RecordType.TRANSACTIONAL_OFFSET:
+            return transactional_offset_key_from_fields(fields[2:])
     except (IndexError, ValueError) as exc:
         raise RecordFormatError(f"bad key for record type {record_type!r}: {exc}") from exc
     raise RecordFormatError(f"unknown record type {record_type!r}")
@@ -362,6 +395,8 @@ def decode_value(key: RecordKey, data: bytes | None) -> RecordValue | None:
             return PartitionOwnershipValue(
                 _int(node_id), _int(producer_id), _int(producer_epoch), _int(timestamp_ms)
             )
+        if type(key) is TransactionalOffsetKey:
+            return transactional_offset_value_from_fields(fields)
     except (ValueError, TypeError) as exc:
         raise RecordFormatError(f"bad value for {type(key).__name__}: {exc}") from exc
     raise RecordFormatError(f"unknown key type {type(key).__name__}")
@@ -511,6 +546,7 @@ __all__ = [
     "KEY_VERSION",
     "OFFSET_COMMIT_VALUE_VERSION",
     "PARTITION_OWNERSHIP_VALUE_VERSION",
+    "TRANSACTIONAL_OFFSET_VALUE_VERSION",
     "CoordinatorRecord",
     "GroupMemberValue",
     "GroupMetadataKey",
@@ -523,6 +559,8 @@ __all__ = [
     "RecordKey",
     "RecordType",
     "RecordValue",
+    "TransactionalOffsetKey",
+    "TransactionalOffsetValue",
     "decode_key",
     "decode_offset_commit",
     "decode_record",
@@ -536,4 +574,6 @@ __all__ = [
     "new_offset_commit_record",
     "new_offset_commit_tombstone_record",
     "new_partition_ownership_record",
+    "new_transactional_offset_record",
+    "new_transactional_offset_tombstone_record",
 ]
