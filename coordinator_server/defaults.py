@@ -48,6 +48,9 @@ OFFSETS_RETENTION_CHECK_INTERVAL_MS = 600_000
 MAX_ID_LENGTH = 1024
 MAX_GROUPS = 1_000_000
 MAX_COMMITTED_OFFSETS_PER_GROUP = 100_000
+# Pending transactional offsets (TxnOffsetCommit's, until their transaction ends) that one
+# log partition holds, over all its groups and producers.
+MAX_PENDING_TRANSACTIONAL_OFFSETS = 100_000
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 
 # Connections and requests (Kafka's socket.request.max.bytes, max.connections,

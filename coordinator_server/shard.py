@@ -23,6 +23,7 @@ from coordinator_server.offsets.manager import (
     OffsetMetadataManager,
     OffsetsConfig,
 )
+from coordinator_server.offsets.transactional import TransactionalOffsetManager
 from coordinator_server.records import (
     CoordinatorRecord,
     GroupMetadataKey,
@@ -33,6 +34,8 @@ from coordinator_server.records import (
     PartitionOwnershipValue,
     ProducerIdBlockKey,
     ProducerIdBlockValue,
+    TransactionalOffsetKey,
+    TransactionalOffsetValue,
     TransactionKey,
     TransactionValue,
     decode_offset_commit,
@@ -115,6 +118,13 @@ class GroupCoordinatorShard:
         self.verify_transaction = transactions.verify_transaction
         self.describe_transactions = transactions.describe_transactions
         self.list_transactions = transactions.list_transactions
+        # Transactional offsets: TxnOffsetCommit, and the end of a producer's transaction on
+        # this log partition (our WriteTxnMarkers for our own log).
+        self.transactional_offsets = transactional = TransactionalOffsetManager(
+            offsets.pending, context.clock, groups, offsets, config.offsets
+        )
+        self.txn_offset_commit = transactional.commit_transactional_offset
+        self.complete_transaction_offsets = transactional.complete_transaction
         # What the gauges read at scrape time (the latest state, committed or not), and the
         # node's group count for `max_groups`.
         self.num_groups = groups.num_groups
@@ -157,6 +167,12 @@ class GroupCoordinatorShard:
             value = record.value
             assert type(value) is ProducerIdBlockValue
             self.transactions.replay_producer_id_block(value.next_block_start)
+        elif type(key) is TransactionalOffsetKey:
+            value = record.value
+            assert value is None or type(value) is TransactionalOffsetValue
+            self.offsets.replay_transactional(
+                offset, key.group, key.topic, key.partition, key.producer_id, value
+            )
         else:
             raise ValueError(f"unknown record key {key!r} at offset {offset}")
 
@@ -180,6 +196,13 @@ class GroupCoordinatorShard:
     def on_unloaded(self) -> None:
         # The runtime fails every parked caller of the partition with NOT_COORDINATOR.
         self.groups.on_unloaded()
+
+    def has_pending_transactional_offsets(
+        self, producer_id: int, committed_offset: int | None = None
+    ) -> bool:
+        """Whether the producer has pending transactional offsets in this log partition, as
+        of `committed_offset` (None: the latest state); for tools and metrics."""
+        return self.offsets.pending.has_producer(producer_id, committed_offset)
 
     # Operations over both managers.
 

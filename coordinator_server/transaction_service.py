@@ -442,31 +442,29 @@ class TransactionCoordinatorService:
 
         def verified(f: asyncio.Future[int]) -> None:
             if f.cancelled() or f.exception() is not None:
-                code, message = map_operation_error(
+                _, message = map_operation_error(
                     "verify-txn", f.exception() or asyncio.CancelledError()
                 )
                 # A client before KIP-890 does not retry NETWORK_EXCEPTION: Kafka answers
                 # COORDINATOR_LOAD_IN_PROGRESS for a verification that could not run.
                 reply.set_result(error(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, message))
                 return
-            code = f.result()
-            if code != ErrorCode.NONE:
-                reply.set_result(error(ErrorCode(code)))
+            refused = f.result()
+            if refused != ErrorCode.NONE:
+                reply.set_result(error(ErrorCode(refused)))
                 return
             answer = write()
-            if isinstance(answer, PendingReply):
-                answer.future.add_done_callback(
-                    lambda g: (
-                        reply.done()
-                        or reply.set_result(
-                            g.result()
-                            if not g.cancelled() and g.exception() is None
-                            else error(ErrorCode.UNKNOWN_SERVER_ERROR)
-                        )
-                    )
-                )
-            else:
+            if not isinstance(answer, PendingReply):
                 reply.set_result(answer)
+                return
+
+            def written(g: asyncio.Future[Message]) -> None:
+                if g.cancelled() or g.exception() is not None:
+                    _settle(reply, lambda: error(ErrorCode.UNKNOWN_SERVER_ERROR))
+                else:
+                    _settle(reply, g.result)
+
+            answer.future.add_done_callback(written)
 
         verdict.add_done_callback(verified)
         return PendingReply(reply)
@@ -580,9 +578,7 @@ class TransactionCoordinatorService:
                     self._runtime.schedule_read(
                         "describe-transactions",
                         self._groups.partition_for(transactional_id),
-                        lambda shard, offset, tid=transactional_id: shard.describe_transactions(
-                            [tid], offset
-                        ),
+                        _describe_one(transactional_id),
                     ),
                 )
             )
@@ -626,7 +622,7 @@ class TransactionCoordinatorService:
             return answer()
         reply: asyncio.Future[Message] = loop.create_future()
         gathered = asyncio.gather(*futures, return_exceptions=True)
-        gathered.add_done_callback(lambda _: reply.done() or reply.set_result(answer()))
+        gathered.add_done_callback(lambda _: _settle(reply, answer))
         return PendingReply(reply)
 
     def list_transactions(self, request: ListTransactionsRequest, ctx: RequestContext) -> Reply:
@@ -681,8 +677,22 @@ class TransactionCoordinatorService:
             return answer()
         reply: asyncio.Future[Message] = loop.create_future()
         gathered = asyncio.gather(*reads, return_exceptions=True)
-        gathered.add_done_callback(lambda _: reply.done() or reply.set_result(answer()))
+        gathered.add_done_callback(lambda _: _settle(reply, answer))
         return PendingReply(reply)
+
+
+def _settle(reply: asyncio.Future[Message], answer: Callable[[], Message]) -> None:
+    if not reply.done():
+        reply.set_result(answer())
+
+
+def _describe_one(
+    transactional_id: str,
+) -> Callable[[GroupCoordinatorShard, int], list[TransactionDescription]]:
+    def read(shard: GroupCoordinatorShard, offset: int) -> list[TransactionDescription]:
+        return shard.describe_transactions([transactional_id], offset)
+
+    return read
 
 
 _TRANSACTION_STATES = frozenset(

@@ -46,8 +46,10 @@ from coordinator_server.runtime.api import Clock, CoordinatorTimer, ResponseHand
 from coordinator_server.timeline import SnapshotRegistry
 from protocol.errors import (
     ApiError,
+    CoordinatorNotAvailableError,
     ErrorCode,
     GroupIdNotFoundError,
+    IllegalGenerationError,
     PolicyViolationError,
 )
 
@@ -102,6 +104,40 @@ class GroupMetadataManager(GroupStore):
                 return None if refusal is None else PolicyViolationError(refusal)
             return GroupIdNotFoundError(f"group {group_id} does not exist")
         return group.validate_offset_commit(member_id, group_instance_id, generation_id)
+
+    def validate_transactional_offset_commit(
+        self,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+    ) -> ApiError | None:
+        """Kafka's checks of a TxnOffsetCommit: an OffsetCommit's, except that an unknown
+        group with a non-negative generation is ILLEGAL_GENERATION, and that the group's
+        state is not enforced."""
+        group = self.by_id.get(group_id)
+        if group is None:
+            if generation_id < 0:
+                refusal = self.new_group_refusal()
+                return None if refusal is None else PolicyViolationError(refusal)
+            return IllegalGenerationError(f"group {group_id} does not exist")
+        # ClassicGroup.validate_offset_commit without its two checks of the group's state: a
+        # commit without member id is accepted from a group with members (TxnOffsetCommit's
+        # older versions carry none), and one during CompletingRebalance too.
+        if group.state is ClassicGroupState.DEAD:
+            return CoordinatorNotAvailableError(f"group {group_id} is dead")
+        if generation_id < 0 and group.state is ClassicGroupState.EMPTY:
+            return None
+        if generation_id >= 0 or member_id or group_instance_id is not None:
+            error = group.validate_member(member_id, group_instance_id)
+            if error is not None:
+                return error
+            if generation_id != group.generation_id:
+                return IllegalGenerationError(
+                    f"generation {generation_id} is not group {group_id}'s "
+                    f"generation {group.generation_id}"
+                )
+        return None
 
     def rearm_heartbeat_on_commit(self, group_id: str, member_id: str) -> None:
         """A member's accepted commit keeps its session alive (Stable or PreparingRebalance)."""

@@ -22,11 +22,14 @@ from coordinator_server.groups.answer_sizes import (
 from coordinator_server.groups.classic import ClassicGroupState
 from coordinator_server.groups.manager import GroupMetadataManager
 from coordinator_server.groups.store import RequestContext
+from coordinator_server.offsets.pending import PendingTransactionalOffsets
 from coordinator_server.records import (
     CoordinatorRecord,
     OffsetCommitValue,
+    TransactionalOffsetValue,
     encode_offset_commits,
     new_offset_commit_tombstone_record,
+    new_transactional_offset_tombstone_record,
 )
 from coordinator_server.runtime.api import Clock, CoordinatorResult, EncodedRecord, RecordRun
 from coordinator_server.timeline import SnapshotRegistry, TimelineDict
@@ -57,6 +60,7 @@ class OffsetsConfig:
 
     offset_metadata_max_bytes: int = defaults.OFFSET_METADATA_MAX_BYTES
     max_committed_offsets_per_group: int = defaults.MAX_COMMITTED_OFFSETS_PER_GROUP
+    max_pending_transactional_offsets: int = defaults.MAX_PENDING_TRANSACTIONAL_OFFSETS
     # Longest topic name, in characters.
     max_id_length: int = defaults.MAX_ID_LENGTH
     # The bytes of records one write may append (the largest batch less its header), and
@@ -121,6 +125,10 @@ class OffsetMetadataManager:
         self._offsets: dict[str, TimelineDict[TopicPartition, OffsetCommitValue]] = {}
         self._maybe_empty: set[str] = set()
         self._topic_names: dict[str, str] = {}
+        # TxnOffsetCommit's offsets until their transactions end (offsets/transactional.py
+        # writes them); its index by group, read by every plain commit's replay.
+        self.pending = PendingTransactionalOffsets(registry)
+        self._pending_by_group = self.pending.by_group
         # An offset commit record at its largest (group id, topic name and metadata at their
         # longest, in UTF-8 at its widest, with their headers): commits of few enough
         # partitions fit a batch without counting.
@@ -339,13 +347,13 @@ class OffsetMetadataManager:
         state), and the bytes they take in the answer; None once they would take more than
         `max_bytes`."""
         offsets = self._visible_offsets(group_id, committed_offset)
-
-        def lookup(key: TopicPartition) -> OffsetCommitValue | None:
-            if offsets is None:
-                return None
-            if committed_offset is None:
-                return offsets.get(key)
-            return offsets.get_at(key, committed_offset)
+        # A fetch of the latest state is a require_stable one: a partition with a pending
+        # transactional offset is unstable (Kafka's C8).
+        pending = (
+            self.pending.of_group(group_id)
+            if committed_offset is None and self._pending_by_group and offsets is not None
+            else None
+        )
 
         fetched: list[OffsetFetchResponseTopic] = []
         size = 0
@@ -361,11 +369,22 @@ class OffsetMetadataManager:
             for index in indexes:
                 answer = answers.get(index)
                 if answer is None:
-                    value = lookup((name, index))
-                    metadata = (
-                        0 if value is None or not value.metadata else str_bytes(value.metadata) - 1
-                    )
-                    answer = answers[index] = (_fetched(index, value), metadata)
+                    key = (name, index)
+                    if pending is not None and pending.get(key):
+                        answer = answers[index] = (_unstable(index), 0)
+                    else:
+                        if offsets is None:
+                            value = None
+                        elif committed_offset is None:
+                            value = offsets.get(key)
+                        else:
+                            value = offsets.get_at(key, committed_offset)
+                        metadata = (
+                            0
+                            if value is None or not value.metadata
+                            else str_bytes(value.metadata) - 1
+                        )
+                        answer = answers[index] = (_fetched(index, value), metadata)
                 if answer[1] and max_bytes is not None:
                     size += answer[1]
                     if size > max_bytes:
@@ -386,6 +405,11 @@ class OffsetMetadataManager:
         if max_bytes is not None and len(offsets) * FETCHED_PARTITION_BYTES > max_bytes:
             return None
         items = offsets.items() if committed_offset is None else offsets.items_at(committed_offset)
+        pending = (
+            self.pending.of_group(group_id)
+            if committed_offset is None and self._pending_by_group
+            else None
+        )
         by_topic: dict[str, list[OffsetFetchResponsePartition]] = {}
         size = 0
         for (topic, partition), value in sorted(items):
@@ -393,6 +417,12 @@ class OffsetMetadataManager:
             if parts is None:
                 parts = by_topic[topic] = []
                 size += fetched_topic_bytes(topic)
+            if pending is not None and pending.get((topic, partition)):
+                size += FETCHED_PARTITION_BYTES
+                if max_bytes is not None and size > max_bytes:
+                    return None
+                parts.append(_unstable(partition))
+                continue
             size += fetched_partition_bytes(value.metadata)
             if max_bytes is not None and size > max_bytes:
                 return None
@@ -421,6 +451,9 @@ class OffsetMetadataManager:
         if offsets is None:
             offsets = self._offsets[group] = TimelineDict(self._registry)
         offsets[(self.topic_name(topic), partition)] = value
+        pending = self._pending_by_group
+        if pending and pending.get(group):
+            self.pending.supersede(group, ((topic, partition),))
 
     def topic_name(self, topic: str) -> str:
         """The str the offsets hold for a topic name equal to `topic`: offsets of many
@@ -441,6 +474,25 @@ class OffsetMetadataManager:
         if offsets is None:
             offsets = self._offsets[group] = TimelineDict(self._registry)
         offsets.set_all(commits)
+        pending = self._pending_by_group
+        if pending and pending.get(group):
+            self.pending.supersede(group, (key for key, _ in commits))
+
+    def replay_transactional(
+        self,
+        offset: int,
+        group: str,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        value: TransactionalOffsetValue | None,
+    ) -> None:
+        """The replay of a transactional offset record at log offset `offset` (a tombstone
+        when `value` is None): the producer's pending offset of the partition. Like a
+        commit, it creates the group it names."""
+        if value is not None:
+            self._groups.ensure_simple_group(group)
+        self.pending.replay(offset, group, self.topic_name(topic), partition, producer_id, value)
 
     def _prune(self) -> None:
         for group in list(self._maybe_empty):
@@ -481,10 +533,19 @@ class OffsetMetadataManager:
                 else:
                     code = ErrorCode.NONE
                     key = (topic.name, index)
-                    if offsets is not None and key in offsets and key not in deleted:
+                    if key not in deleted:
                         deleted.add(key)
-                        records.append(
-                            new_offset_commit_tombstone_record(group_id, topic.name, index)
+                        if offsets is not None and key in offsets:
+                            records.append(
+                                new_offset_commit_tombstone_record(group_id, topic.name, index)
+                            )
+                        # Kafka's tombstone deletes the partition's pending offsets too;
+                        # here they have keys of their own.
+                        records.extend(
+                            new_transactional_offset_tombstone_record(
+                                group_id, topic.name, index, entry.producer_id
+                            )
+                            for entry in self.pending.of_partition(group_id, topic.name, index)
                         )
                 partitions.append(
                     OffsetDeleteResponsePartition(partition_index=index, error_code=code)
@@ -495,15 +556,24 @@ class OffsetMetadataManager:
         )
 
     def delete_all_offsets(self, group_id: str, records: list[CoordinatorRecord]) -> int:
-        """Tombstones for every committed offset of the group (DeleteGroups)."""
+        """Tombstones for every committed offset and every pending transactional offset of
+        the group (DeleteGroups)."""
         offsets = self._offsets.get(group_id)
-        if offsets is None:
-            return 0
         before = len(records)
-        records.extend(
-            new_offset_commit_tombstone_record(group_id, topic, partition)
-            for topic, partition in sorted(offsets.keys())
-        )
+        if offsets is not None:
+            records.extend(
+                new_offset_commit_tombstone_record(group_id, topic, partition)
+                for topic, partition in sorted(offsets.keys())
+            )
+        pending = self.pending.of_group(group_id)
+        if pending is not None:
+            records.extend(
+                new_transactional_offset_tombstone_record(
+                    group_id, topic, partition, entry.producer_id
+                )
+                for (topic, partition), entries in sorted(pending.items())
+                for entry in entries
+            )
         return len(records) - before
 
     def cleanup_expired_offsets(
@@ -511,10 +581,12 @@ class OffsetMetadataManager:
     ) -> bool:
         """Tombstones for the group's expired offsets, by Kafka's rules: only offsets of
         topics the group does not subscribe to, when the group's expiration condition says
-        so. True when the group has no offset left afterwards."""
+        so, and never an offset with a pending transactional offset. True when the group
+        has no offset left afterwards and no pending one."""
         offsets = self._offsets.get(group_id)
+        pending = self.pending.of_group(group_id)
         if offsets is None or not len(offsets):
-            return True
+            return pending is None
         group = self._groups.group(group_id)
         if group is None:
             return False
@@ -525,20 +597,26 @@ class OffsetMetadataManager:
         before = len(records)
         all_expired = True
         for (topic, partition), value in sorted(offsets.items()):
-            if not group.is_subscribed_to_topic(topic) and condition.is_offset_expired(
-                value, now_ms, offsets_retention_ms
+            if (
+                not group.is_subscribed_to_topic(topic)
+                and condition.is_offset_expired(value, now_ms, offsets_retention_ms)
+                and (pending is None or not pending.get((topic, partition)))
             ):
                 records.append(new_offset_commit_tombstone_record(group_id, topic, partition))
             else:
                 all_expired = False
         self._groups.metrics.offsets_expired += len(records) - before
-        return all_expired
+        return all_expired and pending is None
 
     # Views for other parts of the shard and for tests.
 
     def committed_offset(self, group: str, topic: str, partition: int) -> OffsetCommitValue | None:
         offsets = self._offsets.get(group)
         return None if offsets is None else offsets.get((topic, partition))
+
+    def group_offsets(self, group: str) -> TimelineDict[TopicPartition, OffsetCommitValue] | None:
+        """The group's committed offsets (the latest state)."""
+        return self._offsets.get(group)
 
     def group_exists(self, group: str) -> bool:
         offsets = self._offsets.get(group)
@@ -561,6 +639,16 @@ def _fetched(partition: int, value: OffsetCommitValue | None) -> OffsetFetchResp
         committed_offset=value.offset,
         committed_leader_epoch=value.leader_epoch,
         metadata=value.metadata,
+    )
+
+
+def _unstable(partition: int) -> OffsetFetchResponsePartition:
+    return OffsetFetchResponsePartition(
+        partition_index=partition,
+        committed_offset=-1,
+        committed_leader_epoch=-1,
+        metadata="",
+        error_code=ErrorCode.UNSTABLE_OFFSET_COMMIT,
     )
 
 

@@ -16,6 +16,15 @@ from typing import Any, TypeAlias
 import msgpack
 import msgspec
 
+from coordinator_server.records.transactional_offsets import (
+    TRANSACTIONAL_OFFSET_VALUE_VERSION,
+    TransactionalOffsetKey,
+    TransactionalOffsetValue,
+    transactional_offset_key_fields,
+    transactional_offset_key_from_fields,
+    transactional_offset_value_fields,
+    transactional_offset_value_from_fields,
+)
 from coordinator_server.records.transactions import (
     PRODUCER_ID_BLOCK_VALUE_VERSION,
     TRANSACTION_VALUE_VERSION,
@@ -38,6 +47,7 @@ class RecordType(IntEnum):
     PARTITION_OWNERSHIP = 3
     TRANSACTION = 4
     PRODUCER_ID_BLOCK = 5
+    TRANSACTIONAL_OFFSET = 6
 
 
 KEY_VERSION = 0
@@ -120,7 +130,12 @@ class PartitionOwnershipValue:
 
 
 RecordKey: TypeAlias = (
-    OffsetCommitKey | GroupMetadataKey | PartitionOwnershipKey | TransactionKey | ProducerIdBlockKey
+    OffsetCommitKey
+    | GroupMetadataKey
+    | PartitionOwnershipKey
+    | TransactionKey
+    | ProducerIdBlockKey
+    | TransactionalOffsetKey
 )
 RecordValue: TypeAlias = (
     OffsetCommitValue
@@ -128,6 +143,7 @@ RecordValue: TypeAlias = (
     | PartitionOwnershipValue
     | TransactionValue
     | ProducerIdBlockValue
+    | TransactionalOffsetValue
 )
 
 
@@ -192,6 +208,18 @@ def new_producer_id_block_record(next_block_start: int) -> CoordinatorRecord:
     return CoordinatorRecord(ProducerIdBlockKey(), ProducerIdBlockValue(next_block_start))
 
 
+def new_transactional_offset_record(
+    group: str, topic: str, partition: int, producer_id: int, value: TransactionalOffsetValue
+) -> CoordinatorRecord:
+    return CoordinatorRecord(TransactionalOffsetKey(group, topic, partition, producer_id), value)
+
+
+def new_transactional_offset_tombstone_record(
+    group: str, topic: str, partition: int, producer_id: int
+) -> CoordinatorRecord:
+    return CoordinatorRecord(TransactionalOffsetKey(group, topic, partition, producer_id), None)
+
+
 # Encoding. Keys and values are msgpack arrays whose first elements say what they are; a
 # newer version only appends elements, so a reader ignores elements it does not know.
 
@@ -227,6 +255,8 @@ def encode_key(key: RecordKey) -> bytes:
         return _packb((_TRANSACTION_KEY_TYPE, KEY_VERSION, key.transactional_id))
     if type(key) is ProducerIdBlockKey:
         return _packb((_PRODUCER_ID_BLOCK_KEY_TYPE, KEY_VERSION))
+    if type(key) is TransactionalOffsetKey:
+        return _packb(transactional_offset_key_fields(key, KEY_VERSION))
     raise RecordFormatError(f"unknown key type {type(key).__name__}")
 
 
@@ -283,6 +313,8 @@ def encode_value(value: RecordValue | None) -> bytes | None:
         return _packb(transaction_value_fields(value))
     if type(value) is ProducerIdBlockValue:
         return _packb(producer_id_block_value_fields(value))
+    if type(value) is TransactionalOffsetValue:
+        return _packb(transactional_offset_value_fields(value))
     raise RecordFormatError(f"unknown value type {type(value).__name__}")
 
 
@@ -375,6 +407,8 @@ def decode_key(data: bytes) -> RecordKey:
             return TransactionKey(_str(fields[2]))
         if record_type == RecordType.PRODUCER_ID_BLOCK:
             return ProducerIdBlockKey()
+        if record_type == RecordType.TRANSACTIONAL_OFFSET:
+            return transactional_offset_key_from_fields(fields[2:])
     except (IndexError, ValueError) as exc:
         raise RecordFormatError(f"bad key for record type {record_type!r}: {exc}") from exc
     raise RecordFormatError(f"unknown record type {record_type!r}")
@@ -415,6 +449,8 @@ def decode_value(key: RecordKey, data: bytes | None) -> RecordValue | None:
             return decode_transaction_value(fields)
         if type(key) is ProducerIdBlockKey:
             return decode_producer_id_block_value(fields)
+        if type(key) is TransactionalOffsetKey:
+            return transactional_offset_value_from_fields(fields)
     except (ValueError, TypeError) as exc:
         raise RecordFormatError(f"bad value for {type(key).__name__}: {exc}") from exc
     raise RecordFormatError(f"unknown key type {type(key).__name__}")
@@ -565,6 +601,7 @@ __all__ = [
     "OFFSET_COMMIT_VALUE_VERSION",
     "PARTITION_OWNERSHIP_VALUE_VERSION",
     "PRODUCER_ID_BLOCK_VALUE_VERSION",
+    "TRANSACTIONAL_OFFSET_VALUE_VERSION",
     "TRANSACTION_VALUE_VERSION",
     "CoordinatorRecord",
     "GroupMemberValue",
@@ -582,6 +619,8 @@ __all__ = [
     "RecordValue",
     "TransactionKey",
     "TransactionValue",
+    "TransactionalOffsetKey",
+    "TransactionalOffsetValue",
     "decode_key",
     "decode_offset_commit",
     "decode_record",
@@ -598,4 +637,6 @@ __all__ = [
     "new_producer_id_block_record",
     "new_transaction_record",
     "new_transaction_tombstone_record",
+    "new_transactional_offset_record",
+    "new_transactional_offset_tombstone_record",
 ]
