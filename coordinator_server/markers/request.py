@@ -1,4 +1,4 @@
-"""WriteTxnMarkersRequest and WriteTxnMarkersResponse (api key 27) as aiokafka structs, so
+"""WriteTxnMarkers (api key 27) requests and responses as aiokafka structs, so
 that aiokafka's client negotiates, frames and answers them like its own requests.
 
 Kafka 4 serves versions 1 and 2, both flexible (compact strings and arrays, tagged fields).
@@ -27,8 +27,8 @@ from aiokafka.protocol.types import (
 __all__ = [
     "WRITE_TXN_MARKERS_API_KEY",
     "WRITE_TXN_MARKERS_VERSION",
+    "KafkaWriteTxnMarkersRequest",
     "MarkerEntry",
-    "WriteTxnMarkersRequest",
     "read_marker_results",
 ]
 
@@ -108,7 +108,7 @@ class WriteTxnMarkersRequest_v1(RequestStruct):  # type: ignore[misc]
 WriteTxnMarkersRequestStruct: TypeAlias = WriteTxnMarkersRequest_v1
 
 
-class WriteTxnMarkersRequest(Request[WriteTxnMarkersRequestStruct]):  # type: ignore[misc]
+class KafkaWriteTxnMarkersRequest(Request[WriteTxnMarkersRequestStruct]):  # type: ignore[misc]
     """The markers of one request: several transactions' markers to one broker."""
 
     API_KEY = WRITE_TXN_MARKERS_API_KEY

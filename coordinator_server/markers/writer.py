@@ -45,8 +45,8 @@ from aiokafka.errors import KafkaError
 
 from coordinator_server.markers.leaders import NO_LEADER, LeaderCache, LeaderLookupError
 from coordinator_server.markers.request import (
+    KafkaWriteTxnMarkersRequest,
     MarkerEntry,
-    WriteTxnMarkersRequest,
     read_marker_results,
 )
 from coordinator_server.storage.kafka_security import KafkaSecurity
@@ -477,7 +477,8 @@ class KafkaTxnMarkerWriter:
         try:
             try:
                 response = await asyncio.wait_for(
-                    client.send(node_id, WriteTxnMarkersRequest(markers)), self._request_timeout_s
+                    client.send(node_id, KafkaWriteTxnMarkersRequest(markers)),
+                    self._request_timeout_s,
                 )
                 results = read_marker_results(response)
             except NotImplementedError as error:

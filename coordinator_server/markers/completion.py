@@ -1,0 +1,298 @@
+"""The end of prepared transactions: their markers written, then their completion.
+
+Kafka's `TransactionMarkerChannelManager` with `TransactionMarkerRequestCompletionHandler`:
+a transaction in PrepareCommit or PrepareAbort owes a COMMIT or ABORT marker on every
+partition it wrote to. Here those are of two kinds:
+
+- the Kafka data partitions its producer wrote records to: WriteTxnMarkers to their leaders
+  (`KafkaTxnMarkerWriter`);
+- the coordinator log's own partitions that hold its transactional offsets (the groups of
+  AddOffsetsToTxn): one write on each, which commits or drops the producer's pending
+  offsets there (`complete_transaction_offsets`). A partition this node does not own goes
+  to the node that owns it (`Peers`, WriteTxnMarkers between nodes).
+
+Only when every marker landed does the transaction's own partition get its CompleteCommit or
+CompleteAbort record. Each step is retried with back-off until it succeeds, the partition of
+the transaction stops being served here (its next owner finds the transaction prepared when
+it loads and ends it), or the markers are fenced (a newer coordinator epoch or producer
+epoch: someone else ends it). What is prepared is found again every `sweep_interval_s` on
+every active partition, so a transaction prepared by a timer (a timed-out abort), before a
+crash or on another node is ended too; one already under way is not started twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from coordinator_server.markers.writer import KafkaTxnMarkerWriter
+from coordinator_server.runtime.context import CoordinatorState
+from coordinator_server.runtime.runtime import CoordinatorRuntime
+from coordinator_server.service_errors import map_operation_error
+from coordinator_server.shard import GroupCoordinatorShard
+from coordinator_server.transactions.results import TxnCompletion
+from protocol.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+Peers = Callable[[int, int, int, bool], Awaitable[int]]
+"""(log partition, producer id, producer epoch, committed) -> the error code of the end of
+the producer's transaction on a log partition another node owns (WriteTxnMarkers to it)."""
+
+CoordinatorEpoch = Callable[[int], int]
+"""The coordinator epoch of a log partition this node serves: what the brokers fence stale
+markers with (at least every earlier owner's)."""
+
+RETRY_BACKOFF_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
+
+
+class TxnCompletions:
+    """Ends prepared transactions; `start()` once the runtime runs, `stop()` at shutdown."""
+
+    def __init__(
+        self,
+        runtime: CoordinatorRuntime[GroupCoordinatorShard],
+        writer: KafkaTxnMarkerWriter | None,
+        *,
+        coordinator_epoch: CoordinatorEpoch,
+        peers: Peers | None = None,
+        max_in_flight: int = 10_000,
+        sweep_interval_s: float = 1.0,
+    ) -> None:
+        """`writer` None: no Kafka cluster to write data markers to (a transaction that
+        wrote to one cannot end, and stays prepared). `max_in_flight`: transactions being
+        ended at once; past it, submissions wait for the next sweep."""
+        self._runtime = runtime
+        self._writer = writer
+        self._coordinator_epoch = coordinator_epoch
+        self._peers = peers
+        self._max_in_flight = max_in_flight
+        self._sweep_interval_s = sweep_interval_s
+        self._in_flight: dict[tuple[int, str, int, int, int], asyncio.Task[None]] = {}
+        self._sweeper: asyncio.Task[None] | None = None
+        self._stopped = False
+        # Counters, for the metrics.
+        self.completed = 0
+        self.completed_commits = 0
+        self.completed_aborts = 0
+        self.fenced = 0
+        self.retries = 0
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    def start(self) -> None:
+        if self._sweeper is None and not self._stopped:
+            self._sweeper = asyncio.get_running_loop().create_task(
+                self._sweep(), name="txn-completions-sweep"
+            )
+
+    async def stop(self) -> None:
+        self._stopped = True
+        tasks = [task for task in (self._sweeper, *self._in_flight.values()) if task]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._in_flight.clear()
+
+    def submit(self, partition: int, completion: TxnCompletion) -> None:
+        """End `completion`, prepared on `partition` (committed in the log)."""
+        if self._stopped:
+            return
+        key = (
+            partition,
+            completion.transactional_id,
+            completion.producer_id,
+            completion.producer_epoch,
+            completion.prepared_ms,
+        )
+        if key in self._in_flight or len(self._in_flight) >= self._max_in_flight:
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._complete(partition, completion),
+            name=f"txn-complete-{completion.transactional_id}",
+        )
+        self._in_flight[key] = task
+        task.add_done_callback(lambda _: self._in_flight.pop(key, None))
+
+    async def _sweep(self) -> None:
+        while True:
+            for partition, state in sorted(self._runtime.partitions().items()):
+                if state is not CoordinatorState.ACTIVE:
+                    continue
+                try:
+                    prepared = await self._runtime.schedule_read(
+                        "pending-completions",
+                        partition,
+                        lambda shard, offset: shard.pending_completions(offset),
+                    )
+                except Exception:
+                    # Unloaded meanwhile, or closing: its next owner sweeps it.
+                    continue
+                for completion in prepared:
+                    self.submit(partition, completion)
+            await asyncio.sleep(self._sweep_interval_s)
+
+    def _serving(self, partition: int) -> bool:
+        return self._runtime.partition_state(partition) is CoordinatorState.ACTIVE
+
+    async def _complete(self, partition: int, completion: TxnCompletion) -> None:
+        what = (
+            f"transactional id {completion.transactional_id!r} (producer {completion.producer_id}"
+            f" epoch {completion.producer_epoch}, "
+            f"{'commit' if completion.committed else 'abort'})"
+        )
+        try:
+            if not await self._data_markers(partition, completion, what):
+                return
+            for log_partition in completion.log_partitions:
+                if not await self._log_markers(partition, log_partition, completion, what):
+                    return
+            await self._completed(partition, completion, what)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("%s: ending the transaction failed; the next sweep retries", what)
+
+    async def _backoff(self, attempt: int) -> None:
+        self.retries += 1
+        await asyncio.sleep(RETRY_BACKOFF_S[min(attempt, len(RETRY_BACKOFF_S) - 1)])
+
+    async def _data_markers(self, partition: int, completion: TxnCompletion, what: str) -> bool:
+        if not completion.partitions:
+            return True
+        writer = self._writer
+        if writer is None:
+            log.error("%s: no Kafka cluster to write its markers to; it stays prepared", what)
+            return False
+        partitions = {topic: list(indexes) for topic, indexes in completion.partitions}
+        attempt = 0
+        while self._serving(partition):
+            outcome = await writer.write(
+                completion.producer_id,
+                completion.producer_epoch,
+                self._coordinator_epoch(partition),
+                completion.committed,
+                partitions,
+            )
+            if outcome.fenced:
+                self.fenced += 1
+                log.warning(
+                    "%s: its markers are fenced (%s): a newer coordinator or producer ends it",
+                    what,
+                    dict(outcome.errors),
+                )
+                return False
+            if outcome.complete:
+                if outcome.errors:
+                    log.warning(
+                        "%s: markers dropped as Kafka drops them: %s", what, dict(outcome.errors)
+                    )
+                return True
+            log.warning("%s: markers refused (%s); retrying", what, dict(outcome.errors))
+            # Only the partitions still owed.
+            partitions = {}
+            for (topic, index), _ in outcome.errors.items():
+                partitions.setdefault(topic, []).append(index)
+            await self._backoff(attempt)
+            attempt += 1
+        return False
+
+    async def _log_markers(
+        self, partition: int, log_partition: int, completion: TxnCompletion, what: str
+    ) -> bool:
+        attempt = 0
+        while self._serving(partition):
+            code = await self._end_on_log_partition(log_partition, completion)
+            if code == ErrorCode.NONE:
+                return True
+            if attempt == 0 or attempt % 20 == 0:
+                log.warning(
+                    "%s: its offsets on log partition %d are not settled yet (%s); retrying",
+                    what,
+                    log_partition,
+                    ErrorCode(code).name if code in ErrorCode._value2member_map_ else code,
+                )
+            await self._backoff(attempt)
+            attempt += 1
+        return False
+
+    async def _end_on_log_partition(self, log_partition: int, completion: TxnCompletion) -> int:
+        if self._runtime.partition_state(log_partition) is not CoordinatorState.ACTIVE:
+            peers = self._peers
+            if peers is None:
+                return ErrorCode.NOT_COORDINATOR
+            return await peers(
+                log_partition,
+                completion.producer_id,
+                completion.producer_epoch,
+                completion.committed,
+            )
+        outcome = self._runtime.write(
+            "end-transaction-offsets",
+            log_partition,
+            lambda shard: shard.complete_transaction_offsets(
+                completion.producer_id, completion.producer_epoch, completion.committed
+            ),
+        )
+        return await _code_of(outcome.future, outcome.error, "end-transaction-offsets")
+
+    async def _completed(self, partition: int, completion: TxnCompletion, what: str) -> None:
+        attempt = 0
+        while self._serving(partition):
+            outcome = self._runtime.write(
+                "complete-transaction",
+                partition,
+                lambda shard: shard.complete_txn(
+                    completion.transactional_id,
+                    completion.producer_id,
+                    completion.producer_epoch,
+                    completion.committed,
+                    completion.prepared_ms,
+                ),
+            )
+            try:
+                if outcome.future is None:
+                    if outcome.error is not None:
+                        raise outcome.error
+                    result: Any = outcome.response
+                else:
+                    result = await outcome.future
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                code, _ = map_operation_error("complete-transaction", error)
+                log.warning("%s: its completion failed (%s); retrying", what, code.name)
+                await self._backoff(attempt)
+                attempt += 1
+                continue
+            if result.error == ErrorCode.NONE:
+                self.completed += 1
+                if completion.committed:
+                    self.completed_commits += 1
+                else:
+                    self.completed_aborts += 1
+            else:
+                log.info("%s: its completion was not needed (%s)", what, result.error)
+            return
+
+
+async def _code_of(
+    future: asyncio.Future[Any] | None, error: BaseException | None, name: str
+) -> int:
+    try:
+        if future is not None:
+            await future
+        elif error is not None:
+            raise error
+    except asyncio.CancelledError:
+        raise
+    except Exception as failure:
+        return map_operation_error(name, failure)[0]
+    return ErrorCode.NONE
