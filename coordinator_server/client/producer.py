@@ -193,10 +193,13 @@ class TransactionalProducer:
         try:
             return await asyncio.shield(future)
         except KafkaError:
-            error = self._fatal_error()
-            if error is not None:
-                raise error from None
+            self._raise_fatal()
             raise
+
+    def _raise_fatal(self) -> None:
+        error = self._fatal_error()
+        if error is not None:
+            raise error from None
 
     # Transactions
 
@@ -252,11 +255,27 @@ class TransactionalProducer:
         self,
         offsets: Mapping[TopicPartition, int | tuple[int, str] | OffsetAndMetadata],
         group_id: str,
+        *,
+        generation_id: int = -1,
+        member_id: str = "",
+        group_instance_id: str | None = None,
     ) -> None:
         """Commit `offsets` for consumer group `group_id` as part of the transaction: they
-        become the group's committed offsets when it commits, never if it aborts."""
+        become the group's committed offsets when it commits, never if it aborts.
+
+        `generation_id`, `member_id` and `group_instance_id` name the group member that
+        consumed the records (Kafka's `ConsumerGroupMetadata`, KIP-447; a
+        `CoordinatedConsumer`'s `member` has them): the group then refuses the offsets if
+        that member is no longer in it, and the transaction must be aborted
+        (`CommitFailedError`). The defaults skip that check.
+        """
         self._check_usable()
-        await self._producer.send_offsets_to_transaction(dict(offsets), group_id)
+        self._sender.group_members[group_id] = (generation_id, member_id, group_instance_id)
+        try:
+            await self._producer.send_offsets_to_transaction(dict(offsets), group_id)
+        except KafkaError:
+            self._raise_fatal()
+            raise
 
     # Records
 

@@ -90,6 +90,9 @@ def txn_offset_commit(
     producer_epoch: int,
     group_id: str,
     offsets: Mapping[TopicPartition, OffsetAndMetadata],
+    generation_id: int = -1,
+    member_id: str = "",
+    group_instance_id: str | None = None,
 ) -> TxnOffsetCommitRequest:
     by_topic: dict[str, list[TxnOffsetCommitRequestPartition]] = collections.defaultdict(list)
     for tp, value in sorted(offsets.items()):
@@ -105,6 +108,9 @@ def txn_offset_commit(
         group_id=group_id,
         producer_id=producer_id,
         producer_epoch=producer_epoch,
+        generation_id_or_member_epoch=generation_id,
+        member_id=member_id,
+        group_instance_id=group_instance_id,
         topics=[
             TxnOffsetCommitRequestTopic(name=topic, partitions=partitions)
             for topic, partitions in by_topic.items()

@@ -110,6 +110,12 @@ class CoordinatedSender(Sender):  # type: ignore[misc]
         # Whether the coordinator may hold partitions or offsets of the current transaction,
         # so that an abort is sent even when aiokafka's own lists were cleared.
         self._registered = False
+        # The consumer group member whose offsets TxnOffsetCommit sends, per group (KIP-447:
+        # the group refuses offsets of a member that is no longer in it), as
+        # (generation_id, member_id, group_instance_id).
+        self.group_members: dict[str, tuple[int, str, str | None]] = {}
+        # The groups the coordinator added to the current transaction (AddOffsetsToTxn).
+        self._groups_added: set[str] = set()
         # The error that made the producer unusable, as the application should see it
         # (aiokafka wraps what is not ProducerFenced in "Unexpected error").
         self.fatal_error: BaseException | None = None
@@ -175,6 +181,12 @@ class CoordinatedSender(Sender):  # type: ignore[misc]
         except (ClientError, OSError) as e:
             log.warning("%s for %r failed, retrying: %r", step, self._transactional_id, e)
         except ApiError as e:
+            # An error the RPC client raised rather than returned: a retriable one whose
+            # retries outlasted its deadline, or the answer's own.
+            if e.code in _FENCED:
+                raise self._fenced(e.code) from e
+            if e.code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+                raise self._fatal(TransactionalIdAuthorizationFailed(self._transactional_id)) from e
             if e.code not in _RETRY:
                 raise self._unexpected(step, e.code) from e
             log.info("%s for %r: %s, retrying", step, self._transactional_id, e.code.name)
@@ -284,6 +296,7 @@ class CoordinatedSender(Sender):  # type: ignore[misc]
         code = response.error_code
         if code == ErrorCode.NONE:
             self._registered = True
+            self._groups_added.add(group_id)
             manager.consumer_group_added(group_id)
         elif code in _RETRY:
             await self._back_off()
@@ -301,6 +314,11 @@ class CoordinatedSender(Sender):  # type: ignore[misc]
     ) -> None:
         if not offsets:
             return
+        if group_id not in self._groups_added:
+            # aiokafka adds only the transaction's first group (AddOffsetsToTxn); the
+            # offsets of another group must not go out before it is added too.
+            await self._do_add_offsets_to_txn(group_id)
+            return
         manager = self._txn_manager
         # A snapshot: offset_committed removes from aiokafka's mapping.
         pending = dict(offsets)
@@ -313,6 +331,7 @@ class CoordinatedSender(Sender):  # type: ignore[misc]
                     manager.producer_epoch,
                     group_id,
                     pending,
+                    *self.group_members.get(group_id, (-1, "", None)),
                 ),
             ),
         )
@@ -351,7 +370,7 @@ class CoordinatedSender(Sender):  # type: ignore[misc]
             return
         if not self._registered:
             # Nothing of it reached the coordinator: nothing to end there.
-            manager.complete_transaction()
+            self._transaction_ended()
             return
         committed = commit_result == TransactionResult.COMMIT
         response = await self._call(
@@ -367,8 +386,7 @@ class CoordinatedSender(Sender):  # type: ignore[misc]
             return
         code = response.error_code
         if code == ErrorCode.NONE:
-            self._registered = False
-            manager.complete_transaction()
+            self._transaction_ended()
         elif code in _RETRY:
             await self._back_off()
         elif code in _FENCED:
@@ -377,6 +395,12 @@ class CoordinatedSender(Sender):  # type: ignore[misc]
             raise self._fatal(TransactionalIdAuthorizationFailed(self._transactional_id))
         else:
             raise self._unexpected("EndTxn", code)
+
+    def _transaction_ended(self) -> None:
+        self._registered = False
+        self._groups_added.clear()
+        self.group_members.clear()
+        self._txn_manager.complete_transaction()
 
 
 def _api_error(code: int) -> BaseException:

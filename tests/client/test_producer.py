@@ -17,6 +17,7 @@ import pytest
 from aiokafka import AIOKafkaClient
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import (
+    CommitFailedError,
     IllegalOperation,
     ProducerFenced,
     TopicAuthorizationFailedError,
@@ -174,7 +175,6 @@ async def fetch_batches(
     await client.bootstrap()
     try:
         await client._wait_on_metadata(tp.topic)
-        leader = client.cluster.leader_for_partition(tp)
         request = FetchRequest(
             max_wait_time=100,
             min_bytes=1,
@@ -182,17 +182,20 @@ async def fetch_batches(
             isolation_level=isolation_level,
             topics=[(tp.topic, [(tp.partition, 0, 1 << 20)])],
         )
-        response = await client.send(leader, request)
-        for _, partitions in response.topics:
-            for partition, error_code, highwater, *data in partitions:
-                assert partition == tp.partition and error_code == 0
-                last_stable = data[0]
+        # A topic just created may not have its leader ready yet (NOT_LEADER_OR_FOLLOWER).
+        for _ in range(100):
+            leader = client.cluster.leader_for_partition(tp)
+            response = await client.send(leader, request)
+            [(_, [(partition, error_code, highwater, *data)])] = response.topics
+            assert partition == tp.partition
+            if error_code == 0:
                 records = MemoryRecords(data[-1])
                 batches = []
                 while (batch := records.next_batch()) is not None:
                     batches.append(batch)
-                return highwater, last_stable, batches
-        raise AssertionError(f"no fetch answer for {tp}")
+                return highwater, data[0], batches
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"Fetch of {tp} kept failing: error {error_code}")
     finally:
         await client.close()
 
@@ -453,3 +456,57 @@ async def test_refused_partition_makes_the_transaction_abortable(
             False,
             True,
         ]
+
+
+async def test_offsets_of_two_groups_each_added_before_their_commit(
+    txn_broker: ApacheKafkaBroker, topic: str
+) -> None:
+    async with setup(txn_broker) as (_, coordinator, producer):
+        await producer.start()
+        async with producer.transaction():
+            await producer.send_offsets_to_transaction({TopicPartition("in", 0): 1}, "group-a")
+            await producer.send_offsets_to_transaction(
+                {TopicPartition("in", 1): 2},
+                "group-b",
+                generation_id=5,
+                member_id="member-1",
+                group_instance_id="instance-1",
+            )
+        steps = [
+            (ApiKey(r.api_key).name, r.body.get("group_id")) for r in txn_requests(coordinator)
+        ]
+        assert steps == [
+            ("INIT_PRODUCER_ID", None),
+            ("ADD_OFFSETS_TO_TXN", "group-a"),
+            ("TXN_OFFSET_COMMIT", "group-a"),
+            ("ADD_OFFSETS_TO_TXN", "group-b"),
+            ("TXN_OFFSET_COMMIT", "group-b"),
+            ("END_TXN", None),
+        ]
+        commits = coordinator.requests(ApiKey.TXN_OFFSET_COMMIT)
+        members = [
+            (
+                r.body["generation_id_or_member_epoch"],
+                r.body["member_id"],
+                r.body["group_instance_id"],
+            )
+            for r in commits
+        ]
+        assert members == [(-1, "", None), (5, "member-1", "instance-1")]
+
+
+async def test_stale_group_member_makes_the_transaction_abortable(
+    txn_broker: ApacheKafkaBroker, topic: str
+) -> None:
+    async with setup(txn_broker) as (script, coordinator, producer):
+        script.codes[ApiKey.TXN_OFFSET_COMMIT] = [ErrorCode.ILLEGAL_GENERATION]
+        await producer.start()
+        await producer.begin_transaction()
+        with pytest.raises(CommitFailedError):
+            await producer.send_offsets_to_transaction(
+                {TopicPartition("in", 0): 1}, "group-a", generation_id=1, member_id="m"
+            )
+        with pytest.raises(CommitFailedError):
+            await producer.commit_transaction()
+        await producer.abort_transaction()
+        assert [r.body["committed"] for r in coordinator.requests(ApiKey.END_TXN)] == [False]
