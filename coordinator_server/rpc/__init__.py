@@ -3,7 +3,8 @@
 - `CoordinatorClient` (`client`): every API of the wire contract, pipelined on one
   `Connection` (`connection`) per server, with coordinator discovery, retries after an
   `ExponentialBackoff` (`backoff`) and typed errors (`errors`). Every API takes one
-  request path; what differs between APIs is its `ApiHandler` (`apis`). The servers it
+  request path (`request_path`, which the client builds on); what differs between APIs is
+  its `ApiHandler` (`apis`). The servers it
   connects to are `nodes`; the helpers' requests from Kafka's structures, `requests`.
 - `KafkaLogReader` (`kafka_log`): the offsets of a Kafka cluster's own partitions (ends,
   starts, offsets by time), which a consumer's lag and an offset reset need beside the
