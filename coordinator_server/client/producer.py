@@ -184,7 +184,8 @@ class TransactionalProducer:
             return self._sender.fatal_error
         task = self._sender.sender_task
         if task is not None and task.done() and not task.cancelled():
-            return task.exception()
+            error: BaseException | None = task.exception()
+            return error
         return None
 
     async def _wait(self, future: asyncio.Future[Any]) -> Any:

@@ -95,7 +95,7 @@ _STALE_MEMBER: Final = frozenset(
 _CONCURRENT_TRANSACTIONS_BACKOFF_S: Final = 0.02
 
 
-class TransactionStepError(KafkaError):
+class TransactionStepError(KafkaError):  # type: ignore[misc]
     """A transaction step got an answer the producer cannot recover from (other than being
     fenced, which raises aiokafka's `ProducerFenced`): `__cause__` is the coordinator's
     error."""
@@ -407,5 +407,6 @@ def _api_error(code: int) -> BaseException:
     """aiokafka's exception for `code` where it has one, else ours."""
     error_type = aiokafka_error_for_code(code)
     if error_type is not UnknownError:
-        return error_type()
+        error: BaseException = error_type()
+        return error
     return error_for_code(code)
