@@ -6,14 +6,17 @@ strategy that finds the node to ask), so that what differs between APIs is data,
 discovery, retries, deadlines and fan-out are written once. An API differs in:
 
 - where it goes (`Lookup`): any bootstrap server, every node of the cluster (each answers
-  for the groups it coordinates), or the coordinator of the group it names;
+  for the groups or transactions it coordinates), or the coordinator of the group or
+  transactional id it names (`key`, `key_type`);
 - which answers mean "try again" (`retry_code`): COORDINATOR_LOAD_IN_PROGRESS and
   REQUEST_TIMED_OUT on the same coordinator, COORDINATOR_NOT_AVAILABLE and NOT_COORDINATOR
-  after looking the coordinator up again, wherever the API puts its error codes;
+  after looking the coordinator up again, wherever the API puts its error codes; for the
+  transaction APIs CONCURRENT_TRANSACTIONS on the same coordinator too;
 - what `raise_on_error` raises (`errors`);
-- for a request that names several groups (OffsetFetch, DescribeGroups, DeleteGroups), how
-  it is cut into one request per group, each sent to its own coordinator, and how the
-  answers are put back together in the request's order (`split`, `item`, `join`).
+- for a request that names several groups (OffsetFetch, DescribeGroups, DeleteGroups) or
+  transactional ids (DescribeTransactions), how it is cut into one request per key, each
+  sent to its own coordinator, and how the answers are put back together in the request's
+  order (`split`, `item`, `join`).
 """
 
 from __future__ import annotations
@@ -55,23 +58,51 @@ from protocol.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
+from protocol.transactions import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
+    ListTransactionsResponseState,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
+)
 
 __all__ = [
+    "ADD_OFFSETS_TO_TXN",
+    "ADD_PARTITIONS_TO_TXN",
     "API_VERSIONS",
     "DELETE_GROUPS",
     "DESCRIBE_CLUSTER",
     "DESCRIBE_GROUPS",
+    "DESCRIBE_TRANSACTIONS",
+    "END_TXN",
     "FIND_COORDINATOR",
     "HEARTBEAT",
+    "INIT_PRODUCER_ID",
     "JOIN_GROUP",
     "LEAVE_GROUP",
     "LIST_GROUPS",
+    "LIST_TRANSACTIONS",
     "OFFSET_COMMIT",
     "OFFSET_DELETE",
     "OFFSET_FETCH",
     "RETRY_CODES",
     "RETRY_REDISCOVER",
     "SYNC_GROUP",
+    "TXN_OFFSET_COMMIT",
+    "TXN_RETRY_CODES",
+    "WRITE_TXN_MARKERS",
     "ApiHandler",
     "Lookup",
     "first_retriable",
@@ -91,6 +122,10 @@ RETRY_REDISCOVER: Final = frozenset(
     {ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR}
 )
 RETRY_CODES: Final = RETRY_SAME_NODE | RETRY_REDISCOVER
+# The transaction APIs also retry CONCURRENT_TRANSACTIONS on the same coordinator: the
+# transactional id's previous transaction is still being completed (Kafka's producer
+# re-enqueues the request after its back-off, as for every retriable error).
+TXN_RETRY_CODES: Final = RETRY_CODES | {ErrorCode.CONCURRENT_TRANSACTIONS}
 
 
 class Lookup(enum.Enum):
@@ -117,7 +152,7 @@ def _no_errors(_: Message) -> Iterator[tuple[int, str | None]]:
 
 
 def _no_group(_: Message) -> str:
-    raise TypeError("not an API of one group")
+    raise TypeError("not an API of one group or transaction")
 
 
 def _identity(answer: T) -> T:
@@ -136,10 +171,13 @@ class ApiHandler(Generic[Req, Resp]):
     errors: Callable[[Resp], Iterator[tuple[int, str | None]]] = _no_errors
     """(code, message) of each error in an answer, in the order `raise_on_error` checks
     them: the first that is not NONE is raised."""
-    group_id: Callable[[Req], str] = _no_group
-    """The group whose coordinator answers (`Lookup.COORDINATOR`)."""
+    key: Callable[[Req], str] = _no_group
+    """The key whose coordinator answers (`Lookup.COORDINATOR`): a group id, or with
+    `key_type` 1 a transactional id."""
+    key_type: int = 0
+    """FindCoordinator's key type of `key`: 0 a group, 1 a transactional id."""
     split: Callable[[Req], Sequence[tuple[str, Req]]] | None = None
-    """A request naming several groups as one request per group, with its group."""
+    """A request naming several keys as one request per key, with its key."""
     item: Callable[[Resp], Any] = _identity
     """What one group's answer contributes to the joined answer."""
     join: Callable[[Req, list[Any]], Resp] | None = None
@@ -193,6 +231,74 @@ def _top_level_error(response: _ErrorAtTopLevel) -> Iterator[tuple[int, str | No
     yield response.error_code, response.error_message
 
 
+def _txn_retry(response: _ErrorAtTopLevel) -> int | None:
+    code = response.error_code
+    return code if code in TXN_RETRY_CODES else None
+
+
+def _add_partitions_retry(response: AddPartitionsToTxnResponse) -> int | None:
+    # A request refused for one partition is refused for all (the others answer
+    # OPERATION_NOT_ATTEMPTED): any retriable code retries the whole request.
+    if response.error_code in TXN_RETRY_CODES:
+        return response.error_code
+    for topic in response.results_by_topic:
+        for partition in topic.results_by_partition:
+            if partition.partition_error_code in TXN_RETRY_CODES:
+                return partition.partition_error_code
+    return None
+
+
+def _add_partitions_errors(
+    response: AddPartitionsToTxnResponse,
+) -> Iterator[tuple[int, str | None]]:
+    yield response.error_code, response.error_message
+    for topic in response.results_by_topic:
+        for partition in topic.results_by_partition:
+            yield partition.partition_error_code, f"{topic.name}-{partition.partition_index}"
+
+
+def _txn_commit_retry(response: TxnOffsetCommitResponse) -> int | None:
+    # As OffsetCommit: coordinator errors come per partition (Kafka's TxnOffsetCommitHandler
+    # retries the partitions that failed with one; the whole request is sent again here,
+    # which writes the same pending offsets again).
+    for topic in response.topics:
+        for partition in topic.partitions:
+            if partition.error_code in TXN_RETRY_CODES:
+                return partition.error_code
+    return None
+
+
+def _markers_retry(response: WriteTxnMarkersResponse) -> int | None:
+    # Only what the same node answers differently later: a node that no longer owns a log
+    # partition (NOT_COORDINATOR) answers so again, and the caller must route the marker to
+    # the new owner.
+    for marker in response.markers:
+        for topic in marker.topics:
+            for partition in topic.partitions:
+                if partition.error_code in RETRY_SAME_NODE:
+                    return partition.error_code
+    return None
+
+
+def _join_listed_transactions(
+    request: ListTransactionsRequest, responses: list[ListTransactionsResponse]
+) -> ListTransactionsResponse:
+    # As ListGroups: the first node's error answers the call; otherwise a transactional id
+    # listed twice (while its partition moves) is listed once, and a state filter is unknown
+    # if a node said so.
+    seen: dict[str, ListTransactionsResponseState] = {}
+    unknown: dict[str, None] = {}
+    for response in responses:
+        if response.error_code != ErrorCode.NONE:
+            return response
+        unknown.update(dict.fromkeys(response.unknown_state_filters))
+        for state in response.transaction_states:
+            seen.setdefault(state.transactional_id, state)
+    return ListTransactionsResponse(
+        unknown_state_filters=list(unknown), transaction_states=list(seen.values())
+    )
+
+
 def _leave_group_errors(response: LeaveGroupResponse) -> Iterator[tuple[int, str | None]]:
     yield response.error_code, response.error_message
     for member in response.members:
@@ -241,7 +347,7 @@ JOIN_GROUP: Final = ApiHandler(
     Lookup.COORDINATOR,
     retry_code=_top_level_retry,
     errors=_top_level_error,
-    group_id=lambda request: _group_of(request.group_id),
+    key=lambda request: _group_of(request.group_id),
 )
 SYNC_GROUP: Final = ApiHandler(
     SyncGroupRequest,
@@ -249,7 +355,7 @@ SYNC_GROUP: Final = ApiHandler(
     Lookup.COORDINATOR,
     retry_code=_top_level_retry,
     errors=_top_level_error,
-    group_id=lambda request: _group_of(request.group_id),
+    key=lambda request: _group_of(request.group_id),
 )
 HEARTBEAT: Final = ApiHandler(
     HeartbeatRequest,
@@ -257,7 +363,7 @@ HEARTBEAT: Final = ApiHandler(
     Lookup.COORDINATOR,
     retry_code=_top_level_retry,
     errors=_top_level_error,
-    group_id=lambda request: _group_of(request.group_id),
+    key=lambda request: _group_of(request.group_id),
 )
 LEAVE_GROUP: Final = ApiHandler(
     LeaveGroupRequest,
@@ -265,14 +371,14 @@ LEAVE_GROUP: Final = ApiHandler(
     Lookup.COORDINATOR,
     retry_code=_top_level_retry,
     errors=_leave_group_errors,
-    group_id=lambda request: _group_of(request.group_id),
+    key=lambda request: _group_of(request.group_id),
 )
 OFFSET_COMMIT: Final = ApiHandler(
     OffsetCommitRequest,
     OffsetCommitResponse,
     Lookup.COORDINATOR,
     retry_code=_commit_retry,
-    group_id=lambda request: _group_of(request.group_id),
+    key=lambda request: _group_of(request.group_id),
 )
 OFFSET_DELETE: Final = ApiHandler(
     OffsetDeleteRequest,
@@ -280,7 +386,7 @@ OFFSET_DELETE: Final = ApiHandler(
     Lookup.COORDINATOR,
     retry_code=_top_level_retry,
     errors=_top_level_error,
-    group_id=lambda request: _group_of(request.group_id),
+    key=lambda request: _group_of(request.group_id),
 )
 OFFSET_FETCH: Final = ApiHandler(
     OffsetFetchRequest,
@@ -326,4 +432,82 @@ LIST_GROUPS: Final = ApiHandler(
     Lookup.EVERY_NODE,
     retry_code=_top_level_retry,
     join=_join_listed_groups,
+)
+INIT_PRODUCER_ID: Final = ApiHandler(
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    Lookup.COORDINATOR,
+    retry_code=_txn_retry,
+    errors=_top_level_error,
+    key=lambda request: request.transactional_id or "",
+    key_type=1,
+)
+"""InitProducerId goes to the transaction coordinator of its transactional id; an
+idempotent producer's (no transactional id) goes to a bootstrap server instead, as Kafka's
+producer asks any broker (`CoordinatorClient.init_producer_id` decides)."""
+ADD_PARTITIONS_TO_TXN: Final = ApiHandler(
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    Lookup.COORDINATOR,
+    retry_code=_add_partitions_retry,
+    errors=_add_partitions_errors,
+    key=lambda request: request.transactional_id,
+    key_type=1,
+)
+ADD_OFFSETS_TO_TXN: Final = ApiHandler(
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    Lookup.COORDINATOR,
+    retry_code=_txn_retry,
+    errors=_top_level_error,
+    key=lambda request: request.transactional_id,
+    key_type=1,
+)
+END_TXN: Final = ApiHandler(
+    EndTxnRequest,
+    EndTxnResponse,
+    Lookup.COORDINATOR,
+    retry_code=_txn_retry,
+    errors=_top_level_error,
+    key=lambda request: request.transactional_id,
+    key_type=1,
+)
+TXN_OFFSET_COMMIT: Final = ApiHandler(
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+    Lookup.COORDINATOR,
+    retry_code=_txn_commit_retry,
+    key=lambda request: _group_of(request.group_id),
+)
+"""TxnOffsetCommit goes to the coordinator of its group (key type 0), as in Kafka: the
+transactional offsets are kept with the group's."""
+WRITE_TXN_MARKERS: Final = ApiHandler(
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
+    Lookup.BOOTSTRAP,
+    retry_code=_markers_retry,
+)
+"""WriteTxnMarkers goes to the node that owns the log partitions it names, which the
+sender knows (`CoordinatorClient.write_txn_markers` takes that node); only nodes send it."""
+DESCRIBE_TRANSACTIONS: Final = ApiHandler(
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+    Lookup.COORDINATOR,
+    retry_code=lambda response: first_retriable(
+        state.error_code for state in response.transaction_states
+    ),
+    key_type=1,
+    split=lambda request: [
+        (transactional_id, DescribeTransactionsRequest(transactional_ids=[transactional_id]))
+        for transactional_id in request.transactional_ids
+    ],
+    item=lambda response: single(response.transaction_states, "DescribeTransactions"),
+    join=lambda _, states: DescribeTransactionsResponse(transaction_states=states),
+)
+LIST_TRANSACTIONS: Final = ApiHandler(
+    ListTransactionsRequest,
+    ListTransactionsResponse,
+    Lookup.EVERY_NODE,
+    retry_code=_top_level_retry,
+    join=_join_listed_transactions,
 )

@@ -7,6 +7,8 @@ docstring tells how calls are routed, retried and timed out.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Final
@@ -56,6 +58,24 @@ from protocol.messages import (
     OffsetFetchResponse,
     SyncGroupRequest,
     SyncGroupResponse,
+)
+from protocol.transactions import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
 )
 
 __all__ = ["CoordinatorClient", "Node", "build_ssl_context", "parse_bootstrap"]
@@ -226,6 +246,118 @@ class CoordinatorClient(RequestPath):
         per-partition errors stay in the response (`delete_offsets` raises them)."""
         return await self._call(
             apis.OFFSET_DELETE, request, timeout_ms, raise_on_error=raise_on_error
+        )
+
+    # The transaction APIs (answered once the server's transaction coordinator is wired)
+
+    async def init_producer_id(
+        self,
+        request: InitProducerIdRequest,
+        *,
+        raise_on_error: bool = True,
+        timeout_ms: int | None = None,
+    ) -> InitProducerIdResponse:
+        """InitProducerId (22), to the transaction coordinator of its transactional id; an
+        idempotent producer's (no transactional id) to a bootstrap server, as Kafka's
+        producer asks any broker. CONCURRENT_TRANSACTIONS (an earlier transaction being
+        aborted or completed) is retried within the deadline."""
+        if request.transactional_id is None:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self._timeout_s(timeout_ms)
+            api = apis.INIT_PRODUCER_ID
+            response = await self._call_with_retries(
+                lambda d: self._send_to_bootstrap(request, api.response_type, d),
+                api.retry_code,
+                deadline,
+                what=api.name,
+            )
+            if raise_on_error:
+                raise_for_code(response.error_code, response.error_message)
+            return response
+        return await self._call(
+            apis.INIT_PRODUCER_ID, request, timeout_ms, raise_on_error=raise_on_error
+        )
+
+    async def add_partitions_to_txn(
+        self,
+        request: AddPartitionsToTxnRequest,
+        *,
+        raise_on_error: bool = True,
+        timeout_ms: int | None = None,
+    ) -> AddPartitionsToTxnResponse:
+        """AddPartitionsToTxn (24), to the transaction coordinator. With `raise_on_error`
+        the top-level error, else the first partition's, is raised."""
+        return await self._call(
+            apis.ADD_PARTITIONS_TO_TXN, request, timeout_ms, raise_on_error=raise_on_error
+        )
+
+    async def add_offsets_to_txn(
+        self,
+        request: AddOffsetsToTxnRequest,
+        *,
+        raise_on_error: bool = True,
+        timeout_ms: int | None = None,
+    ) -> AddOffsetsToTxnResponse:
+        """AddOffsetsToTxn (25), to the transaction coordinator."""
+        return await self._call(
+            apis.ADD_OFFSETS_TO_TXN, request, timeout_ms, raise_on_error=raise_on_error
+        )
+
+    async def end_txn(
+        self,
+        request: EndTxnRequest,
+        *,
+        raise_on_error: bool = True,
+        timeout_ms: int | None = None,
+    ) -> EndTxnResponse:
+        """EndTxn (26), to the transaction coordinator: commit or abort."""
+        return await self._call(apis.END_TXN, request, timeout_ms, raise_on_error=raise_on_error)
+
+    async def txn_offset_commit(
+        self, request: TxnOffsetCommitRequest, *, timeout_ms: int | None = None
+    ) -> TxnOffsetCommitResponse:
+        """TxnOffsetCommit (28), to the coordinator of its group (as Kafka routes it).
+        Errors are per partition; coordinator errors and CONCURRENT_TRANSACTIONS are
+        retried, the others returned in the response."""
+        return await self._call(apis.TXN_OFFSET_COMMIT, request, timeout_ms)
+
+    async def write_txn_markers(
+        self,
+        request: WriteTxnMarkersRequest,
+        *,
+        node: Node | None = None,
+        timeout_ms: int | None = None,
+    ) -> WriteTxnMarkersResponse:
+        """WriteTxnMarkers (27), from one node of a coordinator cluster to `node` (the owner
+        of the log partitions it names; a bootstrap server when None). Errors are per
+        partition; COORDINATOR_LOAD_IN_PROGRESS and REQUEST_TIMED_OUT are retried on the same
+        node, the others (NOT_COORDINATOR: the partition moved) returned for the caller to
+        route again."""
+        api = apis.WRITE_TXN_MARKERS
+        if node is None:
+            return await self._call(api, request, timeout_ms)
+        deadline = asyncio.get_running_loop().time() + self._timeout_s(timeout_ms)
+        return await self._call_with_retries(
+            functools.partial(self._send, node.address, request, api.response_type),
+            api.retry_code,
+            deadline,
+            what=f"{api.name}({node.host}:{node.port})",
+        )
+
+    async def describe_transactions(
+        self, request: DescribeTransactionsRequest, *, timeout_ms: int | None = None
+    ) -> DescribeTransactionsResponse:
+        """DescribeTransactions (65), each transactional id asked of its own transaction
+        coordinator; per-id errors (TRANSACTIONAL_ID_NOT_FOUND, ...) stay in the response."""
+        return await self._call(apis.DESCRIBE_TRANSACTIONS, request, timeout_ms)
+
+    async def list_transactions(
+        self, request: ListTransactionsRequest | None = None, *, timeout_ms: int | None = None
+    ) -> ListTransactionsResponse:
+        """ListTransactions (66), asked of every node of the cluster and merged as
+        `list_groups` is; a node's error answer is returned."""
+        return await self._call(
+            apis.LIST_TRANSACTIONS, request or ListTransactionsRequest(), timeout_ms
         )
 
     # Helpers in Kafka's terms

@@ -1,17 +1,22 @@
 """`RequestPath`: the one request path of `CoordinatorClient`, the asyncio client of the wire
 contract (its typed API methods are in `client`).
 
-Theory of operation. A call names a group (most APIs) or none (ApiVersions, ListGroups,
-FindCoordinator, DescribeCluster). A group's coordinator is found with FindCoordinator, sent
-to a bootstrap server, and cached per group; every request for that group goes to the cached
-node over one pipelined `Connection` per server address, opened on first use and opened
-again after it is lost. ListGroups goes to every node DescribeCluster names.
+Theory of operation. A call names a group (most APIs), a transactional id (the transaction
+APIs but TxnOffsetCommit, which goes to its group's coordinator, as in Kafka) or neither
+(ApiVersions, ListGroups, ListTransactions, FindCoordinator, DescribeCluster). A group's
+coordinator is found with FindCoordinator key_type 0, a transactional id's with key_type 1,
+sent to a bootstrap server, and cached per (key_type, key); every request for that key goes
+to the cached node over one pipelined `Connection` per server address, opened on first use
+and opened again after it is lost. ListGroups and ListTransactions go to every node
+DescribeCluster names.
 
 Each call has one deadline (`timeout_ms`, by default the client's `request_timeout_ms`)
 covering discovery, connecting, retries and the wait for the answer. Within it the client
 retries, after an exponential back-off with jitter, on:
 
-- COORDINATOR_LOAD_IN_PROGRESS (14) and REQUEST_TIMED_OUT (7): same coordinator;
+- COORDINATOR_LOAD_IN_PROGRESS (14) and REQUEST_TIMED_OUT (7): same coordinator; for the
+  transaction APIs CONCURRENT_TRANSACTIONS (51) too (the transaction is still being
+  completed: Kafka's producer backs off and sends again);
 - COORDINATOR_NOT_AVAILABLE (15) and NOT_COORDINATOR (16): the cached coordinator is
   dropped and looked up again (Kafka's `markCoordinatorUnknown`);
 - a lost connection: the request is sent again on a new one.
@@ -40,7 +45,7 @@ import logging
 import ssl
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import TypeVar
+from typing import Final, TypeAlias, TypeVar
 
 from coordinator_server.rpc import apis
 from coordinator_server.rpc.apis import RETRY_CODES, RETRY_REDISCOVER, ApiHandler, Lookup
@@ -64,13 +69,26 @@ from protocol.messages import (
     Message,
 )
 
-__all__ = ["RequestPath"]
+__all__ = ["KEY_TYPE_GROUP", "KEY_TYPE_TRANSACTION", "CoordinatorKey", "RequestPath"]
 
 log = logging.getLogger(__name__)
 
 R = TypeVar("R", bound=Message)
 Req = TypeVar("Req", bound=Message)
 T = TypeVar("T")
+
+# FindCoordinator's key types (Kafka's CoordinatorType): a group id, a transactional id.
+KEY_TYPE_GROUP: Final = 0
+KEY_TYPE_TRANSACTION: Final = 1
+
+CoordinatorKey: TypeAlias = tuple[int, str]
+"""(key_type, key): what a coordinator is found and cached by."""
+
+
+def _describe(coordinator_key: CoordinatorKey) -> str:
+    key_type, key = coordinator_key
+    kind = "transactional id" if key_type == KEY_TYPE_TRANSACTION else "group"
+    return f"{kind} {key!r}"
 
 
 class RequestPath:
@@ -110,9 +128,9 @@ class RequestPath:
         self.ssl_context = ssl_context
         self.ssl_server_hostname = ssl_server_hostname
         self._backoff = ExponentialBackoff(retry_backoff_ms, retry_backoff_max_ms)
-        self._coordinators: OrderedDict[str, Node] = OrderedDict()
+        self._coordinators: OrderedDict[CoordinatorKey, Node] = OrderedDict()
         self._coordinator_cache_size = coordinator_cache_size
-        self._lookups: dict[str, asyncio.Task[Node]] = {}
+        self._lookups: dict[CoordinatorKey, asyncio.Task[Node]] = {}
         self._connections: dict[tuple[str, int], Connection] = {}
         self._connecting: dict[tuple[str, int], asyncio.Task[Connection]] = {}
         self._bootstrap_index = 0
@@ -145,91 +163,98 @@ class RequestPath:
 
     # Discovery
 
-    def cached_coordinator(self, group_id: str) -> Node | None:
-        """The coordinator remembered for `group_id`, if any."""
-        return self._coordinators.get(group_id)
+    def cached_coordinator(self, key: str, key_type: int = KEY_TYPE_GROUP) -> Node | None:
+        """The coordinator remembered for `key` (a group id, or with `key_type` 1 a
+        transactional id), if any."""
+        return self._coordinators.get((key_type, key))
 
-    def forget_coordinator(self, group_id: str) -> None:
-        """Drop the cached coordinator of `group_id`; the next call looks it up again."""
-        self._coordinators.pop(group_id, None)
+    def forget_coordinator(self, key: str, key_type: int = KEY_TYPE_GROUP) -> None:
+        """Drop the cached coordinator of `key`; the next call looks it up again."""
+        self._coordinators.pop((key_type, key), None)
 
-    async def find_coordinator(self, group_id: str, *, timeout_ms: int | None = None) -> Node:
-        """The coordinator of `group_id`: from the cache, or looked up with FindCoordinator.
+    async def find_coordinator(
+        self, key: str, *, key_type: int = KEY_TYPE_GROUP, timeout_ms: int | None = None
+    ) -> Node:
+        """The coordinator of `key`: from the cache, or looked up with FindCoordinator.
 
-        Concurrent lookups of one group share one request.
+        `key` is a group id (`key_type` 0, the default) or a transactional id (`key_type`
+        1: the transaction coordinator). The two are cached apart, as Kafka's client keeps
+        them: a group and a transactional id of the same name may live on different nodes.
+        Concurrent lookups of one key share one request.
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._timeout_s(timeout_ms)
-        return await self._coordinator_for(group_id, deadline)
+        return await self._coordinator_for((key_type, key), deadline)
 
-    async def _coordinator_for(self, group_id: str, deadline: float) -> Node:
+    async def _coordinator_for(self, coordinator_key: CoordinatorKey, deadline: float) -> Node:
         self._check_open()
-        node = self._coordinators.get(group_id)
+        node = self._coordinators.get(coordinator_key)
         if node is not None:
-            self._coordinators.move_to_end(group_id)
+            self._coordinators.move_to_end(coordinator_key)
             return node
-        task = self._lookups.get(group_id)
+        task = self._lookups.get(coordinator_key)
         if task is None:
             loop = asyncio.get_running_loop()
             task = asyncio.create_task(
-                self._lookup(group_id, loop.time() + self.request_timeout_ms / 1000),
-                name=f"coordinator lookup {group_id}",
+                self._lookup(coordinator_key, loop.time() + self.request_timeout_ms / 1000),
+                name=f"coordinator lookup {_describe(coordinator_key)}",
             )
-            self._lookups[group_id] = task
-            task.add_done_callback(lambda done: self._lookup_done(group_id, done))
+            self._lookups[coordinator_key] = task
+            task.add_done_callback(lambda done: self._lookup_done(coordinator_key, done))
         remaining = deadline - asyncio.get_running_loop().time()
         try:
             async with asyncio.timeout(max(remaining, 0)):
                 return await asyncio.shield(task)
         except TimeoutError:
             raise RequestTimeoutError(
-                f"no coordinator found for group {group_id!r} in time"
+                f"no coordinator found for {_describe(coordinator_key)} in time"
             ) from None
         except asyncio.CancelledError:
             if self._closed:
                 raise ClientClosedError("the client was closed") from None
             raise
 
-    async def _lookup(self, group_id: str, deadline: float) -> Node:
+    async def _lookup(self, coordinator_key: CoordinatorKey, deadline: float) -> Node:
         def retry_code(response: FindCoordinatorResponse) -> int | None:
             for coordinator in response.coordinators:
                 if coordinator.error_code in RETRY_CODES:
                     return coordinator.error_code
             return None
 
+        key_type, key = coordinator_key
         response = await self._call_with_retries(
             lambda remaining: self._send_to_bootstrap(
-                FindCoordinatorRequest(key_type=0, keys=[group_id]),
+                FindCoordinatorRequest(key_type=key_type, keys=[key]),
                 FindCoordinatorResponse,
                 remaining,
             ),
             retry_code,
             deadline,
-            what=f"FindCoordinator({group_id!r})",
+            what=f"FindCoordinator({key!r}, key_type {key_type})",
         )
         for coordinator in response.coordinators:
-            if coordinator.key != group_id:
+            if coordinator.key != key:
                 continue
             if coordinator.error_code != ErrorCode.NONE:
                 raise error_for_code(coordinator.error_code, coordinator.error_message)
             node = Node(coordinator.node_id, coordinator.host, coordinator.port)
-            self._remember_coordinator(group_id, node)
+            self._remember_coordinator(coordinator_key, node)
             return node
         raise error_for_code(
-            ErrorCode.COORDINATOR_NOT_AVAILABLE, f"FindCoordinator did not answer {group_id!r}"
+            ErrorCode.COORDINATOR_NOT_AVAILABLE, f"FindCoordinator did not answer {key!r}"
         )
 
-    def _lookup_done(self, group_id: str, task: asyncio.Task[Node]) -> None:
-        if self._lookups.get(group_id) is task:
-            del self._lookups[group_id]
+    def _lookup_done(self, coordinator_key: CoordinatorKey, task: asyncio.Task[Node]) -> None:
+        if self._lookups.get(coordinator_key) is task:
+            del self._lookups[coordinator_key]
         # Retrieved here so a lookup whose callers all gave up is not reported as an
         # exception nobody saw; the callers that still wait get it from the task.
         if not task.cancelled():
             task.exception()
 
-    def _remember_coordinator(self, group_id: str, node: Node) -> None:
-        self._coordinators[group_id] = node
-        self._coordinators.move_to_end(group_id)
+    def _remember_coordinator(self, coordinator_key: CoordinatorKey, node: Node) -> None:
+        self._coordinators[coordinator_key] = node
+        self._coordinators.move_to_end(coordinator_key)
         while len(self._coordinators) > self._coordinator_cache_size:
             self._coordinators.popitem(last=False)
 
@@ -356,20 +381,21 @@ class RequestPath:
             await self._sleep(backoff_s)
 
     async def _call_coordinator(
-        self, api: ApiHandler[Req, R], group_id: str, request: Req, deadline: float
+        self, api: ApiHandler[Req, R], key: str, request: Req, deadline: float
     ) -> R:
-        """Send a group's request to its coordinator, re-discovering and retrying as the
-        module docstring says."""
+        """Send a request to the coordinator of `key` (of `api.key_type`: a group or a
+        transactional id), re-discovering and retrying as the module docstring says."""
+        coordinator_key = (api.key_type, key)
         node_used: list[Node] = []
 
         def forget_used() -> None:
             # Forget only the node this attempt used: a concurrent call may already have
             # found the new one.
-            if node_used and self._coordinators.get(group_id) == node_used[0]:
-                self.forget_coordinator(group_id)
+            if node_used and self._coordinators.get(coordinator_key) == node_used[0]:
+                self._coordinators.pop(coordinator_key, None)
 
         async def attempt(deadline: float) -> R:
-            node = await self._coordinator_for(group_id, deadline)
+            node = await self._coordinator_for(coordinator_key, deadline)
             node_used[:] = [node]
             try:
                 return await self._send(node.address, request, api.response_type, deadline)
@@ -388,7 +414,7 @@ class RequestPath:
             attempt,
             api.retry_code,
             deadline,
-            what=f"{type(request).__name__}({group_id!r})",
+            what=f"{type(request).__name__}({key!r})",
             on_retry=on_retry,
         )
 
@@ -407,14 +433,12 @@ class RequestPath:
         response: R
         if api.lookup is Lookup.COORDINATOR:
             if api.split is None:
-                response = await self._call_coordinator(
-                    api, api.group_id(request), request, deadline
-                )
+                response = await self._call_coordinator(api, api.key(request), request, deadline)
             else:
-                # Each group is asked of its own coordinator, in parallel.
+                # Each group (or transactional id) is asked of its own coordinator, in
+                # parallel.
                 items = await _gather_all(
-                    self._call_group(api, group_id, part, deadline)
-                    for group_id, part in api.split(request)
+                    self._call_group(api, key, part, deadline) for key, part in api.split(request)
                 )
                 assert api.join is not None
                 response = api.join(request, items)
@@ -464,9 +488,9 @@ class RequestPath:
         return list(dict.fromkeys((broker.host, broker.port) for broker in cluster.brokers))
 
     async def _call_group(
-        self, api: ApiHandler[Req, R], group_id: str, request: Req, deadline: float
+        self, api: ApiHandler[Req, R], key: str, request: Req, deadline: float
     ) -> object:
-        return api.item(await self._call_coordinator(api, group_id, request, deadline))
+        return api.item(await self._call_coordinator(api, key, request, deadline))
 
 
 def _ms_until(deadline: float, loop: asyncio.AbstractEventLoop) -> int:
