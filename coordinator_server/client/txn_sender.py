@@ -248,6 +248,7 @@ class CoordinatedSender(Sender):  # type: ignore[misc]
                     manager.producer_epoch,
                     partitions,
                 ),
+                raise_on_error=False,
             ),
         )
         if response is None:
