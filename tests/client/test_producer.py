@@ -256,22 +256,31 @@ async def test_no_batch_reaches_kafka_before_its_partition_is_added(
         script.hold[ApiKey.ADD_PARTITIONS_TO_TXN] = release = asyncio.Event()
         delivered = await producer.send(topic, b"held", partition=0)
         await coordinator.wait_for_requests(ApiKey.ADD_PARTITIONS_TO_TXN)
+        # A record of another partition meanwhile wakes the sender, which must still hold
+        # partition 0's batch back (and this one's, whose partition is not added either).
+        other = await producer.send(topic, b"other", partition=1)
         await asyncio.sleep(0.5)
-        assert not delivered.done()
-        highwater, _, _ = await fetch_batches(txn_broker, TopicPartition(topic, 0))
-        assert highwater == 0
+        assert not delivered.done() and not other.done()
+        for partition in (0, 1):
+            highwater, _, _ = await fetch_batches(txn_broker, TopicPartition(topic, partition))
+            assert highwater == 0
         release.set()
-        metadata = await asyncio.wait_for(delivered, 10)
-        assert metadata.offset == 0
+        assert (await asyncio.wait_for(delivered, 10)).offset == 0
+        assert (await asyncio.wait_for(other, 10)).offset == 0
+        # partition 1 was added by a request of its own, after partition 0's was answered.
+        assert [
+            [(t["name"], p) for t in r.body["topics"] for p in t["partitions"]]
+            for r in coordinator.requests(ApiKey.ADD_PARTITIONS_TO_TXN)
+        ] == [[(topic, 0)], [(topic, 1)]]
         # A second record of the same partition is not added again.
         await producer.send_and_wait(topic, b"again", partition=0)
-        assert added(coordinator) == [(topic, 0)]
+        assert added(coordinator) == [(topic, 0), (topic, 1)]
         await producer.commit_transaction()
 
         # The next transaction adds its partitions again.
         async with producer.transaction():
             await producer.send_and_wait(topic, b"next", partition=0)
-        assert added(coordinator) == [(topic, 0), (topic, 0)]
+        assert added(coordinator) == [(topic, 0), (topic, 1), (topic, 0)]
         assert len(coordinator.requests(ApiKey.END_TXN)) == 2
 
 
