@@ -19,6 +19,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import (
     CommitFailedError,
     IllegalOperation,
+    MessageSizeTooLargeError,
     ProducerFenced,
     TopicAuthorizationFailedError,
 )
@@ -517,5 +518,33 @@ async def test_stale_group_member_makes_the_transaction_abortable(
             )
         with pytest.raises(CommitFailedError):
             await producer.commit_transaction()
+        await producer.abort_transaction()
+        assert [r.body["committed"] for r in coordinator.requests(ApiKey.END_TXN)] == [False]
+
+
+async def test_record_kafka_refuses_makes_the_transaction_abortable(
+    txn_broker: ApacheKafkaBroker, unique_topic: str
+) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=txn_broker.bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics(
+            [NewTopic(unique_topic, 1, 1, topic_configs={"max.message.bytes": "200"})]
+        )
+    finally:
+        await admin.close()
+    async with setup(txn_broker) as (_, coordinator, producer):
+        await producer.start()
+        await producer.begin_transaction()
+        await producer.send_and_wait(unique_topic, b"small", partition=0)
+        refused = await producer.send(unique_topic, b"x" * 1000, partition=0)
+        with pytest.raises(MessageSizeTooLargeError):
+            await asyncio.wait_for(refused, 10)
+        # The transaction cannot be committed without the record; EndTxn(commit) never
+        # goes out, the abort does.
+        with pytest.raises(MessageSizeTooLargeError):
+            await producer.commit_transaction()
+        with pytest.raises(IllegalOperation):
+            await producer.send(unique_topic, b"late", partition=0)
         await producer.abort_transaction()
         assert [r.body["committed"] for r in coordinator.requests(ApiKey.END_TXN)] == [False]
