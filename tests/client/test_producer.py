@@ -71,15 +71,24 @@ async def topic(txn_broker: ApacheKafkaBroker, unique_topic: str) -> str:
 
 class Script:
     """The coordinator's answers: NONE for everything unless a test scripts a list of
-    codes for an API (one per request, the last one repeated)."""
+    codes for an API (one per request, the last one repeated). With `fencing`, as the
+    transaction coordinator fences: each InitProducerId bumps the epoch, and a request of an
+    older epoch is answered PRODUCER_FENCED."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, fencing: bool = False) -> None:
         self.codes: dict[int, list[int]] = {}
         self.hold: dict[int, asyncio.Event] = {}
         self.producer_id = PRODUCER_ID
         self.epoch = EPOCH
+        self.fencing = fencing
+        self.inits = 0
 
-    def code(self, api_key: int) -> int:
+    def code(self, api_key: int, body: dict[str, Any]) -> int:
+        if self.fencing and api_key == ApiKey.INIT_PRODUCER_ID:
+            self.epoch = EPOCH + self.inits
+            self.inits += 1
+        elif self.fencing and body["producer_epoch"] < self.epoch:
+            return ErrorCode.PRODUCER_FENCED
         codes = self.codes.get(api_key)
         if not codes:
             return 0
@@ -92,12 +101,12 @@ class Script:
         body = received.body
         if api_key == ApiKey.INIT_PRODUCER_ID:
             return {
-                "error_code": self.code(api_key),
+                "error_code": self.code(api_key, body),
                 "producer_id": self.producer_id,
                 "producer_epoch": self.epoch,
             }
         if api_key == ApiKey.ADD_PARTITIONS_TO_TXN:
-            code = self.code(api_key)
+            code = self.code(api_key, body)
             return {
                 "results_by_topic": [
                     {
@@ -111,9 +120,9 @@ class Script:
                 ]
             }
         if api_key in (ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN):
-            return {"error_code": self.code(api_key)}
+            return {"error_code": self.code(api_key, body)}
         if api_key == ApiKey.TXN_OFFSET_COMMIT:
-            code = self.code(api_key)
+            code = self.code(api_key, body)
             return {
                 "topics": [
                     {
@@ -548,3 +557,58 @@ async def test_record_kafka_refuses_makes_the_transaction_abortable(
             await producer.send(unique_topic, b"late", partition=0)
         await producer.abort_transaction()
         assert [r.body["committed"] for r in coordinator.requests(ApiKey.END_TXN)] == [False]
+
+
+async def test_a_new_producer_with_the_same_id_fences_the_zombie(
+    txn_broker: ApacheKafkaBroker, topic: str
+) -> None:
+    script = Script(fencing=True)
+    async with FakeCoordinator(script) as coordinator:
+
+        def producer() -> TransactionalProducer:
+            return TransactionalProducer(
+                bootstrap_servers=txn_broker.bootstrap,
+                coordinator_bootstrap_servers=coordinator.bootstrap,
+                transactional_id="shared",
+                coordinator_options={"request_timeout_ms": 5000},
+            )
+
+        zombie, successor = producer(), producer()
+        try:
+            await zombie.start()
+            await zombie.begin_transaction()
+            await zombie.send_and_wait(topic, b"zombie-1", partition=0)
+
+            await successor.start()
+            assert (successor.producer_id, successor.producer_epoch) == (
+                zombie.producer_id,
+                zombie.producer_epoch + 1,
+            )
+            await successor.begin_transaction()
+            await successor.send_and_wait(topic, b"successor", partition=0)
+
+            # Kafka refuses the zombie's batch (its epoch is older than the partition's)...
+            late = await zombie.send(topic, b"zombie-2", partition=0)
+            with pytest.raises(ProducerFenced):
+                await asyncio.wait_for(late, 10)
+            # ...and the coordinator its transaction's end: the zombie is done for.
+            with pytest.raises(ProducerFenced):
+                await zombie.commit_transaction()
+            with pytest.raises(ProducerFenced):
+                await zombie.abort_transaction()
+            with pytest.raises(ProducerFenced):
+                await zombie.begin_transaction()
+
+            await successor.commit_transaction()
+            _, _, batches = await fetch_batches(txn_broker, TopicPartition(topic, 0))
+            assert [(b.producer_epoch, [r.value for r in b]) for b in batches] == [
+                (EPOCH, [b"zombie-1"]),
+                (EPOCH + 1, [b"successor"]),
+            ]
+            assert [
+                (r.body["producer_epoch"], r.body["committed"])
+                for r in coordinator.requests(ApiKey.END_TXN)
+            ] == [(EPOCH, False), (EPOCH + 1, True)]
+        finally:
+            await zombie.stop()
+            await successor.stop()
