@@ -147,9 +147,18 @@ class CoordinatedSender(Sender):  # type: ignore[misc]
         return self._fatal(error)
 
     def _unexpected(self, step: str, code: int) -> BaseException:
-        error = TransactionStepError(f"{step}: {ErrorCode(code).name}")
+        error = TransactionStepError(f"{step}: {_code_name(code)}")
         error.__cause__ = _api_error(code)
         return self._fatal(error)
+
+    def _refused(self, step: str, code: int) -> BaseException:
+        """The fatal error for an answer no step recovers from: fenced, not authorized for
+        the transactional id, or unexpected."""
+        if code in _FENCED:
+            return self._fenced(code)
+        if code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+            return self._fatal(TransactionalIdAuthorizationFailed(self._transactional_id))
+        return self._unexpected(step, code)
 
     def _abortable(self, error: BaseException) -> None:
         """Move the transaction to ABORTABLE_ERROR (the application must abort it)."""
@@ -183,12 +192,8 @@ class CoordinatedSender(Sender):  # type: ignore[misc]
         except ApiError as e:
             # An error the RPC client raised rather than returned: a retriable one whose
             # retries outlasted its deadline, or the answer's own.
-            if e.code in _FENCED:
-                raise self._fenced(e.code) from e
-            if e.code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
-                raise self._fatal(TransactionalIdAuthorizationFailed(self._transactional_id)) from e
             if e.code not in _RETRY:
-                raise self._unexpected(step, e.code) from e
+                raise self._refused(step, e.code) from e
             log.info("%s for %r: %s, retrying", step, self._transactional_id, e.code.name)
         await self._back_off()
         return None
@@ -226,14 +231,9 @@ class CoordinatedSender(Sender):  # type: ignore[misc]
                 )
                 manager.set_pid_and_epoch(response.producer_id, response.producer_epoch)
                 return
-            if code in _RETRY:
-                await self._back_off()
-                continue
-            if code in _FENCED:
-                raise self._fenced(code)
-            if code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
-                raise self._fatal(TransactionalIdAuthorizationFailed(self._transactional_id))
-            raise self._unexpected("InitProducerId", code)
+            if code not in _RETRY:
+                raise self._refused("InitProducerId", code)
+            await self._back_off()
 
     async def _do_add_partitions_to_txn(self, tps: Iterable[TopicPartition]) -> None:
         manager = self._txn_manager
@@ -268,14 +268,10 @@ class CoordinatedSender(Sender):  # type: ignore[misc]
                 ErrorCode.OPERATION_NOT_ATTEMPTED,
             ):
                 backoff = self._retry_backoff
-            elif code in _FENCED:
-                raise self._fenced(code)
-            elif code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
-                raise self._fatal(TransactionalIdAuthorizationFailed(self._transactional_id))
             elif code == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
                 unauthorized.add(tp.topic)
             else:
-                raise self._unexpected("AddPartitionsToTxn", code)
+                raise self._refused("AddPartitionsToTxn", code)
         if unauthorized:
             self._abortable(TopicAuthorizationFailedError(unauthorized))
         elif backoff is not None:
@@ -301,14 +297,10 @@ class CoordinatedSender(Sender):  # type: ignore[misc]
             manager.consumer_group_added(group_id)
         elif code in _RETRY:
             await self._back_off()
-        elif code in _FENCED:
-            raise self._fenced(code)
-        elif code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
-            raise self._fatal(TransactionalIdAuthorizationFailed(self._transactional_id))
         elif code == ErrorCode.GROUP_AUTHORIZATION_FAILED:
             self._abortable(GroupAuthorizationFailedError(group_id))
         else:
-            raise self._unexpected("AddOffsetsToTxn", code)
+            raise self._refused("AddOffsetsToTxn", code)
 
     async def _do_txn_offset_commit(
         self, offsets: Mapping[TopicPartition, OffsetAndMetadata], group_id: str
@@ -346,18 +338,14 @@ class CoordinatedSender(Sender):  # type: ignore[misc]
                 manager.offset_committed(tp, pending[tp].offset, group_id)
             elif code in _RETRY or code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                 retry = True
-            elif code in _FENCED:
-                raise self._fenced(code)
-            elif code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
-                raise self._fatal(TransactionalIdAuthorizationFailed(self._transactional_id))
             elif code == ErrorCode.GROUP_AUTHORIZATION_FAILED:
                 self._abortable(GroupAuthorizationFailedError(group_id))
                 return
             elif code in _STALE_MEMBER:
-                self._abortable(CommitFailedError(f"group {group_id!r}: {ErrorCode(code).name}"))
+                self._abortable(CommitFailedError(f"group {group_id!r}: {_code_name(code)}"))
                 return
             else:
-                raise self._unexpected("TxnOffsetCommit", code)
+                raise self._refused("TxnOffsetCommit", code)
         if retry:
             await self._back_off()
 
@@ -390,18 +378,21 @@ class CoordinatedSender(Sender):  # type: ignore[misc]
             self._transaction_ended()
         elif code in _RETRY:
             await self._back_off()
-        elif code in _FENCED:
-            raise self._fenced(code)
-        elif code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
-            raise self._fatal(TransactionalIdAuthorizationFailed(self._transactional_id))
         else:
-            raise self._unexpected("EndTxn", code)
+            raise self._refused("EndTxn", code)
 
     def _transaction_ended(self) -> None:
         self._registered = False
         self._groups_added.clear()
         self.group_members.clear()
         self._txn_manager.complete_transaction()
+
+
+def _code_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"error code {code}"
 
 
 def _api_error(code: int) -> BaseException:

@@ -22,6 +22,7 @@ from aiokafka.errors import (
     MessageSizeTooLargeError,
     ProducerFenced,
     TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailed,
 )
 from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.record.memory_records import MemoryRecords
@@ -612,3 +613,26 @@ async def test_a_new_producer_with_the_same_id_fences_the_zombie(
         finally:
             await zombie.stop()
             await successor.stop()
+
+
+@pytest.mark.parametrize(
+    ("code", "error"),
+    [
+        (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TransactionalIdAuthorizationFailed),
+        (ErrorCode.INVALID_TXN_STATE, TransactionStepError),
+    ],
+)
+async def test_other_fatal_answers_make_the_producer_unusable(
+    txn_broker: ApacheKafkaBroker, topic: str, code: ErrorCode, error: type[Exception]
+) -> None:
+    async with setup(txn_broker) as (script, _, producer):
+        script.codes[ApiKey.END_TXN] = [code]
+        await producer.start()
+        await producer.begin_transaction()
+        await producer.send_and_wait(topic, b"doomed", partition=0)
+        with pytest.raises(error) as raised:
+            await producer.commit_transaction()
+        if error is TransactionStepError:
+            assert "EndTxn: INVALID_TXN_STATE" in str(raised.value)
+        with pytest.raises(error):
+            await producer.begin_transaction()
