@@ -8,6 +8,8 @@
   partitions; any object with the `Assignor` shape will do.
 - `CoordinatedConsumer`: an aiokafka consumer whose group and offsets live in
   coordinator-server.
+- `TransactionalProducer`: an aiokafka producer whose transactions coordinator-server
+  coordinates.
 
 It depends on `protocol` (the wire contract), the RPC client and aiokafka, never on the
 server.
@@ -24,6 +26,7 @@ from coordinator_server.client.assignors import (
 from coordinator_server.client.consumer import CoordinatedConsumer
 from coordinator_server.client.errors import CommitFailedError, GroupMemberError
 from coordinator_server.client.member import GroupMember, MemberState
+from coordinator_server.client.producer import TransactionalProducer
 from coordinator_server.client.sticky import StickyAssignor
 from coordinator_server.rpc.backoff import ExponentialBackoff
 from coordinator_server.rpc.client import CoordinatorClient
@@ -70,6 +73,7 @@ __all__ = [
     "RoundRobinAssignor",
     "StickyAssignor",
     "Subscription",
+    "TransactionalProducer",
     "build_ssl_context",
     "parse_bootstrap",
 ]
