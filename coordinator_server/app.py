@@ -17,6 +17,13 @@ from coordinator_server.cluster.node import ClusterNode, ClusterSettings
 from coordinator_server.cluster.ownership import PartitionOwnership
 from coordinator_server.config import CoordinatorConfig
 from coordinator_server.groups.store import GroupsConfig
+from coordinator_server.markers import (
+    KafkaTransactionsCheckError,
+    KafkaTxnMarkerWriter,
+    check_kafka_for_transactions,
+)
+from coordinator_server.markers.completion import TxnCompletions
+from coordinator_server.markers.peers import NodePeers
 from coordinator_server.metrics import ClusterMetrics, GroupMetrics, RuntimeMetrics, ServerMetrics
 from coordinator_server.offsets.manager import OffsetsConfig
 from coordinator_server.prometheus import CoordinatorCollector, Snapshot
@@ -33,6 +40,8 @@ from coordinator_server.service import GroupCoordinatorService, NodeAddress
 from coordinator_server.shard import GroupCoordinatorShard, ShardConfig
 from coordinator_server.storage.api import CoordinatorLog
 from coordinator_server.storage.kafka import KafkaLog
+from coordinator_server.transaction_service import TransactionCoordinatorService
+from coordinator_server.transactions.results import TransactionsConfig
 from protocol.errors import NotCoordinatorError
 
 logger = logging.getLogger("coordinator_server")
@@ -140,6 +149,9 @@ class CoordinatorApp:
         self.ownership: PartitionOwnership | None = None
         # This node's place in its cluster (None: alone).
         self.cluster: ClusterNode | None = None
+        # The transaction coordinator's markers and completions (None: no transactions).
+        self.marker_writer: KafkaTxnMarkerWriter | None = None
+        self.completions: TxnCompletions | None = None
 
     async def start(self) -> None:
         config = self.config
@@ -165,6 +177,21 @@ class CoordinatorApp:
                 offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
                 max_groups=config.max_groups,
                 max_response_bytes=config.max_response_bytes,
+            ),
+            transactions=TransactionsConfig(
+                max_timeout_ms=config.transaction_max_timeout_ms,
+                transactional_id_expiration_ms=config.transactional_id_expiration_ms,
+                abort_timed_out_interval_ms=(
+                    config.transaction_abort_timed_out_transaction_cleanup_interval_ms
+                ),
+                remove_expired_interval_ms=(
+                    config.transaction_remove_expired_transaction_cleanup_interval_ms
+                ),
+                producer_id_start=config.transaction_producer_id_start,
+                producer_id_end=config.transaction_producer_id_end,
+                num_partitions=num_partitions,
+                max_transactional_ids=config.max_transactional_ids,
+                max_partitions_per_transaction=config.max_partitions_per_transaction,
             ),
         )
         self.runtime = runtime = CoordinatorRuntime[GroupCoordinatorShard](
@@ -229,6 +256,7 @@ class CoordinatorApp:
                 max_frame_bytes=config.max_frame_bytes,
             ),
         )
+        await self._start_transactions(service, runtime, node)
         state = ServerState(
             server_config,
             service.handlers,
@@ -292,6 +320,62 @@ class CoordinatorApp:
             describe_log(config),
             "off" if self.metrics_port is None else f"http://{host}:{self.metrics_port}/metrics",
         )
+
+    async def _start_transactions(
+        self,
+        service: GroupCoordinatorService,
+        runtime: CoordinatorRuntime[GroupCoordinatorShard],
+        node: NodeAddress,
+    ) -> None:
+        """The transaction coordinator, when the log is Kafka's and its brokers take markers
+        from outside (`--transactions`)."""
+        config = self.config
+        if not config.transactions_wanted:
+            return
+        assert config.bootstrap_servers is not None
+        try:
+            await check_kafka_for_transactions(
+                config.bootstrap_servers,
+                security=config.kafka_security,
+                timeout_s=config.offsets_commit_timeout_ms / 1000,
+            )
+        except KafkaTransactionsCheckError as refused:
+            if config.transactions == "on":
+                raise
+            logger.warning("serving no transactions (--transactions auto): %s", refused)
+            service.refuse_transactions(str(refused))
+            return
+        self.marker_writer = writer = KafkaTxnMarkerWriter(
+            config.bootstrap_servers,
+            security=config.kafka_security,
+            request_timeout_ms=config.offsets_commit_timeout_ms,
+            max_queued_markers=config.transaction_max_queued_markers,
+        )
+        await writer.start()
+        peers = None
+        if self.cluster is not None:
+            peers = NodePeers(
+                self.cluster.placement,
+                node.node_id,
+                config.offsets_topic,
+                timeout_s=config.offsets_commit_timeout_ms / 1000,
+                ssl_context=config.peer_ssl_context(),
+            )
+        self.completions = completions = TxnCompletions(
+            runtime,
+            writer,
+            coordinator_epoch=lambda partition: _coordinator_epoch(runtime, partition),
+            peers=peers,
+        )
+        transactions = TransactionCoordinatorService(
+            runtime,
+            service,
+            log_topic=config.offsets_topic,
+            completions=completions,
+            max_id_length=config.max_id_length,
+        )
+        service.serve_transactions(transactions.handlers)
+        completions.start()
 
     def _may_serve(self) -> bool:
         cluster = self.cluster
@@ -507,6 +591,13 @@ class CoordinatorApp:
             self.service.close()
         if self.server is not None:
             await self.server.drain(timeout_s)
+        if self.completions is not None:
+            # A transaction left prepared is ended by whoever loads its partition next.
+            await self.completions.stop()
+            self.completions = None
+        if self.marker_writer is not None:
+            await self.marker_writer.stop()
+            self.marker_writer = None
         if self.runtime is not None:
             await self.runtime.flush_and_close()
             self.runtime = None
@@ -524,3 +615,12 @@ class CoordinatorApp:
             await self.log.close()
             self.log = None
         logger.info("stopped")
+
+
+def _coordinator_epoch(runtime: CoordinatorRuntime[GroupCoordinatorShard], partition: int) -> int:
+    """The epoch WriteTxnMarkers fences older coordinators of the partition with: the
+    producer epoch its owner took it over at (a cluster's takeovers only go up), 0 for a node
+    alone."""
+    shard = runtime.shard(partition)
+    ownership = None if shard is None else shard.ownership
+    return 0 if ownership is None else ownership.producer_epoch

@@ -110,6 +110,11 @@ class BulkRequests:
         self._coordinator_of_partition = coordinator_of
         self._limits = limits
         self._sliced = sliced
+        # Why FindCoordinator with key_type 1 (transactional ids) is refused; None once the
+        # node coordinates transactions (`GroupCoordinatorService.serve_transactions`).
+        self.transactions_refusal: str | None = (
+            "this node coordinates no transactions (it has no Kafka log, or --transactions off)"
+        )
 
     def _too_large(self, size: int) -> ErrorOnlyResponse:
         code, message = answer_too_large(size, self._limits)
@@ -149,18 +154,34 @@ class BulkRequests:
         return FindCoordinatorResponse(coordinators=coordinators)
 
     def _coordinator_of(self, key: str, key_type: int) -> FindCoordinatorResponseCoordinator:
-        if key_type != 0:
+        if key_type == 1:
+            # A transactional id is placed as a group id is (Kafka's two coordinators use
+            # two topics; here they share the log's partitions).
+            if self.transactions_refusal is not None:
+                return FindCoordinatorResponseCoordinator(
+                    key=key,
+                    error_code=ErrorCode.INVALID_REQUEST,
+                    error_message=f"key type 1 is not served: {self.transactions_refusal}",
+                )
+            refusal = too_long("the transactional id", key, self._limits.max_id_length)
+            if not key:
+                refusal = "the transactional id must not be empty"
+            if refusal is not None:
+                return FindCoordinatorResponseCoordinator(
+                    key=key, error_code=ErrorCode.INVALID_REQUEST, error_message=refusal
+                )
+        elif key_type != 0:
             return FindCoordinatorResponseCoordinator(
                 key=key,
                 error_code=ErrorCode.INVALID_REQUEST,
-                error_message=f"key type {key_type} is not served: "
-                "this node is a group coordinator only",
+                error_message=f"key type {key_type} is not served (0: groups, 1: transactions)",
             )
-        refusal = too_long("the group id", key, self._limits.max_id_length)
-        if refusal is not None:
-            return FindCoordinatorResponseCoordinator(
-                key=key, error_code=ErrorCode.INVALID_GROUP_ID, error_message=refusal
-            )
+        else:
+            refusal = too_long("the group id", key, self._limits.max_id_length)
+            if refusal is not None:
+                return FindCoordinatorResponseCoordinator(
+                    key=key, error_code=ErrorCode.INVALID_GROUP_ID, error_message=refusal
+                )
         return self._coordinator_of_partition(self._partition_for(key)).replace(key=key)
 
     # DescribeGroups.

@@ -171,6 +171,67 @@ class CoordinatorConfig(BaseSettings):
         ge=1024,
         description="The most record bytes one read of the standby partitions brings in.",
     )
+    transactions: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="The transaction coordinator (InitProducerId, AddPartitionsToTxn, EndTxn, "
+        "TxnOffsetCommit, ...), for transactions on the Kafka cluster of the log. It needs "
+        "the brokers to take markers from outside (transaction.partition.verification.enable"
+        "=false, checked at start): auto serves transactions when the check passes and "
+        "otherwise logs why not; on refuses to start without them; off never serves them. "
+        "The embedded log has no Kafka cluster: no transactions.",
+    )
+    transaction_max_timeout_ms: int = Field(
+        defaults.TRANSACTION_MAX_TIMEOUT_MS,
+        ge=1,
+        description="The longest transaction timeout a producer may ask for "
+        "(transaction.max.timeout.ms).",
+    )
+    transactional_id_expiration_ms: int = Field(
+        defaults.TRANSACTIONAL_ID_EXPIRATION_MS,
+        ge=1,
+        description="A transactional id with no transaction for this long is forgotten "
+        "(transactional.id.expiration.ms).",
+    )
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = Field(
+        defaults.TRANSACTION_ABORT_TIMED_OUT_INTERVAL_MS,
+        ge=1,
+        description="How often transactions past their timeout are looked for and aborted "
+        "(transaction.abort.timed.out.transaction.cleanup.interval.ms).",
+    )
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = Field(
+        defaults.TRANSACTION_REMOVE_EXPIRED_INTERVAL_MS,
+        ge=1,
+        description="How often expired transactional ids are looked for "
+        "(transaction.remove.expired.transaction.cleanup.interval.ms).",
+    )
+    transaction_producer_id_start: int = Field(
+        defaults.TRANSACTION_PRODUCER_ID_START,
+        ge=0,
+        description="The first producer id this coordinator hands out: its range must not "
+        "overlap the ids the Kafka cluster hands out itself (from 0 up, in blocks of 1000).",
+    )
+    transaction_producer_id_end: int = Field(
+        defaults.TRANSACTION_PRODUCER_ID_END,
+        ge=1,
+        description="The end (exclusive) of this coordinator's producer id range.",
+    )
+    max_transactional_ids: int = Field(
+        defaults.MAX_TRANSACTIONAL_IDS,
+        ge=1,
+        description="The most transactional ids one partition of the log holds; past it, "
+        "a new id is refused (POLICY_VIOLATION).",
+    )
+    max_partitions_per_transaction: int = Field(
+        defaults.MAX_PARTITIONS_PER_TRANSACTION,
+        ge=1,
+        description="The most partitions one transaction may write to (POLICY_VIOLATION past it).",
+    )
+    transaction_max_queued_markers: int = Field(
+        defaults.TRANSACTION_MAX_QUEUED_MARKERS,
+        ge=1,
+        description="The most transaction markers waiting to be written to the Kafka "
+        "cluster's partitions; past it, ending a transaction waits.",
+    )
     standby_max_pending_records: int = Field(
         defaults.STANDBY_MAX_PENDING_RECORDS,
         ge=1,
@@ -349,6 +410,12 @@ class CoordinatorConfig(BaseSettings):
                 "cluster-heartbeat-interval-ms must be at most a third of "
                 "cluster-session-timeout-ms"
             )
+        if self.transaction_producer_id_start >= self.transaction_producer_id_end:
+            raise ValueError(
+                "transaction-producer-id-start must be below transaction-producer-id-end"
+            )
+        if self.transaction_producer_id_end > 2**63 - 1:
+            raise ValueError("transaction-producer-id-end must fit a producer id (2**63 - 1)")
         if self.tls_keyfile is not None and self.tls_certfile is None:
             raise ValueError("tls-keyfile needs tls-certfile")
         self._kafka_security = self._build_kafka_security()
@@ -386,10 +453,22 @@ class CoordinatorConfig(BaseSettings):
         context.load_cert_chain(self.tls_certfile, self.tls_keyfile)
         return context
 
+    def peer_ssl_context(self) -> ssl.SSLContext | None:
+        """How this node reaches the other nodes of its cluster (their WriteTxnMarkers): over
+        TLS when the nodes serve TLS, trusting the system's certificate authorities."""
+        if self.tls_certfile is None:
+            return None
+        return ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+
     @property
     def clustered(self) -> bool:
         """Whether this node shares its log with others (the Kafka log, cluster on)."""
         return bool(self.bootstrap_servers) and self.cluster == "on"
+
+    @property
+    def transactions_wanted(self) -> bool:
+        """Whether this server should coordinate transactions (a Kafka log and not off)."""
+        return bool(self.bootstrap_servers) and self.transactions != "off"
 
     @property
     def cluster_name(self) -> str:

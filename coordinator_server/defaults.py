@@ -85,3 +85,5 @@ TRANSACTION_PRODUCER_ID_END = 2**63 - 1
 # What clients may make one log partition hold.
 MAX_TRANSACTIONAL_IDS = 1_000_000
 MAX_PARTITIONS_PER_TRANSACTION = 100_000
+# Transaction markers waiting to be written to the data partitions, over all transactions.
+TRANSACTION_MAX_QUEUED_MARKERS = 100_000

@@ -193,6 +193,16 @@ class GroupCoordinatorService:
         """Requests answered in slices that are under way."""
         return len(self._sliced)
 
+    def serve_transactions(self, handlers: dict[int, Handler]) -> None:
+        """Answer the transaction APIs too (the transaction coordinator's `handlers`), and
+        FindCoordinator for transactional ids."""
+        self.handlers.update(handlers)
+        self._bulk.transactions_refusal = None
+
+    def refuse_transactions(self, why: str) -> None:
+        """Say `why` to FindCoordinator for transactional ids (the node serves none)."""
+        self._bulk.transactions_refusal = why
+
     def close(self) -> None:
         """Shutdown: large requests still under way stop between two slices, answered
         COORDINATOR_NOT_AVAILABLE (retriable), so that they do not hold the shutdown up."""

@@ -59,7 +59,7 @@ class TansuBroker:
     def coordinator_args(self) -> list[str]:
         # No transactions: the server cannot fence partitions to an owner, so it writes the
         # log alone.
-        return ["--cluster", "off"]
+        return ["--cluster", "off", "--transactions", "off"]
 
     @property
     def bootstrap(self) -> str:

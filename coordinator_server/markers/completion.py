@@ -198,7 +198,7 @@ class TxnCompletions:
             log.warning("%s: markers refused (%s); retrying", what, dict(outcome.errors))
             # Only the partitions still owed.
             partitions = {}
-            for (topic, index), _ in outcome.errors.items():
+            for topic, index in outcome.errors:
                 partitions.setdefault(topic, []).append(index)
             await self._backoff(attempt)
             attempt += 1

@@ -351,7 +351,7 @@ class OffsetMetadataManager:
         # transactional offset is unstable (Kafka's C8).
         pending = (
             self.pending.of_group(group_id)
-            if committed_offset is None and self._pending_by_group and offsets is not None
+            if committed_offset is None and self._pending_by_group
             else None
         )
 
