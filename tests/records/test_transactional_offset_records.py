@@ -88,9 +88,7 @@ _ints = st.integers(-(2**63), 2**63 - 1)
         _texts,
         st.integers(0, 2**31 - 1),
         st.integers(0, 2**63 - 1),
-        st.builds(
-            TransactionalOffsetValue, st.integers(0, 2**15 - 1), _ints, _ints, _texts, _ints
-        ),
+        st.builds(TransactionalOffsetValue, st.integers(0, 2**15 - 1), _ints, _ints, _texts, _ints),
     )
     | st.builds(
         new_transactional_offset_tombstone_record,
