@@ -348,7 +348,8 @@ class OffsetMetadataManager:
         `max_bytes`."""
         offsets = self._visible_offsets(group_id, committed_offset)
         # A fetch of the latest state is a require_stable one: a partition with a pending
-        # transactional offset is unstable (Kafka's C8).
+        # transactional offset is unstable (Kafka's C8), committed offset or not. (A group
+        # with pending offsets exists: deleting it deletes them.)
         pending = (
             self.pending.of_group(group_id)
             if committed_offset is None and self._pending_by_group
