@@ -22,16 +22,10 @@ from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
 from coordinator_server.offsets.transactional import (
-    TxnOffsetCommitRequest as OffsetsTxnCommitRequest,
-)
-from coordinator_server.offsets.transactional import (
-    TxnOffsetCommitRequestPartition as OffsetsTxnCommitPartition,
-)
-from coordinator_server.offsets.transactional import (
-    TxnOffsetCommitRequestTopic as OffsetsTxnCommitTopic,
-)
-from coordinator_server.offsets.transactional import (
-    TxnOffsetCommitResponse as OffsetsTxnCommitResponse,
+    TransactionalCommit,
+    TransactionalCommitAnswer,
+    TransactionalCommitPartition,
+    TransactionalCommitTopic,
 )
 from coordinator_server.runtime.context import CoordinatorState
 from coordinator_server.runtime.events import WriteOutcome
@@ -367,7 +361,7 @@ class TransactionCoordinatorService:
         if refusal is not None:
             return error(ErrorCode.INVALID_REQUEST, refusal)
         group_partition = self._groups.partition_for(group_id)
-        commit = OffsetsTxnCommitRequest(
+        commit = TransactionalCommit(
             group_id=group_id,
             transactional_id=request.transactional_id,
             producer_id=request.producer_id,
@@ -376,10 +370,10 @@ class TransactionCoordinatorService:
             member_id=request.member_id,
             group_instance_id=request.group_instance_id,
             topics=[
-                OffsetsTxnCommitTopic(
+                TransactionalCommitTopic(
                     name=topic.name,
                     partitions=[
-                        OffsetsTxnCommitPartition(
+                        TransactionalCommitPartition(
                             partition_index=p.partition_index,
                             committed_offset=p.committed_offset,
                             committed_leader_epoch=p.committed_leader_epoch,
@@ -392,7 +386,7 @@ class TransactionCoordinatorService:
             ],
         )
 
-        def to_message(result: OffsetsTxnCommitResponse) -> Message:
+        def to_message(result: TransactionalCommitAnswer) -> Message:
             return TxnOffsetCommitResponse(
                 topics=[
                     TxnOffsetCommitResponseTopic(

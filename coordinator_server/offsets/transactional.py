@@ -45,12 +45,12 @@ from coordinator_server.runtime.api import Clock, CoordinatorResult
 from protocol.errors import ErrorCode
 
 # The request and answer of TxnOffsetCommit, with the fields of Kafka's schema
-# (TxnOffsetCommitRequest/Response.json) in snake_case: what the service maps the wire
+# (TransactionalCommit/Response.json) in snake_case: what the service maps the wire
 # messages to and from.
 
 
 @dataclass(frozen=True, slots=True)
-class TxnOffsetCommitRequestPartition:
+class TransactionalCommitPartition:
     partition_index: int
     committed_offset: int
     committed_leader_epoch: int = -1
@@ -58,13 +58,13 @@ class TxnOffsetCommitRequestPartition:
 
 
 @dataclass(frozen=True, slots=True)
-class TxnOffsetCommitRequestTopic:
+class TransactionalCommitTopic:
     name: str
-    partitions: Sequence[TxnOffsetCommitRequestPartition] = ()
+    partitions: Sequence[TransactionalCommitPartition] = ()
 
 
 @dataclass(frozen=True, slots=True)
-class TxnOffsetCommitRequest:
+class TransactionalCommit:
     group_id: str
     transactional_id: str
     producer_id: int
@@ -72,36 +72,36 @@ class TxnOffsetCommitRequest:
     generation_id: int = -1
     member_id: str = ""
     group_instance_id: str | None = None
-    topics: Sequence[TxnOffsetCommitRequestTopic] = ()
+    topics: Sequence[TransactionalCommitTopic] = ()
 
 
 @dataclass(frozen=True, slots=True)
-class TxnOffsetCommitResponsePartition:
+class TransactionalCommitPartitionAnswer:
     partition_index: int
     error_code: ErrorCode
 
 
 @dataclass(frozen=True, slots=True)
-class TxnOffsetCommitResponseTopic:
+class TransactionalCommitTopicAnswer:
     name: str
-    partitions: list[TxnOffsetCommitResponsePartition] = field(default_factory=list)
+    partitions: list[TransactionalCommitPartitionAnswer] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
-class TxnOffsetCommitResponse:
-    topics: list[TxnOffsetCommitResponseTopic] = field(default_factory=list)
+class TransactionalCommitAnswer:
+    topics: list[TransactionalCommitTopicAnswer] = field(default_factory=list)
 
 
 def txn_offset_commit_error_response(
-    request: TxnOffsetCommitRequest, code: ErrorCode
-) -> TxnOffsetCommitResponse:
+    request: TransactionalCommit, code: ErrorCode
+) -> TransactionalCommitAnswer:
     """Every partition of the request answered with `code`."""
-    return TxnOffsetCommitResponse(
+    return TransactionalCommitAnswer(
         topics=[
-            TxnOffsetCommitResponseTopic(
+            TransactionalCommitTopicAnswer(
                 name=topic.name,
                 partitions=[
-                    TxnOffsetCommitResponsePartition(p.partition_index, code)
+                    TransactionalCommitPartitionAnswer(p.partition_index, code)
                     for p in topic.partitions
                 ],
             )
@@ -137,8 +137,8 @@ class TransactionalOffsetManager:
         self._config = config
 
     def commit_transactional_offset(
-        self, request: TxnOffsetCommitRequest
-    ) -> CoordinatorResult[TxnOffsetCommitResponse]:
+        self, request: TransactionalCommit
+    ) -> CoordinatorResult[TransactionalCommitAnswer]:
         """Kafka's TxnOffsetCommit (validateTransactionalOffsetCommit, then
         commitTransactionalOffset): the offsets become the producer's pending ones. That the
         producer's transaction is ongoing is the caller's to check.
@@ -184,10 +184,10 @@ class TransactionalOffsetManager:
         now_ms = self._clock.now_ms()
         records: list[CoordinatorRecord] = []
         admitted: dict[TopicPartition, int] = {}
-        topics: list[TxnOffsetCommitResponseTopic] = []
+        topics: list[TransactionalCommitTopicAnswer] = []
         for topic in request.topics:
             name = topic.name
-            answers: list[TxnOffsetCommitResponsePartition] = []
+            answers: list[TransactionalCommitPartitionAnswer] = []
             for partition in topic.partitions:
                 index = partition.partition_index
                 key = (name, index)
@@ -245,13 +245,13 @@ class TransactionalOffsetManager:
                                 ),
                             )
                         )
-                answers.append(TxnOffsetCommitResponsePartition(index, code))
-            topics.append(TxnOffsetCommitResponseTopic(name=name, partitions=answers))
+                answers.append(TransactionalCommitPartitionAnswer(index, code))
+            topics.append(TransactionalCommitTopicAnswer(name=name, partitions=answers))
         if records and self._records_bytes(records) > config.max_records_bytes:
             return _error(request, ErrorCode.INVALID_COMMIT_OFFSET_SIZE)
         self._groups.metrics.offset_commits += len(records)
         # Kafka appends them as one transactional batch.
-        return CoordinatorResult(records, TxnOffsetCommitResponse(topics=topics), atomic=True)
+        return CoordinatorResult(records, TransactionalCommitAnswer(topics=topics), atomic=True)
 
     def _records_bytes(self, records: list[CoordinatorRecord]) -> int:
         overhead = self._config.record_overhead_bytes
@@ -343,6 +343,6 @@ def _metadata_length(metadata: str) -> int:
 
 
 def _error(
-    request: TxnOffsetCommitRequest, code: ErrorCode
-) -> CoordinatorResult[TxnOffsetCommitResponse]:
+    request: TransactionalCommit, code: ErrorCode
+) -> CoordinatorResult[TransactionalCommitAnswer]:
     return CoordinatorResult(response=txn_offset_commit_error_response(request, code))

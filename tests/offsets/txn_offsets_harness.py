@@ -9,10 +9,10 @@ from typing import Any
 from shard_context import ShardTestContext
 
 from coordinator_server.offsets.transactional import (
-    TxnOffsetCommitRequest,
-    TxnOffsetCommitRequestPartition,
-    TxnOffsetCommitRequestTopic,
-    TxnOffsetCommitResponse,
+    TransactionalCommit,
+    TransactionalCommitAnswer,
+    TransactionalCommitPartition,
+    TransactionalCommitTopic,
 )
 from coordinator_server.records import OffsetCommitValue
 from protocol.errors import ErrorCode
@@ -39,13 +39,13 @@ def txn_request(
     instance: str | None = None,
     metadata: str | None = "metadata",
     leader_epoch: int = 1,
-) -> TxnOffsetCommitRequest:
-    by_topic: dict[str, list[TxnOffsetCommitRequestPartition]] = {}
+) -> TransactionalCommit:
+    by_topic: dict[str, list[TransactionalCommitPartition]] = {}
     for (topic, partition), offset in offsets.items():
         by_topic.setdefault(topic, []).append(
-            TxnOffsetCommitRequestPartition(partition, offset, leader_epoch, metadata)
+            TransactionalCommitPartition(partition, offset, leader_epoch, metadata)
         )
-    return TxnOffsetCommitRequest(
+    return TransactionalCommit(
         group_id=group,
         transactional_id=f"txn-{producer_id}",
         producer_id=producer_id,
@@ -53,11 +53,11 @@ def txn_request(
         generation_id=generation,
         member_id=member_id,
         group_instance_id=instance,
-        topics=[TxnOffsetCommitRequestTopic(name, parts) for name, parts in by_topic.items()],
+        topics=[TransactionalCommitTopic(name, parts) for name, parts in by_topic.items()],
     )
 
 
-def answers(response: TxnOffsetCommitResponse) -> dict[tuple[str, int], ErrorCode]:
+def answers(response: TransactionalCommitAnswer) -> dict[tuple[str, int], ErrorCode]:
     return {
         (topic.name, p.partition_index): p.error_code
         for topic in response.topics
@@ -69,7 +69,7 @@ def txn_commit(
     ctx: ShardTestContext, group: str, producer_id: int, offsets: Offsets, **kwargs: Any
 ) -> dict[tuple[str, int], ErrorCode]:
     request = txn_request(group, producer_id, offsets, **kwargs)
-    response: TxnOffsetCommitResponse = ctx.write(lambda s: s.txn_offset_commit(request))
+    response: TransactionalCommitAnswer = ctx.write(lambda s: s.txn_offset_commit(request))
     return answers(response)
 
 

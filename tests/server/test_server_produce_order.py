@@ -77,8 +77,10 @@ async def two_rounds(
         offsets_topic_partitions=PARTITIONS,
         offsets_topic_replication_factor=1,
         # A node alone: the order of answers and requests is the log's, and a cluster's
-        # membership (its heartbeats, its takeovers) would add turns of its own to count.
+        # membership (its heartbeats, its takeovers) and the transaction coordinator's sweep
+        # of prepared transactions would add turns of their own to count.
         cluster="off",
+        transactions="off",
     )
     app = CoordinatorApp(config)
     await app.start()
