@@ -165,6 +165,7 @@ class CoordinatorApp:
                 offset_metadata_max_bytes=config.offset_metadata_max_bytes,
                 max_committed_offsets_per_group=config.max_committed_offsets_per_group,
                 max_id_length=config.max_id_length,
+                max_pending_transactional_offsets=config.max_pending_transactional_offsets,
                 max_records_bytes=config.max_batch_bytes - BATCH_OVERHEAD_BYTES,
                 record_overhead_bytes=RECORD_OVERHEAD_BYTES,
             ),

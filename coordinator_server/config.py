@@ -226,6 +226,13 @@ class CoordinatorConfig(BaseSettings):
         ge=1,
         description="The most partitions one transaction may write to (POLICY_VIOLATION past it).",
     )
+    max_pending_transactional_offsets: int = Field(
+        defaults.MAX_PENDING_TRANSACTIONAL_OFFSETS,
+        ge=1,
+        description="The most transactional offsets one partition of the log holds pending "
+        "(TxnOffsetCommit's, until their transaction ends); past it, a TxnOffsetCommit is "
+        "refused (INVALID_COMMIT_OFFSET_SIZE).",
+    )
     transaction_max_queued_markers: int = Field(
         defaults.TRANSACTION_MAX_QUEUED_MARKERS,
         ge=1,

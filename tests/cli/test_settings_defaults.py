@@ -10,6 +10,7 @@ from coordinator_server.config import CoordinatorConfig
 from coordinator_server.groups.store import GroupsConfig
 from coordinator_server.offsets.manager import OffsetsConfig
 from coordinator_server.server.state import ServerConfig
+from coordinator_server.transactions.results import TransactionsConfig
 
 
 @pytest.mark.parametrize(
@@ -32,7 +33,13 @@ def test_each_group_setting_defaults_to_what_the_groups_default_to(
 
 
 @pytest.mark.parametrize(
-    "setting", ["offset_metadata_max_bytes", "max_committed_offsets_per_group", "max_id_length"]
+    "setting",
+    [
+        "offset_metadata_max_bytes",
+        "max_committed_offsets_per_group",
+        "max_id_length",
+        "max_pending_transactional_offsets",
+    ],
 )
 def test_each_offsets_setting_defaults_to_what_the_offsets_default_to(setting: str) -> None:
     assert CoordinatorConfig.model_fields[setting].default == getattr(OffsetsConfig(), setting)
@@ -56,3 +63,29 @@ def test_each_offsets_setting_defaults_to_what_the_offsets_default_to(setting: s
 )
 def test_each_listener_setting_defaults_to_what_the_listener_defaults_to(setting: str) -> None:
     assert CoordinatorConfig.model_fields[setting].default == getattr(ServerConfig(), setting)
+
+
+@pytest.mark.parametrize(
+    ("setting", "field"),
+    [
+        ("transaction_max_timeout_ms", "max_timeout_ms"),
+        ("transactional_id_expiration_ms", "transactional_id_expiration_ms"),
+        (
+            "transaction_abort_timed_out_transaction_cleanup_interval_ms",
+            "abort_timed_out_interval_ms",
+        ),
+        (
+            "transaction_remove_expired_transaction_cleanup_interval_ms",
+            "remove_expired_interval_ms",
+        ),
+        ("transaction_producer_id_start", "producer_id_start"),
+        ("transaction_producer_id_end", "producer_id_end"),
+        ("max_transactional_ids", "max_transactional_ids"),
+        ("max_partitions_per_transaction", "max_partitions_per_transaction"),
+    ],
+)
+def test_each_transaction_setting_defaults_to_what_the_transactions_default_to(
+    setting: str, field: str
+) -> None:
+    default = CoordinatorConfig.model_fields[setting].default
+    assert default == getattr(TransactionsConfig(), field)
