@@ -211,6 +211,7 @@ class CoordinatorApp:
                 append_failure_timeout_ms=config.append_failure_timeout_ms,
                 standby_fetch_max_wait_ms=config.standby_fetch_max_wait_ms,
                 standby_fetch_max_bytes=config.standby_fetch_max_bytes,
+                standby_fetch_min_bytes=config.standby_fetch_min_bytes,
                 standby_max_pending_records=config.standby_max_pending_records,
             ),
             observer=self.runtime_metrics,

@@ -239,6 +239,13 @@ class CoordinatorConfig(BaseSettings):
         description="The most transaction markers waiting to be written to the Kafka "
         "cluster's partitions; past it, ending a transaction waits.",
     )
+    standby_fetch_min_bytes: int = Field(
+        defaults.STANDBY_FETCH_MIN_BYTES,
+        ge=1,
+        description="How many record bytes a standby's read waits for (up to "
+        "standby-fetch-max-wait-ms) before it answers: a busy log is read in rounds of this "
+        "many bytes rather than one per append.",
+    )
     standby_max_pending_records: int = Field(
         defaults.STANDBY_MAX_PENDING_RECORDS,
         ge=1,

@@ -29,6 +29,9 @@ CLUSTER_HEARTBEAT_INTERVAL_MS = 1000
 # and the most bytes one read of all its partitions brings in.
 STANDBY_FETCH_MAX_WAIT_MS = 500
 STANDBY_FETCH_MAX_BYTES = 16 * 1024 * 1024
+# How many bytes a standby's read waits for (up to its max wait): a busy log is read in
+# rounds of about this size instead of a round per append.
+STANDBY_FETCH_MIN_BYTES = 1024 * 1024
 # The most records a standby holds read but not yet replayed (the latest per key): what a
 # takeover replays at most.
 STANDBY_MAX_PENDING_RECORDS = 100_000

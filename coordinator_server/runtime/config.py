@@ -39,6 +39,9 @@ class RuntimeConfig:
             trip, and an idle log costs a request every this many milliseconds).
         standby_fetch_max_bytes: the most record bytes one read of the standby partitions
             brings in (a record batch larger than that still comes whole).
+        standby_fetch_min_bytes: how many record bytes a read of the standby partitions
+            waits for (up to `standby_fetch_max_wait_ms`) before it answers: a busy log is
+            read in rounds of this many bytes, not one round per append.
         standby_max_pending_records: the most records a standby holds read but not yet
             replayed into its shard (the latest of each key, as compaction would leave
             them); past it, or when a read brings the partition nothing new, they are
@@ -55,6 +58,7 @@ class RuntimeConfig:
     append_failure_timeout_ms: int = defaults.APPEND_FAILURE_TIMEOUT_MS
     standby_fetch_max_wait_ms: int = defaults.STANDBY_FETCH_MAX_WAIT_MS
     standby_fetch_max_bytes: int = defaults.STANDBY_FETCH_MAX_BYTES
+    standby_fetch_min_bytes: int = defaults.STANDBY_FETCH_MIN_BYTES
     standby_max_pending_records: int = defaults.STANDBY_MAX_PENDING_RECORDS
 
     def __post_init__(self) -> None:
@@ -81,6 +85,10 @@ class RuntimeConfig:
         if self.standby_fetch_max_bytes < 1:
             raise ValueError(
                 f"standby_fetch_max_bytes must be positive, got {self.standby_fetch_max_bytes}"
+            )
+        if self.standby_fetch_min_bytes < 1:
+            raise ValueError(
+                f"standby_fetch_min_bytes must be positive, got {self.standby_fetch_min_bytes}"
             )
         if self.standby_max_pending_records < 1:
             raise ValueError(

@@ -174,6 +174,7 @@ class StandbyFollower:
                     {p: s.position for p, s in due.items()},
                     self._sink(due),
                     max_wait_ms=self._config.standby_fetch_max_wait_ms,
+                    min_bytes=self._config.standby_fetch_min_bytes,
                     max_bytes=self._config.standby_fetch_max_bytes,
                 )
             except Exception as error:

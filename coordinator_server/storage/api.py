@@ -152,15 +152,18 @@ class LogFollower(Protocol):
         *,
         max_wait_ms: int,
         max_bytes: int,
+        min_bytes: int = 1,
     ) -> FollowResult:
         """One round: hand `sink` the committed records of each partition from its position
         (None: from the partition's start) on, up to at most about `max_bytes` in all
         (a record batch larger than that still comes whole).
 
-        When none of the partitions has a committed record past its position, wait up to
-        `max_wait_ms` for one (a long poll), so that a caller that calls again at once
-        never spins. Errors of single partitions are in the result; it raises LoadError
-        only when nothing could be asked at all (the log is not running or stopped).
+        When the partitions have fewer than `min_bytes` of committed records past their
+        positions, wait up to `max_wait_ms` for more (a long poll), so that a caller that
+        calls again at once never spins, and a busy log is read in large rounds rather
+        than a round per append (a log may answer as soon as it has any record). Errors of
+        single partitions are in the result; it raises LoadError only when nothing could be
+        asked at all (the log is not running or stopped).
         """
         ...
 

@@ -3,11 +3,13 @@
 One round reads every followed partition at once, as a consumer does: one Fetch request per
 partition leader, each partition from its own position, the whole round at most `max_bytes`
 (a partition at most its share of them, and a record batch larger than that still comes
-whole, KIP-74). The broker holds a Fetch that finds nothing new for up to `max_wait_ms` and
-answers as soon as a record commits (`min_bytes` 1), so a standby that calls again at once
-neither spins nor lags by more than a round trip. The Fetch goes up to the high watermark
-(isolation READ_UNCOMMITTED, which for a consumer is the high watermark): a standby never
-sees a record the log could still lose.
+whole, KIP-74). The broker holds a Fetch that finds fewer than `min_bytes` new for up to
+`max_wait_ms` and answers as soon as that many have committed, so a standby that calls again
+at once never spins, lags by at most `max_wait_ms`, and on a busy log reads in rounds of
+`min_bytes` rather than one round per append (each round costs the broker and the standby's
+node a Fetch: a round per append cost the broker about as much again as the appends). The
+Fetch goes up to the high watermark (isolation READ_UNCOMMITTED, which for a consumer is the
+high watermark): a standby never sees a record the log could still lose.
 
 The rounds have a connection of their own (`connect`): a broker answers the requests of one
 connection in order, so a Fetch it holds for `max_wait_ms` would delay the loads and the
@@ -89,6 +91,7 @@ class KafkaFollower:
         *,
         max_wait_ms: int,
         max_bytes: int,
+        min_bytes: int = 1,
     ) -> FollowResult:
         stopped = self._stopped()
         if stopped is not None:
@@ -115,7 +118,7 @@ class KafkaFollower:
         }
         answers = await asyncio.gather(
             *(
-                self._fetch(client, node, wanted, max_wait_ms, max_bytes, share)
+                self._fetch(client, node, wanted, max_wait_ms, min_bytes, max_bytes, share)
                 for node, wanted in fetches.items()
                 if wanted
             ),
@@ -251,13 +254,14 @@ class KafkaFollower:
         node: int,
         wanted: list[tuple[int, int]],
         max_wait_ms: int,
+        min_bytes: int,
         max_bytes: int,
         share: int,
     ) -> dict[int, Any]:
         """One Fetch of the partitions `node` leads: each partition's answer."""
         request = FetchRequest(
             max_wait_ms,
-            1,
+            min_bytes,
             max_bytes,
             READ_UNCOMMITTED,
             [(self._topic, [(p, position, share) for p, position in wanted])],

@@ -270,6 +270,7 @@ class InMemoryFollower:
         *,
         max_wait_ms: int,
         max_bytes: int,
+        min_bytes: int = 1,
     ) -> FollowResult:
         writer = self._writer
         if writer.stopped is not None:

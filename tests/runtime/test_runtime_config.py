@@ -19,6 +19,7 @@ SETTINGS = {
     "append_failure_timeout_ms": "append_failure_timeout_ms",
     "standby_fetch_max_wait_ms": "standby_fetch_max_wait_ms",
     "standby_fetch_max_bytes": "standby_fetch_max_bytes",
+    "standby_fetch_min_bytes": "standby_fetch_min_bytes",
     "standby_max_pending_records": "standby_max_pending_records",
     "timer_retry_backoff_ms": None,
     "run_when_idle": None,
