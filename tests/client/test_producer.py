@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -49,14 +49,11 @@ TXN_API_KEYS = (
 
 
 @pytest.fixture(scope="module")
-def txn_broker() -> Iterator[ApacheKafkaBroker]:
-    """A broker that takes transactional batches without asking its own transaction
-    coordinator about them (what coordinator-server's transactions need of Kafka)."""
-    with ApacheKafkaBroker(
-        config={"transaction.partition.verification.enable": "false"},
-        sasl_ssl_listener=False,
-    ) as broker:
-        yield broker
+def txn_broker(kafka_broker: ApacheKafkaBroker) -> ApacheKafkaBroker:
+    """The session's broker: it takes transactional batches without asking its own
+    transaction coordinator about them (transaction.partition.verification.enable=false,
+    what coordinator-server's transactions need of Kafka)."""
+    return kafka_broker
 
 
 @pytest.fixture
