@@ -1,0 +1,300 @@
+"""The transaction APIs over real sockets, in process, on the in-memory log: routing, the
+refusals Kafka's transaction coordinator answers, and a transaction that commits offsets only
+(no data partition, so no Kafka cluster is needed to end it). Transactions with records on
+Kafka: tests/transactions/test_transactions_kafka.py."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from wire_client import WireClient
+
+from coordinator_server.app import CoordinatorApp
+from coordinator_server.config import CoordinatorConfig
+from coordinator_server.defaults import TRANSACTION_PRODUCER_ID_START
+from coordinator_server.markers.completion import TxnCompletions
+from coordinator_server.storage.memory import InMemoryLog
+from coordinator_server.transaction_service import TransactionCoordinatorService
+from protocol.api_keys import ApiKey
+from protocol.errors import ErrorCode
+
+PARTITIONS = 4
+LOG_TOPIC = "__coordinator_offsets"
+TID = "txn-a"
+GROUP = "group-a"
+
+
+@pytest.fixture
+async def app() -> AsyncIterator[CoordinatorApp]:
+    config = CoordinatorConfig(
+        port=0,
+        metrics_port=-1,
+        offsets_topic_partitions=PARTITIONS,
+        transaction_max_timeout_ms=60_000,
+    )
+    app = CoordinatorApp(config, log=InMemoryLog(PARTITIONS, auto_commit=True))
+    await app.start()
+    yield app
+    await app.shutdown()
+
+
+@pytest.fixture
+async def served(app: CoordinatorApp) -> AsyncIterator[CoordinatorApp]:
+    """The app with its transaction coordinator wired as `app.py` wires it, minus the Kafka
+    cluster: transactions that wrote no records end without data markers."""
+    assert app.runtime is not None and app.service is not None
+    completions = TxnCompletions(app.runtime, None, coordinator_epoch=lambda _: 0)
+    service = TransactionCoordinatorService(
+        app.runtime,
+        app.service,
+        log_topic=LOG_TOPIC,
+        completions=completions,
+        max_id_length=app.config.max_id_length,
+    )
+    app.service.serve_transactions(service.handlers)
+    completions.start()
+    yield app
+    await completions.stop()
+
+
+async def client_of(app: CoordinatorApp) -> WireClient:
+    assert app.address is not None
+    return await WireClient.connect(*app.address)
+
+
+async def test_a_node_without_transactions_says_why_and_does_not_list_them(
+    app: CoordinatorApp,
+) -> None:
+    client = await client_of(app)
+    try:
+        versions = await client.call(ApiKey.API_VERSIONS, {})
+        listed = {key["api_key"] for key in versions["api_keys"]}
+        assert ApiKey.INIT_PRODUCER_ID not in listed
+        answer = await client.call(ApiKey.FIND_COORDINATOR, {"key_type": 1, "keys": [TID]})
+        (coordinator,) = answer["coordinators"]
+        assert coordinator["error_code"] == ErrorCode.INVALID_REQUEST
+        assert "coordinates no transactions" in coordinator["error_message"]
+        refused = await client.call(
+            ApiKey.INIT_PRODUCER_ID, {"transactional_id": TID, "transaction_timeout_ms": 1000}
+        )
+        assert refused["error_code"] == ErrorCode.UNSUPPORTED_VERSION
+    finally:
+        await client.close()
+
+
+async def test_transactional_ids_are_routed_like_group_ids(served: CoordinatorApp) -> None:
+    client = await client_of(served)
+    try:
+        versions = await client.call(ApiKey.API_VERSIONS, {})
+        listed = {key["api_key"] for key in versions["api_keys"]}
+        assert {ApiKey.INIT_PRODUCER_ID, ApiKey.END_TXN, ApiKey.LIST_TRANSACTIONS} <= listed
+        answer = await client.call(ApiKey.FIND_COORDINATOR, {"key_type": 1, "keys": [TID, ""]})
+        found, empty = answer["coordinators"]
+        assert found["error_code"] == ErrorCode.NONE
+        assert served.address is not None
+        assert found["port"] == served.address[1]
+        assert empty["error_code"] == ErrorCode.INVALID_REQUEST
+    finally:
+        await client.close()
+
+
+async def init(client: WireClient, **body: Any) -> dict[str, Any]:
+    return await client.call(
+        ApiKey.INIT_PRODUCER_ID,
+        {"transactional_id": TID, "transaction_timeout_ms": 30_000, **body},
+    )
+
+
+async def test_init_producer_id_hands_out_ids_from_the_range_and_bumps_epochs(
+    served: CoordinatorApp,
+) -> None:
+    client = await client_of(served)
+    try:
+        first = await init(client)
+        assert first["error_code"] == ErrorCode.NONE
+        assert first["producer_id"] >= TRANSACTION_PRODUCER_ID_START
+        again = await init(client)
+        assert (again["producer_id"], again["producer_epoch"]) == (
+            first["producer_id"],
+            first["producer_epoch"] + 1,
+        )
+        # KIP-360: the current producer resumes at the next epoch; a stale one is fenced.
+        resumed = await init(
+            client, producer_id=again["producer_id"], producer_epoch=again["producer_epoch"]
+        )
+        assert resumed["producer_epoch"] == again["producer_epoch"] + 1
+        stale = await init(
+            client, producer_id=first["producer_id"], producer_epoch=first["producer_epoch"]
+        )
+        assert stale["error_code"] == ErrorCode.PRODUCER_FENCED
+
+        idempotent = await client.call(
+            ApiKey.INIT_PRODUCER_ID, {"transactional_id": None, "transaction_timeout_ms": 1}
+        )
+        assert idempotent["error_code"] == ErrorCode.NONE
+        assert idempotent["producer_id"] not in (first["producer_id"], -1)
+        assert (await init(client, transaction_timeout_ms=60_001))["error_code"] == (
+            ErrorCode.INVALID_TRANSACTION_TIMEOUT
+        )
+        assert (await init(client, transactional_id=""))["error_code"] == ErrorCode.INVALID_REQUEST
+        half = await init(client, producer_id=first["producer_id"])
+        assert half["error_code"] == ErrorCode.INVALID_REQUEST
+    finally:
+        await client.close()
+
+
+def txn_commit_body(producer: dict[str, Any], offset: int) -> dict[str, Any]:
+    return {
+        "transactional_id": TID,
+        "group_id": GROUP,
+        "producer_id": producer["producer_id"],
+        "producer_epoch": producer["producer_epoch"],
+        "topics": [
+            {"name": "in", "partitions": [{"partition_index": 0, "committed_offset": offset}]}
+        ],
+    }
+
+
+async def fetch(client: WireClient, *, require_stable: bool) -> dict[str, Any]:
+    answer = await client.call(
+        ApiKey.OFFSET_FETCH,
+        {
+            "groups": [{"group_id": GROUP, "topics": [{"name": "in", "partition_indexes": [0]}]}],
+            "require_stable": require_stable,
+        },
+    )
+    partition: dict[str, Any] = answer["groups"][0]["topics"][0]["partitions"][0]
+    return partition
+
+
+def txn_body(producer: dict[str, Any], **body: Any) -> dict[str, Any]:
+    return {
+        "transactional_id": TID,
+        "producer_id": producer["producer_id"],
+        "producer_epoch": producer["producer_epoch"],
+        **body,
+    }
+
+
+async def test_offsets_committed_in_a_transaction(served: CoordinatorApp) -> None:
+    client = await client_of(served)
+    try:
+        producer = await init(client)
+        # Not in the transaction yet: refused (Kafka's verification, KIP-890).
+        early = await client.call(ApiKey.TXN_OFFSET_COMMIT, txn_commit_body(producer, 10))
+        assert early["topics"][0]["partitions"][0]["error_code"] == ErrorCode.INVALID_TXN_STATE
+
+        added = await client.call(ApiKey.ADD_OFFSETS_TO_TXN, txn_body(producer, group_id=GROUP))
+        assert added["error_code"] == ErrorCode.NONE
+        committed = await client.call(ApiKey.TXN_OFFSET_COMMIT, txn_commit_body(producer, 10))
+        assert committed["topics"][0]["partitions"][0]["error_code"] == ErrorCode.NONE
+        assert (await fetch(client, require_stable=True))["error_code"] == (
+            ErrorCode.UNSTABLE_OFFSET_COMMIT
+        )
+        assert (await fetch(client, require_stable=False))["committed_offset"] == -1
+
+        ended = await client.call(ApiKey.END_TXN, txn_body(producer, committed=True))
+        assert ended["error_code"] == ErrorCode.NONE
+        await until_stable(client, 10)
+        described = await client.call(ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [TID]})
+        (state,) = described["transaction_states"]
+        assert state["transaction_state"] == "CompleteCommit"
+
+        # An aborted one leaves the committed offset as it was.
+        await client.call(ApiKey.ADD_OFFSETS_TO_TXN, txn_body(producer, group_id=GROUP))
+        await client.call(ApiKey.TXN_OFFSET_COMMIT, txn_commit_body(producer, 20))
+        await client.call(ApiKey.END_TXN, txn_body(producer, committed=False))
+        await until_stable(client, 10)
+
+        # A stale epoch is fenced, for the offsets as for the transaction.
+        await init(client)
+        fenced = await client.call(ApiKey.TXN_OFFSET_COMMIT, txn_commit_body(producer, 30))
+        assert fenced["topics"][0]["partitions"][0]["error_code"] == ErrorCode.PRODUCER_FENCED
+        late = await client.call(ApiKey.END_TXN, txn_body(producer, committed=True))
+        assert late["error_code"] == ErrorCode.PRODUCER_FENCED
+    finally:
+        await client.close()
+
+
+async def until_stable(client: WireClient, offset: int) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 5
+    while True:
+        partition = await fetch(client, require_stable=True)
+        if partition["error_code"] == ErrorCode.NONE:
+            assert partition["committed_offset"] == offset
+            return
+        assert partition["error_code"] == ErrorCode.UNSTABLE_OFFSET_COMMIT
+        assert loop.time() < deadline, "the transaction never ended"
+        await asyncio.sleep(0.02)
+
+
+async def test_write_txn_markers_ends_a_producers_offsets_on_this_nodes_partitions(
+    served: CoordinatorApp,
+) -> None:
+    client = await client_of(served)
+    try:
+        producer = await init(client)
+        await client.call(ApiKey.ADD_OFFSETS_TO_TXN, txn_body(producer, group_id=GROUP))
+        await client.call(ApiKey.TXN_OFFSET_COMMIT, txn_commit_body(producer, 7))
+        assert served.service is not None
+        partition = served.service.partition_for(GROUP)
+        answer = await client.call(
+            ApiKey.WRITE_TXN_MARKERS,
+            {
+                "markers": [
+                    {
+                        "producer_id": producer["producer_id"],
+                        "producer_epoch": producer["producer_epoch"],
+                        "transaction_result": True,
+                        "coordinator_epoch": 0,
+                        "topics": [
+                            {"name": LOG_TOPIC, "partition_indexes": [partition]},
+                            {"name": "not-the-log", "partition_indexes": [0]},
+                        ],
+                    }
+                ]
+            },
+        )
+        (marker,) = answer["markers"]
+        codes = {
+            (topic["name"], p["partition_index"]): p["error_code"]
+            for topic in marker["topics"]
+            for p in topic["partitions"]
+        }
+        assert codes == {
+            (LOG_TOPIC, partition): ErrorCode.NONE,
+            ("not-the-log", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        }
+        partition_answer = await fetch(client, require_stable=True)
+        assert (partition_answer["error_code"], partition_answer["committed_offset"]) == (0, 7)
+    finally:
+        await client.close()
+
+
+async def test_list_transactions_filters_and_names_unknown_states(served: CoordinatorApp) -> None:
+    client = await client_of(served)
+    try:
+        producer = await init(client)
+        await client.call(ApiKey.ADD_OFFSETS_TO_TXN, txn_body(producer, group_id=GROUP))
+        listed = await client.call(
+            ApiKey.LIST_TRANSACTIONS, {"state_filters": ["Ongoing", "Bogus"]}
+        )
+        assert listed["unknown_state_filters"] == ["Bogus"]
+        assert [t["transactional_id"] for t in listed["transaction_states"]] == [TID]
+        by_pattern = await client.call(
+            ApiKey.LIST_TRANSACTIONS, {"transactional_id_pattern": "txn-.*"}
+        )
+        assert [t["transactional_id"] for t in by_pattern["transaction_states"]] == [TID]
+        none = await client.call(ApiKey.LIST_TRANSACTIONS, {"transactional_id_pattern": "x.*"})
+        assert none["transaction_states"] == []
+        unknown = await client.call(
+            ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": ["never-seen", ""]}
+        )
+        codes = [s["error_code"] for s in unknown["transaction_states"]]
+        assert codes == [ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, ErrorCode.INVALID_REQUEST]
+    finally:
+        await client.close()
