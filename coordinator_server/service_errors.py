@@ -23,6 +23,10 @@ _APPEND_ERROR_MAPPING: Mapping[int, ErrorCode] = {
     ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR,
     ErrorCode.RECORD_LIST_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR,
     ErrorCode.INVALID_FETCH_SIZE: ErrorCode.UNKNOWN_SERVER_ERROR,
+    # The log's own producer meets these; they mean nothing to a group's or a transaction's
+    # client (a fenced owner's appends fail as NOT_COORDINATOR before they get here).
+    ErrorCode.UNKNOWN_PRODUCER_ID: ErrorCode.UNKNOWN_SERVER_ERROR,
+    ErrorCode.PRODUCER_FENCED: ErrorCode.UNKNOWN_SERVER_ERROR,
 }
 
 

@@ -44,10 +44,12 @@ TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Final = int(ErrorCode.TRANSACTIONAL_ID_AU
 CLUSTER_AUTHORIZATION_FAILED: Final = int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 KAFKA_STORAGE_ERROR: Final = int(ErrorCode.KAFKA_STORAGE_ERROR)
 SASL_AUTHENTICATION_FAILED: Final = int(ErrorCode.SASL_AUTHENTICATION_FAILED)
+# In the table for the transaction APIs; an append that fails with one still answers a group's
+# client UNKNOWN_SERVER_ERROR (service_errors maps them).
+UNKNOWN_PRODUCER_ID: Final = int(ErrorCode.UNKNOWN_PRODUCER_ID)
+PRODUCER_FENCED: Final = int(ErrorCode.PRODUCER_FENCED)
 
 # Codes only a broker answers (Kafka's numbers, `org.apache.kafka.common.protocol.Errors`).
-UNKNOWN_PRODUCER_ID: Final = 59
 FENCED_LEADER_EPOCH: Final = 74
 UNKNOWN_LEADER_EPOCH: Final = 75
 OFFSET_NOT_AVAILABLE: Final = 78
-PRODUCER_FENCED: Final = 90

@@ -58,7 +58,6 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
@@ -77,7 +76,6 @@ from coordinator_server.storage.error_codes import (
     MESSAGE_TOO_LARGE,
     NOT_COORDINATOR,
     REQUEST_TIMED_OUT,
-    TOPIC_ALREADY_EXISTS,
     UNKNOWN_SERVER_ERROR,
     UNKNOWN_TOPIC_OR_PARTITION,
 )
@@ -111,6 +109,12 @@ from coordinator_server.storage.kafka_producer_fencing import (
 )
 from coordinator_server.storage.kafka_sasl import KafkaConnector
 from coordinator_server.storage.kafka_security import KafkaSecurity
+from coordinator_server.storage.kafka_topic import (
+    KafkaLogError,
+    OffsetsTopic,
+    ensure_topic,
+    offsets_topic_configs,
+)
 
 __all__ = ["KafkaLog", "KafkaLogError", "OwnershipError", "offsets_topic_configs"]
 
@@ -120,9 +124,6 @@ log = logging.getLogger(__name__)
 _CHECK_RETRY_S = 1.0
 
 T = TypeVar("T")
-
-# As Kafka configures __consumer_offsets (GroupCoordinatorService.groupMetadataTopicConfigs).
-OFFSETS_TOPIC_SEGMENT_BYTES = 104_857_600
 
 # Tries of each step of the start, and the back-off between them (times the attempt).
 START_ATTEMPTS = 4
@@ -142,18 +143,6 @@ NOT_TRANSACTIONAL = 0
 # cost: while an append is being sent again, the partition's next writes wait behind it in
 # the runtime (its parked writes time out after the write timeout meanwhile).
 DELIVERY_TIMEOUT_FACTOR = 3
-
-
-class KafkaLogError(Exception):
-    """The topic cannot be created or described."""
-
-
-def offsets_topic_configs() -> dict[str, str]:
-    return {
-        "cleanup.policy": "compact",
-        "compression.type": "producer",
-        "segment.bytes": str(OFFSETS_TOPIC_SEGMENT_BYTES),
-    }
 
 
 class KafkaLog:
@@ -725,74 +714,19 @@ class KafkaLog:
         """Create the topic when it does not exist; return its real partition count."""
         # Bootstrapping first: a cluster that cannot be reached fails the start at once.
         await self._loader()
-        metadata = await self._fetch_metadata()
-        if not metadata.exists:
-            await self._create_topic()
-        partitions = await self._await_partition_count()
-        if partitions != self._configured_partitions:
-            log.warning(
-                "topic %s has %d partitions, not the %d configured; the real count decides "
-                "group placement",
-                self._topic,
-                partitions,
-                self._configured_partitions,
-            )
-        return partitions
-
-    async def _create_topic(self) -> None:
-        new_topic = NewTopic(
-            self._topic,
-            self._configured_partitions,
-            self._replication_factor,
-            topic_configs=offsets_topic_configs(),
+        return await ensure_topic(
+            OffsetsTopic(
+                name=self._topic,
+                partitions=self._configured_partitions,
+                replication_factor=self._replication_factor,
+                bootstrap_servers=self._bootstrap_servers,
+                client_id=self._client_id,
+                request_timeout_ms=self._request_timeout_ms,
+                client_options=self._client_options,
+                ready_timeout_s=self._longest_timeout_ms / 1000,
+            ),
+            self._fetch_metadata,
         )
-        admin = AIOKafkaAdminClient(
-            bootstrap_servers=self._bootstrap_servers,
-            client_id=self._client_id,
-            request_timeout_ms=self._request_timeout_ms,
-            **self._client_options,
-        )
-        try:
-            await admin.start()
-            response = await admin.create_topics([new_topic])
-        finally:
-            await admin.close()
-        for topic_error in response.topic_errors:
-            error_code = topic_error[1]
-            if error_code == 0:
-                log.info(
-                    "created topic %s with %d partitions",
-                    self._topic,
-                    self._configured_partitions,
-                )
-            elif error_code == TOPIC_ALREADY_EXISTS:
-                # Another server created it between our look and our request.
-                log.info("topic %s was created concurrently", self._topic)
-            else:
-                message = topic_error[2] if len(topic_error) > 2 else ""
-                raise KafkaLogError(
-                    f"cannot create topic {self._topic}: error {error_code} {message}"
-                )
-
-    async def _await_partition_count(self) -> int:
-        """The topic's partition count, once every partition has a leader (a topic just
-        created may take a moment to show them)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._longest_timeout_ms / 1000
-        while True:
-            try:
-                metadata: TopicMetadata | None = await self._fetch_metadata()
-            except TopicMetadataError as error:
-                metadata = None
-                problem = str(error)
-            if metadata is not None:
-                leaders = metadata.leaders
-                if metadata.error_code == 0 and leaders and min(leaders.values()) >= 0:
-                    return len(leaders)
-                problem = f"error {metadata.error_code}, {len(leaders)} partitions"
-            if loop.time() > deadline:
-                raise KafkaLogError(f"topic {self._topic} is not ready: {problem}")
-            await asyncio.sleep(0.05)
 
     def _advance_high_watermark(self, partition: int, offset: int, *, notify: bool) -> None:
         if offset <= self._high_watermarks.get(partition, 0):

@@ -1,0 +1,130 @@
+"""The log's topic: created compacted when it does not exist, and its real partition count
+once every partition has a leader (Kafka's coordinator creates `__consumer_offsets` the same
+way, with the configs of `GroupCoordinatorService.groupMetadataTopicConfigs`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from coordinator_server.storage.error_codes import TOPIC_ALREADY_EXISTS
+from coordinator_server.storage.kafka_metadata import TopicMetadata, TopicMetadataError
+
+log = logging.getLogger("coordinator_server.storage.kafka")
+
+# As Kafka configures __consumer_offsets (GroupCoordinatorService.groupMetadataTopicConfigs).
+OFFSETS_TOPIC_SEGMENT_BYTES = 104_857_600
+
+
+class KafkaLogError(Exception):
+    """The topic cannot be created or described."""
+
+
+def offsets_topic_configs() -> dict[str, str]:
+    return {
+        "cleanup.policy": "compact",
+        "compression.type": "producer",
+        "segment.bytes": str(OFFSETS_TOPIC_SEGMENT_BYTES),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetsTopic:
+    """The topic the log wants, and how to reach the cluster that holds it."""
+
+    name: str
+    partitions: int
+    replication_factor: int
+    bootstrap_servers: str
+    client_id: str
+    request_timeout_ms: int
+    client_options: Mapping[str, Any] = field(default_factory=dict)
+    # How long a topic just created may take to show a leader for every partition.
+    ready_timeout_s: float = 30.0
+
+
+async def ensure_topic(
+    topic: OffsetsTopic, fetch_metadata: Callable[[], Awaitable[TopicMetadata]]
+) -> int:
+    """Create the topic when it does not exist; return its real partition count (the count
+    decides where groups live, whatever was configured)."""
+    metadata = await fetch_metadata()
+    if not metadata.exists:
+        await _create_topic(topic)
+    partitions = await _await_partition_count(topic, fetch_metadata)
+    if partitions != topic.partitions:
+        log.warning(
+            "topic %s has %d partitions, not the %d configured; the real count decides "
+            "group placement",
+            topic.name,
+            partitions,
+            topic.partitions,
+        )
+    return partitions
+
+
+async def _create_topic(topic: OffsetsTopic) -> None:
+    new_topic = NewTopic(
+        topic.name,
+        topic.partitions,
+        topic.replication_factor,
+        topic_configs=offsets_topic_configs(),
+    )
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=topic.bootstrap_servers,
+        client_id=topic.client_id,
+        request_timeout_ms=topic.request_timeout_ms,
+        **topic.client_options,
+    )
+    try:
+        await admin.start()
+        response = await admin.create_topics([new_topic])
+    finally:
+        await admin.close()
+    for topic_error in response.topic_errors:
+        error_code = topic_error[1]
+        if error_code == 0:
+            log.info("created topic %s with %d partitions", topic.name, topic.partitions)
+        elif error_code == TOPIC_ALREADY_EXISTS:
+            # Another server created it between our look and our request.
+            log.info("topic %s was created concurrently", topic.name)
+        else:
+            message = topic_error[2] if len(topic_error) > 2 else ""
+            raise KafkaLogError(f"cannot create topic {topic.name}: error {error_code} {message}")
+
+
+async def _await_partition_count(
+    topic: OffsetsTopic, fetch_metadata: Callable[[], Awaitable[TopicMetadata]]
+) -> int:
+    """The topic's partition count, once every partition has a leader (a topic just created
+    may take a moment to show them)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + topic.ready_timeout_s
+    while True:
+        try:
+            metadata: TopicMetadata | None = await fetch_metadata()
+        except TopicMetadataError as error:
+            metadata = None
+            problem = str(error)
+        if metadata is not None:
+            leaders = metadata.leaders
+            if metadata.error_code == 0 and leaders and min(leaders.values()) >= 0:
+                return len(leaders)
+            problem = f"error {metadata.error_code}, {len(leaders)} partitions"
+        if loop.time() > deadline:
+            raise KafkaLogError(f"topic {topic.name} is not ready: {problem}")
+        await asyncio.sleep(0.05)
+
+
+__all__ = [
+    "OFFSETS_TOPIC_SEGMENT_BYTES",
+    "KafkaLogError",
+    "OffsetsTopic",
+    "ensure_topic",
+    "offsets_topic_configs",
+]
