@@ -52,6 +52,8 @@ from protocol.api_keys import ApiKey
 from protocol.errors import ApiError, ErrorCode
 from protocol.messages import Message
 from protocol.transactions import (
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
     AddOffsetsToTxnRequest,
     AddOffsetsToTxnResponse,
     AddPartitionsToTxnRequest,
@@ -177,7 +179,13 @@ class TransactionCoordinatorService:
 
     def init_producer_id(self, request: InitProducerIdRequest, ctx: RequestContext) -> Reply:
         def error(code: ErrorCode, message: str | None = None) -> InitProducerIdResponse:
-            return InitProducerIdResponse(error_code=code, error_message=message)
+            # Kafka's coordinator answers no producer id and no epoch with an error.
+            return InitProducerIdResponse(
+                error_code=code,
+                error_message=message,
+                producer_id=NO_PRODUCER_ID,
+                producer_epoch=NO_PRODUCER_EPOCH,
+            )
 
         transactional_id = request.transactional_id
         if (request.producer_id < 0) != (request.producer_epoch < 0):

@@ -3,7 +3,7 @@ create a topic, and a bounded cache of their answers.
 
 A marker for a topic the cluster does not know must not create it (a broker with
 `auto.create.topics.enable` would, for any MetadataRequest that allows it): only versions 4
-and later can say so, and every request here does (as the log's own metadata requests do,
+and later can say so, and every request here does (the log's own request for it,
 `storage.kafka_metadata`). The cache keeps the leaders of up to `max_topics` topics for
 `max_age_s`; an answer that a leader moved (or a lost connection) drops the topic's entry, so
 the next attempt asks again (Kafka's coordinator reads its broker's metadata cache on every
@@ -18,9 +18,8 @@ from dataclasses import dataclass
 
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
-from aiokafka.protocol.api import Request
-from aiokafka.protocol.metadata import MetadataRequest_v4, MetadataRequest_v5
 
+from coordinator_server.storage.kafka_metadata import MetadataRequestWithoutAutoCreation
 from protocol.errors import ErrorCode
 
 __all__ = ["NO_LEADER", "LeaderCache", "LeaderLookupError", "TopicLeaders"]
@@ -31,22 +30,6 @@ _UNKNOWN_TOPIC = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
 
 class LeaderLookupError(Exception):
     """No metadata could be read now (no broker answered in time): try again later."""
-
-
-class _LeadersRequest(
-    Request[MetadataRequest_v4 | MetadataRequest_v5]  # type: ignore[misc]
-):
-    """A MetadataRequest for the topics' leaders that never creates them."""
-
-    API_KEY = 3
-
-    def __init__(self, topics: list[str]) -> None:
-        self._topics = topics
-
-    def build(
-        self, request_struct_class: type[MetadataRequest_v4 | MetadataRequest_v5]
-    ) -> MetadataRequest_v4 | MetadataRequest_v5:
-        return request_struct_class(self._topics, False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +85,7 @@ class LeaderCache:
             raise LeaderLookupError("no broker is known")
         try:
             response = await asyncio.wait_for(
-                client.send(node_id, _LeadersRequest(names)), timeout_s
+                client.send(node_id, MetadataRequestWithoutAutoCreation(names)), timeout_s
             )
         except NotImplementedError as error:
             raise LeaderLookupError(

@@ -34,6 +34,7 @@ from coordinator_server.storage.error_codes import UNKNOWN_TOPIC_OR_PARTITION
 from coordinator_server.storage.kafka_produce import Leader
 
 __all__ = [
+    "MetadataRequestWithoutAutoCreation",
     "TopicLostError",
     "TopicMetadata",
     "TopicMetadataError",
@@ -54,7 +55,7 @@ class TopicLostError(LoadError):
     """The topic is gone or has another partition count than the log started with."""
 
 
-class _MetadataRequestWithoutAutoCreation(
+class MetadataRequestWithoutAutoCreation(
     Request[MetadataRequest_v4 | MetadataRequest_v5]  # type: ignore[misc]
 ):
     """A MetadataRequest that never creates the topics it names: only the versions that can
@@ -114,7 +115,7 @@ async def fetch_topic_metadata(
         raise TopicMetadataError("no broker is known")
     try:
         response = await asyncio.wait_for(
-            client.send(node_id, _MetadataRequestWithoutAutoCreation([topic])), timeout_s
+            client.send(node_id, MetadataRequestWithoutAutoCreation([topic])), timeout_s
         )
     except NotImplementedError as error:
         raise TopicMetadataError(
