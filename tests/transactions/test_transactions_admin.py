@@ -259,6 +259,19 @@ async def test_list_describe_find_hanging_and_abort(
                         batch = await consumer.getmany(hanging_tp, timeout_ms=200)
                         values += [r.value for r in batch.get(hanging_tp, []) if r.value]
                     assert values == [b"committed"], "the aborted record is never read"
+                # abort by producer: Kafka's form for brokers older than 3.0; coordinator epoch
+                # -1 (no marker yet) is sent as 0
+                second_offset, _ = await produce_hanging(bootstrap, out, 0, hanging_producer_id + 1)
+                code, _, err = await tool.run(
+                    "abort",
+                    "--topic", out,
+                    "--partition", "0",
+                    "--producer-id", str(hanging_producer_id + 1),
+                    "--producer-epoch", "0",
+                    "--coordinator-epoch", "-1",
+                )  # fmt: skip
+                assert code == 0, err
+                assert await last_stable_offset(bootstrap, hanging_tp) > second_offset
                 assert (
                     await tool.json(
                         "find-hanging", "--topic", out, "--max-transaction-timeout", "0"
