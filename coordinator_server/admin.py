@@ -56,7 +56,14 @@ from protocol.messages import (
     DescribeGroupsResponseMember,
 )
 
-__all__ = ["add_parser", "main"]
+__all__ = [
+    "AdminError",
+    "add_parser",
+    "connection_options",
+    "coordinator_client",
+    "kafka_cluster",
+    "main",
+]
 
 BOOTSTRAP_SERVER_ENV: Final = "COORDINATOR_BOOTSTRAP_SERVER"
 KAFKA_BOOTSTRAP_SERVERS_ENV: Final = "COORDINATOR_KAFKA_BOOTSTRAP_SERVERS"
@@ -68,8 +75,9 @@ class AdminError(Exception):
     """A failure to report in one line, exit status 1."""
 
 
-def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register `groups` and its sub-commands on the `coordinator-server` parser."""
+def connection_options() -> argparse.ArgumentParser:
+    """The options of every admin sub-command: where coordinator-server and the Kafka cluster
+    are, how to reach them, and the output's form (a parent parser)."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--bootstrap-server",
@@ -80,8 +88,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     common.add_argument(
         "--kafka-bootstrap-servers",
         metavar="HOST:PORT",
-        help="the Kafka cluster, for log-end offsets and offsets by time "
-        f"[env {KAFKA_BOOTSTRAP_SERVERS_ENV}]",
+        help=f"the Kafka cluster [env {KAFKA_BOOTSTRAP_SERVERS_ENV}]",
     )
     common.add_argument("--json", action="store_true", help="print JSON instead of tables")
     common.add_argument(
@@ -93,6 +100,40 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     common.add_argument("--tls-keyfile", help="key of --tls-certfile")
     common.add_argument("--tls-server-hostname", help="name to verify the certificate against")
     add_kafka_security_options(common)
+    return common
+
+
+def coordinator_client(args: argparse.Namespace, client_id: str) -> CoordinatorClient:
+    """A client of the coordinator-server that `connection_options` name."""
+    bootstrap = args.bootstrap_server or os.environ.get(BOOTSTRAP_SERVER_ENV)
+    if not bootstrap:
+        raise AdminError(f"give --bootstrap-server or set {BOOTSTRAP_SERVER_ENV}")
+    tls = {
+        "ssl_cafile": args.tls_cafile,
+        "ssl_certfile": args.tls_certfile,
+        "ssl_keyfile": args.tls_keyfile,
+        "ssl_server_hostname": args.tls_server_hostname,
+    }
+    if args.tls and not (args.tls_cafile or args.tls_certfile):
+        tls["ssl_context"] = build_ssl_context()
+    return CoordinatorClient(
+        bootstrap, client_id=client_id, request_timeout_ms=args.timeout_ms, **tls
+    )
+
+
+def kafka_cluster(args: argparse.Namespace) -> tuple[str | None, KafkaSecurity]:
+    """The Kafka cluster that `connection_options` name (None: not given) and its security."""
+    bootstrap = args.kafka_bootstrap_servers or os.environ.get(KAFKA_BOOTSTRAP_SERVERS_ENV)
+    try:
+        security = kafka_security_from_args(args)
+    except ValueError as error:
+        raise AdminError(f"kafka security: {error}") from None
+    return bootstrap or None, security
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register `groups` and its sub-commands on the `coordinator-server` parser."""
+    common = connection_options()
 
     groups = commands.add_parser(
         "groups",
@@ -208,29 +249,9 @@ class _Context:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, out: TextIO, err: TextIO) -> _Context:
-        bootstrap = args.bootstrap_server or os.environ.get(BOOTSTRAP_SERVER_ENV)
-        if not bootstrap:
-            raise AdminError(f"give --bootstrap-server or set {BOOTSTRAP_SERVER_ENV}")
-        kafka = args.kafka_bootstrap_servers or os.environ.get(KAFKA_BOOTSTRAP_SERVERS_ENV)
-        try:
-            kafka_security = kafka_security_from_args(args)
-        except ValueError as error:
-            raise AdminError(f"kafka security: {error}") from None
-        tls = {
-            "ssl_cafile": args.tls_cafile,
-            "ssl_certfile": args.tls_certfile,
-            "ssl_keyfile": args.tls_keyfile,
-            "ssl_server_hostname": args.tls_server_hostname,
-        }
-        if args.tls and not (args.tls_cafile or args.tls_certfile):
-            tls["ssl_context"] = build_ssl_context()
-        client = CoordinatorClient(
-            bootstrap,
-            client_id="coordinator-server-groups",
-            request_timeout_ms=args.timeout_ms,
-            **tls,
-        )
-        return cls(args, out, err, client, kafka or None, kafka_security)
+        kafka, kafka_security = kafka_cluster(args)
+        client = coordinator_client(args, "coordinator-server-groups")
+        return cls(args, out, err, client, kafka, kafka_security)
 
     @contextlib.asynccontextmanager
     async def kafka(self) -> AsyncIterator[KafkaLogReader]:

@@ -54,11 +54,12 @@ def build_parser(*, tools: bool = True) -> argparse.ArgumentParser:
     )
     _add_config_options(serve)
     if tools:
-        from coordinator_server import admin, bench
+        from coordinator_server import admin, admin_transactions, bench
         from coordinator_server.pipeline import cli as analyze
 
         analyze.add_parser(commands)
         admin.add_parser(commands)
+        admin_transactions.add_parser(commands)
         bench.add_parser(commands)
     return parser
 
@@ -141,6 +142,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from coordinator_server import admin
 
         return admin.main(args)
+    if args.command == "transactions":
+        from coordinator_server import admin_transactions
+
+        return admin_transactions.main(args)
     if args.command == "bench":
         from coordinator_server import bench
 

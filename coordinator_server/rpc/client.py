@@ -352,12 +352,26 @@ class CoordinatorClient(RequestPath):
         return await self._call(apis.DESCRIBE_TRANSACTIONS, request, timeout_ms)
 
     async def list_transactions(
-        self, request: ListTransactionsRequest | None = None, *, timeout_ms: int | None = None
+        self,
+        request: ListTransactionsRequest | None = None,
+        *,
+        node: Node | None = None,
+        timeout_ms: int | None = None,
     ) -> ListTransactionsResponse:
         """ListTransactions (66), asked of every node of the cluster and merged as
-        `list_groups` is; a node's error answer is returned."""
-        return await self._call(
-            apis.LIST_TRANSACTIONS, request or ListTransactionsRequest(), timeout_ms
+        `list_groups` is; a node's error answer is returned. With `node`, asked of that node
+        alone: the transactions it coordinates (as Kafka's admin client lists them by
+        broker)."""
+        api = apis.LIST_TRANSACTIONS
+        request = request or ListTransactionsRequest()
+        if node is None:
+            return await self._call(api, request, timeout_ms)
+        deadline = asyncio.get_running_loop().time() + self._timeout_s(timeout_ms)
+        return await self._call_with_retries(
+            functools.partial(self._send, node.address, request, api.response_type),
+            api.retry_code,
+            deadline,
+            what=f"{api.name}({node.host}:{node.port})",
         )
 
     # Helpers in Kafka's terms
