@@ -24,7 +24,14 @@ from coordinator_server.markers import (
 )
 from coordinator_server.markers.completion import TxnCompletions
 from coordinator_server.markers.peers import NodePeers
-from coordinator_server.metrics import ClusterMetrics, GroupMetrics, RuntimeMetrics, ServerMetrics
+from coordinator_server.metrics import (
+    ClusterMetrics,
+    GroupMetrics,
+    RuntimeMetrics,
+    ServerMetrics,
+    TransactionFigures,
+    TransactionMetrics,
+)
 from coordinator_server.offsets.manager import OffsetsConfig
 from coordinator_server.prometheus import CoordinatorCollector, Snapshot
 from coordinator_server.request_limits import RequestLimits
@@ -142,6 +149,7 @@ class CoordinatorApp:
         self.runtime_metrics = RuntimeMetrics()
         self.group_metrics = GroupMetrics()
         self.cluster_metrics = ClusterMetrics()
+        self.transaction_metrics = TransactionMetrics()
         self.http: OperatorHttpServer | None = None
         self.started_monotonic = time.monotonic()
         self._stop = asyncio.Event()
@@ -152,6 +160,8 @@ class CoordinatorApp:
         # The transaction coordinator's markers and completions (None: no transactions).
         self.marker_writer: KafkaTxnMarkerWriter | None = None
         self.completions: TxnCompletions | None = None
+        # Why this node serves no transactions (None: it does, or has not started).
+        self.transactions_refusal: str | None = None
 
     async def start(self) -> None:
         config = self.config
@@ -333,6 +343,11 @@ class CoordinatorApp:
         from outside (`--transactions`)."""
         config = self.config
         if not config.transactions_wanted:
+            self.transactions_refusal = (
+                "--transactions off"
+                if config.bootstrap_servers
+                else "the embedded log has no Kafka cluster"
+            )
             return
         assert config.bootstrap_servers is not None
         try:
@@ -345,6 +360,7 @@ class CoordinatorApp:
             if config.transactions == "on":
                 raise
             logger.warning("serving no transactions (--transactions auto): %s", refused)
+            self.transactions_refusal = str(refused)
             service.refuse_transactions(str(refused))
             return
         self.marker_writer = writer = KafkaTxnMarkerWriter(
@@ -368,6 +384,7 @@ class CoordinatorApp:
             writer,
             coordinator_epoch=lambda partition: _coordinator_epoch(runtime, partition),
             peers=peers,
+            metrics=self.transaction_metrics,
         )
         transactions = TransactionCoordinatorService(
             runtime,
@@ -440,6 +457,7 @@ class CoordinatorApp:
                 self.snapshot,
                 __version__,
                 self.cluster_metrics,
+                self.transaction_metrics,
             )
         )
         return OperatorHttpServer(registry, self.readiness, self.status)
@@ -481,6 +499,35 @@ class CoordinatorApp:
             members += shard.num_members()
         return by_state, members
 
+    def _transaction_counts(self) -> tuple[dict[str, int], int, int]:
+        """Transactional ids by state, transactional ids and pending transactional offsets,
+        over every ACTIVE partition."""
+        runtime = self.runtime
+        by_state: dict[str, int] = {}
+        ids = pending = 0
+        if runtime is None:
+            return by_state, ids, pending
+        for partition, state in runtime.partitions().items():
+            shard = runtime.shard(partition) if state is CoordinatorState.ACTIVE else None
+            if shard is None:
+                continue
+            for name, count in shard.count_transactions_by_state().items():
+                by_state[name] = by_state.get(name, 0) + count
+            ids += shard.num_transactional_ids()
+            pending += shard.num_pending_transactional_offsets()
+        return by_state, ids, pending
+
+    def _transaction_figures(self) -> TransactionFigures | None:
+        completions, writer = self.completions, self.marker_writer
+        if completions is None or writer is None:
+            return None
+        return TransactionFigures(
+            completions_in_flight=completions.in_flight,
+            markers_queued=writer.queued_markers,
+            marker_requests=writer.requests_sent,
+            marker_retries=writer.retries,
+        )
+
     def snapshot(self) -> Snapshot:
         runtime = self.runtime
         server = self.server
@@ -495,6 +542,7 @@ class CoordinatorApp:
                     queue_depth += stats.queued_events
                     uncommitted[partition] = stats.last_written_offset - stats.last_committed_offset
         groups, members = self._group_counts()
+        transactions, transactional_ids, pending_offsets = self._transaction_counts()
         return Snapshot(
             requests_in_flight=0 if server is None else server.state.requests_in_flight(),
             connections_open=0 if server is None else len(server.state.connections),
@@ -505,6 +553,10 @@ class CoordinatorApp:
             members=members,
             log_failed=self._log_failure() is not None,
             cluster=None if self.cluster is None else self.cluster.gauges(),
+            transactions_by_state=transactions,
+            transactional_ids=transactional_ids,
+            pending_transactional_offsets=pending_offsets,
+            transactions=self._transaction_figures(),
         )
 
     def readiness(self) -> Probe:
@@ -563,6 +615,23 @@ class CoordinatorApp:
             "members": members,
             "connections": 0 if self.server is None else len(self.server.state.connections),
             "cluster": None if self.cluster is None else self.cluster.status(),
+            "transactions": self._transactions_status(),
+        }
+
+    def _transactions_status(self) -> dict[str, object]:
+        by_state, transactional_ids, pending_offsets = self._transaction_counts()
+        figures = self._transaction_figures()
+        metrics = self.transaction_metrics
+        return {
+            "served": figures is not None,
+            "reason": self.transactions_refusal,
+            "transactional_ids": transactional_ids,
+            "by_state": by_state,
+            "pending_transactional_offsets": pending_offsets,
+            "in_flight": None if figures is None else figures.completions_in_flight,
+            "markers_queued": None if figures is None else figures.markers_queued,
+            "completed": {"commit": metrics.completed_commits, "abort": metrics.completed_aborts},
+            "timed_out": metrics.timed_out,
         }
 
     def request_stop(self) -> None:

@@ -23,6 +23,12 @@ LATENCY_BUCKETS_S = (
 SIZE_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
 BYTES_BUCKETS = (64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304)
 REBALANCE_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+# A transaction lasts from its first partition to its completion: milliseconds for a
+# producer that commits at once, up to the largest timeout (15 minutes by default) and past
+# it for one whose markers wait on an unavailable broker.
+TRANSACTION_BUCKETS_S = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0,
+)  # fmt: skip
 
 
 PENDING_OBSERVATIONS = 1024
@@ -233,3 +239,45 @@ class ClusterGauges:
     refused: bool
     # The producer epoch of each partition this node took over, by partition.
     producer_epochs: dict[int, int]
+
+
+@dataclass
+class TransactionMetrics:
+    """What the end of transactions counts (`markers.completion`): each transaction once, as
+    its CompleteCommit or CompleteAbort record is written, on the node that writes it."""
+
+    completed_commits: int = 0
+    completed_aborts: int = 0
+    # Aborts of transactions that outlived their timeout (see `TxnCompletion.timed_out`).
+    timed_out: int = 0
+    # From the transaction's start (its first partition) to its completion.
+    duration: Histogram = field(default_factory=lambda: Histogram(TRANSACTION_BUCKETS_S))
+    # Transactions whose markers a broker fenced (a newer coordinator or producer ends them).
+    fenced: int = 0
+    # Steps of ending a transaction tried again: markers refused, a log partition's offsets
+    # not settled, the completion record not written.
+    retries: int = 0
+
+    def transaction_completed(self, committed: bool, timed_out: bool, seconds: float) -> None:
+        if committed:
+            self.completed_commits += 1
+        else:
+            self.completed_aborts += 1
+            if timed_out:
+                self.timed_out += 1
+        if seconds >= 0:
+            self.duration.observe(seconds)
+
+
+@dataclass(frozen=True)
+class TransactionFigures:
+    """The transaction coordinator's figures read at scrape time, on a node that serves
+    transactions: what its completion driver and marker writer hold."""
+
+    # Prepared transactions being ended (markers, then their completion).
+    completions_in_flight: int
+    # Data partitions whose markers are waiting to be written or on their way.
+    markers_queued: int
+    # WriteTxnMarkers requests sent to the Kafka cluster, and markers sent again.
+    marker_requests: int
+    marker_retries: int

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -25,6 +25,8 @@ from coordinator_server.metrics import (
     Histogram,
     RuntimeMetrics,
     ServerMetrics,
+    TransactionFigures,
+    TransactionMetrics,
 )
 from coordinator_server.server.connection_events import RefusalReason, ServerCloseReason
 from protocol.api_keys import api_name
@@ -52,6 +54,13 @@ class Snapshot:
     log_failed: bool = False
     # The node's place in its cluster; None for a node alone (no --cluster on).
     cluster: ClusterGauges | None = None
+    # Transactional ids by the state of their transaction (Kafka's names), and the pending
+    # transactional offsets, over the active partitions.
+    transactions_by_state: dict[str, int] = field(default_factory=dict)
+    transactional_ids: int = 0
+    pending_transactional_offsets: int = 0
+    # The completion driver's and marker writer's figures; None: no transactions served.
+    transactions: TransactionFigures | None = None
 
 
 class CoordinatorCollector(Collector):
@@ -63,6 +72,7 @@ class CoordinatorCollector(Collector):
         snapshot: Callable[[], Snapshot],
         version: str,
         cluster: ClusterMetrics | None = None,
+        transactions: TransactionMetrics | None = None,
     ) -> None:
         self._server = server
         self._runtime = runtime
@@ -70,6 +80,7 @@ class CoordinatorCollector(Collector):
         self._snapshot = snapshot
         self._version = version
         self._cluster = cluster
+        self._transactions = transactions
         self.started = time.monotonic()
 
     def collect(self) -> Iterable[Metric]:
@@ -78,6 +89,7 @@ class CoordinatorCollector(Collector):
         yield from self._collect_runtime()
         yield from self._collect_groups()
         yield from self._collect_cluster(snapshot.cluster)
+        yield from self._collect_transactions(snapshot)
 
     def _collect_server(self, snapshot: Snapshot) -> Iterator[Metric]:
         server = self._server
@@ -222,46 +234,34 @@ class CoordinatorCollector(Collector):
         samples: it owns no share of a cluster, takes nothing over and hands nothing over."""
         counters = self._cluster if gauges is not None else None
 
-        def gauge(name: str, documentation: str, value: float | None) -> GaugeMetricFamily:
-            family = GaugeMetricFamily(name, documentation)
-            if value is not None:
-                family.add_metric([], value)
-            return family
-
-        def counter(name: str, documentation: str, value: int | None) -> CounterMetricFamily:
-            family = CounterMetricFamily(name, documentation)
-            if value is not None:
-                family.add_metric([], value)
-            return family
-
-        yield gauge(
+        yield _gauge(
             "coordinator_cluster_owned_partitions",
             "Log partitions the cluster's assignment gives this node.",
             None if gauges is None else gauges.owned,
         )
-        yield gauge(
+        yield _gauge(
             "coordinator_cluster_standby_partitions",
             "Log partitions this node stands by for (it would take them over next).",
             None if gauges is None else gauges.standby,
         )
-        yield gauge(
+        yield _gauge(
             "coordinator_cluster_nodes",
             "Nodes in the cluster's latest assignment, as this node knows it.",
             None if gauges is None else gauges.nodes,
         )
-        yield gauge(
+        yield _gauge(
             "coordinator_cluster_generation",
             "Generation of the cluster's group (the Kafka consumer group) of the latest "
             "assignment.",
             None if gauges is None else gauges.generation,
         )
-        yield gauge(
+        yield _gauge(
             "coordinator_cluster_lease_held",
             "1 while Kafka counts this node a member of its cluster for sure (a heartbeat "
             "answered within the session timeout); 0 means it takes nothing over.",
             None if gauges is None else int(gauges.holds_lease),
         )
-        yield gauge(
+        yield _gauge(
             "coordinator_cluster_assignment_error",
             "1 while the cluster gives this node nothing because of an error (its node id "
             "is taken by another node, or the assignment could not be read).",
@@ -277,23 +277,116 @@ class CoordinatorCollector(Collector):
             for partition, epoch in sorted(gauges.producer_epochs.items()):
                 epochs.add_metric([str(partition)], epoch)
         yield epochs
-        yield counter(
+        yield _counter(
             "coordinator_cluster_takeovers",
             "Partitions this node fenced to itself (a new producer epoch and its ownership "
             "record in the log) before loading them.",
             None if counters is None else counters.takeovers,
         )
-        yield counter(
+        yield _counter(
             "coordinator_cluster_takeover_failures",
             "Takeovers that failed (Kafka refused the epoch or the record, or the lease ran "
             "out); each is tried again while the node owns the partition.",
             None if counters is None else counters.takeover_failures,
         )
-        yield counter(
+        yield _counter(
             "coordinator_cluster_handovers",
             "Partitions this node owned and lost to a new assignment.",
             None if counters is None else counters.handovers,
         )
+
+    def _collect_transactions(self, snapshot: Snapshot) -> Iterator[Metric]:
+        """The transaction coordinator. The state is read from the partitions whether or not
+        the node serves transactions (a log may hold them from when it did); the ends of
+        transactions and their markers have samples only on a node that serves them."""
+        by_state = GaugeMetricFamily(
+            "coordinator_transactions",
+            "Transactional ids by the state of their transaction (Kafka's names).",
+            labels=["state"],
+        )
+        for state, count in sorted(snapshot.transactions_by_state.items()):
+            by_state.add_metric([state], count)
+        yield by_state
+        yield GaugeMetricFamily(
+            "coordinator_transactional_ids",
+            "Transactional ids kept (each with its producer id and epoch).",
+            value=snapshot.transactional_ids,
+        )
+        yield GaugeMetricFamily(
+            "coordinator_pending_transactional_offsets",
+            "Offsets committed in transactions not ended yet (one per producer, group and "
+            "partition).",
+            value=snapshot.pending_transactional_offsets,
+        )
+        figures = snapshot.transactions
+        counters = self._transactions if figures is not None else None
+        completed = CounterMetricFamily(
+            "coordinator_transactions_completed",
+            "Transactions completed (CompleteCommit or CompleteAbort written), by result.",
+            labels=["result"],
+        )
+        duration = HistogramMetricFamily(
+            "coordinator_transaction_duration_seconds",
+            "Time from a transaction's first partition to its completion.",
+        )
+        if counters is not None:
+            completed.add_metric(["commit"], counters.completed_commits)
+            completed.add_metric(["abort"], counters.completed_aborts)
+            duration.add_metric([], counters.duration.buckets(), counters.duration.total)
+        yield completed
+        yield _counter(
+            "coordinator_transactions_timed_out",
+            "Transactions aborted because they outlived their timeout, counted as they complete.",
+            None if counters is None else counters.timed_out,
+        )
+        yield duration
+        yield _counter(
+            "coordinator_transaction_markers_fenced",
+            "Transactions whose markers a broker fenced (a newer coordinator or producer ends "
+            "them).",
+            None if counters is None else counters.fenced,
+        )
+        yield _counter(
+            "coordinator_transaction_completion_retries",
+            "Steps of ending a transaction tried again (markers refused, offsets on a log "
+            "partition not settled, the completion record not written).",
+            None if counters is None else counters.retries,
+        )
+        yield _gauge(
+            "coordinator_transaction_completions_in_flight",
+            "Prepared transactions being ended (their markers, then their completion).",
+            None if figures is None else figures.completions_in_flight,
+        )
+        yield _gauge(
+            "coordinator_transaction_markers_queued",
+            "Data partitions whose transaction markers are waiting or on their way to Kafka.",
+            None if figures is None else figures.markers_queued,
+        )
+        yield _counter(
+            "coordinator_transaction_marker_requests",
+            "WriteTxnMarkers requests sent to the Kafka cluster's brokers.",
+            None if figures is None else figures.marker_requests,
+        )
+        yield _counter(
+            "coordinator_transaction_marker_retries",
+            "Markers sent again (no answer, a retriable error, the leader moved).",
+            None if figures is None else figures.marker_retries,
+        )
+
+
+def _gauge(name: str, documentation: str, value: float | None) -> GaugeMetricFamily:
+    """A family with one sample, or none when `value` is None (nothing to report here)."""
+    family = GaugeMetricFamily(name, documentation)
+    if value is not None:
+        family.add_metric([], value)
+    return family
+
+
+def _counter(name: str, documentation: str, value: int | None) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, documentation)
+    if value is not None:
+        family.add_metric([], value)
+    return family
 
 
 def _histogram(name: str, documentation: str, histogram: Histogram) -> HistogramMetricFamily:

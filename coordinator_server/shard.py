@@ -130,6 +130,11 @@ class GroupCoordinatorShard:
         self.num_groups = groups.num_groups
         self.count_groups_by_state = groups.count_by_state
         self.num_members = groups.num_members
+        # And the transaction coordinator's: transactional ids by state, and the pending
+        # transactional offsets.
+        self.count_transactions_by_state = transactions.count_by_state
+        self.num_transactional_ids = transactions.num_transactional_ids
+        self.num_pending_transactional_offsets = offsets.pending.count
         # The partition's latest takeover in the log (a cluster's; None for a node alone).
         # Written before the partition loads, never by a write of the runtime, so it needs
         # no snapshot: only a load sets it.

@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from coordinator_server.markers.writer import KafkaTxnMarkerWriter
+from coordinator_server.metrics import TransactionMetrics
 from coordinator_server.runtime.context import CoordinatorState
 from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.service_errors import map_operation_error
@@ -61,10 +62,12 @@ class TxnCompletions:
         peers: Peers | None = None,
         max_in_flight: int = 10_000,
         sweep_interval_s: float = 1.0,
+        metrics: TransactionMetrics | None = None,
     ) -> None:
         """`writer` None: no Kafka cluster to write data markers to (a transaction that
         wrote to one cannot end, and stays prepared). `max_in_flight`: transactions being
-        ended at once; past it, submissions wait for the next sweep."""
+        ended at once; past it, submissions wait for the next sweep. `metrics` counts the
+        transactions ended here."""
         self._runtime = runtime
         self._writer = writer
         self._coordinator_epoch = coordinator_epoch
@@ -74,12 +77,7 @@ class TxnCompletions:
         self._in_flight: dict[tuple[int, str, int, int, int], asyncio.Task[None]] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._stopped = False
-        # Counters, for the metrics.
-        self.completed = 0
-        self.completed_commits = 0
-        self.completed_aborts = 0
-        self.fenced = 0
-        self.retries = 0
+        self.metrics = metrics or TransactionMetrics()
 
     @property
     def in_flight(self) -> int:
@@ -161,7 +159,7 @@ class TxnCompletions:
             log.exception("%s: ending the transaction failed; the next sweep retries", what)
 
     async def _backoff(self, attempt: int) -> None:
-        self.retries += 1
+        self.metrics.retries += 1
         await asyncio.sleep(RETRY_BACKOFF_S[min(attempt, len(RETRY_BACKOFF_S) - 1)])
 
     async def _data_markers(self, partition: int, completion: TxnCompletion, what: str) -> bool:
@@ -182,7 +180,7 @@ class TxnCompletions:
                 partitions,
             )
             if outcome.fenced:
-                self.fenced += 1
+                self.metrics.fenced += 1
                 log.warning(
                     "%s: its markers are fenced (%s): a newer coordinator or producer ends it",
                     what,
@@ -272,15 +270,19 @@ class TxnCompletions:
                 await self._backoff(attempt)
                 attempt += 1
                 continue
-            if result.error == ErrorCode.NONE:
-                self.completed += 1
-                if completion.committed:
-                    self.completed_commits += 1
-                else:
-                    self.completed_aborts += 1
-            else:
+            if result.written:
+                self._count(completion)
+            elif result.error != ErrorCode.NONE:
                 log.info("%s: its completion was not needed (%s)", what, result.error)
             return
+
+    def _count(self, completion: TxnCompletion) -> None:
+        """A completion this node wrote: counted once (a repeated one writes nothing)."""
+        started_ms = completion.started_ms
+        seconds = (
+            -1.0 if started_ms < 0 else max(0, self._runtime.clock.now_ms() - started_ms) / 1000
+        )
+        self.metrics.transaction_completed(completion.committed, completion.timed_out, seconds)
 
 
 async def _code_of(

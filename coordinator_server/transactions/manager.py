@@ -98,8 +98,9 @@ class TransactionManager:
             config.num_partitions,
             config.partition,
         )
-        # Transactions aborted because they outlived their timeout (a counter the metrics
-        # read; bumped when the abort is written, as the groups count their commits).
+        # Transactions aborted because they outlived their timeout, counted as the abort is
+        # prepared (a retry of a failed write counts again). The metrics count them as they
+        # complete instead (`TxnCompletion.timed_out`), once, on whichever node ends them.
         self.aborted_by_timeout = 0
 
     # Replay: the only way the state changes.
@@ -135,6 +136,14 @@ class TransactionManager:
 
     def num_transactional_ids(self) -> int:
         return len(self._transactions)
+
+    def count_by_state(self) -> dict[str, int]:
+        """Transactional ids per state (Kafka's names), for the metrics."""
+        counts: dict[str, int] = {}
+        for txn in self._transactions.values():
+            name = txn.state.kafka_name
+            counts[name] = counts.get(name, 0) + 1
+        return counts
 
     # Handlers.
 
@@ -395,7 +404,7 @@ class TransactionManager:
             check_transition(txn, target)
             return CoordinatorResult(
                 [new_transaction_record(transactional_id, target.to_value())],
-                CompleteTransactionResult(NONE),
+                CompleteTransactionResult(NONE, written=True),
             )
         return CoordinatorResult(response=CompleteTransactionResult(error))
 
@@ -547,12 +556,18 @@ class TransactionManager:
 
 
 def _completion(txn: TransactionMetadata) -> TxnCompletion:
+    committed = txn.state is PREPARE_COMMIT
+    prepared_ms = txn.txn_last_update_timestamp_ms
     return TxnCompletion(
         txn.transactional_id,
         txn.producer_id,
         txn.producer_epoch,
-        txn.state is PREPARE_COMMIT,
+        committed,
         topic_partitions(txn.partitions),
         tuple(sorted(txn.log_partitions)),
-        txn.txn_last_update_timestamp_ms,
+        prepared_ms,
+        txn.txn_start_timestamp_ms,
+        # The test of abort_timed_out_transactions, at the moment of the abort: the same
+        # whether the completion comes from the abort or from a sweep after a load.
+        timed_out=not committed and txn.txn_start_timestamp_ms + txn.timeout_ms < prepared_ms,
     )

@@ -50,6 +50,11 @@ class TxnCompletion:
     log_partitions: tuple[int, ...]
     # When the transaction was prepared: `complete_transaction` completes that one only.
     prepared_ms: int = -1
+    # When it started (its first AddPartitionsToTxn or AddOffsetsToTxn), for its duration.
+    started_ms: int = -1
+    # An abort prepared after the transaction outlived its timeout: the coordinator's abort
+    # of a timed-out transaction (or the producer's own, had it come even later).
+    timed_out: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +90,11 @@ class EndTxnResult:
 @dataclass(frozen=True, slots=True)
 class CompleteTransactionResult:
     """NONE when CompleteCommit or CompleteAbort was written or had been; otherwise why the
-    completion was ignored (the transaction moved on)."""
+    completion was ignored (the transaction moved on). `written`: this completion wrote it
+    (what the metrics count; a completion repeated after it had been written does not)."""
 
     error: int
+    written: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,15 @@ HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 
 GROUP_STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
 PARTITION_STATES = ("INITIAL", "LOADING", "ACTIVE", "FAILED", "CLOSED")
+TRANSACTION_STATES = (
+    "Empty",
+    "Ongoing",
+    "PrepareCommit",
+    "PrepareAbort",
+    "CompleteCommit",
+    "CompleteAbort",
+)
+TRANSACTION_RESULTS = ("commit", "abort")
 REFUSAL_REASONS = ("max_connections", "max_connections_per_ip", "shutting_down")
 CLOSE_REASONS = (
     "evicted",
@@ -84,6 +93,19 @@ EXPORTED_METRICS: tuple[MetricFamily, ...] = (
     MetricFamily("coordinator_cluster_takeovers_total", "counter"),
     MetricFamily("coordinator_cluster_takeover_failures_total", "counter"),
     MetricFamily("coordinator_cluster_handovers_total", "counter"),
+    # The transaction coordinator (the last nine: samples only on a node serving them).
+    MetricFamily("coordinator_transactions", "gauge", ("state",)),
+    MetricFamily("coordinator_transactional_ids", "gauge"),
+    MetricFamily("coordinator_pending_transactional_offsets", "gauge"),
+    MetricFamily("coordinator_transactions_completed_total", "counter", ("result",)),
+    MetricFamily("coordinator_transactions_timed_out_total", "counter"),
+    MetricFamily("coordinator_transaction_duration_seconds", "histogram"),
+    MetricFamily("coordinator_transaction_markers_fenced_total", "counter"),
+    MetricFamily("coordinator_transaction_completion_retries_total", "counter"),
+    MetricFamily("coordinator_transaction_completions_in_flight", "gauge"),
+    MetricFamily("coordinator_transaction_markers_queued", "gauge"),
+    MetricFamily("coordinator_transaction_marker_requests_total", "counter"),
+    MetricFamily("coordinator_transaction_marker_retries_total", "counter"),
 )
 
 METRICS_BY_NAME: dict[str, MetricFamily] = {family.name: family for family in EXPORTED_METRICS}
@@ -94,6 +116,8 @@ METRICS_BY_NAME: dict[str, MetricFamily] = {family.name: family for family in EX
 LABEL_VALUES: dict[tuple[str, str], tuple[str, ...]] = {
     ("coordinator_groups", "state"): GROUP_STATES,
     ("coordinator_partitions", "state"): PARTITION_STATES,
+    ("coordinator_transactions", "state"): TRANSACTION_STATES,
+    ("coordinator_transactions_completed_total", "result"): TRANSACTION_RESULTS,
     ("coordinator_connections_refused_total", "reason"): REFUSAL_REASONS,
     ("coordinator_connections_closed_total", "reason"): CLOSE_REASONS,
 }

@@ -218,7 +218,15 @@ def test_end_txn_prepares_and_completion_completes(committed: bool) -> None:
     prepared = txn(ctx)
     assert prepared.state is (S.PREPARE_COMMIT if committed else S.PREPARE_ABORT)
     assert answer.completion == TxnCompletion(
-        TID, PID, 5, committed, (("orders", (0, 1)),), (4,), prepared.txn_last_update_timestamp_ms
+        TID,
+        PID,
+        5,
+        committed,
+        (("orders", (0, 1)),),
+        (4,),
+        prepared.txn_last_update_timestamp_ms,
+        prepared.txn_start_timestamp_ms,
+        timed_out=False,
     )
     assert ctx.shard.pending_completions() == [answer.completion]
     # Markers in flight: a retry is CONCURRENT_TRANSACTIONS, and so is InitProducerId.
@@ -238,13 +246,16 @@ def test_end_txn_prepares_and_completion_completes(committed: bool) -> None:
     completion = answer.completion
     assert completion is not None
     done = ctx.write(lambda s: s.complete_txn(TID, PID, 5, committed, completion.prepared_ms))
-    assert done.error == ErrorCode.NONE
+    assert (done.error, done.written) == (ErrorCode.NONE, True)
     completed = txn(ctx)
     assert completed.state is (S.COMPLETE_COMMIT if committed else S.COMPLETE_ABORT)
     assert (completed.partitions, completed.log_partitions) == (frozenset(), frozenset())
     assert completed.last_producer_epoch == 5
     end = ctx.end_offset
-    assert ctx.write(lambda s: s.complete_txn(TID, PID, 5, committed)).error == ErrorCode.NONE
+    # A completion repeated (a sweep that read the transaction prepared just before) writes
+    # nothing, and says so: the metrics count each transaction once.
+    repeated = ctx.write(lambda s: s.complete_txn(TID, PID, 5, committed))
+    assert (repeated.error, repeated.written) == (ErrorCode.NONE, False)
     assert ctx.end_offset == end
     assert ctx.shard.pending_completions() == []
     # And EndTxn retried after the completion is answered NONE.
@@ -375,14 +386,49 @@ def test_abort_expired_transactions_in_ongoing_state_and_bump_epoch() -> None:
     assert all(r.records == [] for r in results)  # not past the timeout yet
     results = ctx.sleep(10_000)
     [completions] = [r.response for r in results if r.response]
+    started_ms = ctx.clock.now_ms() - TIMEOUT_MS - 10_000
     assert completions == (
-        TxnCompletion(TID, PID, 6, False, (("orders", (0, 1)),), (), ctx.clock.now_ms()),
+        TxnCompletion(
+            TID, PID, 6, False, (("orders", (0, 1)),), (), ctx.clock.now_ms(), started_ms, True
+        ),
     )
+    # A sweep after a load finds it the same: an abort of a timed-out transaction.
+    assert ctx.shard.pending_completions() == list(completions)
     assert (txn(ctx).state, txn(ctx).producer_epoch) == (S.PREPARE_ABORT, 6)
     assert ctx.shard.transactions.aborted_by_timeout == 1
     # The aborted transaction is not aborted again while its markers are on their way.
     ctx.sleep(10_000)
     assert ctx.shard.transactions.aborted_by_timeout == 1
+
+
+def test_only_an_abort_past_the_timeout_is_a_timed_out_one() -> None:
+    ctx = txn_context()
+    seed(ctx, S.ONGOING, tid="in-time")
+    seed(ctx, S.ONGOING, tid="late")
+    seed(ctx, S.ONGOING, tid="late-commit")
+    ctx.clock.advance(TIMEOUT_MS)
+    in_time = ctx.write(lambda s: s.end_txn("in-time", PID, 5, False)).completion
+    ctx.clock.advance(1)
+    late = ctx.write(lambda s: s.end_txn("late", PID, 5, False)).completion
+    late_commit = ctx.write(lambda s: s.end_txn("late-commit", PID, 5, True)).completion
+    assert in_time is not None and late is not None and late_commit is not None
+    assert (in_time.timed_out, late.timed_out, late_commit.timed_out) == (False, True, False)
+    assert late.started_ms == late.prepared_ms - TIMEOUT_MS - 1
+
+
+def test_the_gauges_count_transactional_ids_by_state_and_pending_offsets() -> None:
+    ctx = txn_context()
+    seed(ctx, S.ONGOING, tid="a")
+    seed(ctx, S.ONGOING, tid="b")
+    seed(ctx, S.PREPARE_COMMIT, tid="c")
+    seed(ctx, S.COMPLETE_ABORT, tid="d")
+    assert ctx.shard.count_transactions_by_state() == {
+        "Ongoing": 2,
+        "PrepareCommit": 1,
+        "CompleteAbort": 1,
+    }
+    assert ctx.shard.num_transactional_ids() == 4
+    assert ctx.shard.num_pending_transactional_offsets() == 0
 
 
 def test_transactional_ids_expire_when_idle() -> None:
