@@ -206,6 +206,12 @@ async def test_health_readiness_and_status_follow_the_partitions() -> None:
         assert report["partitions_by_state"] == {"ACTIVE": PARTITIONS}
         assert report["uptime_s"] >= 0
         assert "groups_by_state" in report
+        transactions = report["transactions"]
+        assert (transactions["served"], transactions["reason"]) == (
+            False,
+            "the embedded log has no Kafka cluster",
+        )
+        assert (transactions["transactional_ids"], transactions["by_state"]) == (0, {})
         assert (await http_get(app.metrics_port, "/nope"))[0] == 404
     finally:
         log.loader.resume_loads()
