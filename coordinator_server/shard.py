@@ -116,6 +116,7 @@ class GroupCoordinatorShard:
         self.complete_txn = transactions.complete_transaction
         self.pending_completions = transactions.pending_completions
         self.verify_transaction = transactions.verify_transaction
+        self.is_prepared = transactions.is_prepared
         self.describe_transactions = transactions.describe_transactions
         self.list_transactions = transactions.list_transactions
         # Transactional offsets: TxnOffsetCommit, and the end of a producer's transaction on

@@ -147,6 +147,19 @@ class TxnCompletions:
             f"{'commit' if completion.committed else 'abort'})"
         )
         try:
+            # A sweep may have found it just before another task completed it: markers
+            # written now would end the producer's next transaction early.
+            try:
+                owed = await self._runtime.schedule_read(
+                    "is-prepared",
+                    partition,
+                    lambda shard, offset: shard.is_prepared(completion, offset),
+                )
+            except Exception:
+                # Not served here any more: whoever loads it next ends it.
+                return
+            if not owed:
+                return
             if not await self._data_markers(partition, completion, what):
                 return
             for log_partition in completion.log_partitions:

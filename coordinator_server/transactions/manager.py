@@ -428,6 +428,21 @@ class TransactionManager:
             return ErrorCode.INVALID_TXN_STATE
         return ErrorCode.NONE
 
+    def is_prepared(self, completion: TxnCompletion, committed_offset: int | None = None) -> bool:
+        """Whether `completion` is still owed: its transaction is the one prepared then, in
+        PrepareCommit or PrepareAbort. A completion found by a sweep just before its
+        transaction completed is not: its markers, written now, would end the producer's
+        next transaction on the brokers (same producer id and epoch) before it ends."""
+        txn = self.transaction(completion.transactional_id, committed_offset)
+        return (
+            txn is not None
+            and (txn.state is PREPARE_COMMIT or txn.state is PREPARE_ABORT)
+            and (txn.state is PREPARE_COMMIT) == completion.committed
+            and txn.producer_id == completion.producer_id
+            and txn.producer_epoch == completion.producer_epoch
+            and txn.txn_last_update_timestamp_ms == completion.prepared_ms
+        )
+
     def pending_completions(self, committed_offset: int | None = None) -> list[TxnCompletion]:
         """Every transaction in PrepareCommit or PrepareAbort: markers owed (after a load,
         those its previous owner did not finish)."""

@@ -4,6 +4,8 @@ and the shard test context."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from txn_harness import PID, TID, TIMEOUT_MS, seed, txn, txn_context
 
@@ -502,3 +504,23 @@ def test_too_many_transactional_ids_is_refused() -> None:
         ErrorCode.POLICY_VIOLATION
     )
     assert ctx.write(lambda s: s.init_producer_id("a", TIMEOUT_MS)).error == ErrorCode.NONE
+
+
+def test_a_completion_is_owed_only_while_its_transaction_is_the_one_prepared() -> None:
+    """A sweep's completion that another task finished meanwhile must not write markers: the
+    producer's next transaction (same id and epoch) would be ended on the brokers early."""
+    ctx = txn_context()
+    seed(ctx, S.ONGOING)
+    first = ctx.write(lambda s: s.end_txn(TID, PID, 5, True)).completion
+    assert first is not None
+    assert ctx.shard.is_prepared(first)
+    assert not ctx.shard.is_prepared(replace(first, committed=False))
+    ctx.write(lambda s: s.complete_txn(TID, PID, 5, True, first.prepared_ms))
+    assert not ctx.shard.is_prepared(first)
+    # The next transaction of the same producer, prepared later: the old completion is not it.
+    ctx.clock.advance(10)
+    ctx.write(lambda s: s.add_partitions_to_txn(TID, PID, 5, [("orders", [0])]))
+    second = ctx.write(lambda s: s.end_txn(TID, PID, 5, True)).completion
+    assert second is not None and second.prepared_ms != first.prepared_ms
+    assert ctx.shard.is_prepared(second)
+    assert not ctx.shard.is_prepared(first)
