@@ -266,8 +266,9 @@ async def test_a_killed_nodes_prepared_commit_is_completed_by_the_node_taking_it
         COMPLETE_COMMIT,
     ), history
 
-    # The producer resuming with its transactional id: the next epoch, from the new owner.
-    async with producer(kafka_broker, bootstrap(survivor), transactional_id) as txn:
+    # The producer resuming with its transactional id: the next epoch, from the new owner
+    # (its bootstrap servers name the dead node first).
+    async with producer(kafka_broker, bootstrap(victim, survivor), transactional_id) as txn:
         assert (txn.producer_id, txn.producer_epoch) == (first_id, first_epoch + 1)
         async with txn.transaction():
             await txn.send(out, b"after", partition=0)
@@ -494,8 +495,32 @@ async def test_the_brokers_take_the_new_owners_markers_and_fence_the_paused_old_
             )
         finally:
             await at_new.close()
-        lines_before = len(old.lines)
-        os.kill(old.pid, signal.SIGCONT)
+        # The producer resuming through the client that knows the old owner as its
+        # transaction coordinator: its InitProducerId waits in the paused node's socket, is
+        # answered NOT_COORDINATOR once the node wakes up (no lease), and follows the
+        # partition to the new owner (FindCoordinator key_type 1).
+        resumed = TransactionalProducer(
+            bootstrap_servers=kafka_broker.bootstrap,
+            coordinator_client=client,
+            transactional_id=transactional_id,
+            transaction_timeout_ms=60_000,
+        )
+        with retries_seen() as seen:
+            starting = asyncio.ensure_future(resumed.start())
+            await asyncio.sleep(0.5)
+            lines_before = len(old.lines)
+            os.kill(old.pid, signal.SIGCONT)
+            await starting
+        try:
+            assert (resumed.producer_id, resumed.producer_epoch) == (
+                producer_id,
+                producer_epoch + 1,
+            )
+        finally:
+            await resumed.stop()
+        assert ErrorCode.NOT_COORDINATOR in [getattr(e, "code", e) for e in seen.errors], (
+            seen.errors
+        )
         # The old owner wakes up with the transaction prepared and its markers owed: the
         # brokers refuse them, or its lease (then the log) stops it before it sends more.
         await eventually(
@@ -507,8 +532,9 @@ async def test_the_brokers_take_the_new_owners_markers_and_fence_the_paused_old_
     finally:
         await client.close()
     woke = "".join(old.lines[lines_before:])
-    # Its markers refused by the brokers (the new owner wrote at a higher epoch), or its
-    # partition stopped first (its lease had run out).
+    # Its partition stopped (its lease had run out, which its completion asks before every
+    # marker), or a marker it sent refused by the brokers (the new owner wrote at a higher
+    # coordinator epoch, as the writer shows below).
     assert "TRANSACTION_COORDINATOR_FENCED" in woke or "membership lapsed" in woke, woke
 
     # Exactly one completion, written by the new owner after its ownership record.
