@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import signal
+import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -63,9 +65,6 @@ def txn_node(broker: ApacheKafkaBroker, log_topic: str, node_id: int) -> ServerP
 
 
 def status(process: ServerProcess) -> dict[str, Any]:
-    import json
-    import urllib.request
-
     with urllib.request.urlopen(
         f"http://127.0.0.1:{process.metrics_port}/status", timeout=5
     ) as reply:
