@@ -12,12 +12,14 @@ partition it wrote to. Here those are of two kinds:
   to the node that owns it (`Peers`, WriteTxnMarkers between nodes).
 
 Only when every marker landed does the transaction's own partition get its CompleteCommit or
-CompleteAbort record. Each step is retried with back-off until it succeeds, the partition of
-the transaction stops being served here (its next owner finds the transaction prepared when
-it loads and ends it), or the markers are fenced (a newer coordinator epoch or producer
-epoch: someone else ends it). What is prepared is found again every `sweep_interval_s` on
-every active partition, so a transaction prepared by a timer (a timed-out abort), before a
-crash or on another node is ended too; one already under way is not started twice.
+CompleteAbort record. Each step is retried with back-off until it succeeds, the transaction
+is no longer this node's to end (asked before every marker: the node lost its lease or the
+partition, whose next owner finds the transaction prepared when it loads and ends it, or the
+transaction is no longer the one prepared there), or the markers are fenced (a newer
+coordinator epoch or producer epoch: someone else ends it). What is prepared is found again
+every `sweep_interval_s` on every active partition, so a transaction prepared by a timer (a
+timed-out abort), before a crash or on another node is ended too; one already under way is
+not started twice.
 """
 
 from __future__ import annotations
@@ -140,6 +142,26 @@ class TxnCompletions:
     def _serving(self, partition: int) -> bool:
         return self._runtime.partition_state(partition) is CoordinatorState.ACTIVE
 
+    async def _still_ours(self, partition: int, completion: TxnCompletion) -> bool:
+        """Whether this node may still end `completion`: it serves the transaction's
+        partition under its lease and the transaction is still the one prepared there.
+
+        Asked before every marker sent. The brokers fence a stale coordinator's data markers
+        by coordinator epoch, but nothing fences the end of its offsets on a log partition
+        (WriteTxnMarkers to another node, or a write here): a node resumed after a pause,
+        whose partition another node took over and ended the transaction of meanwhile,
+        would otherwise commit or drop the offsets of the producer's next transaction (the
+        same producer id and epoch). A read needs the lease, as a request does."""
+        try:
+            prepared = await self._runtime.schedule_read(
+                "txn-still-prepared",
+                partition,
+                lambda shard, offset: shard.pending_completions(offset),
+            )
+        except Exception:
+            return False
+        return any(_same_transaction(completion, other) for other in prepared)
+
     async def _complete(self, partition: int, completion: TxnCompletion) -> None:
         what = (
             f"transactional id {completion.transactional_id!r} (producer {completion.producer_id}"
@@ -184,7 +206,7 @@ class TxnCompletions:
             return False
         partitions = {topic: list(indexes) for topic, indexes in completion.partitions}
         attempt = 0
-        while self._serving(partition):
+        while await self._still_ours(partition, completion):
             outcome = await writer.write(
                 completion.producer_id,
                 completion.producer_epoch,
@@ -219,7 +241,7 @@ class TxnCompletions:
         self, partition: int, log_partition: int, completion: TxnCompletion, what: str
     ) -> bool:
         attempt = 0
-        while self._serving(partition):
+        while await self._still_ours(partition, completion):
             code = await self._end_on_log_partition(log_partition, completion)
             if code == ErrorCode.NONE:
                 return True
@@ -296,6 +318,16 @@ class TxnCompletions:
             -1.0 if started_ms < 0 else max(0, self._runtime.clock.now_ms() - started_ms) / 1000
         )
         self.metrics.transaction_completed(completion.committed, completion.timed_out, seconds)
+
+
+def _same_transaction(one: TxnCompletion, other: TxnCompletion) -> bool:
+    return (
+        one.transactional_id == other.transactional_id
+        and one.producer_id == other.producer_id
+        and one.producer_epoch == other.producer_epoch
+        and one.committed == other.committed
+        and one.prepared_ms == other.prepared_ms
+    )
 
 
 async def _code_of(
