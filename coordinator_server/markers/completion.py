@@ -151,16 +151,16 @@ class TxnCompletions:
         (WriteTxnMarkers to another node, or a write here): a node resumed after a pause,
         whose partition another node took over and ended the transaction of meanwhile,
         would otherwise commit or drop the offsets of the producer's next transaction (the
-        same producer id and epoch). A read needs the lease, as a request does."""
+        same producer id and epoch); so would a completion a sweep found just before
+        another task ended it. A read needs the lease, as a request does."""
         try:
-            prepared = await self._runtime.schedule_read(
+            return await self._runtime.schedule_read(
                 "txn-still-prepared",
                 partition,
-                lambda shard, offset: shard.pending_completions(offset),
+                lambda shard, offset: shard.is_prepared(completion, offset),
             )
         except Exception:
             return False
-        return any(_same_transaction(completion, other) for other in prepared)
 
     async def _complete(self, partition: int, completion: TxnCompletion) -> None:
         what = (
@@ -169,19 +169,6 @@ class TxnCompletions:
             f"{'commit' if completion.committed else 'abort'})"
         )
         try:
-            # A sweep may have found it just before another task completed it: markers
-            # written now would end the producer's next transaction early.
-            try:
-                owed = await self._runtime.schedule_read(
-                    "is-prepared",
-                    partition,
-                    lambda shard, offset: shard.is_prepared(completion, offset),
-                )
-            except Exception:
-                # Not served here any more: whoever loads it next ends it.
-                return
-            if not owed:
-                return
             if not await self._data_markers(partition, completion, what):
                 return
             for log_partition in completion.log_partitions:
@@ -318,16 +305,6 @@ class TxnCompletions:
             -1.0 if started_ms < 0 else max(0, self._runtime.clock.now_ms() - started_ms) / 1000
         )
         self.metrics.transaction_completed(completion.committed, completion.timed_out, seconds)
-
-
-def _same_transaction(one: TxnCompletion, other: TxnCompletion) -> bool:
-    return (
-        one.transactional_id == other.transactional_id
-        and one.producer_id == other.producer_id
-        and one.producer_epoch == other.producer_epoch
-        and one.committed == other.committed
-        and one.prepared_ms == other.prepared_ms
-    )
 
 
 async def _code_of(
