@@ -11,7 +11,8 @@ fenced producer ends the job (a newer instance owns the transactional id).
 
 It prints one line per event on stdout:
 "S <producer id> <epoch>" once the producer has its id, "A <p,p,...>" when partitions are
-assigned, "C <transaction> <records>" after each commit, "X <transaction> <error>" after an
+assigned, "B <transaction> <records>" when a transaction begins, "C <transaction> <records>"
+after each commit, "X <transaction> <error>" after an
 abort, "F" when fenced (then it exits 3). SIGTERM stops it between transactions.
 """
 
@@ -171,7 +172,9 @@ async def run(args: argparse.Namespace) -> int:
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(created).1f %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(created).1f %(name)s %(levelname)s %(message)s"
+    )
     parser = argparse.ArgumentParser()
     parser.add_argument("--coordinator", required=True)
     parser.add_argument("--kafka", required=True)

@@ -422,18 +422,19 @@ async def test_every_input_record_is_in_the_output_exactly_once(
         f"({len(everything.values) - len(committed.values)} aborted), "
         f"job killed {job.kills}x (exited by itself {job.exits}), server killed "
         f"{server.kills}x, {transactions} transactions with records committed "
-        f"({job.commits} commits and {job.aborts} aborts reported by the job)\n"
-        + "\n".join(faults)
+        f"({job.commits} commits and {job.aborts} aborts reported by the job)\n" + "\n".join(faults)
     )
     # The timeline, shown by pytest when a check fails.
     print("\n".join(job.lines + job.stderr), file=sys.stderr)
     print("".join(server.outputs)[-20_000:], file=sys.stderr)
     print(report, file=sys.stderr)
-    where = {}
+    # Which transactions (producer epoch/transaction of the job) wrote each duplicate.
+    writers: dict[bytes, list[bytes]] = {}
     for value, key in zip(committed.values, committed.keys, strict=True):
         if value in duplicates:
-            where.setdefault(value, []).append(key)
-    assert not duplicates, f"{len(duplicates)} ids more than once: {list(where.items())[:10]}\n{report}"
+            writers.setdefault(value, []).append(key)
+    first = list(writers.items())[:10]
+    assert not duplicates, f"{len(duplicates)} ids more than once: {first}\n{report}"
     assert not missing, f"{len(missing)} ids missing: {sorted(missing)[:20]}\n{report}"
     assert not foreign, f"records that are no input's: {sorted(foreign)[:20]}\n{report}"
     assert len(everything.values) >= len(committed.values), report
