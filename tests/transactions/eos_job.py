@@ -53,8 +53,9 @@ class PrintingListener(ConsumerRebalanceListener):  # type: ignore[misc]
         print(f"A {partitions_text(assigned)}", flush=True)
 
 
-def transform(record: ConsumerRecord[Any, Any]) -> bytes:
-    return b"out-" + record.value
+def transform(record: ConsumerRecord[Any, bytes]) -> bytes:
+    value: bytes = record.value
+    return b"out-" + value
 
 
 async def rewind(consumer: CoordinatedConsumer) -> None:
