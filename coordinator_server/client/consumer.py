@@ -19,7 +19,8 @@ Rebalances (eager, as Kafka's classic protocol):
 - Lost (the member was fenced: its session expired or the group moved on without it): no
   commit, which the coordinator would refuse anyway; the listener's
   `on_partitions_revoked` runs, as Kafka's default `onPartitionsLost` does.
-- Assigned: each partition starts at its committed offset; with none, at
+- Assigned: each partition starts at its committed offset (a stable one: an offset a
+  transaction is committing is waited for); with none, at
   `auto_offset_reset`: "earliest" (the log start), "latest" (the high watermark a Fetch
   reports, see `rpc.kafka_log`) or "none" (an error). Then `on_partitions_assigned` runs.
 
@@ -505,10 +506,12 @@ class CoordinatedConsumer:
     ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
         if not partitions:
             return {}, {}
-        committed = {
-            tp: value.offset
-            for tp, value in (await self._client.fetch_offsets(self.group_id, partitions)).items()
-        }
+        # A stable fetch, as Kafka's consumer always asks (KIP-447): an offset a transaction
+        # committed is pending until its markers land; read before that, the partition would
+        # start at the offset before it and hand out the transaction's input again. The
+        # coordinator answers UNSTABLE_OFFSET_COMMIT meanwhile, and the caller retries.
+        fetched = await self._client.fetch_offsets(self.group_id, partitions, require_stable=True)
+        committed = {tp: value.offset for tp, value in fetched.items()}
         starts = dict(committed)
         missing = [tp for tp in partitions if tp not in committed]
         if missing:

@@ -24,7 +24,7 @@ from aiokafka.structs import OffsetAndMetadata, TopicPartition
 from apache_kafka import ApacheKafkaBroker
 from server_process import ServerProcess
 
-from coordinator_server.client import TransactionalProducer
+from coordinator_server.client import CoordinatedConsumer, TransactionalProducer
 from coordinator_server.rpc.client import CoordinatorClient
 from protocol.errors import ErrorCode
 from protocol.messages import (
@@ -173,6 +173,52 @@ async def test_offsets_sent_in_a_transaction_commit_with_it(
             assert await _eventually_committed(client, group, source, 42) == 42
         finally:
             await client.close()
+
+
+async def test_a_consumer_starts_from_the_offsets_a_transaction_is_committing(
+    kafka_broker: ApacheKafkaBroker, names: tuple[str, str, str]
+) -> None:
+    """KIP-447: a consumer that takes over partitions while the previous owner's transaction
+    is committing their offsets must start after them, not at the offsets before (it would
+    hand out that transaction's input again): its fetch of the committed offsets is a
+    stable one, refused until the transaction is complete."""
+    log_topic, out, transactional_id = names
+    source = f"{out}-in"
+    await create_topic(kafka_broker, out)
+    await create_topic(kafka_broker, source, partitions=1)
+    group = f"group-{transactional_id}"
+    tp = TopicPartition(source, 0)
+    with coordinator(kafka_broker, log_topic, "--group-initial-rebalance-delay-ms", "0") as server:
+        async with producer(kafka_broker, server, transactional_id) as txn:
+            await txn.begin_transaction()
+            await txn.send(out, b"a", partition=0)
+            await txn.send_offsets_to_transaction({tp: OffsetAndMetadata(42, "")}, group)
+            consumer = CoordinatedConsumer(
+                source,
+                bootstrap_servers=kafka_broker.bootstrap,
+                coordinator_bootstrap_servers=f"{server.host}:{server.port}",
+                group_id=group,
+                auto_offset_reset="earliest",
+                enable_auto_commit=False,
+            )
+            await consumer.start()
+            try:
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + 10
+                while consumer.member.generation_id < 0:
+                    assert loop.time() < deadline, "never joined the group"
+                    await asyncio.sleep(0.05)
+                # Joined: the assignment and the offset fetch take a few round trips.
+                await asyncio.sleep(1)
+                assert consumer.assignment() == set(), "started before the offset was stable"
+                await txn.commit_transaction()
+                deadline = loop.time() + 10
+                while not consumer.assignment():
+                    assert loop.time() < deadline, "never started after the commit"
+                    await asyncio.sleep(0.05)
+                assert await consumer.position(tp) == 42
+            finally:
+                await consumer.stop()
 
 
 async def test_a_second_producer_with_the_same_id_fences_the_first(
