@@ -5,8 +5,10 @@ A group exists when its latest group metadata record is a value, or, without one
 written, or deleted by a tombstone), when one of its offset commits written after that
 tombstone survives: the coordinator keeps offsets committed to an unknown group as a
 "simple" group, Empty and without a protocol type, and so does its replay of the log. A
-pending transactional offset written after that tombstone keeps a group too (the replay of
-its record creates the group as a commit's does).
+transactional offset record written after that tombstone keeps a group too, even when the
+end of its transaction deleted it since: the replay of the pending offset created the
+group, as a commit's does, and the end does not delete it (the group lives on, Empty, until
+the server's cleanup writes its tombstone).
 
 A transactional id's state is its latest transaction record (a tombstone: the id expired);
 a log partition's producer id block is its latest block record.
@@ -171,7 +173,9 @@ def final_groups(log: DataFrame) -> DataFrame:
     last_commits = (
         final_offsets(log)
         .select("group", "log_offset")
-        .unionByName(final_pending_offsets(log).select("group", "log_offset"))
+        .unionByName(
+            log.filter(F.col("record_type") == TRANSACTIONAL_OFFSET).select("group", "log_offset")
+        )
         .groupBy("group")
         .agg(F.max("log_offset").alias("last_commit_offset"))
     )
