@@ -100,7 +100,7 @@ Values = tuple[int, int | None, str | None, datetime.datetime | None, datetime.d
 
 
 @dataclass
-class _Pending:
+class _ReplayedPending:
     producer_epoch: int | None
     values: Values
     order: int
@@ -127,7 +127,7 @@ def replay_log_partition(log_partition: int, rows: Iterable[Any]) -> Iterator[tu
     (see the module)."""
     ordered = sorted(rows, key=lambda row: row.log_offset)
     committed: dict[Key, tuple[Values, int]] = {}
-    pending: dict[Key, dict[int, _Pending]] = {}
+    pending: dict[Key, dict[int, _ReplayedPending]] = {}
 
     def plain_commit(key: Key, values: Values, log_offset: int) -> None:
         committed[key] = (values, log_offset)
@@ -147,7 +147,9 @@ def replay_log_partition(log_partition: int, rows: Iterable[Any]) -> Iterator[tu
             continue
         if not row.tombstone:
             held = pending.setdefault(key, {})
-            held[row.producer_id] = _Pending(row.producer_epoch, _values(row), row.log_offset)
+            held[row.producer_id] = _ReplayedPending(
+                row.producer_epoch, _values(row), row.log_offset
+            )
             index += 1
             continue
         # A run of tombstones: an end of a transaction, or a deletion.

@@ -27,6 +27,7 @@ from coordinator_server.pipeline.audit import MISMATCH, run_audit
 from coordinator_server.pipeline.history import HistoryOptions, compute_history
 from coordinator_server.pipeline.kafka_source import KafkaLogTopic
 from coordinator_server.pipeline.logs import SqliteLogFile
+from coordinator_server.pipeline.report import render_report
 from coordinator_server.pipeline.session import read_log
 from coordinator_server.pipeline.state import final_offsets, final_transactions
 from coordinator_server.pipeline.transactional import replay_transactional_offsets
@@ -365,5 +366,7 @@ async def test_the_audit_of_a_kafka_log_written_by_transactional_producers(
             assert by_state == {"CompleteCommit": 1, "CompleteAbort": 1, "Ongoing": 1}
             blocks = history["producer_id_blocks"].collect()
             assert len(blocks) >= 1 and all(r.next_block_start > 0 for r in blocks)
+            page = render_report(history, "transactions", location.describe())
+            assert "Transactions by state" in page and holder in page
             log.unpersist()
             await third.abort_transaction()
