@@ -3,7 +3,10 @@
 The log is replayed with compaction semantics (`state`) and compared with what a live
 server answers: OffsetFetch of every offset of every group, DescribeGroups of every group
 (the groups of the log and those ListGroups names). What DescribeGroups does not show
-(generation, leader, expiry times) is not compared.
+(generation, leader, expiry times) is not compared. Transactions are audited too
+(`audit_transactions`): the committed offsets are those of the log with its transactions
+replayed by Kafka's rules (`transactional`), its pending offsets are compared with
+OffsetFetch's require_stable answers, and its transactional ids with DescribeTransactions.
 
 A live server keeps writing while the audit runs, so a difference is only reported as a
 mismatch when the audit can rule out that it saw the two sides at different moments:
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -34,22 +37,40 @@ from typing import Any, Final
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
     IntegerType,
-    LongType,
     StringType,
     StructField,
     StructType,
 )
 
+from coordinator_server.pipeline.audit_live import (
+    LIVE_GROUPS_SCHEMA,
+    LIVE_OFFSETS_SCHEMA,
+    LiveState,
+    fetch_live_state,
+    list_live_groups,
+)
+from coordinator_server.pipeline.audit_transactions import (
+    TRANSACTION_KIND_PREFIX,
+    gather_transactional,
+    live_frames,
+    pending_rows,
+    transaction_rows,
+)
+from coordinator_server.pipeline.decode import PRODUCER_ID_BLOCK, TRANSACTION
 from coordinator_server.pipeline.logs import LogLocation, readable
 from coordinator_server.pipeline.session import log_end_offsets, read_log
-from coordinator_server.pipeline.state import final_groups, final_offsets, group_positions
+from coordinator_server.pipeline.state import (
+    final_groups,
+    final_transactions,
+    group_positions,
+    transaction_positions,
+)
+from coordinator_server.pipeline.transactional import (
+    TransactionalState,
+    replay_transactional_offsets,
+)
 from coordinator_server.rpc.client import CoordinatorClient
-from protocol.consumer import ConsumerProtocolAssignment, InvalidConsumerProtocolError
-from protocol.errors import ErrorCode
-from protocol.messages import DescribeGroupsRequest, OffsetFetchRequest, OffsetFetchRequestGroup
 
 __all__ = [
     "MISMATCH_SCHEMA",
@@ -67,47 +88,11 @@ REBALANCING: Final = "rebalancing"
 UNREACHABLE: Final = "unreachable"
 PREPARING_REBALANCE: Final = "PreparingRebalance"
 STABLE: Final = "Stable"
-FETCH_CHUNK_GROUPS: Final = 256
 PRINTED_ROWS: Final = 1000
 # Differences kept in audit.json and the result (the Parquet table has them all).
 SAVED_ROWS: Final = 10_000
-
-LIVE_OFFSETS_SCHEMA: Final = StructType(
-    [
-        StructField("group", StringType(), False),
-        StructField("topic", StringType(), False),
-        StructField("partition", IntegerType(), False),
-        StructField("committed_offset", LongType(), False),
-        StructField("leader_epoch", IntegerType(), True),
-        StructField("metadata", StringType(), True),
-    ]
-)
-
-LIVE_GROUPS_SCHEMA: Final = StructType(
-    [
-        StructField("group", StringType(), False),
-        StructField("state", StringType(), False),
-        StructField("protocol_type", StringType(), True),
-        StructField("protocol", StringType(), True),
-        StructField(
-            "members",
-            ArrayType(
-                StructType(
-                    [
-                        StructField("member_id", StringType(), False),
-                        StructField("group_instance_id", StringType(), True),
-                        StructField("client_id", StringType(), True),
-                        StructField("client_host", StringType(), True),
-                        StructField("member_metadata", BinaryType(), True),
-                        StructField("member_assignment", BinaryType(), True),
-                        StructField("assignment_text", StringType(), True),
-                    ]
-                )
-            ),
-            False,
-        ),
-    ]
-)
+# topic, partition, member_id, field, log_value of a row that has none of them.
+_NO_PLACE: Final = (None,) * 5
 
 KEY_COLUMNS: Final = ("group", "kind", "topic", "partition", "member_id", "field")
 
@@ -127,16 +112,6 @@ MISMATCH_SCHEMA: Final = StructType(
 
 
 @dataclass
-class LiveState:
-    """What the server answered, as rows of LIVE_OFFSETS_SCHEMA and LIVE_GROUPS_SCHEMA."""
-
-    offsets: list[tuple[Any, ...]] = field(default_factory=list)
-    groups: list[tuple[Any, ...]] = field(default_factory=list)
-    # Groups whose calls failed, with the error: neither side of them can be compared.
-    errors: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
 class AuditResult:
     mismatches: int
     changed_during_audit: int
@@ -145,99 +120,12 @@ class AuditResult:
     groups_in_log: int
     offsets_in_log: int
     rows: list[dict[str, Any]]
+    transactions_in_log: int = 0
+    pending_offsets_in_log: int = 0
 
     @property
     def ok(self) -> bool:
         return self.mismatches == 0 and self.unreachable == 0
-
-
-def _assignment_text(data: bytes) -> str:
-    """A member's assignment as `topic:0,1;other:3` when it is the consumer protocol's."""
-    try:
-        decoded = ConsumerProtocolAssignment.decode(data)
-    except InvalidConsumerProtocolError:
-        return "0x" + data.hex()
-    return ";".join(
-        f"{tp.topic}:{','.join(str(p) for p in sorted(tp.partitions))}"
-        for tp in sorted(decoded.partitions, key=lambda tp: tp.topic)
-    )
-
-
-def _chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
-async def list_live_groups(client: CoordinatorClient) -> list[str]:
-    return [group.group_id for group in await client.list_all_groups()]
-
-
-async def fetch_live_state(client: CoordinatorClient, groups: Iterable[str]) -> LiveState:
-    """OffsetFetch (every offset) and DescribeGroups of each of `groups`."""
-    state = LiveState()
-    for chunk in _chunks(sorted(set(groups)), FETCH_CHUNK_GROUPS):
-        fetched, described = await asyncio.gather(
-            client.offset_fetch(
-                OffsetFetchRequest(
-                    groups=[OffsetFetchRequestGroup(group_id=group) for group in chunk]
-                )
-            ),
-            client.describe_groups(DescribeGroupsRequest(groups=list(chunk))),
-        )
-        for group in fetched.groups:
-            if group.error_code != 0:
-                state.errors[group.group_id] = f"OffsetFetch error {group.error_code}"
-                continue
-            for topic in group.topics:
-                for partition in topic.partitions:
-                    if partition.error_code != 0:
-                        state.errors[group.group_id] = (
-                            f"OffsetFetch error {partition.error_code} for "
-                            f"{topic.name}-{partition.partition_index}"
-                        )
-                    elif partition.committed_offset >= 0:
-                        state.offsets.append(
-                            (
-                                group.group_id,
-                                topic.name,
-                                partition.partition_index,
-                                partition.committed_offset,
-                                partition.committed_leader_epoch,
-                                partition.metadata,
-                            )
-                        )
-        for described_group in described.groups:
-            if described_group.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
-                continue
-            if described_group.error_code != 0:
-                state.errors[described_group.group_id] = (
-                    f"DescribeGroups error {described_group.error_code}"
-                )
-                continue
-            state.groups.append(
-                (
-                    described_group.group_id,
-                    described_group.group_state,
-                    described_group.protocol_type,
-                    described_group.protocol_data,
-                    [
-                        (
-                            member.member_id,
-                            member.group_instance_id,
-                            member.client_id,
-                            member.client_host,
-                            member.member_metadata,
-                            member.member_assignment,
-                            _assignment_text(member.member_assignment),
-                        )
-                        for member in described_group.members
-                    ],
-                )
-            )
-    errored = set(state.errors)
-    state.offsets = [row for row in state.offsets if row[0] not in errored]
-    state.groups = [row for row in state.groups if row[0] not in errored]
-    return state
 
 
 def _row(kind: str, field_name: str | None, log_value: Column, live_value: Column) -> Column:
@@ -276,28 +164,49 @@ def _log_assignment_text(member: Column) -> Column:
 
 
 def compare(
-    spark: SparkSession, log: DataFrame, live: LiveState, groups: Sequence[str] | None = None
+    spark: SparkSession,
+    log: DataFrame,
+    live: LiveState,
+    groups: Sequence[str] | None = None,
+    transactional: TransactionalState | None = None,
 ) -> DataFrame:
     """Every difference between the log's final state and `live`, as rows of
-    (group, kind, topic, partition, member_id, field, log_value, live_value).
+    (group, kind, topic, partition, member_id, field, log_value, live_value); for a
+    transactional id's (kinds `transaction_*`), `group` is the id.
 
-    `groups`: compare only these groups (both sides); by default every group the log or
-    the live state has, less those whose live calls failed.
+    `groups`: compare only these groups and transactional ids (both sides); by default
+    every one the log or the live state has, less those whose live calls failed.
+    `transactional`: the log's transactions replayed (computed when not given).
     """
-    expected_offsets = final_offsets(log)
+    if transactional is None:
+        transactional = replay_transactional_offsets(spark, log)
+    expected_offsets = transactional.committed
+    expected_pending = transactional.pending
     expected_groups = final_groups(log)
+    expected_transactions = final_transactions(log)
     live_offsets = spark.createDataFrame(live.offsets, LIVE_OFFSETS_SCHEMA)
     live_groups = spark.createDataFrame(live.groups, LIVE_GROUPS_SCHEMA)
+    live_require_stable, live_transactions = live_frames(spark, live.stable, live.transactions)
     excluded = sorted(live.errors)
     if groups is not None:
         wanted = sorted(set(groups))
         expected_offsets = expected_offsets.filter(F.col("group").isin(wanted))
+        expected_pending = expected_pending.filter(F.col("group").isin(wanted))
         expected_groups = expected_groups.filter(F.col("group").isin(wanted))
+        expected_transactions = expected_transactions.filter(F.col("transactional_id").isin(wanted))
         live_offsets = live_offsets.filter(F.col("group").isin(wanted))
         live_groups = live_groups.filter(F.col("group").isin(wanted))
+        live_require_stable = live_require_stable.filter(F.col("group").isin(wanted))
+        live_transactions = live_transactions.filter(F.col("transactional_id").isin(wanted))
     if excluded:
         expected_offsets = expected_offsets.filter(~F.col("group").isin(excluded))
+        expected_pending = expected_pending.filter(~F.col("group").isin(excluded))
         expected_groups = expected_groups.filter(~F.col("group").isin(excluded))
+        live_require_stable = live_require_stable.filter(~F.col("group").isin(excluded))
+    if live.transaction_errors:
+        expected_transactions = expected_transactions.filter(
+            ~F.col("transactional_id").isin(sorted(live.transaction_errors))
+        )
 
     # Offsets.
     log_side = expected_offsets.select(
@@ -493,6 +402,8 @@ def compare(
     return (
         offset_rows.unionByName(group_rows)
         .unionByName(member_rows)
+        .unionByName(pending_rows(expected_pending, live_require_stable))
+        .unionByName(transaction_rows(expected_transactions, live_transactions))
         .select(
             "group",
             F.col("check.kind").alias("kind"),
@@ -525,10 +436,26 @@ def classify(
     live_states = spark.createDataFrame(
         [(row[0], row[1]) for row in live.groups], "group string, live_group_state string"
     )
+    # A transactional id's records are its transaction records; a group's, all of the
+    # records of its name.
+    positions = (
+        group_positions(log)
+        .withColumn("subject", F.lit("group"))
+        .unionByName(
+            transaction_positions(log)
+            .withColumnRenamed("transactional_id", "group")
+            .withColumn("subject", F.lit("transaction"))
+        )
+    )
+    subject = F.when(F.col("kind").startswith(TRANSACTION_KIND_PREFIX), "transaction").otherwise(
+        "group"
+    )
+    live_states = live_states.withColumn("subject", F.lit("group"))
     positioned = (
-        differences.join(group_positions(log), "group", "left")
+        differences.withColumn("subject", subject)
+        .join(positions, ["subject", "group"], "left")
         .join(hw0, "log_partition", "left")
-        .join(live_states, "group", "left")
+        .join(live_states, ["subject", "group"], "left")
     )
     status = (
         F.when(
@@ -558,13 +485,79 @@ class AuditRun:
             return log_end_offsets(self.spark, location)
 
     async def live_state(self) -> LiveState:
-        """Every group ListGroups names, with its offsets and description."""
+        """Every group ListGroups names, with its offsets and description, and the
+        require_stable answers of its offsets; every transactional id ListTransactions
+        names, described."""
         async with CoordinatorClient(self.servers, **self.client_options) as client:
-            return await fetch_live_state(client, await list_live_groups(client))
+            groups = await list_live_groups(client)
+            state = await fetch_live_state(client, groups)
+            return await self._with_transactional(client, state, groups, (), (), list_ids=True)
 
-    async def live_state_of(self, groups: Sequence[str]) -> LiveState:
+    async def live_state_of(
+        self,
+        groups: Sequence[str],
+        pending: Sequence[tuple[str, str, int]] = (),
+        transactional_ids: Sequence[str] = (),
+    ) -> LiveState:
+        """The groups' state (with the require_stable answers of their offsets and of the
+        partitions `pending` names) and the transactional ids'."""
         async with CoordinatorClient(self.servers, **self.client_options) as client:
-            return await fetch_live_state(client, groups)
+            state = await fetch_live_state(client, groups)
+            return await self._with_transactional(
+                client, state, groups, pending, transactional_ids, list_ids=False
+            )
+
+    @staticmethod
+    async def _with_transactional(
+        client: CoordinatorClient,
+        state: LiveState,
+        groups: Sequence[str],
+        pending: Sequence[tuple[str, str, int]],
+        transactional_ids: Sequence[str],
+        *,
+        list_ids: bool,
+    ) -> LiveState:
+        stable, transactions, group_errors, id_errors = await gather_transactional(
+            client, groups, pending, transactional_ids, list_ids
+        )
+        errored = set(group_errors)
+        state.errors.update(group_errors)
+        state.offsets = [row for row in state.offsets if row[0] not in errored]
+        state.groups = [row for row in state.groups if row[0] not in errored]
+        state.stable = [row for row in stable if row[0] not in state.errors]
+        state.transactions = transactions
+        state.described = {row[0] for row in transactions} | set(transactional_ids)
+        state.transaction_errors = id_errors
+        return state
+
+    def add_transactional(
+        self, log: DataFrame, transactional: TransactionalState, live: LiveState
+    ) -> LiveState:
+        """Also ask about the log's pending offsets (by partition: one without a committed
+        offset is not listed by a fetch of every offset) and its transactional ids that
+        the first asking did not cover."""
+        answered = {tuple(row[:3]) for row in live.stable}
+        pending = sorted(
+            (row.group, row.topic, row.partition)
+            for row in transactional.pending.select("group", "topic", "partition")
+            .distinct()
+            .collect()
+            if (row.group, row.topic, row.partition) not in answered
+            and row.group not in live.errors
+        )
+        ids = sorted(
+            row.transactional_id
+            for row in log.filter(F.col("record_type") == TRANSACTION)
+            .select("transactional_id")
+            .distinct()
+            .collect()
+            if row.transactional_id not in live.described
+            and row.transactional_id not in live.transaction_errors
+        )
+        if not pending and not ids:
+            return live
+        more = asyncio.run(self.live_state_of([], pending, ids))
+        return live.merged(more)
 
     def add_unlisted_groups(self, log: DataFrame, live: LiveState) -> LiveState:
         """Also ask about the log's groups that ListGroups did not name: a group the server
@@ -572,41 +565,76 @@ class AuditRun:
         the server does not know them either, and they drop out.)"""
         asked = {row[0] for row in live.groups} | {row[0] for row in live.offsets}
         asked |= set(live.errors)
+        group_records = log.filter(~F.col("record_type").isin(TRANSACTION, PRODUCER_ID_BLOCK))
         missing = sorted(
-            row.group for row in log.select("group").distinct().collect() if row.group not in asked
+            row.group
+            for row in group_records.select("group").distinct().collect()
+            if row.group not in asked
         )
         if not missing:
             return live
         more = asyncio.run(self.live_state_of(missing))
-        return LiveState(
-            live.offsets + more.offsets, live.groups + more.groups, {**live.errors, **more.errors}
-        )
+        # The transactional part was asked already: keep it once.
+        more.transactions, more.described, more.transaction_errors = [], set(), {}
+        return live.merged(more)
 
-    def differences(self, log: DataFrame, watermarks: dict[int, int], live: LiveState) -> DataFrame:
+    def differences(
+        self,
+        log: DataFrame,
+        watermarks: dict[int, int],
+        live: LiveState,
+        transactional: TransactionalState | None = None,
+    ) -> DataFrame:
         """Every difference with its status: compare, classify, then ask the server again
-        about the groups with mismatches left (rows of MISMATCH_SCHEMA)."""
+        about the groups and transactional ids with mismatches left (rows of
+        MISMATCH_SCHEMA)."""
+        if transactional is None:
+            transactional = replay_transactional_offsets(self.spark, log)
         classified = classify(
-            self.spark, compare(self.spark, log, live, None), log, watermarks, live
+            self.spark, compare(self.spark, log, live, None, transactional), log, watermarks, live
         ).cache()
-        suspects = sorted(
-            row.group
-            for row in classified.filter(F.col("status") == MISMATCH)
-            .select("group")
+        suspect_rows = (
+            classified.filter(F.col("status") == MISMATCH)
+            .select("group", F.col("kind").startswith(TRANSACTION_KIND_PREFIX).alias("txn"))
             .distinct()
             .collect()
         )
+        suspects = sorted({row.group for row in suspect_rows})
         unreachable = self.spark.createDataFrame(
             [
                 (UNREACHABLE, group, "live_call_failed", None, None, None, None, None, error)
                 for group, error in sorted(live.errors.items())
+            ]
+            + [
+                (
+                    UNREACHABLE,
+                    txn_id,
+                    "transaction_call_failed",
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    error,
+                )
+                for txn_id, error in sorted(live.transaction_errors.items())
             ],
             MISMATCH_SCHEMA,
         )
         if not suspects:
             return classified.unionByName(unreachable)
-        second = asyncio.run(self.live_state_of(suspects))
+        suspect_groups = sorted({row.group for row in suspect_rows if not row.txn})
+        suspect_ids = sorted({row.group for row in suspect_rows if row.txn})
+        pending = sorted(
+            (row.group, row.topic, row.partition)
+            for row in transactional.pending.filter(F.col("group").isin(suspect_groups))
+            .select("group", "topic", "partition")
+            .distinct()
+            .collect()
+        )
+        second = asyncio.run(self.live_state_of(suspect_groups, pending, suspect_ids))
         again = (
-            compare(self.spark, log, second, suspects)
+            compare(self.spark, log, second, suspects, transactional)
             .select(*KEY_COLUMNS)
             .withColumn("still", F.lit(True))
         )
@@ -636,9 +664,11 @@ def run_audit(
     live = asyncio.run(run.live_state())
     with readable(location) as readable_location:
         log = read_log(spark, readable_location).cache()
+        transactional = replay_transactional_offsets(spark, log)
         live = run.add_unlisted_groups(log, live)
+        live = run.add_transactional(log, transactional, live)
         differences = (
-            run.differences(log, watermarks, live)
+            run.differences(log, watermarks, live, transactional)
             .orderBy("status", "group", "kind", "topic", "partition", "member_id", "field")
             .cache()
         )
@@ -650,7 +680,9 @@ def run_audit(
             row.what: row["count"]
             for row in final_groups(log)
             .select(F.lit("groups").alias("what"))
-            .unionByName(final_offsets(log).select(F.lit("offsets").alias("what")))
+            .unionByName(transactional.committed.select(F.lit("offsets").alias("what")))
+            .unionByName(transactional.pending.select(F.lit("pending").alias("what")))
+            .unionByName(final_transactions(log).select(F.lit("transactions").alias("what")))
             .groupBy("what")
             .count()
             .collect()
@@ -663,6 +695,8 @@ def run_audit(
             groups_in_log=sizes.get("groups", 0),
             offsets_in_log=sizes.get("offsets", 0),
             rows=rows,
+            transactions_in_log=sizes.get("transactions", 0),
+            pending_offsets_in_log=sizes.get("pending", 0),
         )
         if output is not None:
             output.mkdir(parents=True, exist_ok=True)
@@ -684,7 +718,9 @@ def run_audit(
 
 def format_result(result: AuditResult) -> str:
     lines = [
-        f"audit: {result.groups_in_log} groups and {result.offsets_in_log} offsets in the log; "
+        f"audit: {result.groups_in_log} groups, {result.offsets_in_log} offsets, "
+        f"{result.pending_offsets_in_log} pending offsets and {result.transactions_in_log} "
+        "transactional ids in the log; "
         f"{result.mismatches} mismatches, {result.changed_during_audit} changed during the "
         f"audit, {result.rebalancing} in groups rebalancing, {result.unreachable} groups "
         "unreachable"

@@ -2,9 +2,12 @@
 
 Every record of the log becomes one row. Offset commits fill the offset columns, group
 metadata records the group columns; a tombstone keeps its key columns and leaves the value
-columns null. The position of the record in the log (`log_partition`, `log_offset`,
-`log_timestamp`) is on every row: it orders a key's records, which is what compaction and
-every "what came before" question need.
+columns null. A transactional offset (a pending one) fills the offset columns too, and its
+producer's columns; a transaction record the transaction columns (its `group` is "": it
+belongs to a transactional id, not a group); a producer id block `next_block_start`.
+The position of the record in the log (`log_partition`, `log_offset`, `log_timestamp`) is
+on every row: it orders a key's records, which is what compaction and every "what came
+before" question need.
 
 Rows leave the executors as Arrow record batches built column by column, which Spark takes
 as they are; handing it Python tuples costs several times more per row.
@@ -34,9 +37,16 @@ from coordinator_server.records import (
     OffsetCommitKey,
     OffsetCommitValue,
     PartitionOwnershipKey,
+    ProducerIdBlockKey,
+    ProducerIdBlockValue,
     RecordFormatError,
+    TransactionalOffsetKey,
+    TransactionalOffsetValue,
+    TransactionKey,
+    TransactionValue,
     decode_record,
 )
+from coordinator_server.transactions.metadata import TransactionState
 from protocol.consumer import (
     ConsumerProtocolAssignment,
     ConsumerProtocolSubscription,
@@ -48,7 +58,10 @@ __all__ = [
     "GROUP_METADATA",
     "OFFSET_COMMIT",
     "PARTITION_OWNERSHIP",
+    "PRODUCER_ID_BLOCK",
     "SCHEMA",
+    "TRANSACTION",
+    "TRANSACTIONAL_OFFSET",
     "RawLogRecord",
     "RecordBatchBuilder",
     "decode_arrow_batches",
@@ -59,6 +72,13 @@ OFFSET_COMMIT: Final = "offset_commit"
 GROUP_METADATA: Final = "group_metadata"
 # A node's takeover of a log partition (a cluster's fencing record): group "", no offset.
 PARTITION_OWNERSHIP: Final = "partition_ownership"
+# A transactional id's metadata (group "", the id in `transactional_id`).
+TRANSACTION: Final = "transaction"
+# A log partition's producer id block (group "", one key per log partition).
+PRODUCER_ID_BLOCK: Final = "producer_id_block"
+# A producer's pending offset of a group's partition (key: group, topic, partition,
+# producer_id).
+TRANSACTIONAL_OFFSET: Final = "transactional_offset"
 CONSUMER_PROTOCOL_TYPE: Final = "consumer"
 
 # (log_offset, log_timestamp_ms, key, value): one record as a log gives it back.
@@ -111,6 +131,20 @@ SCHEMA: Final = StructType(
         StructField("leader", StringType(), True),
         StructField("state_timestamp", TimestampType(), True),
         StructField("members", ArrayType(_MEMBER, False), True),
+        # Transactional offsets (the key's producer) and transactions (the value's).
+        StructField("producer_id", LongType(), True),
+        StructField("producer_epoch", IntegerType(), True),
+        # Transactions: the key, then the value.
+        StructField("transactional_id", StringType(), True),
+        # Kafka's name of the state ("PrepareCommit"); "Unknown(<id>)" for an id it lacks.
+        StructField("transaction_state", StringType(), True),
+        StructField("transaction_timeout_ms", IntegerType(), True),
+        StructField("transaction_partitions", _ASSIGNMENT, True),
+        StructField("transaction_log_partitions", ArrayType(IntegerType(), False), True),
+        StructField("transaction_start_timestamp", TimestampType(), True),
+        StructField("transaction_update_timestamp", TimestampType(), True),
+        # Producer id blocks.
+        StructField("next_block_start", LongType(), True),
         # Where the record is in the log.
         StructField("log_partition", IntegerType(), False),
         StructField("log_offset", LongType(), False),
@@ -151,6 +185,11 @@ ARROW_SCHEMA: Final = pa.schema([_arrow_field(field) for field in SCHEMA.fields]
 _COLUMNS: Final = tuple(SCHEMA.fieldNames())
 _NO_OFFSET_VALUE: Final = (None,) * 5
 _NO_GROUP_VALUE: Final = (None,) * 6
+_NO_PRODUCER: Final = (None,) * 2
+_NO_TRANSACTION: Final = (None,) * 7
+_NO_BLOCK: Final = (None,)
+_NO_TRANSACTIONAL_VALUES: Final = _NO_PRODUCER + _NO_TRANSACTION + _NO_BLOCK
+_STATE_NAMES: Final = {state.value: state.kafka_name for state in TransactionState}
 
 
 def _micros(timestamp_ms: int | None) -> int | None:
@@ -227,8 +266,8 @@ def decode_row(
                 _micros(record_value.commit_timestamp_ms),
                 _micros(record_value.expire_timestamp_ms),
             )
-            return (*head, *body, *_NO_GROUP_VALUE, *position)
-        return (*head, *_NO_OFFSET_VALUE, *_NO_GROUP_VALUE, *position)
+            return (*head, *body, *_NO_GROUP_VALUE, *_NO_TRANSACTIONAL_VALUES, *position)
+        return (*head, *_NO_OFFSET_VALUE, *_NO_GROUP_VALUE, *_NO_TRANSACTIONAL_VALUES, *position)
     if type(record_key) is GroupMetadataKey:
         head = (GROUP_METADATA, record_key.group, None, None, *_NO_OFFSET_VALUE)
         if type(record_value) is GroupMetadataValue:
@@ -240,8 +279,8 @@ def decode_row(
                 _micros(record_value.current_state_timestamp_ms),
                 _members(record_value),
             )
-            return (*head, *body, *position)
-        return (*head, *_NO_GROUP_VALUE, *position)
+            return (*head, *body, *_NO_TRANSACTIONAL_VALUES, *position)
+        return (*head, *_NO_GROUP_VALUE, *_NO_TRANSACTIONAL_VALUES, *position)
     if type(record_key) is PartitionOwnershipKey:
         return (
             PARTITION_OWNERSHIP,
@@ -250,9 +289,87 @@ def decode_row(
             None,
             *_NO_OFFSET_VALUE,
             *_NO_GROUP_VALUE,
+            *_NO_TRANSACTIONAL_VALUES,
+            *position,
+        )
+    if type(record_key) is TransactionalOffsetKey:
+        head = (
+            TRANSACTIONAL_OFFSET,
+            record_key.group,
+            record_key.topic,
+            record_key.partition,
+        )
+        if type(record_value) is TransactionalOffsetValue:
+            body = (
+                record_value.offset,
+                record_value.leader_epoch,
+                record_value.metadata,
+                _micros(record_value.commit_timestamp_ms),
+                None,
+            )
+            epoch: int | None = record_value.producer_epoch
+        else:
+            body, epoch = _NO_OFFSET_VALUE, None
+        return (
+            *head,
+            *body,
+            *_NO_GROUP_VALUE,
+            record_key.producer_id,
+            epoch,
+            *_NO_TRANSACTION,
+            *_NO_BLOCK,
+            *position,
+        )
+    if type(record_key) is TransactionKey:
+        head = (TRANSACTION, "", None, None, *_NO_OFFSET_VALUE, *_NO_GROUP_VALUE)
+        if type(record_value) is TransactionValue:
+            return (
+                *head,
+                record_value.producer_id,
+                record_value.producer_epoch,
+                record_key.transactional_id,
+                _state_name(record_value.state),
+                record_value.timeout_ms,
+                [
+                    {"topic": topic, "partitions": list(partitions)}
+                    for topic, partitions in record_value.partitions
+                ],
+                list(record_value.log_partitions),
+                _micros(record_value.txn_start_timestamp_ms),
+                _micros(record_value.txn_last_update_timestamp_ms),
+                *_NO_BLOCK,
+                *position,
+            )
+        return (
+            *head,
+            *_NO_PRODUCER,
+            record_key.transactional_id,
+            *_NO_TRANSACTION[1:],
+            *_NO_BLOCK,
+            *position,
+        )
+    if type(record_key) is ProducerIdBlockKey:
+        block = (
+            record_value.next_block_start if type(record_value) is ProducerIdBlockValue else None
+        )
+        return (
+            PRODUCER_ID_BLOCK,
+            "",
+            None,
+            None,
+            *_NO_OFFSET_VALUE,
+            *_NO_GROUP_VALUE,
+            *_NO_PRODUCER,
+            *_NO_TRANSACTION,
+            block,
             *position,
         )
     raise RecordFormatError(f"unknown key {record_key!r}")
+
+
+def _state_name(state: int) -> str:
+    # A state this reader does not know is shown as its id, not guessed at.
+    return _STATE_NAMES.get(state, f"Unknown({state})")
 
 
 class RecordBatchBuilder:

@@ -13,6 +13,12 @@ Tables (each a function of the decoded log, written as Parquet by `write_history
 - `rebalance_summary`: rebalances per group, and how often.
 - `idle_groups`: groups that exist at the end of the log and have had no commit for longer
   than a threshold.
+- `transactions`: every transactional id alive at the end of the log, with its latest
+  state, producer id and epoch, and its transaction's partitions;
+  `transactions_by_state`: how many ids are in each state (Kafka's names), and how many
+  transactional offsets are pending.
+- `producer_id_blocks`: per log partition, the start of its next producer id block (ids
+  below it, within the partition's part of the range, are handed out or reserved).
 - `lag` and `lag_over_time` (given the data cluster): log-end offset minus committed offset
   per group, topic and partition, now and at points in time. A partition's end at a past
   time is the first offset whose record is at least that recent (a search over the record
@@ -36,7 +42,13 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from coordinator_server.pipeline.decode import GROUP_METADATA, OFFSET_COMMIT
-from coordinator_server.pipeline.state import final_groups, final_offsets
+from coordinator_server.pipeline.state import (
+    final_groups,
+    final_offsets,
+    final_pending_offsets,
+    final_transactions,
+    producer_id_blocks,
+)
 
 __all__ = [
     "HistoryOptions",
@@ -50,6 +62,7 @@ __all__ = [
     "rebalance_summary",
     "rebalances",
     "regressions",
+    "transactions_by_state",
     "write_history",
 ]
 
@@ -392,6 +405,25 @@ def consumer_lag(
     return lag_now, lag_over_time
 
 
+def transactions_by_state(log: DataFrame) -> DataFrame:
+    """transaction_state, transactional_ids (how many are in it) and pending_offsets (the
+    pending transactional offsets of their producers)."""
+    transactions = final_transactions(log)
+    pending = (
+        final_pending_offsets(log)
+        .groupBy("producer_id")
+        .agg(F.count(F.lit(1)).alias("pending_offsets"))
+    )
+    return (
+        transactions.join(pending, "producer_id", "left")
+        .groupBy("transaction_state")
+        .agg(
+            F.count(F.lit(1)).alias("transactional_ids"),
+            F.coalesce(F.sum("pending_offsets"), F.lit(0)).alias("pending_offsets"),
+        )
+    )
+
+
 def compute_history(spark: SparkSession, log: DataFrame, options: HistoryOptions) -> HistoryTables:
     commit_rows = commits(log).cache()
     rebalance_rows = rebalances(log).cache()
@@ -402,6 +434,9 @@ def compute_history(spark: SparkSession, log: DataFrame, options: HistoryOptions
         "rebalances": rebalance_rows,
         "rebalance_summary": rebalance_summary(rebalance_rows),
         "idle_groups": idle_groups(log, commit_rows, options),
+        "transactions": final_transactions(log),
+        "transactions_by_state": transactions_by_state(log),
+        "producer_id_blocks": producer_id_blocks(log),
     }
     if options.kafka_bootstrap_servers:
         tables["lag"], tables["lag_over_time"] = consumer_lag(spark, log, commit_rows, options)

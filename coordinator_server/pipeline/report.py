@@ -219,6 +219,53 @@ def render_report(history: HistoryTables, title: str, source: str) -> str:
         _table(_collect(tables["idle_groups"], idle_columns, [F.desc("idle_ms")]), idle_columns)
     )
 
+    # Transactions.
+    states = _collect(
+        tables["transactions_by_state"],
+        ["transaction_state", "transactional_ids", "pending_offsets"],
+        [F.desc("transactional_ids"), "transaction_state"],
+    )
+    sections.append("<h2>Transactions by state</h2>")
+    if states:
+        sections.append(
+            _image(
+                _bar_plot(
+                    [row["transaction_state"] for row in states],
+                    [float(row["transactional_ids"]) for row in states],
+                    "Transactional ids by state",
+                    "transactional ids",
+                ),
+                "transactions",
+            )
+        )
+        sections.append(
+            _table(states, ["transaction_state", "transactional_ids", "pending_offsets"])
+        )
+        open_columns = [
+            "transactional_id", "transaction_state", "producer_id", "producer_epoch",
+            "transaction_start_timestamp", "transaction_update_timestamp",
+        ]  # fmt: skip
+        sections.append("<h3>Open transactions, oldest first</h3>")
+        sections.append(
+            _table(
+                _collect(
+                    tables["transactions"].filter(
+                        F.col("transaction_state").isin("Ongoing", "PrepareCommit", "PrepareAbort")
+                    ),
+                    open_columns,
+                    ["transaction_start_timestamp", "transactional_id"],
+                ),
+                open_columns,
+            )
+        )
+    else:
+        sections.append('<p class="note">No transactional ids in the log.</p>')
+    block_columns = ["log_partition", "next_block_start", "blocks_reserved", "log_timestamp"]
+    blocks = _collect(tables["producer_id_blocks"], block_columns, ["log_partition"])
+    sections.append(f"<h2>Producer id blocks handed out ({len(blocks)} log partitions)</h2>")
+    if blocks:
+        sections.append(_table(blocks, block_columns))
+
     generated = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

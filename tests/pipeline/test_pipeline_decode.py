@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import msgpack
 import pyarrow as pa
 import pytest
@@ -23,7 +25,14 @@ from coordinator_server.records import (
     new_group_metadata_tombstone_record,
     new_offset_commit_record,
     new_offset_commit_tombstone_record,
+    new_producer_id_block_record,
+    new_transaction_record,
+    new_transaction_tombstone_record,
+    new_transactional_offset_record,
+    new_transactional_offset_tombstone_record,
 )
+from coordinator_server.records.transactional_offsets import TransactionalOffsetValue
+from coordinator_server.records.transactions import TransactionValue
 from protocol.consumer import (
     ConsumerProtocolAssignment,
     ConsumerProtocolSubscription,
@@ -118,6 +127,96 @@ def test_other_protocol_types_stay_opaque() -> None:
 def test_group_tombstone() -> None:
     row = row_of(new_group_metadata_tombstone_record("g"))
     assert (row["record_type"], row["tombstone"], row["members"]) == ("group_metadata", True, None)
+
+
+def test_transactional_offset_fills_the_offset_and_producer_columns() -> None:
+    row = row_of(
+        new_transactional_offset_record(
+            "g", "orders", 3, 1007, TransactionalOffsetValue(2, 42, 5, "m", 1_764_000_000_000)
+        )
+    )
+    assert row["record_type"] == "transactional_offset"
+    assert (row["group"], row["topic"], row["partition"]) == ("g", "orders", 3)
+    assert (row["producer_id"], row["producer_epoch"]) == (1007, 2)
+    assert (row["committed_offset"], row["leader_epoch"], row["metadata"]) == (42, 5, "m")
+    assert (row["commit_timestamp"], row["expire_timestamp"]) == (1_764_000_000_000_000, None)
+    assert (row["tombstone"], row["transactional_id"], row["members"]) == (False, None, None)
+
+    tombstone = row_of(new_transactional_offset_tombstone_record("g", "orders", 3, 1007))
+    assert (tombstone["record_type"], tombstone["producer_id"], tombstone["tombstone"]) == (
+        "transactional_offset",
+        1007,
+        True,
+    )
+    assert (tombstone["committed_offset"], tombstone["producer_epoch"]) == (None, None)
+
+
+def test_transaction_fills_the_transaction_columns() -> None:
+    value = TransactionValue(
+        producer_id=5000,
+        previous_producer_id=-1,
+        next_producer_id=-1,
+        producer_epoch=3,
+        last_producer_epoch=2,
+        timeout_ms=60_000,
+        state=2,
+        partitions=(("out", (0, 1)), ("other", (4,))),
+        log_partitions=(1, 7),
+        txn_start_timestamp_ms=1_764_000_000_000,
+        txn_last_update_timestamp_ms=1_764_000_000_500,
+    )
+    row = row_of(new_transaction_record("payments-job", value))
+    assert (row["record_type"], row["group"], row["transactional_id"]) == (
+        "transaction",
+        "",
+        "payments-job",
+    )
+    assert (row["producer_id"], row["producer_epoch"], row["transaction_state"]) == (
+        5000,
+        3,
+        "PrepareCommit",
+    )
+    assert row["transaction_timeout_ms"] == 60_000
+    assert row["transaction_partitions"] == [
+        {"topic": "out", "partitions": [0, 1]},
+        {"topic": "other", "partitions": [4]},
+    ]
+    assert row["transaction_log_partitions"] == [1, 7]
+    assert row["transaction_start_timestamp"] == 1_764_000_000_000_000
+    assert row["transaction_update_timestamp"] == 1_764_000_000_500_000
+    assert row["committed_offset"] is None
+    # A state id Kafka does not have is shown as it is, not guessed at.
+    odd = row_of(new_transaction_record("x", dataclasses.replace(value, state=9)))
+    assert odd["transaction_state"] == "Unknown(9)"
+
+    expired = row_of(new_transaction_tombstone_record("payments-job"))
+    assert (expired["transactional_id"], expired["tombstone"], expired["producer_id"]) == (
+        "payments-job",
+        True,
+        None,
+    )
+
+
+def test_producer_id_block_fills_next_block_start() -> None:
+    row = row_of(new_producer_id_block_record(6000))
+    assert (row["record_type"], row["group"], row["next_block_start"]) == (
+        "producer_id_block",
+        "",
+        6000,
+    )
+    assert (row["log_partition"], row["producer_id"], row["tombstone"]) == (3, None, False)
+
+
+def test_every_row_of_the_new_types_fits_the_arrow_schema() -> None:
+    builder = RecordBatchBuilder()
+    for record in (
+        new_producer_id_block_record(6000),
+        new_transaction_tombstone_record("t"),
+        new_transactional_offset_tombstone_record("g", "orders", 3, 1007),
+    ):
+        key, value = encode_record(record)
+        builder.append(decode_row(0, 1, 0, key, value))
+    assert builder.flush().num_rows == 3
 
 
 def test_unknown_record_types_are_rejected_with_their_position() -> None:

@@ -328,7 +328,10 @@ async def test_command_line_audit_over_sasl_ssl_finds_no_mismatch(
     )  # fmt: skip
     out, err = capsys.readouterr()
     assert code == 0, out + err
-    assert "audit: 2 groups and 6 offsets in the log; 0 mismatches" in out
+    assert (
+        "audit: 2 groups, 6 offsets, 0 pending offsets and 0 transactional ids in the log; "
+        "0 mismatches" in out
+    )
 
 
 async def test_a_refused_password_an_untrusted_broker_or_a_missing_topic_is_one_clear_line(
