@@ -632,6 +632,18 @@ class CoordinatorApp:
             "markers_queued": None if figures is None else figures.markers_queued,
             "completed": {"commit": metrics.completed_commits, "abort": metrics.completed_aborts},
             "timed_out": metrics.timed_out,
+            "coordinator_epochs": self._coordinator_epochs(),
+        }
+
+    def _coordinator_epochs(self) -> dict[str, int]:
+        """Each active partition's coordinator epoch (what its markers carry)."""
+        runtime = self.runtime
+        if runtime is None:
+            return {}
+        return {
+            str(partition): _coordinator_epoch(runtime, partition)
+            for partition, state in sorted(runtime.partitions().items())
+            if state is CoordinatorState.ACTIVE
         }
 
     def request_stop(self) -> None:
@@ -689,9 +701,8 @@ class CoordinatorApp:
 
 
 def _coordinator_epoch(runtime: CoordinatorRuntime[GroupCoordinatorShard], partition: int) -> int:
-    """The epoch WriteTxnMarkers fences older coordinators of the partition with: the
-    producer epoch its owner took it over at (a cluster's takeovers only go up), 0 for a node
-    alone."""
+    """The epoch WriteTxnMarkers fences older coordinators of the partition with: counted on
+    at every takeover in the log (`shard.takeover_coordinator_epoch`), 0 for a log no cluster
+    ever took over."""
     shard = runtime.shard(partition)
-    ownership = None if shard is None else shard.ownership
-    return 0 if ownership is None else ownership.producer_epoch
+    return 0 if shard is None else shard.coordinator_epoch

@@ -140,6 +140,9 @@ class GroupCoordinatorShard:
         # Written before the partition loads, never by a write of the runtime, so it needs
         # no snapshot: only a load sets it.
         self.ownership: PartitionOwnershipValue | None = None
+        # The coordinator epoch of the transactions' markers (WriteTxnMarkers' fence of older
+        # coordinators on the brokers), from the takeovers in the log: 0 without any.
+        self.coordinator_epoch = 0
 
     def replay(self, offset: int, record: CoordinatorRecord | RecordRun) -> None:
         """The one way records change the state, live and loaded: each record type to the
@@ -163,8 +166,12 @@ class GroupCoordinatorShard:
             value = record.value
             assert value is None or type(value) is PartitionOwnershipValue
             # Who took the partition over last: the fence itself is Kafka's; the state only
-            # remembers it, for the operators.
+            # remembers it, for the operators, and counts the coordinator epoch on.
             self.ownership = value
+            if value is not None:
+                self.coordinator_epoch = takeover_coordinator_epoch(
+                    self.coordinator_epoch, value.timestamp_ms
+                )
         elif type(key) is TransactionKey:
             value = record.value
             assert value is None or type(value) is TransactionValue
@@ -260,6 +267,27 @@ class GroupCoordinatorShard:
             retry=True,
             retry_backoff_ms=interval_ms,
         )
+
+
+COORDINATOR_EPOCH_ORIGIN_MS = 1_735_689_600_000
+"""2025-01-01 UTC: the coordinator epoch counts seconds from here (an int32 lasts 68 years)."""
+
+
+def takeover_coordinator_epoch(previous: int, timestamp_ms: int) -> int:
+    """The coordinator epoch of a takeover after one of epoch `previous`: one more, or the
+    seconds since COORDINATOR_EPOCH_ORIGIN_MS at the takeover if that is more.
+
+    The brokers refuse a marker whose coordinator epoch is below the last one a producer's
+    markers carried (Kafka's fence of older transaction coordinators), so the epoch of a
+    partition's owners must only grow, across nodes and restarts, for as long as the log
+    lasts. Kafka's producer epoch of the takeover does not: it starts again at 0 when Kafka
+    gives the partition's fencing transactional id a new producer id (after
+    transactional.id.expiration.ms without a takeover). Counting takeovers in the log grows,
+    but compaction keeps only the latest ownership record, so a later load may see that one
+    alone: its time keeps the count going, as long as the nodes' clocks are within a
+    second of each other's order of takeovers (the takeovers themselves are a session
+    timeout apart)."""
+    return max(previous + 1, max(timestamp_ms - COORDINATOR_EPOCH_ORIGIN_MS, 0) // 1000)
 
 
 class GroupLoadReplay:

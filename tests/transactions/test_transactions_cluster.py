@@ -443,7 +443,7 @@ async def test_the_brokers_take_the_new_owners_markers_and_fence_the_paused_old_
     old, new = await two_nodes(kafka_broker, log_topic, nodes)
     transactional_id = key_on(f"txn-{suffix}", owned_active(old))
     txn_partition = partition_for(transactional_id, PARTITIONS)
-    old_epoch = status(old)["cluster"]["epochs"][str(txn_partition)]["producer_epoch"]
+    old_epoch = status(old)["transactions"]["coordinator_epochs"][str(txn_partition)]
 
     client = CoordinatorClient(bootstrap(old, new), request_timeout_ms=30_000)
     try:
@@ -481,7 +481,7 @@ async def test_the_brokers_take_the_new_owners_markers_and_fence_the_paused_old_
         await eventually(
             lambda: txn_partition in owned_active(new), 60, "the new owner taking over"
         )
-        new_epoch = status(new)["cluster"]["epochs"][str(txn_partition)]["producer_epoch"]
+        new_epoch = status(new)["transactions"]["coordinator_epochs"][str(txn_partition)]
         assert new_epoch > old_epoch
         await create_topic(kafka_broker, late, partitions=1)
         # The new owner's markers (at its epoch) land: it completes the transaction.
