@@ -28,8 +28,9 @@ from coordinator_server.bench.load import (
 )
 from coordinator_server.bench.processes import pin_self, usable_cpus
 from coordinator_server.bench.scale import SCALE_COLUMNS, run_scale, scale_checks, scale_summary
-from coordinator_server.bench.stats import format_table, median_row, to_json
+from coordinator_server.bench.stats import format_table, median_row, ratio_row, to_json
 from coordinator_server.bench.targets import OursTarget, PeerTarget, Target
+from coordinator_server.bench.transactions import TRANSACTION_COLUMNS, run_transactions
 from coordinator_server.event_loop import run_async
 
 COMMIT_COLUMNS = [
@@ -123,19 +124,6 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
     }
-
-
-def ratio_row(ours: dict[str, Any], peer: dict[str, Any], columns: list[str]) -> dict[str, Any]:
-    row: dict[str, Any] = {"target": "ours/peer"}
-    for key in ("inflight", "members"):
-        if key in ours:
-            row[key] = ours[key]
-    for column in columns:
-        a, b = ours.get(column), peer.get(column)
-        if isinstance(a, int | float) and isinstance(b, int | float) and b:
-            # Three significant digits: a ratio may be far below 1 (rebalance times).
-            row[column] = float(f"{a / b:.3g}")
-    return row
 
 
 async def _repeat(runs: int, measure: Callable[[int], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
@@ -626,6 +614,7 @@ COLUMNS = {
     "load": LOAD_COLUMNS,
     "failover": FAILOVER_COLUMNS,
     "scale": SCALE_COLUMNS,
+    "transactions": TRANSACTION_COLUMNS,
 }
 RUNNERS: dict[str, Callable[[Environment, argparse.Namespace], Awaitable[list[dict[str, Any]]]]] = {
     "commits": run_commits,
@@ -633,6 +622,7 @@ RUNNERS: dict[str, Callable[[Environment, argparse.Namespace], Awaitable[list[di
     "rebalance": run_rebalance,
     "load": run_load,
     "failover": run_failover,
+    "transactions": run_transactions,
 }
 # What "all" runs.
 ALL = ("commits", "heartbeats", "rebalance", "load")
@@ -674,6 +664,9 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
             "broker": env.broker_kind,
             "offsets_topic_partitions": args.offsets_topic_partitions,
             "nodes": args.nodes,
+            "records_per_txn": args.records_per_txn,
+            "producers": args.producers,
+            "send_offsets": args.send_offsets,
         },
         "peer": peer,
         # The ratio of N nodes' commit rate to one node's (`--nodes`), and the line saying it.
