@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from coordinator_server.bench import failover, scenarios
+from coordinator_server.bench import failover, scenarios, transactions
 from coordinator_server.bench.apache_kafka import ApacheKafkaStartError
 from coordinator_server.bench.brokers import BrokerStartError
 from coordinator_server.bench.environment import Environment
@@ -30,7 +30,6 @@ from coordinator_server.bench.processes import pin_self, usable_cpus
 from coordinator_server.bench.scale import SCALE_COLUMNS, run_scale, scale_checks, scale_summary
 from coordinator_server.bench.stats import format_table, median_row, ratio_row, to_json
 from coordinator_server.bench.targets import OursTarget, PeerTarget, Target
-from coordinator_server.bench.transactions import TRANSACTION_COLUMNS, run_transactions
 from coordinator_server.event_loop import run_async
 
 COMMIT_COLUMNS = [
@@ -614,7 +613,7 @@ COLUMNS = {
     "load": LOAD_COLUMNS,
     "failover": FAILOVER_COLUMNS,
     "scale": SCALE_COLUMNS,
-    "transactions": TRANSACTION_COLUMNS,
+    "transactions": transactions.TRANSACTION_COLUMNS,
 }
 RUNNERS: dict[str, Callable[[Environment, argparse.Namespace], Awaitable[list[dict[str, Any]]]]] = {
     "commits": run_commits,
@@ -622,7 +621,7 @@ RUNNERS: dict[str, Callable[[Environment, argparse.Namespace], Awaitable[list[di
     "rebalance": run_rebalance,
     "load": run_load,
     "failover": run_failover,
-    "transactions": run_transactions,
+    "transactions": transactions.run_transactions,
 }
 # What "all" runs.
 ALL = ("commits", "heartbeats", "rebalance", "load")
@@ -636,6 +635,8 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
             "bench: --nodes measures commits or failover: run `bench commits` (or all) or "
             "`bench failover`"
         )
+    if "transactions" in names:
+        transactions.check_args(args)
     results: dict[str, list[dict[str, Any]]] = {}
     loop = asyncio.get_running_loop()
     peer = None

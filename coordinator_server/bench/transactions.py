@@ -327,14 +327,20 @@ async def _create_topics(bootstrap_servers: str, topic: str, partitions: int) ->
         await admin.close()
 
 
-def _targets(env: Environment, args: argparse.Namespace) -> list[TxnTarget]:
+def check_args(args: argparse.Namespace) -> None:
+    """Refuse what cannot run, before any broker starts."""
     if args.bootstrap is not None and args.bootstrap_servers is None:
         raise SystemExit(
             "bench transactions: with --bootstrap, give the Kafka cluster of that server's "
             "log with --bootstrap-servers (the transactions' records go there)"
         )
-    if env.broker_kind != "kafka" and args.bootstrap_servers is None:
+    if args.broker != "kafka" and args.bootstrap_servers is None:
         raise SystemExit("bench transactions needs Kafka's transactions: use --broker kafka")
+    if args.producers < 1 or not args.records_per_txn or min(args.records_per_txn) < 1:
+        raise SystemExit("bench transactions: --producers and --records-per-txn must be >= 1")
+
+
+def _targets(env: Environment, args: argparse.Namespace) -> list[TxnTarget]:
     bootstrap_servers = env.kafka()
     ours = TxnTarget("ours", bootstrap_servers, env.ours())
     peer = TxnTarget("peer", bootstrap_servers, None)
