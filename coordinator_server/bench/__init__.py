@@ -218,6 +218,15 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         help="also commit a consumer group's offset in each transaction "
         "(send_offsets_to_transaction, consume-transform-produce), not, or a row of each",
     )
+    txn.add_argument(
+        "--coordinator-retry-backoff-ms",
+        type=int,
+        default=None,
+        metavar="MS",
+        help="the retry back-off of our producers' CoordinatorClient (default: the client "
+        "library's); aiokafka's producer retries CONCURRENT_TRANSACTIONS on a transaction's "
+        "first AddPartitionsToTxn after 20 ms",
+    )
     failover = parser.add_argument_group("failover")
     failover.add_argument(
         "--failover-standby",

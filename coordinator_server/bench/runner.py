@@ -668,6 +668,7 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
             "records_per_txn": args.records_per_txn,
             "producers": args.producers,
             "send_offsets": args.send_offsets,
+            "coordinator_retry_backoff_ms": args.coordinator_retry_backoff_ms,
         },
         "peer": peer,
         # The ratio of N nodes' commit rate to one node's (`--nodes`), and the line saying it.

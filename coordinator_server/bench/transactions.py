@@ -93,7 +93,13 @@ class OursProducer:
     """The client library's TransactionalProducer: records to Kafka, coordination by our
     server."""
 
-    def __init__(self, bootstrap_servers: str, coordinator: str, transactional_id: str) -> None:
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        coordinator: str,
+        transactional_id: str,
+        coordinator_options: Mapping[str, Any],
+    ) -> None:
         from coordinator_server.client import TransactionalProducer
 
         self._producer = TransactionalProducer(
@@ -102,6 +108,7 @@ class OursProducer:
             transactional_id=transactional_id,
             transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
             client_id="bench",
+            coordinator_options=coordinator_options,
         )
 
     async def start(self) -> None:
@@ -174,11 +181,15 @@ class TxnTarget:
     # processes the target does not use ("others").
     watched: dict[str, int] = field(default_factory=dict)
     others: list[int] = field(default_factory=list)
+    # More `CoordinatorClient` arguments for ours (its retry back-off, say).
+    coordinator_options: dict[str, Any] = field(default_factory=dict)
 
     def producer(self, transactional_id: str) -> TxnProducer:
         if self.coordinator is None:
             return KafkaProducer(self.bootstrap_servers, transactional_id)
-        return OursProducer(self.bootstrap_servers, self.coordinator, transactional_id)
+        return OursProducer(
+            self.bootstrap_servers, self.coordinator, transactional_id, self.coordinator_options
+        )
 
 
 @dataclass(frozen=True)
@@ -343,6 +354,8 @@ def check_args(args: argparse.Namespace) -> None:
 def _targets(env: Environment, args: argparse.Namespace) -> list[TxnTarget]:
     bootstrap_servers = env.kafka()
     ours = TxnTarget("ours", bootstrap_servers, env.ours())
+    if args.coordinator_retry_backoff_ms is not None:
+        ours.coordinator_options["retry_backoff_ms"] = args.coordinator_retry_backoff_ms
     peer = TxnTarget("peer", bootstrap_servers, None)
     env.peer_address = bootstrap_servers
     env.peer_coordinator = "transaction coordinator"
