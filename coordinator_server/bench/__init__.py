@@ -8,6 +8,8 @@ generator) on another. `--peer` adds the peer: the group coordinator inside a se
 of the same kind, on the same CPU, measured in turns with ours (see `environment.py`).
 `--bootstrap-servers` uses an existing broker instead, `--bootstrap` attaches to a running
 coordinator-server, and `--peer-bootstrap` names any other Kafka-protocol coordinator.
+`transactions` measures transactional producers coordinated by our server beside Kafka's own
+transaction coordinator in the broker holding our log (see `transactions.py`).
 `commits --nodes N` also measures one node of a cluster and then N nodes, each on CPUs of its
 own, and their ratio (see `scale.py`).
 docs/PERFORMANCE.md has the figures and how to reproduce them.
@@ -22,8 +24,9 @@ import argparse
 from typing import Any
 
 SCENARIOS = ("commits", "heartbeats", "rebalance", "load")
-# Scenarios run only when named ("all" leaves them out): a failover starts clusters of nodes.
-NAMED_ONLY = ("failover",)
+# Scenarios run only when named ("all" leaves them out): a failover starts clusters of nodes;
+# transactions need Kafka's transactions (no tansu) and start our server serving them.
+NAMED_ONLY = ("failover", "transactions")
 
 
 def _ints(text: str) -> list[int]:
@@ -145,7 +148,11 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     )
     how.add_argument("--groups", type=int, default=100, help="groups (commits, heartbeats)")
     how.add_argument(
-        "--partitions", type=int, default=10, help="partitions per OffsetCommit (commits)"
+        "--partitions",
+        type=int,
+        default=10,
+        help="partitions per OffsetCommit (commits); partitions of the topic the "
+        "transactions write to, the most one transaction writes to (transactions)",
     )
     how.add_argument(
         "--inflight",
@@ -189,6 +196,36 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         default=0,
         help="records per batch written to the log, e.g. 10 for a history of single "
         "commits (0: as many as fit 1 MiB; SQLite: 10,000) (load)",
+    )
+    txn = parser.add_argument_group("transactions")
+    txn.add_argument(
+        "--records-per-txn",
+        type=_ints,
+        default=[1, 100],
+        metavar="N,N",
+        help="records of each transaction, a row for each, comma-separated",
+    )
+    txn.add_argument(
+        "--producers",
+        type=int,
+        default=8,
+        help="transactional producers running at once, each with its own transactional id",
+    )
+    txn.add_argument(
+        "--send-offsets",
+        choices=["on", "off", "both"],
+        default="both",
+        help="also commit a consumer group's offset in each transaction "
+        "(send_offsets_to_transaction, consume-transform-produce), not, or a row of each",
+    )
+    txn.add_argument(
+        "--coordinator-retry-backoff-ms",
+        type=int,
+        default=None,
+        metavar="MS",
+        help="the retry back-off of our producers' CoordinatorClient (default: the client "
+        "library's); aiokafka's producer retries CONCURRENT_TRANSACTIONS on a transaction's "
+        "first AddPartitionsToTxn after 20 ms",
     )
     failover = parser.add_argument_group("failover")
     failover.add_argument(

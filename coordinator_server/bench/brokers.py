@@ -51,10 +51,13 @@ class BenchBroker(Protocol):
 def kafka_settings(offsets_topic_partitions: int) -> dict[str, str]:
     """Apache Kafka configured as the bench configures our server: one replica, no initial
     rebalance delay, and as many partitions of `__consumer_offsets` as our log has, so that
-    both coordinators spread their groups over the same number of partitions. Everything else
-    (the coordinator's threads, its adaptive append linger) is Kafka's default."""
+    both coordinators spread their groups over the same number of partitions (and its
+    transaction coordinator its transactional ids over as many of `__transaction_state`).
+    Everything else (the coordinator's threads, its adaptive append linger) is Kafka's
+    default."""
     return {
         "offsets.topic.num.partitions": str(offsets_topic_partitions),
+        "transaction.state.log.num.partitions": str(offsets_topic_partitions),
         "offsets.topic.replication.factor": "1",
         "group.initial.rebalance.delay.ms": "0",
     }

@@ -28,7 +28,10 @@ from coordinator_server.kafka_options import kafka_security_from_args, serve_set
 from coordinator_server.storage.kafka_security import KafkaSecurity
 
 # The scenarios that drive a running server (and the peer); `load` starts servers of its own.
-TARGET_SCENARIOS = frozenset({"commits", "heartbeats", "rebalance"})
+TARGET_SCENARIOS = frozenset({"commits", "heartbeats", "rebalance", "transactions"})
+# The scenarios whose peer is a group coordinator (in a broker of its own with `--peer`);
+# the transactions' peer is the transaction coordinator of the broker holding our log.
+GROUP_SCENARIOS = frozenset({"commits", "heartbeats", "rebalance"})
 
 
 class Environment:
@@ -47,6 +50,11 @@ class Environment:
         self.bootstrap_servers: str | None = args.bootstrap_servers
         self.ours_address: str | None = args.bootstrap
         self.peer_address: str | None = args.peer_bootstrap
+        # Which of the peer's coordinators a scenario measures, for the report.
+        self.peer_coordinator = "group coordinator"
+        # Our server serves transactions (`--transactions on`: it refuses to start when the
+        # Kafka cluster cannot take its markers).
+        self.transactions = getattr(args, "scenario", None) == "transactions"
         # What was started, for the report: role, what, pid, CPUs, seconds to start.
         self.started: list[dict[str, Any]] = []
         self.security = _kafka_security(args)
@@ -82,7 +90,7 @@ class Environment:
         starts: list[Callable[[], object]] = []
         if self.ours_address is None and self.bootstrap_servers is None:
             starts.append(self.kafka)
-        if self._peer_needs_broker():
+        if self._peer_needs_broker() and GROUP_SCENARIOS.intersection(scenarios):
             starts.append(self.peer)
         if len(starts) < 2:
             for start in starts:
@@ -137,7 +145,10 @@ class Environment:
 
     def ours(self) -> str:
         if self.ours_address is None:
-            self.server = ServerProcess(self.server_args(), self.cpu).start()
+            server_args = self.server_args()
+            if self.transactions:
+                server_args += ["--transactions", "on"]
+            self.server = ServerProcess(server_args, self.cpu).start()
             self._record(
                 "server",
                 "coordinator-server",
@@ -216,10 +227,10 @@ class Environment:
     def peer_description(self) -> str:
         """Whose group coordinator the peer is, for the report."""
         if self.peer_broker is not None:
-            return f"{self.peer_broker.description}'s group coordinator"
+            return f"{self.peer_broker.description}'s {self.peer_coordinator}"
         if self.broker is not None and self.peer_address == self.broker.bootstrap:
-            return f"{self.broker.description}'s group coordinator"
-        return f"the group coordinator at {self.peer_address}"
+            return f"{self.broker.description}'s {self.peer_coordinator}"
+        return f"the {self.peer_coordinator} at {self.peer_address}"
 
     def peer_is_apache_kafka(self) -> bool:
         return self.peer_description().startswith("Apache Kafka")

@@ -30,7 +30,7 @@ class LoopRun:
     quiet_wait_s: float = 0.0
 
 
-async def _measure(
+async def measure(
     start: Callable[[], None],
     set_measuring: Callable[[bool], None],
     stop: Callable[[], list[asyncio.Future[None]]],
@@ -142,7 +142,7 @@ async def run_loops_to(
                 loop.stop()
             return [loop.done for loop in loops]
 
-        seconds, cpu, spent, waited = await _measure(
+        seconds, cpu, spent, waited = await measure(
             start, set_measuring, stop, warmup_s, duration_s, watched, others
         )
     finally:

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from coordinator_server.bench import failover, scenarios
+from coordinator_server.bench import failover, scenarios, transactions
 from coordinator_server.bench.apache_kafka import ApacheKafkaStartError
 from coordinator_server.bench.brokers import BrokerStartError
 from coordinator_server.bench.environment import Environment
@@ -28,7 +28,7 @@ from coordinator_server.bench.load import (
 )
 from coordinator_server.bench.processes import pin_self, usable_cpus
 from coordinator_server.bench.scale import SCALE_COLUMNS, run_scale, scale_checks, scale_summary
-from coordinator_server.bench.stats import format_table, median_row, to_json
+from coordinator_server.bench.stats import format_table, median_row, ratio_row, to_json
 from coordinator_server.bench.targets import OursTarget, PeerTarget, Target
 from coordinator_server.event_loop import run_async
 
@@ -123,19 +123,6 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
     }
-
-
-def ratio_row(ours: dict[str, Any], peer: dict[str, Any], columns: list[str]) -> dict[str, Any]:
-    row: dict[str, Any] = {"target": "ours/peer"}
-    for key in ("inflight", "members"):
-        if key in ours:
-            row[key] = ours[key]
-    for column in columns:
-        a, b = ours.get(column), peer.get(column)
-        if isinstance(a, int | float) and isinstance(b, int | float) and b:
-            # Three significant digits: a ratio may be far below 1 (rebalance times).
-            row[column] = float(f"{a / b:.3g}")
-    return row
 
 
 async def _repeat(runs: int, measure: Callable[[int], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
@@ -626,6 +613,7 @@ COLUMNS = {
     "load": LOAD_COLUMNS,
     "failover": FAILOVER_COLUMNS,
     "scale": SCALE_COLUMNS,
+    "transactions": transactions.TRANSACTION_COLUMNS,
 }
 RUNNERS: dict[str, Callable[[Environment, argparse.Namespace], Awaitable[list[dict[str, Any]]]]] = {
     "commits": run_commits,
@@ -633,6 +621,7 @@ RUNNERS: dict[str, Callable[[Environment, argparse.Namespace], Awaitable[list[di
     "rebalance": run_rebalance,
     "load": run_load,
     "failover": run_failover,
+    "transactions": transactions.run_transactions,
 }
 # What "all" runs.
 ALL = ("commits", "heartbeats", "rebalance", "load")
@@ -646,6 +635,8 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
             "bench: --nodes measures commits or failover: run `bench commits` (or all) or "
             "`bench failover`"
         )
+    if "transactions" in names:
+        transactions.check_args(args)
     results: dict[str, list[dict[str, Any]]] = {}
     loop = asyncio.get_running_loop()
     peer = None
@@ -674,6 +665,10 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
             "broker": env.broker_kind,
             "offsets_topic_partitions": args.offsets_topic_partitions,
             "nodes": args.nodes,
+            "records_per_txn": args.records_per_txn,
+            "producers": args.producers,
+            "send_offsets": args.send_offsets,
+            "coordinator_retry_backoff_ms": args.coordinator_retry_backoff_ms,
         },
         "peer": peer,
         # The ratio of N nodes' commit rate to one node's (`--nodes`), and the line saying it.

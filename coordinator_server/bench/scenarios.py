@@ -52,14 +52,23 @@ def loop_row(run: LoopRun, partitions: int = 0) -> dict[str, Any]:
     # `core_cpu_us` is what a request cost the target's core (server and broker): the rate a
     # core given wholly to the target would reach is one second over it, whatever else ran
     # on the machine meanwhile.
-    if result.requests:
-        core_s = 0.0
-        for name, spent in run.process_cpu_s.items():
-            row[f"{name}_cpu_us"] = round(spent / result.requests * 1e6, 1)
-            if name != "others":
-                core_s += spent
-        if core_s:
-            row["core_cpu_us"] = round(core_s / result.requests * 1e6, 1)
+    row.update(cpu_per_request(run.process_cpu_s, result.requests))
+    return row
+
+
+def cpu_per_request(process_cpu_s: dict[str, float], requests: int) -> dict[str, float]:
+    """Microseconds of CPU time each watched process spent per request (or per
+    transaction), `others` apart, and `core_cpu_us`: the watched ones together."""
+    row: dict[str, float] = {}
+    if not requests:
+        return row
+    core_s = 0.0
+    for name, spent in process_cpu_s.items():
+        row[f"{name}_cpu_us"] = round(spent / requests * 1e6, 1)
+        if name != "others":
+            core_s += spent
+    if core_s:
+        row["core_cpu_us"] = round(core_s / requests * 1e6, 1)
     return row
 
 

@@ -60,6 +60,24 @@ def median_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return merged
 
 
+# What a row is of, copied into its ratio row: requests in flight, members, the shape of a
+# transaction.
+ROW_KEYS = ("inflight", "members", "records_per_txn", "send_offsets")
+
+
+def ratio_row(ours: dict[str, Any], peer: dict[str, Any], columns: list[str]) -> dict[str, Any]:
+    row: dict[str, Any] = {"target": "ours/peer"}
+    for key in ROW_KEYS:
+        if key in ours:
+            row[key] = ours[key]
+    for column in columns:
+        a, b = ours.get(column), peer.get(column)
+        if isinstance(a, int | float) and isinstance(b, int | float) and b:
+            # Three significant digits: a ratio may be far below 1 (rebalance times).
+            row[column] = float(f"{a / b:.3g}")
+    return row
+
+
 def format_table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     """A plain-text table of `columns` (missing values left blank)."""
 
