@@ -11,15 +11,15 @@ partition it wrote to. Here those are of two kinds:
   offsets there (`complete_transaction_offsets`). A partition this node does not own goes
   to the node that owns it (`Peers`, WriteTxnMarkers between nodes).
 
-Only when every marker landed does the transaction's own partition get its CompleteCommit or
-CompleteAbort record. Each step is retried with back-off until it succeeds, the transaction
-is no longer this node's to end (asked before every marker: the node lost its lease or the
-partition, whose next owner finds the transaction prepared when it loads and ends it, or the
-transaction is no longer the one prepared there), or the markers are fenced (a newer
-coordinator epoch or producer epoch: someone else ends it). What is prepared is found again
-every `sweep_interval_s` on every active partition, so a transaction prepared by a timer (a
-timed-out abort), before a crash or on another node is ended too; one already under way is
-not started twice.
+Both kinds are written at once, and only when every marker landed does the transaction's own
+partition get its CompleteCommit or CompleteAbort record. Each step is retried with back-off
+until it succeeds, the transaction is no longer this node's to end (asked before every
+marker: the node lost its lease or the partition, whose next owner finds the transaction
+prepared when it loads and ends it, or the transaction is no longer the one prepared there),
+or the markers are fenced (a newer coordinator epoch or producer epoch: someone else ends
+it). What is prepared is found again every `sweep_interval_s` on every active partition, so
+a transaction prepared by a timer (a timed-out abort), before a crash or on another node is
+ended too; one already under way is not started twice.
 """
 
 from __future__ import annotations
@@ -169,11 +169,18 @@ class TxnCompletions:
             f"{'commit' if completion.committed else 'abort'})"
         )
         try:
-            if not await self._data_markers(partition, completion, what):
+            # Every marker at once, as Kafka's coordinator sends them: the data partitions'
+            # and the log partitions' (a transaction's outcome is its Prepare record's, so
+            # none of them waits on another).
+            landed = await asyncio.gather(
+                self._data_markers(partition, completion, what),
+                *(
+                    self._log_markers(partition, log_partition, completion, what)
+                    for log_partition in completion.log_partitions
+                ),
+            )
+            if not all(landed):
                 return
-            for log_partition in completion.log_partitions:
-                if not await self._log_markers(partition, log_partition, completion, what):
-                    return
             await self._completed(partition, completion, what)
         except asyncio.CancelledError:
             raise

@@ -80,6 +80,8 @@ T = TypeVar("T")
 # FindCoordinator's key types (Kafka's CoordinatorType): a group id, a transactional id.
 KEY_TYPE_GROUP: Final = 0
 KEY_TYPE_TRANSACTION: Final = 1
+# The first back-off after CONCURRENT_TRANSACTIONS (it doubles from there).
+CONCURRENT_TRANSACTIONS_BACKOFF_MS: Final = 10
 
 CoordinatorKey: TypeAlias = tuple[int, str]
 """(key_type, key): what a coordinator is found and cached by."""
@@ -128,6 +130,12 @@ class RequestPath:
         self.ssl_context = ssl_context
         self.ssl_server_hostname = ssl_server_hostname
         self._backoff = ExponentialBackoff(retry_backoff_ms, retry_backoff_max_ms)
+        # CONCURRENT_TRANSACTIONS: the previous transaction's markers are being written, which
+        # takes milliseconds; Kafka's producer retries its first AddPartitionsToTxn after 20 ms
+        # rather than its retry back-off for the same reason (KAFKA-5477).
+        self._concurrent_backoff = ExponentialBackoff(
+            min(CONCURRENT_TRANSACTIONS_BACKOFF_MS, retry_backoff_ms), retry_backoff_max_ms
+        )
         self._coordinators: OrderedDict[CoordinatorKey, Node] = OrderedDict()
         self._coordinator_cache_size = coordinator_cache_size
         self._lookups: dict[CoordinatorKey, asyncio.Task[Node]] = {}
@@ -373,7 +381,12 @@ class RequestPath:
                 error = error_for_code(code, f"{what}: {ErrorCode(code).name}")
             if on_retry is not None:
                 on_retry(code)
-            backoff_s = self._backoff.backoff_ms(attempts) / 1000
+            backoff = (
+                self._concurrent_backoff
+                if code == ErrorCode.CONCURRENT_TRANSACTIONS
+                else self._backoff
+            )
+            backoff_s = backoff.backoff_ms(attempts) / 1000
             attempts += 1
             if loop.time() + backoff_s >= deadline:
                 raise error
