@@ -392,6 +392,7 @@ class CoordinatorApp:
             log_topic=config.offsets_topic,
             completions=completions,
             max_id_length=config.max_id_length,
+            transaction_lookup=None if peers is None else peers.describe_transaction,
         )
         service.serve_transactions(transactions.handlers)
         completions.start()

@@ -49,7 +49,7 @@ from coordinator_server.transactions.results import (
     TxnCompletion,
 )
 from protocol.api_keys import ApiKey
-from protocol.errors import ApiError, ErrorCode
+from protocol.errors import CoordinatorLoadInProgressError, ErrorCode
 from protocol.messages import Message
 from protocol.transactions import (
     NO_PRODUCER_EPOCH,
@@ -93,6 +93,36 @@ class Completions(Protocol):
     def submit(self, partition: int, completion: TxnCompletion) -> None: ...
 
 
+class TransactionLookup(Protocol):
+    """DescribeTransactions of one transactional id, asked of the node that owns its log
+    partition now; None when no node answered."""
+
+    async def __call__(
+        self, log_partition: int, transactional_id: str
+    ) -> DescribeTransactionsResponseState | None: ...
+
+
+def remote_verdict(
+    described: DescribeTransactionsResponseState,
+    producer_id: int,
+    producer_epoch: int,
+    log_topic: str,
+    log_partition: int,
+) -> int:
+    """What a TxnOffsetCommit answers given its transaction as its coordinator describes it:
+    the same rules as `TransactionManager.verify_transaction`."""
+    if described.error_code != ErrorCode.NONE or described.producer_id != producer_id:
+        return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    if described.producer_epoch != producer_epoch:
+        return ErrorCode.PRODUCER_FENCED
+    added = any(
+        topic.topic == log_topic and log_partition in topic.partitions for topic in described.topics
+    )
+    if described.transaction_state != "Ongoing" or not added:
+        return ErrorCode.INVALID_TXN_STATE
+    return ErrorCode.NONE
+
+
 class TransactionCoordinatorService:
     def __init__(
         self,
@@ -102,15 +132,18 @@ class TransactionCoordinatorService:
         log_topic: str,
         completions: Completions,
         max_id_length: int,
+        transaction_lookup: TransactionLookup | None = None,
     ) -> None:
         """`groups` is the group coordinator's service: the same partitions, the same
         routing (`partition_for`) and FindCoordinator; `log_topic` names the log in
-        WriteTxnMarkers between nodes."""
+        WriteTxnMarkers between nodes; `transaction_lookup` describes a transaction another
+        node coordinates (None: a node alone)."""
         self._runtime = runtime
         self._groups = groups
         self._log_topic = log_topic
         self._completions = completions
         self._max_id_length = max_id_length
+        self._transaction_lookup = transaction_lookup
         self.handlers: dict[int, Handler] = {
             ApiKey.INIT_PRODUCER_ID: _typed(InitProducerIdRequest, self.init_producer_id),
             ApiKey.ADD_PARTITIONS_TO_TXN: _typed(
@@ -418,28 +451,13 @@ class TransactionCoordinatorService:
             )
             return self._answer("txn-offset-commit", outcome, to_message, error)
 
-        txn_partition = self._groups.partition_for(request.transactional_id)
-        if self._runtime.partition_state(txn_partition) is not CoordinatorState.ACTIVE:
-            # The transaction lives on another node: its offsets are taken as Kafka took
-            # them before it verified transactions (KIP-890), and its end settles them.
-            return write()
         # Kafka's verification (KIP-890): the offsets are taken only inside the producer's
         # ongoing transaction that added this group, so that a zombie's late commit cannot
-        # leave offsets no transaction will ever end.
-        try:
-            verdict = self._runtime.schedule_read(
-                "verify-txn",
-                txn_partition,
-                lambda shard, offset: shard.verify_transaction(
-                    request.transactional_id,
-                    request.producer_id,
-                    request.producer_epoch,
-                    group_partition,
-                    offset,
-                ),
-            )
-        except ApiError as failure:
-            return error(failure.code, failure.message)
+        # leave offsets no transaction will ever end. The transaction's own partition
+        # answers: here, or the node that owns it (`transaction_lookup`).
+        verdict = self._verdict(
+            request.transactional_id, request.producer_id, request.producer_epoch, group_partition
+        )
         reply: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
 
         def verified(f: asyncio.Future[int]) -> None:
@@ -470,6 +488,37 @@ class TransactionCoordinatorService:
 
         verdict.add_done_callback(verified)
         return PendingReply(reply)
+
+    def _verdict(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, log_partition: int
+    ) -> asyncio.Future[int]:
+        """Whether the producer's ongoing transaction added `log_partition`: NONE or the error
+        a TxnOffsetCommit answers (the future fails when no answer could be had)."""
+        txn_partition = self._groups.partition_for(transactional_id)
+        lookup = self._transaction_lookup
+        if (
+            self._runtime.partition_state(txn_partition) is CoordinatorState.ACTIVE
+            or lookup is None
+        ):
+            return self._runtime.schedule_read(
+                "verify-txn",
+                txn_partition,
+                lambda shard, offset: shard.verify_transaction(
+                    transactional_id, producer_id, producer_epoch, log_partition, offset
+                ),
+            )
+        log_topic = self._log_topic
+
+        async def remote() -> int:
+            described = await lookup(txn_partition, transactional_id)
+            if described is None or described.error_code not in (
+                ErrorCode.NONE,
+                ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
+            ):
+                raise CoordinatorLoadInProgressError("the transaction's coordinator did not answer")
+            return remote_verdict(described, producer_id, producer_epoch, log_topic, log_partition)
+
+        return asyncio.ensure_future(remote())
 
     # WriteTxnMarkers (between the nodes of a cluster).
 
@@ -611,7 +660,18 @@ class TransactionCoordinatorService:
                 topics=[
                     DescribeTransactionsResponseTopic(topic=topic, partitions=list(partitions))
                     for topic, partitions in described.topics
-                ],
+                ]
+                # The log partitions of AddOffsetsToTxn, as Kafka lists its
+                # __consumer_offsets partitions.
+                + (
+                    [
+                        DescribeTransactionsResponseTopic(
+                            topic=self._log_topic, partitions=list(described.log_partitions)
+                        )
+                    ]
+                    if described.log_partitions
+                    else []
+                ),
             )
 
         def answer() -> Message:

@@ -1,5 +1,6 @@
-"""WriteTxnMarkers to the other nodes of a cluster: the end of a transaction on a log
-partition another node owns.
+"""Requests to the other nodes of a cluster: WriteTxnMarkers, the end of a transaction on a
+log partition another node owns, and DescribeTransactions, the check of a TxnOffsetCommit
+whose transaction another node coordinates.
 
 A transaction's offsets live on its groups' log partitions, which in a cluster are often
 another node's. Kafka's transaction coordinator sends WriteTxnMarkers to the broker leading
@@ -25,8 +26,11 @@ from protocol.api_keys import ApiKey
 from protocol.envelope import RequestHeader, encode_request, split_response
 from protocol.errors import ApiError, ErrorCode
 from protocol.framing import encode_frame
-from protocol.messages import parse_response
+from protocol.messages import Message, parse_response
 from protocol.transactions import (
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+    DescribeTransactionsResponseState,
     WriteTxnMarkersRequest,
     WriteTxnMarkersRequestMarker,
     WriteTxnMarkersRequestTopic,
@@ -86,12 +90,16 @@ class NodePeers:
         )
         self.requests += 1
         try:
-            answer = await asyncio.wait_for(self._send(owner, request), self._timeout_s)
+            answer = await asyncio.wait_for(
+                self._send(owner, request, ApiKey.WRITE_TXN_MARKERS), self._timeout_s
+            )
         except ApiError as refused:
             # An error-only answer (a node of another version, a malformed request).
             return refused.code
         except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if not isinstance(answer, WriteTxnMarkersResponse):
+            return ErrorCode.UNKNOWN_SERVER_ERROR
         for marker in answer.markers:
             for topic in marker.topics:
                 for partition in topic.partitions:
@@ -99,14 +107,36 @@ class NodePeers:
                         return partition.error_code
         return ErrorCode.UNKNOWN_SERVER_ERROR
 
-    async def _send(
-        self, owner: NodeAddress, request: WriteTxnMarkersRequest
-    ) -> WriteTxnMarkersResponse:
+    async def describe_transaction(
+        self, log_partition: int, transactional_id: str
+    ) -> DescribeTransactionsResponseState | None:
+        """DescribeTransactions of `transactional_id` from the node that owns its log
+        partition (`TransactionLookup`: the check of a TxnOffsetCommit whose transaction
+        another node coordinates); None when no node answered."""
+        owner = self._placement(log_partition)
+        if owner is None or owner.node_id == self._this_node:
+            return None
+        request = DescribeTransactionsRequest(transactional_ids=[transactional_id])
+        self.requests += 1
+        try:
+            answer = await asyncio.wait_for(
+                self._send(owner, request, ApiKey.DESCRIBE_TRANSACTIONS),
+                self._timeout_s,
+            )
+        except (ApiError, OSError, TimeoutError, asyncio.IncompleteReadError, ValueError):
+            return None
+        assert isinstance(answer, DescribeTransactionsResponse)
+        for state in answer.transaction_states:
+            if state.transactional_id == transactional_id:
+                return state
+        return None
+
+    async def _send(self, owner: NodeAddress, request: Message, api_key: ApiKey) -> Message:
         reader, writer = await asyncio.open_connection(owner.host, owner.port, ssl=self._ssl)
         try:
             correlation_id = next(self._correlation) & 0x7FFFFFFF
             header = RequestHeader(
-                ApiKey.WRITE_TXN_MARKERS, 0, correlation_id, f"coordinator-node-{self._this_node}"
+                api_key, 0, correlation_id, f"coordinator-node-{self._this_node}"
             )
             writer.write(encode_frame(encode_request(header, request.to_body())))
             await writer.drain()
@@ -116,10 +146,7 @@ class NodePeers:
             answered_id, body = split_response(await reader.readexactly(length))
             if answered_id != correlation_id:
                 raise ValueError("the answer is for another request")
-            answer = parse_response(ApiKey.WRITE_TXN_MARKERS, 0, body)
-            if not isinstance(answer, WriteTxnMarkersResponse):
-                raise ValueError(f"an answer of the wrong type: {type(answer).__name__}")
-            return answer
+            return parse_response(api_key, 0, body)
         finally:
             writer.close()
             with contextlib.suppress(Exception):

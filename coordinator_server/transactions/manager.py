@@ -537,6 +537,7 @@ class TransactionManager:
                     txn.producer_id,
                     txn.producer_epoch,
                     topic_partitions(txn.partitions),
+                    tuple(sorted(txn.log_partitions)),
                 )
             )
         return described

@@ -109,6 +109,9 @@ class TransactionDescription:
     producer_id: int = -1
     producer_epoch: int = -1
     topics: TopicPartitions = ()
+    # The log partitions holding its offsets (Kafka lists the __consumer_offsets partitions
+    # of AddOffsetsToTxn among the topics; the service does the same with the log topic).
+    log_partitions: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

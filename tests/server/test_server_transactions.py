@@ -17,9 +17,13 @@ from coordinator_server.config import CoordinatorConfig
 from coordinator_server.defaults import TRANSACTION_PRODUCER_ID_START
 from coordinator_server.markers.completion import TxnCompletions
 from coordinator_server.storage.memory import InMemoryLog
-from coordinator_server.transaction_service import TransactionCoordinatorService
+from coordinator_server.transaction_service import TransactionCoordinatorService, remote_verdict
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
+from protocol.transactions import (
+    DescribeTransactionsResponseState,
+    DescribeTransactionsResponseTopic,
+)
 
 PARTITIONS = 4
 LOG_TOPIC = "__coordinator_offsets"
@@ -298,3 +302,55 @@ async def test_list_transactions_filters_and_names_unknown_states(served: Coordi
         assert codes == [ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, ErrorCode.INVALID_REQUEST]
     finally:
         await client.close()
+
+
+async def test_describe_names_the_log_partitions_a_transaction_added(
+    served: CoordinatorApp,
+) -> None:
+    """As Kafka lists the __consumer_offsets partitions of AddOffsetsToTxn: the nodes of a
+    cluster check a TxnOffsetCommit against it."""
+    client = await client_of(served)
+    try:
+        producer = await init(client)
+        await client.call(ApiKey.ADD_OFFSETS_TO_TXN, txn_body(producer, group_id=GROUP))
+        described = await client.call(ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [TID]})
+        (state,) = described["transaction_states"]
+        assert served.service is not None
+        assert state["topics"] == [
+            {"topic": LOG_TOPIC, "partitions": [served.service.partition_for(GROUP)]}
+        ]
+    finally:
+        await client.close()
+
+
+@pytest.mark.parametrize(
+    ("change", "code"),
+    [
+        ({}, ErrorCode.NONE),
+        (
+            {"error_code": ErrorCode.TRANSACTIONAL_ID_NOT_FOUND},
+            ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+        ),
+        ({"producer_id": 8}, ErrorCode.INVALID_PRODUCER_ID_MAPPING),
+        ({"producer_epoch": 4}, ErrorCode.PRODUCER_FENCED),
+        ({"transaction_state": "PrepareCommit"}, ErrorCode.INVALID_TXN_STATE),
+        ({"topics": []}, ErrorCode.INVALID_TXN_STATE),
+        ({"topics": [{"topic": LOG_TOPIC, "partitions": [2]}]}, ErrorCode.INVALID_TXN_STATE),
+        ({"topics": [{"topic": "orders", "partitions": [1]}]}, ErrorCode.INVALID_TXN_STATE),
+    ],
+)
+def test_a_transaction_another_node_describes_is_checked_as_a_local_one(
+    change: dict[str, Any], code: ErrorCode
+) -> None:
+    fields: dict[str, Any] = {
+        "error_code": ErrorCode.NONE,
+        "transactional_id": TID,
+        "transaction_state": "Ongoing",
+        "producer_id": 7,
+        "producer_epoch": 5,
+        "topics": [{"topic": LOG_TOPIC, "partitions": [1]}],
+        **change,
+    }
+    fields["topics"] = [DescribeTransactionsResponseTopic(**t) for t in fields["topics"]]
+    described = DescribeTransactionsResponseState(**fields)
+    assert remote_verdict(described, 7, 5, LOG_TOPIC, 1) == code

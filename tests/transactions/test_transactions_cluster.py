@@ -50,6 +50,9 @@ from protocol.transactions import (
     DescribeTransactionsRequest,
     EndTxnRequest,
     InitProducerIdRequest,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitRequestPartition,
+    TxnOffsetCommitRequestTopic,
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
@@ -209,10 +212,53 @@ async def test_offsets_on_another_nodes_partition_commit_and_abort_with_the_tran
             assert await eventually(
                 lambda: _is(committed_offset(at_group, group, source), 42), 15, "the abort"
             )
+
+            # The group's node checks a TxnOffsetCommit with the transaction's node
+            # (DescribeTransactions): a zombie's stale epoch is fenced, offsets outside the
+            # transaction refused, and neither stays pending.
+            await txn.begin_transaction()
+            await txn.send(out, b"open", partition=0)
+            stale = await txn_offset_commit(
+                at_group, transactional_id, group, txn.producer_id, txn.producer_epoch - 1
+            )
+            assert stale == ErrorCode.PRODUCER_FENCED
+            outside = await txn_offset_commit(
+                at_group, transactional_id, group, txn.producer_id, txn.producer_epoch
+            )
+            assert outside == ErrorCode.INVALID_TXN_STATE
+            assert (await fetch(at_group, group, source, require_stable=True)).error_code == (
+                ErrorCode.NONE
+            )
+            await txn.abort_transaction()
     finally:
         await at_group.close()
     assert await read_all(kafka_broker, out, "read_committed", expect=1) == [b"committed"]
     assert first.proc is not None and first.proc.poll() is None
+
+
+async def txn_offset_commit(
+    client: CoordinatorClient, transactional_id: str, group: str, producer_id: int, epoch: int
+) -> int:
+    """A bare TxnOffsetCommit of txn-input/0 to the group's node: its partition's error."""
+    answer = await client.txn_offset_commit(
+        TxnOffsetCommitRequest(
+            transactional_id=transactional_id,
+            group_id=group,
+            producer_id=producer_id,
+            producer_epoch=epoch,
+            topics=[
+                TxnOffsetCommitRequestTopic(
+                    name="txn-input",
+                    partitions=[
+                        TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=99)
+                    ],
+                )
+            ],
+        )
+    )
+    (topic,) = answer.topics
+    (partition,) = topic.partitions
+    return partition.error_code
 
 
 async def _is(value: Any, expected: Any) -> bool:
