@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Protocol, TypeVar
 
 from coordinator_server.offsets.transactional import (
@@ -40,12 +40,12 @@ from coordinator_server.service import (
 )
 from coordinator_server.service_errors import map_operation_error
 from coordinator_server.shard import GroupCoordinatorShard
+from coordinator_server.transaction_views import TransactionViews
 from coordinator_server.transactions.results import (
     AddOffsetsToTxnResult,
     AddPartitionsToTxnResult,
     EndTxnResult,
     InitProducerIdResult,
-    TransactionDescription,
     TxnCompletion,
 )
 from protocol.api_keys import ApiKey
@@ -61,16 +61,12 @@ from protocol.transactions import (
     AddPartitionsToTxnResponsePartition,
     AddPartitionsToTxnResponseTopic,
     DescribeTransactionsRequest,
-    DescribeTransactionsResponse,
     DescribeTransactionsResponseState,
-    DescribeTransactionsResponseTopic,
     EndTxnRequest,
     EndTxnResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
     ListTransactionsRequest,
-    ListTransactionsResponse,
-    ListTransactionsResponseState,
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
     TxnOffsetCommitResponsePartition,
@@ -144,6 +140,12 @@ class TransactionCoordinatorService:
         self._completions = completions
         self._max_id_length = max_id_length
         self._transaction_lookup = transaction_lookup
+        self._views = TransactionViews(
+            runtime,
+            groups.partition_for,
+            log_topic=log_topic,
+            refused=lambda transactional_id: self._refused_id(transactional_id) is not None,
+        )
         self.handlers: dict[int, Handler] = {
             ApiKey.INIT_PRODUCER_ID: _typed(InitProducerIdRequest, self.init_producer_id),
             ApiKey.ADD_PARTITIONS_TO_TXN: _typed(
@@ -612,174 +614,17 @@ class TransactionCoordinatorService:
             lambda f: settle(asyncio.CancelledError() if f.cancelled() else f.exception())
         )
 
-    # DescribeTransactions, ListTransactions.
+    # DescribeTransactions, ListTransactions (transaction_views.py).
 
     def describe_transactions(
         self, request: DescribeTransactionsRequest, ctx: RequestContext
     ) -> Reply:
-        loop = asyncio.get_running_loop()
-        reads: list[tuple[str, asyncio.Future[list[TransactionDescription]] | None]] = []
-        for transactional_id in request.transactional_ids:
-            if self._refused_id(transactional_id) is not None:
-                reads.append((transactional_id, None))
-                continue
-            reads.append(
-                (
-                    transactional_id,
-                    self._runtime.schedule_read(
-                        "describe-transactions",
-                        self._groups.partition_for(transactional_id),
-                        _describe_one(transactional_id),
-                    ),
-                )
-            )
-
-        def state_of(
-            transactional_id: str, read: asyncio.Future[list[TransactionDescription]] | None
-        ) -> DescribeTransactionsResponseState:
-            if read is None:
-                return DescribeTransactionsResponseState(
-                    error_code=ErrorCode.INVALID_REQUEST, transactional_id=transactional_id
-                )
-            if read.cancelled() or read.exception() is not None:
-                code, _ = map_operation_error(
-                    "describe-transactions", read.exception() or asyncio.CancelledError()
-                )
-                return DescribeTransactionsResponseState(
-                    error_code=code, transactional_id=transactional_id
-                )
-            (described,) = read.result()
-            return DescribeTransactionsResponseState(
-                error_code=described.error,
-                transactional_id=transactional_id,
-                transaction_state=described.state,
-                transaction_timeout_ms=described.timeout_ms,
-                transaction_start_time_ms=described.start_time_ms,
-                producer_id=described.producer_id,
-                producer_epoch=described.producer_epoch,
-                topics=[
-                    DescribeTransactionsResponseTopic(topic=topic, partitions=list(partitions))
-                    for topic, partitions in described.topics
-                ]
-                # The log partitions of AddOffsetsToTxn, as Kafka lists its
-                # __consumer_offsets partitions.
-                + (
-                    [
-                        DescribeTransactionsResponseTopic(
-                            topic=self._log_topic, partitions=list(described.log_partitions)
-                        )
-                    ]
-                    if described.log_partitions
-                    else []
-                ),
-            )
-
-        def answer() -> Message:
-            return DescribeTransactionsResponse(
-                transaction_states=[state_of(tid, read) for tid, read in reads]
-            )
-
-        futures = [read for _, read in reads if read is not None]
-        if not futures:
-            return answer()
-        reply: asyncio.Future[Message] = loop.create_future()
-        gathered = asyncio.gather(*futures, return_exceptions=True)
-        gathered.add_done_callback(lambda _: _settle(reply, answer))
-        return PendingReply(reply)
+        return self._views.describe_transactions(request)
 
     def list_transactions(self, request: ListTransactionsRequest, ctx: RequestContext) -> Reply:
-        """Every transaction of the partitions this node serves (a client asks every node,
-        as Kafka's admin client asks every broker)."""
-        loop = asyncio.get_running_loop()
-        reads = [
-            self._runtime.schedule_read(
-                "list-transactions",
-                partition,
-                lambda shard, offset: shard.list_transactions(
-                    request.state_filters,
-                    request.producer_id_filters,
-                    request.duration_filter,
-                    offset,
-                ),
-            )
-            for partition, state in sorted(self._runtime.partitions().items())
-            if state is CoordinatorState.ACTIVE
-        ]
-
-        def answer() -> Message:
-            unknown: Sequence[str] = ()
-            states: list[ListTransactionsResponseState] = []
-            pattern = request.transactional_id_pattern
-            matcher = _pattern(pattern)
-            for read in reads:
-                if read.cancelled() or read.exception() is not None:
-                    # The partition unloaded meanwhile: its transactions are another
-                    # node's to list now.
-                    continue
-                result = read.result()
-                unknown = result.unknown_state_filters
-                states.extend(
-                    ListTransactionsResponseState(
-                        transactional_id=txn.transactional_id,
-                        producer_id=txn.producer_id,
-                        transaction_state=txn.state,
-                    )
-                    for txn in result.transactions
-                    if matcher is None or matcher(txn.transactional_id)
-                )
-            if not reads:
-                unknown = [
-                    name for name in request.state_filters if name not in _TRANSACTION_STATES
-                ]
-            return ListTransactionsResponse(
-                unknown_state_filters=list(unknown), transaction_states=states
-            )
-
-        if not reads:
-            return answer()
-        reply: asyncio.Future[Message] = loop.create_future()
-        gathered = asyncio.gather(*reads, return_exceptions=True)
-        gathered.add_done_callback(lambda _: _settle(reply, answer))
-        return PendingReply(reply)
+        return self._views.list_transactions(request)
 
 
 def _settle(reply: asyncio.Future[Message], answer: Callable[[], Message]) -> None:
     if not reply.done():
         reply.set_result(answer())
-
-
-def _describe_one(
-    transactional_id: str,
-) -> Callable[[GroupCoordinatorShard, int], list[TransactionDescription]]:
-    def read(shard: GroupCoordinatorShard, offset: int) -> list[TransactionDescription]:
-        return shard.describe_transactions([transactional_id], offset)
-
-    return read
-
-
-_TRANSACTION_STATES = frozenset(
-    (
-        "Empty",
-        "Ongoing",
-        "PrepareCommit",
-        "PrepareAbort",
-        "CompleteCommit",
-        "CompleteAbort",
-        "Dead",
-        "PrepareEpochFence",
-    )
-)
-
-
-def _pattern(pattern: str | None) -> Callable[[str], bool] | None:
-    """ListTransactions' `transactional_id_pattern` (KIP-1152): a Java regular expression
-    the whole id must match; None or empty: every id."""
-    if not pattern:
-        return None
-    import re
-
-    try:
-        compiled = re.compile(pattern)
-    except re.error:
-        return lambda _: False
-    return lambda transactional_id: compiled.fullmatch(transactional_id) is not None
