@@ -21,7 +21,7 @@ ABORTABLE_ERROR (the application must abort); on a fatal one (fencing among them
 which ends the Sender's task and makes the producer unusable (aiokafka fails every pending
 batch and the transaction with it).
 
-Two departures from aiokafka's own steps, both Kafka's Java client's behaviour:
+Three departures from aiokafka's own steps, all Kafka's Java client's behaviour:
 
 - EndTxn is sent whenever the coordinator knows something of the transaction, even after
   an abortable error cleared aiokafka's list of the transaction's partitions (aiokafka would
