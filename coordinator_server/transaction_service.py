@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, cast
 
 from coordinator_server.offsets.transactional import (
     TransactionalCommit,
@@ -191,7 +191,7 @@ class TransactionCoordinatorService:
         future = outcome.future
         if future is None:
             error = outcome.error
-            return failed(error) if error is not None else answered(outcome.response)  # type: ignore[arg-type]
+            return failed(error) if error is not None else answered(cast(T, outcome.response))
         reply: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
 
         def done(f: asyncio.Future[T]) -> None:

@@ -21,8 +21,6 @@ from typing import Final
 
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
-from aiokafka.protocol.api import Request
-from aiokafka.protocol.metadata import MetadataRequest_v4, MetadataRequest_v5
 from aiokafka.structs import TopicPartition
 
 from coordinator_server.admin_transactions.producers import (
@@ -35,6 +33,7 @@ from coordinator_server.markers.request import (
     MarkerEntry,
     read_marker_results,
 )
+from coordinator_server.storage.kafka_metadata import MetadataRequestWithoutAutoCreation
 from coordinator_server.storage.kafka_sasl import KafkaConnector
 from coordinator_server.storage.kafka_security import KafkaSecurity
 from protocol.errors import ErrorCode
@@ -67,20 +66,6 @@ class PartitionPlacement:
     leader: int
     """The leader's broker id, NO_LEADER while there is none."""
     replicas: tuple[int, ...]
-
-
-class _TopicsRequest(Request[MetadataRequest_v4 | MetadataRequest_v5]):  # type: ignore[misc]
-    """A MetadataRequest of some topics (None: every topic) that never creates one."""
-
-    API_KEY = 3
-
-    def __init__(self, topics: list[str] | None) -> None:
-        self._topics = topics
-
-    def build(
-        self, request_struct_class: type[MetadataRequest_v4 | MetadataRequest_v5]
-    ) -> MetadataRequest_v4 | MetadataRequest_v5:
-        return request_struct_class(self._topics, False)
 
 
 class KafkaTransactionsAdmin:
@@ -166,7 +151,7 @@ class KafkaTransactionsAdmin:
                 if node_id is None:
                     raise KafkaError("no broker is known")
                 response = await asyncio.wait_for(
-                    client.send(node_id, _TopicsRequest(names)), self._timeout_s
+                    client.send(node_id, MetadataRequestWithoutAutoCreation(names)), self._timeout_s
                 )
                 break
             except _UNREACHABLE as error:

@@ -58,12 +58,13 @@ class TopicLostError(LoadError):
 class MetadataRequestWithoutAutoCreation(
     Request[MetadataRequest_v4 | MetadataRequest_v5]  # type: ignore[misc]
 ):
-    """A MetadataRequest that never creates the topics it names: only the versions that can
-    say so, so that a broker too old for them fails the request instead of creating one."""
+    """A MetadataRequest that never creates the topics it names (None: every topic): only the
+    versions that can say so, so that a broker too old for them fails the request instead of
+    creating one."""
 
     API_KEY = 3
 
-    def __init__(self, topics: list[str]) -> None:
+    def __init__(self, topics: list[str] | None) -> None:
         self._topics = topics
 
     def build(
