@@ -15,13 +15,16 @@ asked for again after a back-off that grows with its failures in a row, and logg
 below it), or whose shard refused a record, starts over from a fresh shard at the log's
 start; a round that fails as a whole backs off the same way. None of it ever serves.
 
-A standby does not replay each record as it comes: it holds the latest record of each key
-(as compaction would leave them, in the order of their offsets) and replays them into its
-shard when it holds `standby_max_pending_records` of them, when a round brings the partition
-nothing new, and when it is promoted. Replaying every record as it came cost the standby's
-node about as much CPU as the owner's serving of the same commits (a consumer commits the
-same partitions again and again); a compacted replay leaves the same state, as a load of a
-compacted log does.
+A standby does not replay each record as it comes: the follower hands it, per partition and
+round, the latest record of each key read (as compaction would leave them), which it adds to
+those it holds; it replays them into its shard, in the order of their offsets, when it holds
+`standby_max_pending_records` of them (looked at after each round's records, so it may hold
+up to one round's more), when a round brings the partition nothing new, and when it is
+promoted. Replaying every record as it came cost the standby's node about as much CPU as the
+owner's serving of the same commits (a consumer commits the same partitions again and
+again); a compacted replay leaves the same state, as a load of a compacted log does. Handing
+records over one call each cost the standby twice what reading them does (see
+`kafka_load.latest_records`).
 
 `promote` ends a partition's standby, replays what it holds, and hands its shard's load
 replay and position to the load that makes it ACTIVE (`PartitionLoader.resume`). A record
@@ -40,7 +43,7 @@ from dataclasses import dataclass, field
 from coordinator_server.runtime.api import CoordinatorShard, LoadReplay
 from coordinator_server.runtime.config import RuntimeConfig
 from coordinator_server.runtime.context import CoordinatorContext, CoordinatorState
-from coordinator_server.storage.api import LogFollower
+from coordinator_server.storage.api import FollowSink, LatestRecords, LogFollower
 
 # Waits before a partition (or a whole round) is read again, by failures in a row.
 RETRY_BACKOFF_S = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
@@ -51,13 +54,14 @@ class _Standby:
     context: CoordinatorContext
     # The shard's load replay; None when the shard must be built again first.
     sink: LoadReplay | None = None
-    # Records read but not yet replayed into the shard: key -> (offset, value), the latest of
-    # each key, in the order of their offsets.
-    pending: dict[bytes, tuple[int, bytes | None]] = field(default_factory=dict)
+    # Records read but not yet replayed into the shard: the latest of each key (replayed in
+    # the order of their offsets).
+    pending: LatestRecords = field(default_factory=dict)
     # The next offset to read (None: the log's start).
     position: int | None = None
     failures: int = 0
     retry_at: float = 0.0
+    # The records the follower handed over: the latest of each key of each round.
     records: int = 0
 
 
@@ -126,7 +130,7 @@ class StandbyFollower:
         if not self._replay_pending(standby, asyncio.get_running_loop().time()):
             return None
         self._log.info(
-            "partition=%d ends its standby at offset %d (%d records followed)",
+            "partition=%d ends its standby at offset %d (%d records kept while following)",
             context.partition,
             standby.position,
             standby.records,
@@ -168,7 +172,7 @@ class StandbyFollower:
             if not due:
                 await self._idle(loop)
                 continue
-            records_before = {p: s.records for p, s in due.items()}
+            positions_before = {p: s.position for p, s in due.items()}
             try:
                 result = await follower.follow(
                     {p: s.position for p, s in due.items()},
@@ -197,7 +201,7 @@ class StandbyFollower:
                 standby = self._current(due, partition)
                 if standby is None or standby.sink is None:
                     continue
-                if standby.records == records_before[partition] and not self._replay_pending(
+                if standby.position == positions_before[partition] and not self._replay_pending(
                     standby, now
                 ):
                     continue
@@ -227,22 +231,21 @@ class StandbyFollower:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout)
 
-    def _sink(self, due: dict[int, _Standby]) -> Callable[[int, int, bytes, bytes | None], None]:
+    def _sink(self, due: dict[int, _Standby]) -> FollowSink:
         max_pending = self._config.standby_max_pending_records
 
-        def sink(partition: int, offset: int, key: bytes, value: bytes | None) -> None:
+        def sink(partition: int, latest: LatestRecords, after: int) -> None:
             standby = self._current(due, partition)
             if standby is None or standby.sink is None:
                 # Promoted, unloaded or broken meanwhile: its records are someone else's.
                 return
-            pending = standby.pending
-            # Removed first, so that the key goes to the end: the held records stay in the
-            # order of their offsets.
-            pending.pop(key, None)
-            pending[key] = (offset, value)
-            standby.position = offset + 1
-            standby.records += 1
-            if len(pending) >= max_pending:
+            if standby.pending:
+                standby.pending.update(latest)
+            else:
+                standby.pending = latest
+            standby.position = after
+            standby.records += len(latest)
+            if len(standby.pending) >= max_pending:
                 self._replay_pending(standby, asyncio.get_running_loop().time())
 
         return sink
@@ -256,7 +259,7 @@ class StandbyFollower:
             return False
         offset = -1
         try:
-            for key, (offset, value) in pending.items():
+            for key, (offset, value) in sorted(pending.items(), key=_offset_of):
                 sink(offset, key, value)
             sink.close()
         except Exception as error:
@@ -312,6 +315,10 @@ class StandbyFollower:
                 backoff_s,
                 standby.failures,
             )
+
+
+def _offset_of(record: tuple[bytes, tuple[int, bytes | None]]) -> int:
+    return record[1][0]
 
 
 def _backoff(failures: int) -> float:

@@ -29,9 +29,15 @@ ReadyListener = Callable[[], None]
 RecordSink = Callable[[int, bytes, bytes | None], None]
 """Called by a loader with (offset, key, value) for each record, in offset order."""
 
-FollowSink = Callable[[int, int, bytes, bytes | None], None]
-"""Called by a follower with (partition, offset, key, value) for each record, in offset order
-within each partition. It must not raise: what it does with a record is its own business."""
+LatestRecords = dict[bytes, tuple[int, bytes | None]]
+"""Records as compaction leaves them: each key's latest (offset, value)."""
+
+FollowSink = Callable[[int, LatestRecords, int], None]
+"""Called by a follower once for each partition a round read, with (partition, the latest
+record of each key it read, the position after them). A follower hands over only each key's
+latest record (a standby replays them as a load of the compacted log would), so the
+records' order is their offsets'. It must not raise: what it does with them is its own
+business."""
 
 LogFailureListener = Callable[[str], None]
 """Called once, with the reason, when a log stops for good (see `CoordinatorLog.failure`)."""
@@ -155,8 +161,8 @@ class LogFollower(Protocol):
         min_bytes: int = 1,
     ) -> FollowResult:
         """One round: hand `sink` the committed records of each partition from its position
-        (None: from the partition's start) on, up to at most about `max_bytes` in all
-        (a record batch larger than that still comes whole).
+        (None: from the partition's start) on, the latest of each key, up to at most about
+        `max_bytes` in all (a record batch larger than that still comes whole).
 
         When the partitions have fewer than `min_bytes` of committed records past their
         positions, wait up to `max_wait_ms` for more (a long poll), so that a caller that

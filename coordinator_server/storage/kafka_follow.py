@@ -40,7 +40,7 @@ from coordinator_server.storage.kafka_load import (
     EARLIEST_OFFSET,
     FETCH_MIN_BYTES,
     RETRIABLE_ERRORS,
-    replay_batches,
+    latest_records,
 )
 from coordinator_server.storage.kafka_metadata import TopicMetadata, TopicMetadataError
 
@@ -288,19 +288,15 @@ class KafkaFollower:
                 lost=True,
             )
         try:
-            after, _, _ = replay_batches(
-                message_set,
-                partition,
-                position,
-                high_watermark,
-                lambda offset, key, value: sink(partition, offset, key, value),
-            )
+            after, latest = latest_records(message_set, partition, position, high_watermark)
         except LoadError as error:
             raise _Unreadable(str(error), lost=True) from error
         if after == position and message_set and position < high_watermark:
             raise _Unreadable(
                 f"the record batch at offset {position} does not come whole", lost=False
             )
+        if after > position:
+            sink(partition, latest, after)
         return after, high_watermark
 
 

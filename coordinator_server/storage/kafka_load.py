@@ -28,7 +28,7 @@ from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.protocol.offset import OffsetRequest
 from aiokafka.record.memory_records import MemoryRecords
 
-from coordinator_server.storage.api import LoadError, LoadSummary, RecordSink
+from coordinator_server.storage.api import LatestRecords, LoadError, LoadSummary, RecordSink
 from coordinator_server.storage.error_codes import (
     FENCED_LEADER_EPOCH,
     KAFKA_STORAGE_ERROR,
@@ -51,6 +51,7 @@ __all__ = [
     "FETCH_MAX_WAIT_MS",
     "MAX_TIMEOUT_FACTOR",
     "PartitionLoad",
+    "latest_records",
     "replay_batches",
 ]
 
@@ -371,6 +372,42 @@ def replay_batches(
                 payload_bytes += len(key) + (len(value) if value is not None else 0)
         position = max(position, min(batch.next_offset, target))
     return position, records, payload_bytes
+
+
+def latest_records(
+    message_set: bytes, partition: int, position: int, target: int
+) -> tuple[int, LatestRecords]:
+    """The latest record of each key in a Fetch response's record bytes from `position` up
+    to `target` (records without a key are not ours, control batches neither), and the
+    position after them. Raises LoadError for a corrupt batch.
+
+    What a standby reads: most records it reads are overwritten by a later one of the same
+    key, so this keeps to a loop that builds no more than each record's dict entry (about
+    half of what `replay_batches` with a sink spends a record)."""
+    latest: dict[Any, tuple[int, bytes | None]] = {}
+    reader = MemoryRecords(message_set) if message_set else None
+    while reader is not None and position < target:
+        batch = reader.next_batch()
+        if batch is None:
+            break
+        if not batch.validate_crc():
+            raise LoadError(
+                f"a record batch of partition {partition} at offset {batch.base_offset} is corrupt"
+            )
+        next_offset = batch.next_offset
+        if not getattr(batch, "is_control_batch", False):
+            if batch.base_offset >= position and next_offset <= target:
+                for record in batch:
+                    latest[record.key] = (record.offset, record.value)
+            else:
+                for record in batch:
+                    offset = record.offset
+                    if position <= offset < target:
+                        latest[record.key] = (offset, record.value)
+        position = max(position, min(next_offset, target))
+    # Keyless records went in under None, one entry however many: out with them at once.
+    latest.pop(None, None)
+    return position, latest
 
 
 def _seldom(count: int) -> bool:

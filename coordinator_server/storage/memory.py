@@ -26,6 +26,7 @@ from coordinator_server.storage.api import (
     FollowResult,
     FollowSink,
     HighWatermarkListener,
+    LatestRecords,
     LoadError,
     LoadSummary,
     LogFailureListener,
@@ -300,13 +301,16 @@ class InMemoryFollower:
                 lost[partition] = f"the partition ends at {high_watermark}, below {start}"
                 continue
             offset = start
+            latest: LatestRecords = {}
             # At least one record a round, however large, as a Kafka fetch does.
             for key, value in writer.entries_between(partition, start, high_watermark):
                 if budget <= 0 and offset > start:
                     break
-                sink(partition, offset, key, value)
+                latest[key] = (offset, value)
                 budget -= len(key) + (0 if value is None else len(value))
                 offset += 1
+            if offset > start:
+                sink(partition, latest, offset)
             read[partition] = offset
             high_watermarks[partition] = high_watermark
         return FollowResult(read, high_watermarks, retry, lost)

@@ -20,6 +20,7 @@ from coordinator_server.storage import (
     CoordinatorLog,
     FollowResult,
     InMemoryLog,
+    LatestRecords,
     LoadError,
     LoadSummary,
     RawRecord,
@@ -329,13 +330,26 @@ async def follow(
     assert log.follower is not None
     for _ in range(50):
         followed: Followed = []
+        ends: dict[int, int] = {}
+
+        def sink(
+            partition: int,
+            latest: LatestRecords,
+            after: int,
+            followed: Followed = followed,
+            ends: dict[int, int] = ends,
+        ) -> None:
+            assert partition not in ends, "one call a partition a round"
+            ends[partition] = after
+            followed.extend((partition, o, k, v) for k, (o, v) in latest.items())
+
         result = await log.follower.follow(
-            positions,
-            lambda p, o, k, v, into=followed: into.append((p, o, k, v)),
-            max_wait_ms=max_wait_ms,
-            max_bytes=max_bytes,
+            positions, sink, max_wait_ms=max_wait_ms, max_bytes=max_bytes
         )
         if not result.retry:
+            # The sink was told where each partition read to, as the result says.
+            assert ends == {p: at for p, at in result.positions.items() if p in ends}
+            followed.sort(key=lambda record: (record[0], record[1]))
             return followed, result
         await asyncio.sleep(0.1)
     raise AssertionError(f"partitions still to be retried: {result.retry}")
@@ -388,8 +402,8 @@ async def test_a_follower_reads_a_round_of_at_most_about_max_bytes(
 ) -> None:
     log = await open_followed_log()
     value = b"x" * 1000
-    for _ in range(10):
-        await log.writer.append(0, [(b"k%d" % i, value) for i in range(20)])
+    for batch in range(10):
+        await log.writer.append(0, [(b"k%d-%d" % (batch, i), value) for i in range(20)])
     positions: dict[int, int | None] = {0: None}
     rounds = 0
     offsets: list[int] = []
@@ -401,6 +415,21 @@ async def test_a_follower_reads_a_round_of_at_most_about_max_bytes(
         assert rounds < 50
     assert rounds > 1
     assert offsets == list(range(200))
+
+
+async def test_a_follower_hands_over_the_latest_record_of_each_key(
+    open_followed_log: OpenLog,
+) -> None:
+    log = await open_followed_log()
+    await log.writer.append(0, [(b"a", b"1"), (b"b", b"1"), (b"a", b"2")])
+    await log.writer.append(0, [(b"b", None), (b"c", b"1")])
+
+    followed, result = await follow(log, {0: None})
+    assert followed == [(0, 2, b"a", b"2"), (0, 3, b"b", None), (0, 4, b"c", b"1")]
+    assert result.positions == {0: 5}
+
+    followed, result = await follow(log, {0: 1})
+    assert followed == [(0, 2, b"a", b"2"), (0, 3, b"b", None), (0, 4, b"c", b"1")]
 
 
 async def test_a_follower_reports_a_position_past_the_end_as_lost(
