@@ -249,9 +249,10 @@ class CoordinatorConfig(BaseSettings):
     standby_max_pending_records: int = Field(
         defaults.STANDBY_MAX_PENDING_RECORDS,
         ge=1,
-        description="The most records a standby holds read but not yet replayed into its "
-        "state (the latest of each key, as compaction would leave them): replayed past it, "
-        "when the log is quiet, and first thing at a takeover.",
+        description="How many records a standby holds read but not yet replayed into its "
+        "state (the latest of each key, as compaction would leave them) before it replays "
+        "them; looked at after each read, so it may hold up to one read's more. Also "
+        "replayed when the log is quiet, and first thing at a takeover.",
     )
     append_linger_ms: int = Field(
         defaults.APPEND_LINGER_MS,

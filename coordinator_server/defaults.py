@@ -32,8 +32,8 @@ STANDBY_FETCH_MAX_BYTES = 16 * 1024 * 1024
 # How many bytes a standby's read waits for (up to its max wait): a busy log is read in
 # rounds of about this size instead of a round per append.
 STANDBY_FETCH_MIN_BYTES = 1024 * 1024
-# The most records a standby holds read but not yet replayed (the latest per key): what a
-# takeover replays at most.
+# How many records a standby holds read but not yet replayed (the latest per key) before it
+# replays them, looked at after each read: a takeover replays at most this many plus a read's.
 STANDBY_MAX_PENDING_RECORDS = 100_000
 
 # The classic group protocol (Kafka's group.* settings).

@@ -43,7 +43,8 @@ def latency_summary_ms(latencies: list[float]) -> dict[str, float]:
 
 
 def median_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Each numeric field's median over repeated runs (other fields from the first run)."""
+    """Each numeric field's median over repeated runs (other fields from the first run), and
+    the request rate of every run (`requests_per_s_runs`)."""
     if len(rows) == 1:
         return rows[0]
     merged = dict(rows[0])
@@ -56,6 +57,9 @@ def median_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
             # A figure per item (each node's CPU share): the median of each.
             merged[key] = median_row([row.get(key) or {} for row in rows])
             merged[key].pop("runs", None)
+    if isinstance(rows[0].get("requests_per_s"), int | float):
+        # The median hides how far the runs were apart: the rate of each, in the JSON.
+        merged["requests_per_s_runs"] = [row.get("requests_per_s") for row in rows]
     merged["runs"] = len(rows)
     return merged
 

@@ -42,10 +42,11 @@ class RuntimeConfig:
         standby_fetch_min_bytes: how many record bytes a read of the standby partitions
             waits for (up to `standby_fetch_max_wait_ms`) before it answers: a busy log is
             read in rounds of this many bytes, not one round per append.
-        standby_max_pending_records: the most records a standby holds read but not yet
+        standby_max_pending_records: how many records a standby holds read but not yet
             replayed into its shard (the latest of each key, as compaction would leave
-            them); past it, or when a read brings the partition nothing new, they are
-            replayed. A takeover replays what is held first.
+            them) before it replays them, looked at after each read (so up to one read's
+            more); they are replayed too when a read brings the partition nothing new. A
+            takeover replays what is held first.
     """
 
     write_timeout_ms: int = defaults.OFFSETS_COMMIT_TIMEOUT_MS

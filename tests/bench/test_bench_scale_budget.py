@@ -176,6 +176,7 @@ def test_repeated_runs_report_the_median_of_each_nodes_share() -> None:
         [{"requests_per_s": r, "node_cpu": {"1": r / 10, "2": r / 20}} for r in (3.0, 1.0, 2.0)]
     )
     assert merged["requests_per_s"] == 2.0 and merged["runs"] == 3
+    assert merged["requests_per_s_runs"] == [3.0, 1.0, 2.0]
     assert merged["node_cpu"] == {"1": 0.2, "2": 0.1}
 
 
