@@ -69,17 +69,23 @@ class PendingReply:
     """A response still to come: `future`'s result, or where the future fails,
     `on_error(exc)` (None: the connection answers UNKNOWN_SERVER_ERROR). The connection
     waits on the runtime's own future this way, with no second future per request to turn
-    a failure into an error response."""
+    a failure into an error response.
 
-    __slots__ = ("future", "on_error")
+    `sliced`: the answer is being built a slice at a time (see `slicing`), and may be large;
+    the connection takes no more of the client's requests until it is done."""
+
+    __slots__ = ("future", "on_error", "sliced")
 
     def __init__(
         self,
         future: asyncio.Future[Any],
         on_error: Callable[[BaseException], Message] | None = None,
+        *,
+        sliced: bool = False,
     ) -> None:
         self.future = future
         self.on_error = on_error
+        self.sliced = sliced
 
 
 Reply: TypeAlias = "Message | PendingReply"
@@ -451,4 +457,5 @@ def _typed(request_type: type[M], method: Callable[[M, RequestContext], Reply]) 
 
 
 def _pending(answer: Message | asyncio.Future[Message]) -> Reply:
-    return answer if isinstance(answer, Message) else PendingReply(answer)
+    """A bulk request's answer: at once, or still being built in slices."""
+    return answer if isinstance(answer, Message) else PendingReply(answer, sliced=True)

@@ -10,6 +10,9 @@ What one connection may hold is bounded. Frames wait, and the socket is not read
 while the answers the client has not taken yet (those ready to be written and the
 transport's buffer) exceed `response_buffer_bytes`: a client that pipelines requests and
 never reads its answers stops being served, instead of making the server hold every answer.
+They also wait while a bulk request's answer is being built a slice at a time (as Kafka
+answers a connection's requests one at a time): such an answer can be megabytes, is counted
+only once it is ready, and the frames of one read would otherwise start hundreds of them.
 Beyond `response_buffer_max_bytes` of answers, or when they stay unread for
 `response_write_timeout_ms` (see ConnectionSweeper), the connection is closed. An answer
 larger than `max_response_bytes` is replaced by MESSAGE_TOO_LARGE.
@@ -89,6 +92,8 @@ class CoordinatorConnection(asyncio.Protocol):
         self._context = RequestContext("", "/")
         # Requests dispatched and not yet answered, their bytes, and frames waiting for room.
         self._inflight = 0
+        # Requests in flight whose answer is being built in slices (see PendingReply).
+        self._sliced_inflight = 0
         self._request_bytes = 0
         self._waiting: deque[bytes] = deque()
         self.reading_paused = False
@@ -205,6 +210,7 @@ class CoordinatorConnection(asyncio.Protocol):
             if (
                 self._inflight >= max_inflight
                 or self._outgoing_bytes > room
+                or self._sliced_inflight
                 or (self._request_bytes and self._request_bytes + len(payload) > max_request_bytes)
             ):
                 self._waiting.extend(frames[index:])
@@ -217,7 +223,8 @@ class CoordinatorConnection(asyncio.Protocol):
         """Dispatch waiting frames while fewer than `max_inflight_requests` are in flight,
         their bytes stay within `max_inflight_request_bytes` (a frame alone is always taken,
         so a large valid request still works), and the answers the client has not taken
-        (ready ones and the transport's buffer) stay within `response_buffer_bytes`. The
+        (ready ones and the transport's buffer) stay within `response_buffer_bytes`, and no
+        answer is being built in slices. The
         answers of one read are produced in this loop, before any is written: the check
         must be here, not only in pause_writing."""
         waiting = self._waiting
@@ -231,6 +238,7 @@ class CoordinatorConnection(asyncio.Protocol):
             if (
                 self._inflight >= max_inflight
                 or self._outgoing_bytes > room
+                or self._sliced_inflight
                 or (self._request_bytes and self._request_bytes + len(payload) > max_request_bytes)
             ):
                 return
@@ -287,7 +295,11 @@ class CoordinatorConnection(asyncio.Protocol):
         size = len(payload)
         self._inflight += 1
         self._request_bytes += size
-        future.add_done_callback(partial(self._reply_done, header, reply.on_error, started, size))
+        if reply.sliced:
+            self._sliced_inflight += 1
+        future.add_done_callback(
+            partial(self._reply_done, header, reply.on_error, started, size, sliced=reply.sliced)
+        )
 
     def _unsupported(self, header: RequestHeader, exc: ApiError) -> dict[str, object]:
         if header.api_key == ApiKey.API_VERSIONS:
@@ -305,6 +317,7 @@ class CoordinatorConnection(asyncio.Protocol):
         done: asyncio.Future[Message],
         *,
         counted: bool = True,
+        sliced: bool = False,
     ) -> None:
         if done.cancelled():
             error: BaseException | None = asyncio.CancelledError()
@@ -333,6 +346,8 @@ class CoordinatorConnection(asyncio.Protocol):
             return
         self._inflight -= 1
         self._request_bytes -= size
+        if sliced:
+            self._sliced_inflight -= 1
         if self._waiting:
             self._admit_waiting()
         self._update_reading()

@@ -439,19 +439,18 @@ async def test_a_client_that_reads_late_gets_every_answer() -> None:
 
 
 async def test_answers_past_response_buffer_max_bytes_close_the_connection() -> None:
-    """Answers that complete together for a client that does not read (here 100 fetches
-    parked until a commit is written) are bounded by response_buffer_max_bytes: past it the
-    connection is closed, and the others are served."""
+    """Answers that complete together for a client that does not read (here 100 commits of
+    1,000 partitions each, parked until the log commits) are bounded by
+    response_buffer_max_bytes: past it the connection is closed, and the others are served."""
     log = InMemoryLog(PARTITIONS, auto_commit=False)
     partition = partition_for("g", PARTITIONS)
     settings = {
-        "response_buffer_bytes": 100_000,
-        "max_response_bytes": 500_000,
-        "response_buffer_max_bytes": 1_000_000,
+        "response_buffer_bytes": 10_000,
+        "max_response_bytes": 50_000,
+        "response_buffer_max_bytes": 60_000,
     }
     async with serve(log, **settings) as app, connect(app) as client:
         assert app.server is not None and app.address is not None
-        await commit_many_offsets(log, client, "g", 2000)
         end = log.writer.end_offset(partition)
         pending = client.send(ApiKey.OFFSET_COMMIT, commit_body("g", {("t", 0): 1}))
         await until(lambda: log.writer.end_offset(partition) > end)
@@ -461,19 +460,17 @@ async def test_answers_past_response_buffer_max_bytes_close_the_connection() -> 
         loop = asyncio.get_running_loop()
         try:
             await loop.sock_connect(hog, app.address)
-            stable_fetch = fetch_body("g", None, require_stable=True)
+            big_commit = commit_body("g", {("t", p): 1 for p in range(1000)})
             await loop.sock_sendall(
                 hog,
                 b"".join(
                     encode_frame(
-                        encode_request(
-                            RequestHeader(ApiKey.OFFSET_FETCH, 0, i, "hog"), stable_fetch
-                        )
+                        encode_request(RequestHeader(ApiKey.OFFSET_COMMIT, 0, i, "hog"), big_commit)
                     )
                     for i in range(100)
                 ),
             )
-            # The 100 fetches and the pending commit.
+            # The 100 commits and the first one.
             await until(
                 lambda: app.server is not None and app.server.state.requests_in_flight() == 101
             )
