@@ -224,9 +224,8 @@ class CoordinatorConnection(asyncio.Protocol):
         their bytes stay within `max_inflight_request_bytes` (a frame alone is always taken,
         so a large valid request still works), and the answers the client has not taken
         (ready ones and the transport's buffer) stay within `response_buffer_bytes`, and no
-        answer is being built in slices. The
-        answers of one read are produced in this loop, before any is written: the check
-        must be here, not only in pause_writing."""
+        answer is being built in slices. The answers of one read are produced in this
+        loop, before any is written: the check must be here, not only in pause_writing."""
         waiting = self._waiting
         if not waiting or self._closed or self._transport is None:
             return

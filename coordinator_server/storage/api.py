@@ -34,10 +34,9 @@ LatestRecords = dict[bytes, tuple[int, bytes | None]]
 
 FollowSink = Callable[[int, LatestRecords, int], None]
 """Called by a follower once for each partition a round read, with (partition, the latest
-record of each key it read, the position after them). A follower hands over only each key's
-latest record (a standby replays them as a load of the compacted log would), so the
-records' order is their offsets'. It must not raise: what it does with them is its own
-business."""
+record of each key it read, the position after them). Only each key's latest record comes
+(a standby replays them as a load of the compacted log would), in no particular order: their
+offsets give it. It must not raise: what it does with them is its own business."""
 
 LogFailureListener = Callable[[str], None]
 """Called once, with the reason, when a log stops for good (see `CoordinatorLog.failure`)."""

@@ -71,6 +71,6 @@ async def test_one_answer_in_slices_at_a_time_per_connection_and_all_answered(
             await other.close()
     finally:
         await app.shutdown()
-    # Every answer took slices (else the test shows nothing), and no connection ever had
-    # two under way.
+    # Answers took slices (without any, the most would be 0 and the test show nothing), and
+    # no connection ever had two under way.
     assert most_sliced and max(most_sliced.values()) == 1, most_sliced
