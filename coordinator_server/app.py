@@ -393,6 +393,7 @@ class CoordinatorApp:
             completions=completions,
             max_id_length=config.max_id_length,
             transaction_lookup=None if peers is None else peers.describe_transaction,
+            concurrent_wait_ms=config.transaction_concurrent_wait_ms,
         )
         service.serve_transactions(transactions.handlers)
         completions.start()

@@ -239,6 +239,15 @@ class CoordinatorConfig(BaseSettings):
         description="The most transaction markers waiting to be written to the Kafka "
         "cluster's partitions; past it, ending a transaction waits.",
     )
+    transaction_concurrent_wait_ms: int = Field(
+        defaults.TRANSACTION_CONCURRENT_WAIT_MS,
+        ge=0,
+        description="How long an InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn or "
+        "EndTxn waits while the same transactional id's previous transaction is being ended "
+        "here (its markers on their way) before it is answered CONCURRENT_TRANSACTIONS; it "
+        "goes on as soon as that ends, with the answer the client's retry would have got "
+        "a back-off later. 0: answer at once, as Kafka does.",
+    )
     standby_fetch_min_bytes: int = Field(
         defaults.STANDBY_FETCH_MIN_BYTES,
         ge=1,

@@ -90,3 +90,7 @@ MAX_TRANSACTIONAL_IDS = 1_000_000
 MAX_PARTITIONS_PER_TRANSACTION = 100_000
 # Transaction markers waiting to be written to the data partitions, over all transactions.
 TRANSACTION_MAX_QUEUED_MARKERS = 100_000
+# How long a request of a transactional id waits for its previous transaction's end under way
+# (markers on their way) before it is answered CONCURRENT_TRANSACTIONS: a producer's next
+# transaction starts as soon as the last one ended, not a client back-off later.
+TRANSACTION_CONCURRENT_WAIT_MS = 100

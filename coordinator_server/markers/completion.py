@@ -77,6 +77,8 @@ class TxnCompletions:
         self._max_in_flight = max_in_flight
         self._sweep_interval_s = sweep_interval_s
         self._in_flight: dict[tuple[int, str, int, int, int], asyncio.Task[None]] = {}
+        # The same tasks by transactional id (the latest submitted of each).
+        self._by_id: dict[str, asyncio.Task[None]] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._stopped = False
         self.metrics = metrics or TransactionMetrics()
@@ -84,6 +86,11 @@ class TxnCompletions:
     @property
     def in_flight(self) -> int:
         return len(self._in_flight)
+
+    def ending(self, transactional_id: str) -> asyncio.Task[None] | None:
+        """The end under way here of the transactional id's prepared transaction, if any."""
+        task = self._by_id.get(transactional_id)
+        return None if task is None or task.done() else task
 
     def start(self) -> None:
         if self._sweeper is None and not self._stopped:
@@ -100,6 +107,7 @@ class TxnCompletions:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._in_flight.clear()
+        self._by_id.clear()
 
     def submit(self, partition: int, completion: TxnCompletion) -> None:
         """End `completion`, prepared on `partition` (committed in the log)."""
@@ -119,7 +127,15 @@ class TxnCompletions:
             name=f"txn-complete-{completion.transactional_id}",
         )
         self._in_flight[key] = task
-        task.add_done_callback(lambda _: self._in_flight.pop(key, None))
+        transactional_id = completion.transactional_id
+        self._by_id[transactional_id] = task
+
+        def ended(done: asyncio.Task[None]) -> None:
+            self._in_flight.pop(key, None)
+            if self._by_id.get(transactional_id) is done:
+                del self._by_id[transactional_id]
+
+        task.add_done_callback(ended)
 
     async def _sweep(self) -> None:
         while True:

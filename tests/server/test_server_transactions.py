@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -354,3 +355,110 @@ def test_a_transaction_another_node_describes_is_checked_as_a_local_one(
     fields["topics"] = [DescribeTransactionsResponseTopic(**t) for t in fields["topics"]]
     described = DescribeTransactionsResponseState(**fields)
     assert remote_verdict(described, 7, 5, LOG_TOPIC, 1) == code
+
+
+class HeldCompletions:
+    """TxnCompletions whose ends start only once `release` is set: a transaction stays
+    prepared, its markers "on their way", for as long as a test wants."""
+
+    def __init__(self, inner: TxnCompletions) -> None:
+        self.inner = inner
+        self.release = asyncio.Event()
+        self._ends: dict[str, asyncio.Future[None]] = {}
+
+    def submit(self, partition: int, completion: Any) -> None:
+        async def later() -> None:
+            await self.release.wait()
+            self.inner.submit(partition, completion)
+            task = self.inner.ending(completion.transactional_id)
+            if task is not None:
+                await task
+
+        self._ends[completion.transactional_id] = asyncio.ensure_future(later())
+
+    def ending(self, transactional_id: str) -> asyncio.Future[None] | None:
+        end = self._ends.get(transactional_id)
+        return None if end is None or end.done() else end
+
+
+@asynccontextmanager
+async def held_service(app: CoordinatorApp, wait_ms: int) -> AsyncIterator[HeldCompletions]:
+    assert app.runtime is not None and app.service is not None
+    inner = TxnCompletions(app.runtime, None, coordinator_epoch=lambda _: 0)
+    held = HeldCompletions(inner)
+    service = TransactionCoordinatorService(
+        app.runtime,
+        app.service,
+        log_topic=LOG_TOPIC,
+        completions=held,
+        max_id_length=app.config.max_id_length,
+        concurrent_wait_ms=wait_ms,
+    )
+    app.service.serve_transactions(service.handlers)
+    inner.start()
+    try:
+        yield held
+    finally:
+        held.release.set()
+        await inner.stop()
+
+
+async def ended_and_held(client: WireClient) -> dict[str, Any]:
+    """A producer whose transaction (offsets only) is committed and still being ended."""
+    producer = await init(client)
+    added = await client.call(ApiKey.ADD_OFFSETS_TO_TXN, txn_body(producer, group_id=GROUP))
+    assert added["error_code"] == ErrorCode.NONE
+    ended = await client.call(ApiKey.END_TXN, txn_body(producer, committed=True))
+    assert ended["error_code"] == ErrorCode.NONE
+    return producer
+
+
+async def test_the_next_transaction_waits_for_the_last_ones_end_not_for_a_retry(
+    app: CoordinatorApp,
+) -> None:
+    async with held_service(app, wait_ms=10_000) as held:
+        client = await client_of(app)
+        try:
+            producer = await ended_and_held(client)
+            # What would be CONCURRENT_TRANSACTIONS now waits for the end...
+            add = client.send(ApiKey.ADD_OFFSETS_TO_TXN, txn_body(producer, group_id=GROUP))
+            await asyncio.sleep(0.3)
+            assert not add.done()
+            # ...and is answered as soon as it is over, as a retry then would be.
+            held.release.set()
+            answer = await asyncio.wait_for(add, 5)
+            assert answer["error_code"] == ErrorCode.NONE
+            described = await client.call(
+                ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [TID]}
+            )
+            assert described["transaction_states"][0]["transaction_state"] == "Ongoing"
+        finally:
+            await client.close()
+
+
+@pytest.mark.parametrize("wait_ms", [0, 200])
+async def test_an_end_that_takes_longer_than_the_wait_is_concurrent_transactions(
+    app: CoordinatorApp, wait_ms: int
+) -> None:
+    async with held_service(app, wait_ms=wait_ms):
+        client = await client_of(app)
+        try:
+            producer = await ended_and_held(client)
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            answer = await client.call(
+                ApiKey.ADD_OFFSETS_TO_TXN, txn_body(producer, group_id=GROUP)
+            )
+            waited = loop.time() - started
+            assert answer["error_code"] == ErrorCode.CONCURRENT_TRANSACTIONS
+            # 0: at once, as Kafka answers; else after the wait, not sooner.
+            assert waited >= wait_ms / 1000 * 0.9
+            assert waited < wait_ms / 1000 + 2
+            # Meanwhile the others are served.
+            other = await client.call(
+                ApiKey.INIT_PRODUCER_ID,
+                {"transactional_id": "txn-b", "transaction_timeout_ms": 30_000},
+            )
+            assert other["error_code"] == ErrorCode.NONE
+        finally:
+            await client.close()
