@@ -5,7 +5,9 @@ alone, for the life of the process) until it is not. For each owned partition on
 
 1. acquires the partition (`Acquire`): alone, nothing to do; in a cluster, Kafka's producer
    fencing at a new epoch and an ownership record appended at it, after which the previous
-   owner can get nothing more into the partition (see `storage/kafka_fencing.py`);
+   owner can get nothing more into the partition (see `storage/kafka_fencing.py`); the
+   runtime is told first (`announce_load`), so that requests meanwhile are answered
+   COORDINATOR_LOAD_IN_PROGRESS;
 2. loads it into the runtime and waits until it is ACTIVE (a partition this node stood by
    for loads only the records its standby has not read);
 3. waits while it stays ACTIVE; a partition that fails (its appends were fenced, or their
@@ -43,6 +45,8 @@ RETRY_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
 class PartitionHost(Protocol):
     """What ownership uses of the coordinator runtime: its load and unload operations."""
+
+    def announce_load(self, partition: int) -> None: ...
 
     def schedule_load(self, partition: int, epoch: int) -> None: ...
 
@@ -150,6 +154,8 @@ class PartitionOwnership:
                     # one was retried): wait for it as for our own.
                     pass
                 else:
+                    # Asked meanwhile, the partition is loading here, not elsewhere.
+                    runtime.announce_load(partition)
                     try:
                         await self._acquire(partition)
                     except asyncio.CancelledError:

@@ -118,6 +118,7 @@ class CoordinatorContext:
         "last_committed_offset",
         "last_written_offset",
         "latest_high_watermark",
+        "load_announced",
         "load_task",
         "log",
         "loop",
@@ -148,6 +149,8 @@ class CoordinatorContext:
         self.loop = loop
         self.log = log
         self.state = CoordinatorState.INITIAL
+        # Set by `announce_load`: the partition is to load here once acquired.
+        self.load_announced = False
         self.epoch = -1
         # Bumped whenever the shard is thrown away, so that loads and appends started for
         # an older shard find out and drop their results.
@@ -207,6 +210,12 @@ class CoordinatorContext:
         """What an operation gets while the partition is not ACTIVE."""
         if self.state is CoordinatorState.LOADING:
             return CoordinatorLoadInProgressError(f"partition {self.partition} is loading")
+        if self.load_announced and (
+            self.state is CoordinatorState.INITIAL or self.state is CoordinatorState.STANDBY
+        ):
+            return CoordinatorLoadInProgressError(
+                f"partition {self.partition} is being taken over here"
+            )
         return NotCoordinatorError(f"partition {self.partition} is {self.state.name}")
 
     def stats(self) -> PartitionStats:

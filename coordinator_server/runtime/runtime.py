@@ -215,6 +215,25 @@ class CoordinatorRuntime(Generic[S]):
                 "partition=%d is %s already; epoch is now %d", partition, context.state.name, epoch
             )
 
+    def announce_load(self, partition: int) -> None:
+        """`partition` is to be loaded here (`schedule_load`) as soon as it is acquired: in a
+        cluster, fenced to this node first, a round trip to Kafka's transaction coordinator
+        and an append at least. Until its load starts, or it is unloaded, its operations fail
+        with COORDINATOR_LOAD_IN_PROGRESS rather than NOT_COORDINATOR, as Kafka answers for a
+        partition it is becoming the coordinator of: a client waits and asks this node again,
+        which FindCoordinator names already. A partition that fails later answers
+        NOT_COORDINATOR again. A standby goes on following the log meanwhile.
+
+        Raises:
+            NotCoordinatorError: the runtime is closed.
+        """
+        if self._closed:
+            raise NotCoordinatorError("the coordinator runtime is closed")
+        context = self._contexts.get(partition)
+        if context is None:
+            context = self._new_context(partition)
+        context.load_announced = True
+
     def schedule_standby(self, partition: int) -> None:
         """Stand by for `partition`: keep a shard of it up to date from the log, serving
         nothing (requests get NOT_COORDINATOR), so that a later `schedule_load` reads only

@@ -59,6 +59,44 @@ async def test_operations_while_loading_fail_with_load_in_progress(harness: Harn
     harness.put(1, "k", 1)
 
 
+async def test_a_partition_announced_answers_load_in_progress_until_it_loads(
+    harness: Harness,
+) -> None:
+    """Between its acquisition (fencing, in a cluster) and its load, a partition this node
+    takes over is loading as far as a client can tell."""
+    harness.runtime.announce_load(1)
+    assert harness.runtime.partition_state(1) is State.INITIAL
+    with pytest.raises(CoordinatorLoadInProgressError, match="taken over"):
+        await harness.put(1, "k", 1)
+    with pytest.raises(CoordinatorLoadInProgressError):
+        await harness.read(1, "k")
+    harness.runtime.schedule_load(1, 0)
+    await harness.runtime.wait_loaded(1)
+    written = harness.put(1, "k", 1)
+    await settle()
+    harness.commit(1)
+    await written
+    assert await harness.read(1, "k") == 1
+
+
+async def test_a_partition_announced_then_unloaded_or_failed_is_not_coordinator(
+    harness: Harness,
+) -> None:
+    harness.runtime.announce_load(1)
+    harness.runtime.schedule_unload(1, None)
+    assert harness.runtime.partition_state(1) is None
+    with pytest.raises(NotCoordinatorError):
+        await harness.put(1, "k", 1)
+    # A load that fails: not loading any more, whatever was announced.
+    harness.runtime.announce_load(2)
+    harness.loader.inject_load_failure(2)
+    harness.runtime.schedule_load(2, 0)
+    with pytest.raises(NotCoordinatorError):
+        await harness.runtime.wait_loaded(2)
+    with pytest.raises(NotCoordinatorError):
+        await harness.put(2, "k", 1)
+
+
 async def test_operations_on_a_partition_not_hosted_fail_with_not_coordinator(
     harness: Harness,
 ) -> None:

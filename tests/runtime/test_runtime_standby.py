@@ -17,7 +17,7 @@ from coordinator_server.runtime.context import CoordinatorState
 from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.runtime.standby import RETRY_BACKOFF_S
 from coordinator_server.storage.memory import InMemoryLog
-from protocol.errors import NotCoordinatorError
+from protocol.errors import CoordinatorLoadInProgressError, NotCoordinatorError
 
 State = CoordinatorState
 
@@ -142,6 +142,32 @@ async def test_a_standby_answers_nothing(pair: tuple[Harness, Harness]) -> None:
     assert runtime.shard(0) is None, "gauges see no standby shard"
     # Nothing it refused reached the log.
     assert owner.writer.end_offset(0) == owner.writer.high_watermark(0) == 4
+
+
+async def test_a_standby_announced_answers_load_in_progress_and_follows_on(
+    pair: tuple[Harness, Harness],
+) -> None:
+    """A standby being taken over (its load announced, the partition still being fenced to
+    this node) follows the log on, so its load still reads only the tail."""
+    owner, standby = pair
+    await write(owner, 4)
+    standby.runtime.schedule_standby(0)
+    await until(lambda: followed_to(standby) == 4)
+    standby.runtime.announce_load(0)
+    assert standby.runtime.partition_state(0) is State.STANDBY
+    with pytest.raises(CoordinatorLoadInProgressError):
+        await standby.put(0, "key-0", 99)
+    with pytest.raises(CoordinatorLoadInProgressError):
+        await standby.read(0, "key-0")
+    await write(owner, 3, start=4)
+    await until(lambda: followed_to(standby) == 7)
+    loads_before = len(standby.loader.loads)
+    owner.runtime.schedule_unload(0, None)
+    standby.runtime.schedule_load(0, 1)
+    await standby.runtime.wait_loaded(0)
+    (load,) = list(standby.loader.loads)[loads_before:]
+    assert load == (0, 7, 7)
+    assert await standby.put(0, "key-new", 7) == "put key-new=7"
 
 
 async def test_a_load_of_a_standby_reads_only_what_it_had_not_read(
