@@ -45,8 +45,8 @@ class Environment:
         self.broker: BenchBroker | None = None
         self.peer_broker: BenchBroker | None = None
         self.server: ServerProcess | None = None
-        # The nodes of a cluster (`--nodes`), while the scale phases run.
-        self.cluster: ClusterNodes | None = None
+        # The clusters of the scale figures (`--nodes`), by name, while their phases run.
+        self.clusters: dict[str, ClusterNodes] = {}
         self.bootstrap_servers: str | None = args.bootstrap_servers
         self.ours_address: str | None = args.bootstrap
         self.peer_address: str | None = args.peer_bootstrap
@@ -158,38 +158,39 @@ class Environment:
             self.ours_address = self.server.bootstrap
         return self.ours_address
 
-    def start_cluster(self, node_cpus: list[list[int]] | None) -> ClusterNodes:
-        """The nodes of a cluster on a log topic of its own (none started yet), node i on
-        `node_cpus[i - 1]` (None: anywhere)."""
+    def start_cluster(self, name: str, node_cpus: list[list[int]] | None) -> ClusterNodes:
+        """The nodes of a cluster named `name` on a log topic of its own (none started yet),
+        node i on `node_cpus[i - 1]` (None: anywhere)."""
         if self.broker_kind == "tansu" and self.args.bootstrap_servers is None:
             raise SystemExit(
                 "bench: --nodes needs Kafka's transactions (each node fences its partitions "
                 "with a transactional producer id): use --broker kafka"
             )
-        topic = f"__coordinator_bench_cluster_{os.getpid()}"
+        topic = f"__coordinator_bench_cluster_{os.getpid()}_{len(self.clusters) + 1}"
         cpus: list[list[int] | None] = (
             [None] * self.args.nodes if node_cpus is None else list(node_cpus)
         )
-        self.cluster = ClusterNodes(
+        cluster = self.clusters[name] = ClusterNodes(
             self.server_args(topic), cpus, self.args.offsets_topic_partitions
         )
-        return self.cluster
+        return cluster
 
-    def grow_cluster(self, count: int) -> None:
-        """Start cluster nodes until `count` run, each recorded as a started process."""
-        assert self.cluster is not None
-        for node in self.cluster.grow(count):
+    def grow_cluster(self, name: str, count: int) -> None:
+        """Start nodes of the cluster `name` until `count` run, each recorded as a started
+        process ("<name>: node <id>")."""
+        cluster = self.clusters[name]
+        for node in cluster.grow(count):
             self._record(
-                f"node {len(self.cluster.nodes)}",
+                f"{name}: node {cluster.nodes.index(node) + 1}",
                 "coordinator-server --cluster on",
                 node.pid,
                 node.ready_at - node.started_at,
             )
 
-    def stop_cluster(self) -> None:
-        if self.cluster is not None:
-            self.cluster.stop()
-            self.cluster = None
+    def stop_clusters(self) -> None:
+        while self.clusters:
+            _, cluster = self.clusters.popitem()
+            cluster.stop()
 
     def place_broker(self, cpus: list[int] | None) -> None:
         """Move the log's broker (every thread of it) to `cpus` for a phase of the scale
@@ -244,13 +245,13 @@ class Environment:
             running["broker"] = self.broker.pid
         if self.peer_broker is not None:
             running["peer broker"] = self.peer_broker.pid
-        if self.cluster is not None:
-            for i, node in enumerate(self.cluster.nodes):
-                running[f"node {i + 1}"] = node.pid
+        for name, cluster in self.clusters.items():
+            for i, node in enumerate(cluster.nodes):
+                running[f"{name}: node {i + 1}"] = node.pid
         return running
 
     def close(self) -> None:
-        self.stop_cluster()
+        self.stop_clusters()
         if self.server is not None:
             self.server.stop()
             self.server = None

@@ -11,8 +11,13 @@ so both phases fit the whole system into their CPUs and the ratio is the system'
 ratio of CPU time a commit (nodes and broker) says what N nodes would reach with their CPUs
 to themselves, whatever else ran on the machine.
 
-The phases run one after the other on one cluster: node 1 alone (it owns every partition),
-then nodes 2 to N join and the bench waits until the cluster is balanced before measuring.
+The phases are two clusters, each on a log topic of its own, started side by side and
+balanced before anything is measured: one node alone (it owns every partition), and N nodes.
+Their runs take turns, one phase's run then the other's, the first of each pair swapped from
+run to run, so that a machine whose speed drifts over the minutes of a bench (a shared
+host's other tenants, the broker's log cleaner) moves both phases alike; the cluster not
+being measured idles meanwhile, and its CPU time is reported as the others'. Measured one
+after the other, the same command's ratio moved from 1.62x to 2.16x between runs.
 """
 
 from __future__ import annotations
@@ -20,8 +25,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -197,6 +203,10 @@ def cluster_row(run: LoopRun, partitions: int, node_ids: list[int]) -> dict[str,
 
 
 def ratio_row(bigger: dict[str, Any], one: dict[str, Any]) -> dict[str, Any]:
+    """The ratio of each column's medians; and, when the phases' runs took turns, the ratio
+    of each pair of runs (`requests_per_s_runs`, in the order run) and their median
+    (`paired_ratio`): what the machine's drift cannot move, since the two runs of a pair
+    are minutes closer than the phases' medians."""
     row: dict[str, Any] = {
         "target": f"{bigger['target']}/{one['target']}",
         "inflight": bigger["inflight"],
@@ -205,6 +215,12 @@ def ratio_row(bigger: dict[str, Any], one: dict[str, Any]) -> dict[str, Any]:
         a, b = bigger.get(column), one.get(column)
         if isinstance(a, int | float) and isinstance(b, int | float) and b:
             row[column] = float(f"{a / b:.3g}")
+    runs_a, runs_b = bigger.get("requests_per_s_runs"), one.get("requests_per_s_runs")
+    if isinstance(runs_a, list) and isinstance(runs_b, list) and len(runs_a) == len(runs_b):
+        pairs = [a / b for a, b in zip(runs_a, runs_b, strict=True) if a and b]
+        if pairs:
+            row["requests_per_s_runs"] = [round(pair, 3) for pair in pairs]
+            row["paired_ratio"] = round(statistics.median(pairs), 2)
     return row
 
 
@@ -232,22 +248,55 @@ async def run_scale(env: Environment, args: argparse.Namespace) -> list[dict[str
     if args.groups < args.nodes:
         raise SystemExit(f"bench: --nodes {args.nodes} needs at least as many --groups")
     budget = budget_of(args)
+    counts = (1, args.nodes)
+    phases = {count: budget.phase(count) for count in counts}
     loop = asyncio.get_running_loop()
-    cluster = await loop.run_in_executor(None, env.start_cluster, budget.nodes)
-    by_phase: dict[int, dict[int, dict[str, Any]]] = {}
+    targets: dict[int, ClusterTarget] = {}
+    by_phase: dict[int, dict[int, dict[str, Any]]] = {count: {} for count in counts}
     try:
-        for count in (1, args.nodes):
-            phase = budget.phase(count)
-            _say(args, f"scale: starting {target_name(count)}")
-            await loop.run_in_executor(None, env.grow_cluster, count)
+        for count in counts:
+            name = target_name(count)
+            _say(args, f"scale: starting {name}")
+            cluster = env.start_cluster(name, phases[count].nodes)
+            await loop.run_in_executor(None, env.grow_cluster, name, count)
             waited = await cluster.balanced()
-            _say(args, f"scale: {target_name(count)} balanced after {waited:.1f} s")
-            env.place_broker(phase.broker)
-            pin_self(phase.generator)
-            by_phase[count] = await _measure_phase(env, args, cluster.nodes[:count], phase)
+            _say(args, f"scale: {name} balanced after {waited:.1f} s")
+        for count in counts:
+            targets[count] = await _connect(env, count)
+        if args.jit_warmup > 0:
+            heaviest = max(args.inflight or [64])
+            for count in counts:
+                _say(args, f"scale: {target_name(count)}, warming up")
+                _place(env, phases[count])
+                await _commits(targets[count], f"{os.getpid()}-n{count}-warmup", args, heaviest,
+                               0.0, args.jit_warmup)  # fmt: skip
+        for inflight in args.inflight or [1, 16, 64]:
+            _say(args, f"scale: {inflight} in flight, the phases in turn")
+            runs: dict[int, list[dict[str, Any]]] = {count: [] for count in counts}
+            for run in range(args.runs):
+                # In turn, the first of each pair swapped every run: a machine that slows
+                # down or speeds up over the runs moves both phases alike.
+                for count in counts if run % 2 == 0 else counts[::-1]:
+                    _place(env, phases[count])
+                    runs[count].append(
+                        await _commits(
+                            targets[count], f"{os.getpid()}-n{count}-{inflight}-{run}", args,
+                            inflight, args.warmup, args.duration,
+                        )
+                    )  # fmt: skip
+            for count in counts:
+                by_phase[count][inflight] = {
+                    "target": target_name(count),
+                    "nodes": count,
+                    "inflight": inflight,
+                    **median_row(runs[count]),
+                    **phases[count].describe(),
+                }
     finally:
+        for target in targets.values():
+            await target.close()
         env.restore_pins()
-        await loop.run_in_executor(None, env.stop_cluster)
+        await loop.run_in_executor(None, env.stop_clusters)
     rows: list[dict[str, Any]] = []
     for inflight in args.inflight or [1, 16, 64]:
         one, bigger = by_phase[1][inflight], by_phase[args.nodes][inflight]
@@ -255,12 +304,20 @@ async def run_scale(env: Environment, args: argparse.Namespace) -> list[dict[str
     return rows
 
 
-async def _measure_phase(
-    env: Environment, args: argparse.Namespace, nodes: Sequence[Any], phase: Phase
-) -> dict[int, dict[str, Any]]:
-    count = len(nodes)
+def _place(env: Environment, phase: Phase) -> None:
+    """The broker and the generator (this process) on the phase's CPUs."""
+    env.place_broker(phase.broker)
+    pin_self(phase.generator)
+
+
+async def _connect(env: Environment, count: int) -> ClusterTarget:
+    """The cluster of `count` nodes as one target; the CPU time of its nodes and the broker
+    is its own, that of every other process started (the other cluster's nodes idle among
+    them) is the others'."""
+    name = target_name(count)
+    nodes = env.clusters[name].nodes
     target = await ClusterTarget.connect(
-        target_name(count), {i + 1: node.bootstrap for i, node in enumerate(nodes)}
+        name, {i + 1: node.bootstrap for i, node in enumerate(nodes)}
     )
     target.watched = {f"node{i + 1}": node.pid for i, node in enumerate(nodes)}
     running = env.pids()
@@ -268,36 +325,7 @@ async def _measure_phase(
         target.watched["broker"] = running["broker"]
     used = set(target.watched.values())
     target.others = [pid for pid in running.values() if pid not in used]
-    rows: dict[int, dict[str, Any]] = {}
-    try:
-        if args.jit_warmup > 0:
-            heaviest = max(args.inflight or [64])
-            _say(args, f"scale: {target.name}, warming up")
-            await _commits(target, f"{os.getpid()}-n{count}-warmup", args, heaviest, 0.0,
-                           args.jit_warmup)  # fmt: skip
-        for inflight in args.inflight or [1, 16, 64]:
-            _say(args, f"scale: {target.name}, {inflight} in flight")
-
-            async def measure(run: int, c: int = inflight) -> dict[str, Any]:
-                return await _commits(
-                    target, f"{os.getpid()}-n{count}-{run}", args, c, args.warmup, args.duration
-                )
-
-            row = await _repeat(args.runs, measure)
-            rows[inflight] = {
-                "target": target.name,
-                "nodes": count,
-                "inflight": inflight,
-                **row,
-                **phase.describe(),
-            }
-    finally:
-        await target.close()
-    return rows
-
-
-async def _repeat(runs: int, measure: Callable[[int], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
-    return median_row([await measure(run) for run in range(runs)])
+    return target
 
 
 def scale_summary(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -323,6 +351,13 @@ def scale_summary(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
         f"requests/s, p99 {bigger['p99_ms']} vs {one['p99_ms']} ms); goal at least {goal}x: "
         f"{'met' if rate is not None and rate >= goal else 'MISSED'}"
     )
+    paired = ratio.get("paired_ratio")
+    if paired is not None:
+        pairs = ratio["requests_per_s_runs"]
+        line += (
+            f"; run by run, in turn, {paired}x (the median of {len(pairs)} pairs, "
+            f"{min(pairs):.2f}x to {max(pairs):.2f}x)"
+        )
     if cpu_ratio is not None:
         line += f"; by CPU time a commit (nodes and broker) {cpu_ratio}x"
     busy = [
@@ -341,6 +376,7 @@ def scale_summary(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
         "ratio": rate,
         "goal": goal,
         "met": rate is not None and rate >= goal,
+        "paired_ratio": paired,
         "cpu_ratio": cpu_ratio,
         "line": line,
     }

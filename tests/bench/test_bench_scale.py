@@ -1,6 +1,6 @@
-"""`bench commits --nodes 2` on Apache Kafka: one node of a cluster, then two on CPUs of their
-own, balanced before measured, each coordinating its share of the groups, the ratio said
-beside the single-node rows."""
+"""`bench commits --nodes 2` on Apache Kafka: a cluster of one node and one of two on CPUs of
+their own, both balanced before measured, their runs in turn, each node coordinating its share
+of the groups, the ratio said beside the single-node rows."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def test_two_nodes_are_measured_beside_one_and_their_ratio_is_said(tmp_path: Pat
     completed = subprocess.run(
         [
             sys.executable, "-m", "coordinator_server", "bench", "commits", "--nodes", "2",
-            "--groups", "4", "--partitions", "3", "--inflight", "8", *brief,
+            "--groups", "4", "--partitions", "3", "--inflight", "8", "--runs", "2", *brief,
             "--json-file", str(out), *([] if TWO_CPUS else ["--no-pin"]),
         ],
         capture_output=True,
@@ -37,10 +37,11 @@ def test_two_nodes_are_measured_beside_one_and_their_ratio_is_said(tmp_path: Pat
     assert_common_shape(document)
     assert document["settings"]["nodes"] == 2
     processes = {process["role"]: process for process in document["processes"]}
-    assert set(processes) == {"log broker", "server", "node 1", "node 2"}
-    assert len({process["pid"] for process in processes.values()}) == 4
+    node_roles = ["1 node: node 1", "2 nodes: node 1", "2 nodes: node 2"]
+    assert set(processes) == {"log broker", "server", *node_roles}
+    assert len({process["pid"] for process in processes.values()}) == 5
     if TWO_CPUS:
-        assert processes["node 1"]["cpus"] == [0] and processes["node 2"]["cpus"] == [1]
+        assert [processes[role]["cpus"] for role in node_roles] == [[0], [0], [1]]
 
     # The single-node rows are there as before, beside the cluster's.
     (ours,) = [row for row in document["results"]["commits"] if row["target"] == "ours"]
@@ -54,6 +55,8 @@ def test_two_nodes_are_measured_beside_one_and_their_ratio_is_said(tmp_path: Pat
     for row, nodes in ((one, ["1"]), (two, ["1", "2"])):
         assert row["inflight"] == 8 and row["nodes"] == len(nodes)
         assert row["requests"] > 0 and row["errors"] == 0, row.get("error_codes")
+        # Each phase's runs (taken in turn with the other's), each rate kept.
+        assert len(row["requests_per_s_runs"]) == 2
         assert 0 < row["p50_ms"] <= row["p99_ms"]
         # Every node coordinates its share of the groups and serves while measured.
         assert list(row["node_cpu"]) == nodes and all(row["node_cpu"][n] > 0 for n in nodes)
@@ -84,6 +87,6 @@ def test_two_nodes_are_measured_beside_one_and_their_ratio_is_said(tmp_path: Pat
     assert "2 nodes/1 node" in completed.stdout
     goals = [check for check in document["targets"] if check["target"].startswith("scale:")]
     assert len(goals) == 1 and goals[0]["value"] == summary["ratio"]
-    # The cluster is stopped with the bench: its nodes are gone.
-    for role in ("node 1", "node 2"):
+    # The clusters are stopped with the bench: their nodes are gone.
+    for role in node_roles:
         assert not Path(f"/proc/{processes[role]['pid']}").exists()

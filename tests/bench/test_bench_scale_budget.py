@@ -163,6 +163,27 @@ def test_the_ratio_is_decided_at_the_most_in_flight_and_said_in_one_line() -> No
     assert scale_summary([]) is None and check_targets({}) == []
 
 
+def test_runs_taken_in_turn_are_also_compared_pair_by_pair() -> None:
+    """A machine that slows down between the pairs moves both phases' runs of a pair: each
+    pair's ratio stays, and their median is said beside the ratio of the medians."""
+    one = {"target": "1 node", "nodes": 1, "inflight": 64, "requests_per_s": 10_000,
+           "requests_per_s_runs": [12_000, 10_000, 8_000], "p99_ms": 5.0}  # fmt: skip
+    two = {"target": "2 nodes", "nodes": 2, "inflight": 64, "requests_per_s": 17_000,
+           "requests_per_s_runs": [23_000, 17_000, 15_000], "p99_ms": 5.0}  # fmt: skip
+    ratio = ratio_row(two, one)
+    assert ratio["requests_per_s"] == 1.7
+    assert ratio["requests_per_s_runs"] == [1.917, 1.7, 1.875]
+    assert ratio["paired_ratio"] == 1.88
+    summary = scale_summary([one, two, ratio])
+    assert summary is not None and summary["paired_ratio"] == 1.88
+    assert "run by run, in turn, 1.88x (the median of 3 pairs, 1.70x to 1.92x)" in summary["line"]
+    # The goal is decided on the ratio of the medians, as the table shows it.
+    assert summary["ratio"] == 1.7 and not summary["met"]
+    # Runs that cannot be paired give no paired ratio.
+    del one["requests_per_s_runs"][0]
+    assert "paired_ratio" not in ratio_row(two, one)
+
+
 def test_each_nodes_cpu_share_prints_in_one_cell() -> None:
     table = format_table([{"target": "2 nodes", "node_cpu": {"1": 0.97, "2": 0.95}}],
                          ["target", "node_cpu"])  # fmt: skip
