@@ -329,37 +329,52 @@ async def _connect(env: Environment, count: int) -> ClusterTarget:
 
 
 def scale_summary(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The ratio at the most requests in flight measured (where both phases are busiest),
-    with the line that says it."""
-    ratios = [row for row in rows if "/" in row["target"]]
+    """Throughput against throughput: the most each phase reached over the numbers in flight
+    measured (the median of its runs at each), their ratio against the goal, and the line
+    that says it with the ratio at each number in flight.
+
+    Peak against peak, since a phase's rate at a number in flight is not its throughput
+    until it stops growing, and the phases stop at different numbers: N nodes hold 1/N of
+    the requests in flight each, so at the same number they fill smaller batches than one
+    node does (a commit costs them more), and one node goes on gaining from larger batches
+    long after N nodes have filled their CPUs."""
+    ratios = sorted((row for row in rows if "/" in row["target"]), key=lambda r: r["inflight"])
     if not ratios:
         return None
-    ratio = max(ratios, key=lambda row: row["inflight"])
-    inflight = ratio["inflight"]
-    at_inflight = {row["target"]: row for row in rows if row["inflight"] == inflight}
-    bigger_name, one_name = ratio["target"].split("/")
-    one, bigger = at_inflight[one_name], at_inflight[bigger_name]
+    bigger_name, one_name = ratios[0]["target"].split("/")
+
+    def peak(name: str) -> dict[str, Any]:
+        phase = [row for row in rows if row["target"] == name]
+        return max(phase, key=lambda row: row.get("requests_per_s") or 0.0)
+
+    one, bigger = peak(one_name), peak(bigger_name)
     nodes = bigger["nodes"]
     goal = round(GOAL_PER_NODE * nodes, 2)
-    rate = ratio.get("requests_per_s")
+    one_rate, bigger_rate = one.get("requests_per_s"), bigger.get("requests_per_s")
+    rate = float(f"{bigger_rate / one_rate:.3g}") if one_rate and bigger_rate else None
+    met = rate is not None and rate >= goal
     cpu_ratio = None
     if one.get("core_cpu_us") and bigger.get("core_cpu_us"):
         cpu_ratio = round(nodes * one["core_cpu_us"] / bigger["core_cpu_us"], 2)
     line = (
-        f"scale: {bigger['target']} commit at {rate}x the rate of 1 node at {inflight} in "
-        f"flight ({bigger['requests_per_s']:,.0f} vs {one['requests_per_s']:,.0f} OffsetCommit "
-        f"requests/s, p99 {bigger['p99_ms']} vs {one['p99_ms']} ms); goal at least {goal}x: "
-        f"{'met' if rate is not None and rate >= goal else 'MISSED'}"
+        f"scale: {bigger_name} commit at {rate}x the rate of {one_name}, each at its most "
+        f"({bigger_rate or 0:,.0f} OffsetCommit requests/s at {bigger['inflight']} in flight, "
+        f"p99 {bigger['p99_ms']} ms, vs {one_rate or 0:,.0f} at {one['inflight']}, p99 "
+        f"{one['p99_ms']} ms); goal at least {goal}x: {'met' if met else 'MISSED'}"
     )
-    paired = ratio.get("paired_ratio")
-    if paired is not None:
-        pairs = ratio["requests_per_s_runs"]
-        line += (
-            f"; run by run, in turn, {paired}x (the median of {len(pairs)} pairs, "
-            f"{min(pairs):.2f}x to {max(pairs):.2f}x)"
+    if len(ratios) > 1:
+        line += "; at each number in flight " + ", ".join(
+            f"{row['inflight']}: {row.get('requests_per_s')}x" for row in ratios
+        )
+    paired = [row for row in ratios if row.get("paired_ratio") is not None]
+    if paired:
+        line += "; run by run, in turn, " + ", ".join(
+            f"{row['inflight']}: {row['paired_ratio']}x "
+            f"({min(row['requests_per_s_runs']):.2f} to {max(row['requests_per_s_runs']):.2f})"
+            for row in paired
         )
     if cpu_ratio is not None:
-        line += f"; by CPU time a commit (nodes and broker) {cpu_ratio}x"
+        line += f"; by CPU time a commit at the peaks (nodes and broker) {cpu_ratio}x"
     busy = [
         f"the {name} used {share} of a core"
         for name, share in (
@@ -372,11 +387,14 @@ def scale_summary(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
         line += f" (with {nodes} nodes {', '.join(busy)}: it may be what limits them)"
     return {
         "nodes": nodes,
-        "inflight": inflight,
+        "inflight": bigger["inflight"],
+        "one_node_inflight": one["inflight"],
         "ratio": rate,
         "goal": goal,
-        "met": rate is not None and rate >= goal,
-        "paired_ratio": paired,
+        "met": met,
+        # Keyed by the number in flight as text, as the JSON document has it.
+        "by_inflight": {str(row["inflight"]): row.get("requests_per_s") for row in ratios},
+        "paired_by_inflight": {str(row["inflight"]): row["paired_ratio"] for row in paired},
         "cpu_ratio": cpu_ratio,
         "line": line,
     }
@@ -388,8 +406,8 @@ def scale_checks(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return []
     return [
         {
-            "target": f"scale: OffsetCommit rate of {summary['nodes']} nodes on their CPUs at "
-            f"least {summary['goal']}x that of 1 node on its ({summary['inflight']} in flight)",
+            "target": f"scale: OffsetCommit throughput of {summary['nodes']} nodes on their "
+            f"CPUs at least {summary['goal']}x that of 1 node on its (each at its most)",
             "value": summary["ratio"],
             "met": summary["met"],
         }

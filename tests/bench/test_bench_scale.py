@@ -80,8 +80,9 @@ def test_two_nodes_are_measured_beside_one_and_their_ratio_is_said(tmp_path: Pat
     assert summary["nodes"] == 2 and summary["inflight"] == 8 and summary["goal"] == 1.8
     assert summary["ratio"] == ratio["requests_per_s"]
     assert summary["line"].startswith(
-        f"scale: 2 nodes commit at {ratio['requests_per_s']}x the rate of 1 node at 8 in flight"
+        f"scale: 2 nodes commit at {ratio['requests_per_s']}x the rate of 1 node, each at its most"
     )
+    assert summary["paired_by_inflight"] == {"8": ratio["paired_ratio"]}
     # The table and the line are printed.
     assert summary["line"] in completed.stdout
     assert "2 nodes/1 node" in completed.stdout

@@ -146,14 +146,16 @@ def rows(one_rate: float, two_rate: float) -> list[dict[str, Any]]:
     return out
 
 
-def test_the_ratio_is_decided_at_the_most_in_flight_and_said_in_one_line() -> None:
+def test_the_ratio_is_throughput_against_throughput_and_said_in_one_line() -> None:
     summary = scale_summary(rows(10_000, 19_000))
     assert summary is not None
     assert summary["inflight"] == 64 and summary["ratio"] == 1.9 and summary["met"]
     assert summary["cpu_ratio"] == round(2 * 60 / 62, 2)
     line = summary["line"]
-    assert line.startswith("scale: 2 nodes commit at 1.9x the rate of 1 node at 64 in flight")
-    assert "19,000 vs 10,000" in line and "goal at least 1.8x: met" in line
+    assert line.startswith("scale: 2 nodes commit at 1.9x the rate of 1 node, each at its most")
+    assert "19,000 OffsetCommit requests/s at 64 in flight" in line
+    assert "vs 10,000 at 64" in line and "goal at least 1.8x: met" in line
+    assert "at each number in flight 1: 1.9x, 64: 1.9x" in line
     # A saturated broker is named as what may limit the nodes.
     assert "broker used 0.9 of a core" in line
     missed = scale_summary(rows(10_000, 17_000))
@@ -161,6 +163,23 @@ def test_the_ratio_is_decided_at_the_most_in_flight_and_said_in_one_line() -> No
     (check,) = [c for c in check_targets({"scale": rows(10_000, 17_000)}) if "scale" in c["target"]]
     assert check["value"] == 1.7 and check["met"] is False
     assert scale_summary([]) is None and check_targets({}) == []
+
+
+def test_each_phase_is_taken_at_its_most_whatever_the_number_in_flight() -> None:
+    """One node still gaining from larger batches where two have filled their CPUs: the
+    ratio is of the most each reached, not of the rates at the most in flight."""
+    out = rows(10_000, 19_000)
+    one_more = dict(out[0], inflight=128, requests_per_s=11_000, core_cpu_us=55.0)
+    two_less = dict(out[1], inflight=128, requests_per_s=18_000)
+    out += [one_more, two_less, ratio_row(two_less, one_more)]
+    summary = scale_summary(out)
+    assert summary is not None
+    assert (summary["inflight"], summary["one_node_inflight"]) == (64, 128)
+    assert summary["ratio"] == 1.73 and not summary["met"]
+    assert summary["by_inflight"] == {"1": 1.9, "64": 1.9, "128": 1.64}
+    assert "19,000 OffsetCommit requests/s at 64 in flight" in summary["line"]
+    assert "vs 11,000 at 128" in summary["line"]
+    assert summary["cpu_ratio"] == round(2 * 55 / 62, 2)
 
 
 def test_runs_taken_in_turn_are_also_compared_pair_by_pair() -> None:
@@ -175,8 +194,8 @@ def test_runs_taken_in_turn_are_also_compared_pair_by_pair() -> None:
     assert ratio["requests_per_s_runs"] == [1.917, 1.7, 1.875]
     assert ratio["paired_ratio"] == 1.88
     summary = scale_summary([one, two, ratio])
-    assert summary is not None and summary["paired_ratio"] == 1.88
-    assert "run by run, in turn, 1.88x (the median of 3 pairs, 1.70x to 1.92x)" in summary["line"]
+    assert summary is not None and summary["paired_by_inflight"] == {"64": 1.88}
+    assert "run by run, in turn, 64: 1.88x (1.70 to 1.92)" in summary["line"]
     # The goal is decided on the ratio of the medians, as the table shows it.
     assert summary["ratio"] == 1.7 and not summary["met"]
     # Runs that cannot be paired give no paired ratio.
