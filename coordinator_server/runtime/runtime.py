@@ -183,11 +183,7 @@ class CoordinatorRuntime(Generic[S]):
         Raises:
             NotCoordinatorError: the runtime is closed.
         """
-        if self._closed:
-            raise NotCoordinatorError("the coordinator runtime is closed")
-        context = self._contexts.get(partition)
-        if context is None:
-            context = self._new_context(partition)
+        context = self._context_to_load(partition)
         if epoch <= context.epoch:
             self._log.info(
                 "partition=%d load with epoch %d ignored: the current epoch is %d",
@@ -227,11 +223,7 @@ class CoordinatorRuntime(Generic[S]):
         Raises:
             NotCoordinatorError: the runtime is closed.
         """
-        if self._closed:
-            raise NotCoordinatorError("the coordinator runtime is closed")
-        context = self._contexts.get(partition)
-        if context is None:
-            context = self._new_context(partition)
+        context = self._context_to_load(partition)
         context.load_announced = True
 
     def schedule_standby(self, partition: int) -> None:
@@ -513,6 +505,14 @@ class CoordinatorRuntime(Generic[S]):
         return 0 if context is None else len(context.queue)
 
     # Events.
+
+    def _context_to_load(self, partition: int) -> CoordinatorContext:
+        """The partition's context, a new INITIAL one when it has none; raises
+        NotCoordinatorError when the runtime is closed."""
+        if self._closed:
+            raise NotCoordinatorError("the coordinator runtime is closed")
+        context = self._contexts.get(partition)
+        return self._new_context(partition) if context is None else context
 
     def _new_context(self, partition: int) -> CoordinatorContext:
         context = self._contexts[partition] = CoordinatorContext(
