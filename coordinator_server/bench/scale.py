@@ -254,13 +254,17 @@ async def run_scale(env: Environment, args: argparse.Namespace) -> list[dict[str
     targets: dict[int, ClusterTarget] = {}
     by_phase: dict[int, dict[int, dict[str, Any]]] = {count: {} for count in counts}
     try:
+        # The clusters start side by side: each node start waits mostly on Kafka (its
+        # group's rebalance, its takeovers).
+        _say(args, f"scale: starting {' and '.join(map(target_name, counts))}")
         for count in counts:
-            name = target_name(count)
-            _say(args, f"scale: starting {name}")
-            cluster = env.start_cluster(name, phases[count].nodes)
-            await loop.run_in_executor(None, env.grow_cluster, name, count)
-            waited = await cluster.balanced()
-            _say(args, f"scale: {name} balanced after {waited:.1f} s")
+            env.start_cluster(target_name(count), phases[count].nodes)
+        await asyncio.gather(
+            *(loop.run_in_executor(None, env.grow_cluster, target_name(c), c) for c in counts)
+        )
+        for count in counts:
+            waited = await env.clusters[target_name(count)].balanced()
+            _say(args, f"scale: {target_name(count)} balanced after {waited:.1f} s")
         for count in counts:
             targets[count] = await _connect(env, count)
         if args.jit_warmup > 0:
