@@ -14,10 +14,13 @@ from wire_client import WireClient
 
 @pytest.fixture
 def server(kafka_broker: KafkaBroker, tmp_path: Path) -> Iterator[ServerProcess]:
-    # A topic of its own, so that it does not meet other tests' servers on the broker.
+    # A topic of its own, so that it does not meet other tests' servers on the broker; no
+    # initial rebalance delay, as the servers the bench starts itself have none (each phase
+    # forms its groups anew, and would wait 3 s for late members).
     with ServerProcess(
         [
             "--port", "0",
+            "--group-initial-rebalance-delay-ms", "0",
             "--bootstrap-servers", kafka_broker.bootstrap,
             "--offsets-topic", f"__bench_heartbeats_{tmp_path.name}",
             "--offsets-topic-partitions", "4",
