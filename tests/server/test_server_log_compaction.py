@@ -207,9 +207,10 @@ async def test_a_log_compacted_by_kafka_loads_the_same_state_from_fewer_records(
         assert await state(server) == before
 
     # The cleaner keeps the latest record of each key; a later pass (after more appends,
-    # the cleaner looking again every log.cleaner.backoff.ms when idle: 1 s on the test
-    # broker, 15 s by default) drops the tombstones too. Then nothing in the log says the
-    # deleted groups and offsets ever were.
+    # the cleaner looking again every log.cleaner.backoff.ms, 15 s, when idle) drops the
+    # tombstones too. Then nothing in the log says the deleted groups and offsets ever were.
+    # (A broker whose cleaner looked every second cleaned the log before its first load
+    # was counted, and the load after cleaning was no longer under half of it.)
     deadline = time.monotonic() + 150
     remaining = written
     with ServerProcess(server_args(kafka_broker, unique_topic)) as server:
