@@ -30,8 +30,10 @@ TANSU_FIXTURES = frozenset({"tansu_broker", "fresh_tansu_broker"})
 @pytest.fixture(scope="session")
 def kafka_broker() -> Iterator[ApacheKafkaBroker]:
     """One Apache Kafka broker for the whole run (PLAINTEXT and SASL_SSL listeners); tests
-    keep apart by using `unique_topic` names."""
-    with ApacheKafkaBroker() as broker:
+    keep apart by using `unique_topic` names. Its log cleaner looks for work every second
+    instead of Kafka's 15 s, so that a test of compaction waits for a second pass seconds,
+    not tens of seconds."""
+    with ApacheKafkaBroker(config={"log.cleaner.backoff.ms": "1000"}) as broker:
         yield broker
 
 

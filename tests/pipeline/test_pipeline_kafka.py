@@ -463,7 +463,7 @@ async def records_left(broker: KafkaBroker, topic: str) -> int:
 
 @pytest.mark.timeout(240)
 async def test_a_compacted_log_is_read_with_its_gaps_and_gives_the_same_state(
-    spark: Any, unique_topic: str
+    spark: Any, kafka_broker: ApacheKafkaBroker, unique_topic: str
 ) -> None:
     group = GroupMetadataValue("consumer", 1, "range", "", 1_764_000_000_000, ())
     history = [
@@ -473,43 +473,43 @@ async def test_a_compacted_log_is_read_with_its_gaps_and_gives_the_same_state(
         new_group_metadata_record("gone", group),
         new_group_metadata_tombstone_record("gone"),
     ]
-    # The cleaner wakes often; it cleans any segment but the active one.
-    with ApacheKafkaBroker(config={"log.cleaner.backoff.ms": "100"}) as broker:
-        configs = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"}
-        await create_topic(broker, unique_topic, configs)
-        await produce_raw(broker, unique_topic, history)
-        location = KafkaLogTopic(broker.bootstrap, unique_topic)
+    # The session broker's cleaner looks for work every second; it cleans any segment but the
+    # active one.
+    configs = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"}
+    await create_topic(kafka_broker, unique_topic, configs)
+    await produce_raw(kafka_broker, unique_topic, history)
+    location = KafkaLogTopic(kafka_broker.bootstrap, unique_topic)
 
-        def state() -> tuple[int, dict[tuple[str, str, int], int], list[str]]:
-            log = read_log(spark, location).cache()
-            found = (
-                log.count(),
-                final_offsets_of(final_offsets(log).collect()),
-                sorted(row.group for row in final_groups(log).collect()),
-            )
-            log.unpersist()
-            return found
+    def state() -> tuple[int, dict[tuple[str, str, int], int], list[str]]:
+        log = read_log(spark, location).cache()
+        found = (
+            log.count(),
+            final_offsets_of(final_offsets(log).collect()),
+            sorted(row.group for row in final_groups(log).collect()),
+        )
+        log.unpersist()
+        return found
 
-        before = await asyncio.to_thread(state)
-        assert before == (len(history), {("kept", "t", 0): 29}, ["kept"])
+    before = await asyncio.to_thread(state)
+    assert before == (len(history), {("kept", "t", 0): 29}, ["kept"])
 
-        # The history's segment becomes cleanable once a record goes to a new one: the
-        # active segment rolls at the first append 100 ms after it began.
-        await alter_topic(broker, unique_topic, {**configs, "segment.ms": "100"})
-        await asyncio.sleep(0.3)
-        await produce_raw(broker, unique_topic, [commit("kept", 1, 0)])
-        deadline = asyncio.get_running_loop().time() + 120
-        while await records_left(broker, unique_topic) > len(history) - 20:
-            assert asyncio.get_running_loop().time() < deadline, "the cleaner never ran"
-            await asyncio.sleep(0.5)
+    # The history's segment becomes cleanable once a record goes to a new one: the
+    # active segment rolls at the first append 100 ms after it began.
+    await alter_topic(kafka_broker, unique_topic, {**configs, "segment.ms": "100"})
+    await asyncio.sleep(0.3)
+    await produce_raw(kafka_broker, unique_topic, [commit("kept", 1, 0)])
+    deadline = asyncio.get_running_loop().time() + 120
+    while await records_left(kafka_broker, unique_topic) > len(history) - 20:
+        assert asyncio.get_running_loop().time() < deadline, "the cleaner never ran"
+        await asyncio.sleep(0.5)
 
-        count, offsets, groups = await asyncio.to_thread(state)
-        # Fewer records, offsets with gaps, and exactly the state the whole history gave: the
-        # tombstones keep the deleted offset and group deleted.
-        assert count < len(history) - 20
-        assert offsets == {("kept", "t", 0): 29, ("kept", "t", 1): 0}
-        assert groups == ["kept"]
-        assert location.end_offsets(spark) == {0: len(history) + 1}
+    count, offsets, groups = await asyncio.to_thread(state)
+    # Fewer records, offsets with gaps, and exactly the state the whole history gave: the
+    # tombstones keep the deleted offset and group deleted.
+    assert count < len(history) - 20
+    assert offsets == {("kept", "t", 0): 29, ("kept", "t", 1): 0}
+    assert groups == ["kept"]
+    assert location.end_offsets(spark) == {0: len(history) + 1}
 
 
 async def test_benchmark_on_kafka_reads_through_sparks_source(
