@@ -184,7 +184,7 @@ async def test_audit_tells_a_commit_during_the_audit_from_a_record_planted_in_th
             watermarks = await asyncio.to_thread(run.log_watermarks)
             live = await run.live_state()
             await simple_commit(client, "ledger", {("entries", 0): 11})
-            log = read_log(spark, location)
+            log = read_log(spark, location).cache()
             rows = await asyncio.to_thread(
                 lambda: [r.asDict() for r in run.differences(log, watermarks, live).collect()]
             )

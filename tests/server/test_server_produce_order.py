@@ -9,8 +9,6 @@ send next then join that request instead of waiting a whole round for the one af
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -34,12 +32,14 @@ PARTITIONS = 4
 
 @contextmanager
 def paused(broker: KafkaBroker) -> Iterator[None]:
-    """The broker takes requests into its socket but answers none until resumed."""
-    os.kill(broker.pid, signal.SIGSTOP)
+    """The broker takes requests into its socket but answers none until resumed. `pause`
+    returns once every thread of the broker has stopped: a bare SIGSTOP takes effect a
+    moment later, and the broker sometimes answered the first commit in that moment."""
+    broker.pause()
     try:
         yield
     finally:
-        os.kill(broker.pid, signal.SIGCONT)
+        broker.resume()
 
 
 def record_writes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]]:
