@@ -93,6 +93,7 @@ from coordinator_server.storage.kafka_load import (
     FETCH_MAX_WAIT_MS,
     MAX_TIMEOUT_FACTOR,
     PartitionLoad,
+    unreadable_partitions,
 )
 from coordinator_server.storage.kafka_metadata import (
     TopicLostError,
@@ -726,6 +727,14 @@ class KafkaLog:
                 ready_timeout_s=self._longest_timeout_ms / 1000,
             ),
             self._fetch_metadata,
+            self._unreadable_partitions,
+        )
+
+    async def _unreadable_partitions(self) -> set[int]:
+        client = await self._loader()
+        metadata = await self._fetch_metadata()
+        return await unreadable_partitions(
+            client, self._topic, metadata.leaders, self._request_timeout_ms / 1000
         )
 
     def _advance_high_watermark(self, partition: int, offset: int, *, notify: bool) -> None:

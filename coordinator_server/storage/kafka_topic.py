@@ -1,6 +1,8 @@
 """The log's topic: created compacted when it does not exist, and its real partition count
 once every partition has a leader (Kafka's coordinator creates `__consumer_offsets` the same
-way, with the configs of `GroupCoordinatorService.groupMetadataTopicConfigs`)."""
+way, with the configs of `GroupCoordinatorService.groupMetadataTopicConfigs`). A topic created
+here is also waited on until every partition can be read: metadata names a partition's
+leader a moment before that broker serves it."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError
 
 from coordinator_server.storage.error_codes import TOPIC_ALREADY_EXISTS
 from coordinator_server.storage.kafka_metadata import TopicMetadata, TopicMetadataError
@@ -48,15 +51,26 @@ class OffsetsTopic:
     ready_timeout_s: float = 30.0
 
 
+# How often a topic just created is asked whether every partition can be read yet.
+READABLE_POLL_S = 0.02
+
+
 async def ensure_topic(
-    topic: OffsetsTopic, fetch_metadata: Callable[[], Awaitable[TopicMetadata]]
+    topic: OffsetsTopic,
+    fetch_metadata: Callable[[], Awaitable[TopicMetadata]],
+    unreadable: Callable[[], Awaitable[set[int]]] | None = None,
 ) -> int:
     """Create the topic when it does not exist; return its real partition count (the count
-    decides where groups live, whatever was configured)."""
+    decides where groups live, whatever was configured). When it was created here and
+    `unreadable` is given (the partitions that cannot be read yet), wait until none is."""
     metadata = await fetch_metadata()
+    created = False
     if not metadata.exists:
         await _create_topic(topic)
+        created = True
     partitions = await _await_partition_count(topic, fetch_metadata)
+    if created and unreadable is not None:
+        await _await_readable(topic, unreadable)
     if partitions != topic.partitions:
         log.warning(
             "topic %s has %d partitions, not the %d configured; the real count decides "
@@ -119,6 +133,32 @@ async def _await_partition_count(
         if loop.time() > deadline:
             raise KafkaLogError(f"topic {topic.name} is not ready: {problem}")
         await asyncio.sleep(0.05)
+
+
+async def _await_readable(
+    topic: OffsetsTopic, unreadable: Callable[[], Awaitable[set[int]]]
+) -> None:
+    """Until every partition of a topic just created can be read (at most the topic's
+    `ready_timeout_s`). Without it each partition's first load met NOT_LEADER and backed off,
+    with a warning a partition, for as long as the broker took to serve them all. The loads
+    still wait out whatever is left after the deadline."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + topic.ready_timeout_s
+    waiting: set[int] | str = "not asked yet"
+    while loop.time() <= deadline:
+        try:
+            waiting = await unreadable()
+        except (KafkaError, OSError, TimeoutError) as error:
+            waiting = repr(error)
+        if not waiting:
+            return
+        await asyncio.sleep(READABLE_POLL_S)
+    log.info(
+        "topic %s: not every partition could be read within %.0f s (%s); the loads wait for them",
+        topic.name,
+        topic.ready_timeout_s,
+        f"partitions {sorted(waiting)}" if isinstance(waiting, set) else waiting,
+    )
 
 
 __all__ = [

@@ -160,3 +160,31 @@ async def test_the_log_reads_a_missing_topic_s_metadata_without_creating_it(
         assert topics.get(other, 0) > 0
     finally:
         await client.close()
+
+
+async def test_a_topic_the_log_creates_is_loaded_without_a_retry_and_empty_partitions_at_once(
+    kafka_broker: KafkaBroker, unique_topic: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Metadata names a new partition's leader a moment before that broker serves it: the
+    start waits until every partition can be read, so no load meets NOT_LEADER. And a load
+    never holds its fetch on the loads' shared connection (a broker answers a connection's
+    requests one at a time): 50 empty partitions load in well under the 50 x 20 ms that
+    fetches held for 20 ms each took."""
+    partitions = 50
+    log = KafkaLog(kafka_broker.bootstrap, unique_topic, partitions, 1)
+    with caplog.at_level(logging.INFO, logger="coordinator_server.storage"):
+        await log.start()
+        try:
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            summaries = await asyncio.gather(
+                *(log.load(p, lambda o, k, v: None) for p in range(partitions))
+            )
+            took_s = loop.time() - started
+        finally:
+            await log.close()
+    assert [s.records for s in summaries] == [0] * partitions
+    assert f"created topic {unique_topic}" in caplog.text
+    assert "cannot read the log" not in caplog.text
+    assert "not every partition could be read" not in caplog.text
+    assert took_s < 0.5, took_s
