@@ -148,7 +148,7 @@ async def _await_readable(
     while loop.time() <= deadline:
         try:
             waiting = await unreadable()
-        except (KafkaError, OSError, TimeoutError) as error:
+        except (KafkaError, OSError, TimeoutError, TopicMetadataError) as error:
             waiting = repr(error)
         if not waiting:
             return

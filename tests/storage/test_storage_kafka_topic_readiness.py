@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from coordinator_server.storage import kafka_topic
-from coordinator_server.storage.kafka_metadata import TopicMetadata
+from coordinator_server.storage.kafka_metadata import TopicMetadata, TopicMetadataError
 from coordinator_server.storage.kafka_topic import OffsetsTopic, ensure_topic
 
 TOPIC = OffsetsTopic(
@@ -58,11 +58,18 @@ def on(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> Cluster:
 async def test_a_created_topic_is_waited_on_until_every_partition_can_be_read(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    cluster = on(Cluster(False, [{0, 1, 2}, OSError("refused"), {2}, set()]), monkeypatch)
+    answers: list[set[int] | Exception] = [
+        {0, 1, 2},
+        OSError("refused"),
+        TopicMetadataError("a broker busy"),
+        {2},
+        set(),
+    ]
+    cluster = on(Cluster(False, answers), monkeypatch)
     assert await ensure_topic(TOPIC, cluster.metadata, cluster.unreadable) == 3
     assert cluster.created == [TOPIC]
     # A failed ask is asked again, like a partition not readable yet; none after the answer.
-    assert cluster.asked == 4
+    assert cluster.asked == 5
 
 
 async def test_a_topic_that_was_there_is_not_asked(monkeypatch: pytest.MonkeyPatch) -> None:
