@@ -730,11 +730,10 @@ class KafkaLog:
             self._unreadable_partitions,
         )
 
-    async def _unreadable_partitions(self) -> set[int]:
+    async def _unreadable_partitions(self, leaders: dict[int, int]) -> set[int]:
         client = await self._loader()
-        metadata = await self._fetch_metadata()
         return await unreadable_partitions(
-            client, self._topic, metadata.leaders, self._request_timeout_ms / 1000
+            client, self._topic, leaders, self._request_timeout_ms / 1000
         )
 
     def _advance_high_watermark(self, partition: int, offset: int, *, notify: bool) -> None:

@@ -345,17 +345,14 @@ class PartitionLoad:
 async def unreadable_partitions(
     client: AIOKafkaClient, topic: str, leaders: dict[int, int], timeout_s: float
 ) -> set[int]:
-    """The partitions of `topic` whose leader (`leaders`: partition to node id, as metadata
-    says) cannot serve a read yet: one ListOffsets to each leader, as a load's first request
-    would be, and the partitions without a leader. An error no wait mends counts as readable:
-    the load that meets it says what it is."""
+    """The partitions of `topic` that their leader (`leaders`: partition to node id, as
+    metadata says) cannot serve a read of yet: one ListOffsets to each leader, as a load's
+    first request would be. An error no wait mends counts as readable: the load that meets
+    it says what it is."""
     by_leader: dict[int, list[int]] = {}
-    waiting: set[int] = set()
     for partition, node_id in leaders.items():
-        if node_id < 0:
-            waiting.add(partition)
-        else:
-            by_leader.setdefault(node_id, []).append(partition)
+        by_leader.setdefault(node_id, []).append(partition)
+    waiting: set[int] = set()
     for node_id, partitions in by_leader.items():
         request = OffsetRequest(-1, 0, [(topic, [(p, EARLIEST_OFFSET) for p in partitions])])
         response = await asyncio.wait_for(client.send(node_id, request), timeout_s)

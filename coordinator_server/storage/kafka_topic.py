@@ -51,26 +51,29 @@ class OffsetsTopic:
     ready_timeout_s: float = 30.0
 
 
-# How often a topic just created is asked whether every partition can be read yet.
-READABLE_POLL_S = 0.02
+# How often a topic not ready yet is asked again.
+READY_POLL_S = 0.02
+
+# The partitions, of those `leaders` (partition to node id) names, that their leader cannot
+# serve a read of yet.
+UnreadableProbe = Callable[[dict[int, int]], Awaitable[set[int]]]
 
 
 async def ensure_topic(
     topic: OffsetsTopic,
     fetch_metadata: Callable[[], Awaitable[TopicMetadata]],
-    unreadable: Callable[[], Awaitable[set[int]]] | None = None,
+    unreadable: UnreadableProbe | None = None,
 ) -> int:
     """Create the topic when it does not exist; return its real partition count (the count
     decides where groups live, whatever was configured). When it was created here and
     `unreadable` is given (the partitions that cannot be read yet), wait until none is."""
     metadata = await fetch_metadata()
-    created = False
-    if not metadata.exists:
+    if metadata.exists:
+        # A topic that was there has been served: its loads read it at once.
+        unreadable = None
+    else:
         await _create_topic(topic)
-        created = True
-    partitions = await _await_partition_count(topic, fetch_metadata)
-    if created and unreadable is not None:
-        await _await_readable(topic, unreadable)
+    partitions = await _await_partition_count(topic, fetch_metadata, unreadable)
     if partitions != topic.partitions:
         log.warning(
             "topic %s has %d partitions, not the %d configured; the real count decides "
@@ -113,10 +116,15 @@ async def _create_topic(topic: OffsetsTopic) -> None:
 
 
 async def _await_partition_count(
-    topic: OffsetsTopic, fetch_metadata: Callable[[], Awaitable[TopicMetadata]]
+    topic: OffsetsTopic,
+    fetch_metadata: Callable[[], Awaitable[TopicMetadata]],
+    unreadable: UnreadableProbe | None,
 ) -> int:
     """The topic's partition count, once every partition has a leader (a topic just created
-    may take a moment to show them)."""
+    may take a moment to show them) and, with `unreadable`, once every leader serves its
+    partitions: metadata names a new partition's leader a moment before that broker serves
+    it, and each load meeting NOT_LEADER backed off with a warning. Leaders that do not serve
+    by the deadline are left to the loads, which wait for them."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + topic.ready_timeout_s
     while True:
@@ -128,37 +136,34 @@ async def _await_partition_count(
         if metadata is not None:
             leaders = metadata.leaders
             if metadata.error_code == 0 and leaders and min(leaders.values()) >= 0:
-                return len(leaders)
-            problem = f"error {metadata.error_code}, {len(leaders)} partitions"
+                problem = await _unreadable_now(unreadable, leaders)
+                if not problem:
+                    return len(leaders)
+                if loop.time() > deadline:
+                    log.info(
+                        "topic %s: not every partition could be read within %.0f s (%s); "
+                        "the loads wait for them",
+                        topic.name,
+                        topic.ready_timeout_s,
+                        problem,
+                    )
+                    return len(leaders)
+            else:
+                problem = f"error {metadata.error_code}, {len(leaders)} partitions"
         if loop.time() > deadline:
             raise KafkaLogError(f"topic {topic.name} is not ready: {problem}")
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(READY_POLL_S)
 
 
-async def _await_readable(
-    topic: OffsetsTopic, unreadable: Callable[[], Awaitable[set[int]]]
-) -> None:
-    """Until every partition of a topic just created can be read (at most the topic's
-    `ready_timeout_s`). Without it each partition's first load met NOT_LEADER and backed off,
-    with a warning a partition, for as long as the broker took to serve them all. The loads
-    still wait out whatever is left after the deadline."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + topic.ready_timeout_s
-    waiting: set[int] | str = "not asked yet"
-    while loop.time() <= deadline:
-        try:
-            waiting = await unreadable()
-        except (KafkaError, OSError, TimeoutError, TopicMetadataError) as error:
-            waiting = repr(error)
-        if not waiting:
-            return
-        await asyncio.sleep(READABLE_POLL_S)
-    log.info(
-        "topic %s: not every partition could be read within %.0f s (%s); the loads wait for them",
-        topic.name,
-        topic.ready_timeout_s,
-        f"partitions {sorted(waiting)}" if isinstance(waiting, set) else waiting,
-    )
+async def _unreadable_now(unreadable: UnreadableProbe | None, leaders: dict[int, int]) -> str:
+    """What keeps the partitions from being read now ("" when nothing does)."""
+    if unreadable is None:
+        return ""
+    try:
+        waiting = await unreadable(leaders)
+    except (KafkaError, OSError, TimeoutError) as error:
+        return repr(error)
+    return f"partitions {sorted(waiting)}" if waiting else ""
 
 
 __all__ = [
