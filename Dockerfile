@@ -19,14 +19,15 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/venv
 WORKDIR /src
 
-# Only what `pip install .` reads: the build configuration, the readme it declares, and the two
-# packages it ships. .dockerignore keeps everything else out of the build context.
-COPY pyproject.toml README.md ./
+# Only what `pip install .` reads: the build configuration, the readme it declares, the pinned
+# versions CI tests (constraints.txt) and the two packages it ships. .dockerignore keeps
+# everything else out of the build context.
+COPY pyproject.toml README.md constraints.txt ./
 COPY protocol ./protocol
 COPY coordinator_server ./coordinator_server
 
 # The import proves, at build time, that the entry point and uvloop load on this base.
-RUN /opt/venv/bin/pip install --no-cache-dir . \
+RUN /opt/venv/bin/pip install --no-cache-dir -c constraints.txt . \
     && /opt/venv/bin/python -c "import uvloop, coordinator_server.cli"
 
 # --- runtime: the venv on a clean slim base, no build tools, not root ---------------------
