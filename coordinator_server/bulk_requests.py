@@ -39,7 +39,14 @@ from coordinator_server.runtime.api import CoordinatorResult
 from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.service_errors import map_operation_error
 from coordinator_server.shard import GroupCoordinatorShard
-from coordinator_server.slicing import PAUSE, SliceClock, SlicedRequests, Step, Steps
+from coordinator_server.slicing import (
+    PAUSE,
+    SliceClock,
+    SlicedAnswer,
+    SlicedRequests,
+    Step,
+    Steps,
+)
 from protocol.errors import ErrorCode
 from protocol.messages import (
     DeleteGroupsRequest,
@@ -122,9 +129,7 @@ class BulkRequests:
 
     # FindCoordinator.
 
-    def find_coordinator(
-        self, request: FindCoordinatorRequest
-    ) -> Message | asyncio.Future[Message]:
+    def find_coordinator(self, request: FindCoordinatorRequest) -> Message | SlicedAnswer:
         least = len(request.keys) * COORDINATOR_MIN_BYTES
         if least > self._limits.answer_items_bytes:
             return self._too_large(least)
@@ -186,7 +191,7 @@ class BulkRequests:
 
     # DescribeGroups.
 
-    def describe_groups(self, request: DescribeGroupsRequest) -> Message | asyncio.Future[Message]:
+    def describe_groups(self, request: DescribeGroupsRequest) -> Message | SlicedAnswer:
         least = len(request.groups) * DESCRIBED_GROUP_MIN_BYTES
         if least > self._limits.answer_items_bytes:
             return self._too_large(least)
@@ -255,7 +260,7 @@ class BulkRequests:
 
     # DeleteGroups.
 
-    def delete_groups(self, request: DeleteGroupsRequest) -> Message | asyncio.Future[Message]:
+    def delete_groups(self, request: DeleteGroupsRequest) -> Message | SlicedAnswer:
         least = len(request.groups_names) * DELETED_GROUP_MIN_BYTES
         if least > self._limits.answer_items_bytes:
             return self._too_large(least)
@@ -307,7 +312,7 @@ class BulkRequests:
 
     # OffsetFetch.
 
-    def offset_fetch(self, request: OffsetFetchRequest) -> Message | asyncio.Future[Message]:
+    def offset_fetch(self, request: OffsetFetchRequest) -> Message | SlicedAnswer:
         least = len(request.groups) * FETCHED_GROUP_MIN_BYTES
         if least > self._limits.answer_items_bytes:
             return self._too_large(least)
@@ -439,7 +444,7 @@ class BulkRequests:
 
     # ListGroups.
 
-    def list_groups(self, request: ListGroupsRequest) -> Message | asyncio.Future[Message]:
+    def list_groups(self, request: ListGroupsRequest) -> Message | SlicedAnswer:
         return self._sliced.run(lambda clock: self._list_groups(request, clock))
 
     def _list_groups(self, request: ListGroupsRequest, clock: SliceClock) -> Steps:

@@ -17,6 +17,8 @@ service cancels what is still under way, so that SIGTERM does not wait for it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections import deque
 from collections.abc import Callable, Generator, Sequence
 from time import perf_counter
 from typing import Any, Final, TypeAlias
@@ -79,19 +81,17 @@ class SlicedRequests:
     """Runs sliced requests; keeps those under way, to cancel them at shutdown."""
 
     def __init__(self) -> None:
-        self._running: set[_SlicedRequest] = set()
+        self._running: set[SlicedAnswer] = set()
 
-    def run(self, steps: Callable[[SliceClock], Steps]) -> Message | asyncio.Future[Message]:
-        """The answer of the request `steps(clock)` makes, or the future of it when it does
-        not fit in one slice."""
+    def run(self, steps: Callable[[SliceClock], Steps]) -> Message | SlicedAnswer:
+        """The answer of the request `steps(clock)` makes, or the answer under way when it
+        does not fit in one slice."""
         clock = SliceClock()
         generator = steps(clock)
         outcome = _advance(generator)
         if isinstance(outcome, Message):
             return outcome
-        request = _SlicedRequest(generator, clock, self._running)
-        request.go_on(outcome)
-        return request.result
+        return SlicedAnswer(generator, clock, self._running, outcome)
 
     def cancel_all(self) -> None:
         """Stop every request under way; their callers get the cancellation."""
@@ -102,19 +102,99 @@ class SlicedRequests:
         return len(self._running)
 
 
-class _SlicedRequest:
-    __slots__ = ("_clock", "_generator", "_loop", "_running", "_waiting", "result")
+class BuildSlot:
+    """Where one connection builds its answers in slices: one at a time.
 
-    def __init__(self, generator: Steps, clock: SliceClock, running: set[_SlicedRequest]) -> None:
+    An answer holds the slot while it runs slices (and between two of them, its next one
+    due), and gives it up when it waits for futures (a write's acknowledgement, of a
+    DeleteGroups or of an OffsetFetch with require_stable): a parked answer holds nothing
+    up. Once they are done it asks for the slot again, and those that ask while another
+    holds it queue, in the order they asked. The connection takes no new request while the
+    slot is `busy`, so at most one of its answers is being built, whatever it pipelines.
+
+    `on_free` is called when an answer that parks leaves the slot free: the connection takes
+    the requests that wait. An answer that is done leaves it without a call, since its reply
+    wakes the connection once the answer is counted."""
+
+    __slots__ = ("_holder", "_on_free", "_queue")
+
+    def __init__(self, on_free: Callable[[], None]) -> None:
+        self._holder: SlicedAnswer | None = None
+        self._queue: deque[SlicedAnswer] = deque()
+        self._on_free = on_free
+
+    @property
+    def busy(self) -> bool:
+        """An answer is being built (or, its turn come, will be after a loop turn)."""
+        return self._holder is not None
+
+    @property
+    def building(self) -> SlicedAnswer | None:
+        return self._holder
+
+    def _take(self, answer: SlicedAnswer) -> bool:
+        """Whether `answer` holds the slot now; if not, it has its place in the queue."""
+        if self._holder is None:
+            self._holder = answer
+            return True
+        self._queue.append(answer)
+        return False
+
+    def _leave(self, answer: SlicedAnswer, *, parked: bool) -> None:
+        """`answer` builds no more for now (`parked`) or at all: the next in the queue goes
+        on, after a loop turn."""
+        if self._holder is not answer:
+            # Cancelled in the queue.
+            with contextlib.suppress(ValueError):
+                self._queue.remove(answer)
+            return
+        if self._queue:
+            self._holder = self._queue.popleft()
+            self._holder._run_soon()
+            return
+        self._holder = None
+        if parked:
+            self._on_free()
+
+
+class SlicedAnswer:
+    """An answer under way: `result` is its future. It runs on by itself; given a
+    connection's BuildSlot (`build_in`), it runs its slices only while it holds it."""
+
+    __slots__ = ("_clock", "_generator", "_loop", "_running", "_slot", "_waiting", "result")
+
+    def __init__(
+        self,
+        generator: Steps,
+        clock: SliceClock,
+        running: set[SlicedAnswer],
+        waiting: list[asyncio.Future[Any]] | None,
+    ) -> None:
         self._generator = generator
         self._clock = clock
         self._running = running
         self._loop = asyncio.get_running_loop()
+        self._slot: BuildSlot | None = None
         self._waiting = 0
         self.result: asyncio.Future[Message] = self._loop.create_future()
         running.add(self)
+        self._go_on(waiting)
 
-    def go_on(self, waiting: list[asyncio.Future[Any]] | None) -> None:
+    @property
+    def parked(self) -> bool:
+        """Waiting for futures, not for a slice."""
+        return self._waiting > 0
+
+    def build_in(self, slot: BuildSlot) -> None:
+        """Run the next slices only while holding `slot`. Called right after the first
+        slice, before the loop has run the next: an answer that is due takes the slot (the
+        connection asks only when it is free), one that is parked asks for it once its
+        futures are done."""
+        self._slot = slot
+        if not self.parked:
+            slot._take(self)
+
+    def _go_on(self, waiting: list[asyncio.Future[Any]] | None) -> None:
         """Run the next slice after a loop turn, or once every future of `waiting` is done."""
         if waiting is None:
             self._loop.call_soon(self._run)
@@ -126,25 +206,38 @@ class _SlicedRequest:
     def _one_done(self, _: asyncio.Future[Any]) -> None:
         self._waiting -= 1
         if self._waiting == 0:
-            self._run()
+            slot = self._slot
+            if slot is None or slot._take(self):
+                self._run()
+
+    def _run_soon(self) -> None:
+        self._loop.call_soon(self._run)
 
     def _run(self) -> None:
-        if self.result.done():
+        slot = self._slot
+        if self.result.done() or (slot is not None and slot.building is not self):
             return
         self._clock.restart()
         try:
             outcome = _advance(self._generator)
         except Exception as error:
-            self._running.discard(self)
+            self._done()
             self.result.set_exception(error)
             return
         if isinstance(outcome, Message):
-            self._running.discard(self)
+            self._done()
             self.result.set_result(outcome)
             return
-        self.go_on(outcome)
+        self._go_on(outcome)
+        if outcome is not None and slot is not None:
+            slot._leave(self, parked=True)
+
+    def _done(self) -> None:
+        self._running.discard(self)
+        if self._slot is not None:
+            self._slot._leave(self, parked=False)
 
     def cancel(self) -> None:
-        self._running.discard(self)
+        self._done()
         self._generator.close()
         self.result.cancel()
