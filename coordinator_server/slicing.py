@@ -12,6 +12,10 @@ without a future; the others get a PendingReply. A slice is measured in time rat
 items, since an item's cost varies (a group id's hash costs a microsecond per 16
 characters): the generator asks `SliceClock.due()` every CHECK_EVERY items. At shutdown the
 service cancels what is still under way, so that SIGTERM does not wait for it.
+
+A connection builds one such answer at a time (its BuildSlot), and takes no new request
+meanwhile; an answer that waits for futures is parked, not built, and leaves the slot to
+the others while it waits.
 """
 
 from __future__ import annotations
