@@ -209,7 +209,8 @@ class SlicedAnswer:
 
     def _one_done(self, _: asyncio.Future[Any]) -> None:
         self._waiting -= 1
-        if self._waiting == 0:
+        # Cancelled meanwhile (at shutdown), it must not take the slot it would never leave.
+        if self._waiting == 0 and not self.result.done():
             slot = self._slot
             if slot is None or slot._take(self):
                 self._run()

@@ -182,3 +182,29 @@ async def test_parked_answers_hold_back_nothing_and_go_on_one_at_a_time(
     # the connection never had two answers being built.
     assert builds.most_at_once("parked") == [PIPELINED // 2]
     assert builds.most_at_once("building") == [1]
+
+
+async def test_an_answer_cancelled_while_parked_leaves_the_slot_free() -> None:
+    """At shutdown the service cancels the answers under way, parked ones too; the futures
+    a parked one waited for complete later (the runtime flushes its writes), and must not
+    hand it a slot it would never leave: the connection's waiting requests would never be
+    taken, and its drain would wait for them until its timeout."""
+    loop = asyncio.get_running_loop()
+    write: asyncio.Future[None] = loop.create_future()
+    freed: list[bool] = []
+
+    def steps(clock: slicing.SliceClock) -> Steps:
+        yield [write]
+        yield slicing.PAUSE
+        return Message()
+
+    requests = slicing.SlicedRequests()
+    slot = BuildSlot(lambda: freed.append(True))
+    parked = requests.run(steps)
+    assert isinstance(parked, SlicedAnswer) and parked.parked
+    parked.build_in(slot)
+    assert not slot.busy
+    requests.cancel_all()
+    write.set_result(None)
+    await asyncio.sleep(0)
+    assert parked.result.cancelled() and not slot.busy and len(requests) == 0
