@@ -278,6 +278,7 @@ class BulkRequests:
         # A write per partition and slice of its groups, those of every partition together;
         # each write deletes what it can within its record budget and the next goes on.
         remaining = {partition: (ids, 0) for partition, ids in by_partition.items()}
+        built = 0
         while remaining:
             writes: list[tuple[int, list[str], asyncio.Future[list[DeleteGroupsResponseResult]]]]
             writes = []
@@ -289,6 +290,8 @@ class BulkRequests:
                 writes.append((partition, chunk, deleted))
                 if clock.due():
                     break
+            # What the answer holds while it waits for the writes (see SliceClock).
+            clock.built_bytes = built
             yield [deleted for _, _, deleted in writes]
             for partition, chunk, deleted in writes:
                 error = _failure(deleted)
@@ -299,6 +302,7 @@ class BulkRequests:
                     results = [_deleted_error(group_id, code) for group_id in chunk]
                 for result in results:
                     answers[result.group_id] = result
+                    built += DELETED_GROUP_MIN_BYTES + str_extra(result.group_id)
                 ids, done = remaining[partition]
                 done += len(results)
                 if done < len(ids):
@@ -332,7 +336,10 @@ class BulkRequests:
         # A group fetched whole is fetched once, however often it is named.
         whole: dict[str, tuple[OffsetFetchResponseGroup, int]] = {}
         answers: list[OffsetFetchResponseGroup] = []
+        built = 0
         for group in groups:
+            # What the answer holds while it waits for the group's fetch (see SliceClock).
+            clock.built_bytes = built
             group_id = group.group_id
             if group_id is None or len(group_id) > self._limits.max_id_length:
                 answer, extra = _fetch_error(group_id, ErrorCode.INVALID_GROUP_ID), 0
@@ -350,6 +357,7 @@ class BulkRequests:
                 answer, extra = _fetch_error(group_id, ErrorCode.MESSAGE_TOO_LARGE), 0
             room -= extra
             answers.append(answer)
+            built += fetched_group_bytes(group_id or "") + extra
             if clock.due():
                 yield PAUSE
         return OffsetFetchResponse(groups=answers)
@@ -415,6 +423,8 @@ class BulkRequests:
             return _fetch_error(group_id, ErrorCode.MESSAGE_TOO_LARGE), 0
         topics: list[OffsetFetchResponseTopic] = []
         size = ARRAY_EXTRA
+        # What the request's answer held before this group.
+        built = clock.built_bytes
         # The request's topics cut into slices of partitions; a topic cut in two is answered
         # as one, as it was asked.
         for chunk in _fetch_chunks(group.topics):
@@ -423,6 +433,7 @@ class BulkRequests:
                 group_id, require_stable, _fetch_partitions_op(group_id, pieces, room - size)
             )
             if not fetched.done():
+                clock.built_bytes = built + size
                 yield [fetched]
             error = _failure(fetched)
             if error is not None:

@@ -15,7 +15,9 @@ service cancels what is still under way, so that SIGTERM does not wait for it.
 
 A connection builds one such answer at a time (its BuildSlot), and takes no new request
 meanwhile; an answer that waits for futures is parked, not built, and leaves the slot to
-the others while it waits.
+the others while it waits. What a parked answer has built already is counted as the
+connection's answers ready to be written are, so that pipelined requests that each build
+part of an answer and park cannot hold hundreds of parts.
 """
 
 from __future__ import annotations
@@ -51,12 +53,15 @@ Steps: TypeAlias = Generator[Step, None, Message]
 
 
 class SliceClock:
-    """When the running slice is up."""
+    """When the running slice is up; and `built_bytes`, what the request's answer holds
+    already (its items' encoded sizes, as `max_response_bytes` counts them), which it sets
+    before it waits for futures: its connection counts them while it waits."""
 
-    __slots__ = ("_deadline",)
+    __slots__ = ("_deadline", "built_bytes")
 
     def __init__(self) -> None:
         self._deadline = perf_counter() + SLICE_SECONDS
+        self.built_bytes = 0
 
     def restart(self) -> None:
         self._deadline = perf_counter() + SLICE_SECONDS
@@ -116,16 +121,20 @@ class BuildSlot:
     holds it queue, in the order they asked. The connection takes no new request while the
     slot is `busy`, so at most one of its answers is being built, whatever it pipelines.
 
-    `on_free` is called when an answer that parks leaves the slot free: the connection takes
-    the requests that wait. An answer that is done leaves it without a call, since its reply
-    wakes the connection once the answer is counted."""
+    `parked_bytes`: what the parked answers (and those queued to go on) have built already,
+    which the connection counts with its answers ready to be written.
 
-    __slots__ = ("_holder", "_on_free", "_queue")
+    `on_free` is called when an answer that parks leaves the slot free: the connection takes
+    the requests that wait, if its answers leave room. An answer that is done leaves it
+    without a call, since its reply wakes the connection once the answer is counted."""
+
+    __slots__ = ("_holder", "_on_free", "_queue", "parked_bytes")
 
     def __init__(self, on_free: Callable[[], None]) -> None:
         self._holder: SlicedAnswer | None = None
         self._queue: deque[SlicedAnswer] = deque()
         self._on_free = on_free
+        self.parked_bytes = 0
 
     @property
     def busy(self) -> bool:
@@ -139,22 +148,40 @@ class BuildSlot:
     def _take(self, answer: SlicedAnswer) -> bool:
         """Whether `answer` holds the slot now; if not, it has its place in the queue."""
         if self._holder is None:
-            self._holder = answer
+            self._hold(answer)
             return True
         self._queue.append(answer)
         return False
 
+    def _hold(self, answer: SlicedAnswer) -> None:
+        self._holder = answer
+        self._uncount(answer)
+
+    def _park(self, answer: SlicedAnswer) -> None:
+        """Count what `answer`, parked, has built: until it holds the slot again, or ends."""
+        answer._counted_bytes = answer.built_bytes
+        self.parked_bytes += answer._counted_bytes
+
+    def _uncount(self, answer: SlicedAnswer) -> None:
+        self.parked_bytes -= answer._counted_bytes
+        answer._counted_bytes = 0
+
     def _leave(self, answer: SlicedAnswer, *, parked: bool) -> None:
         """`answer` builds no more for now (`parked`) or at all: the next in the queue goes
         on, after a loop turn."""
+        if parked:
+            self._park(answer)
+        else:
+            self._uncount(answer)
         if self._holder is not answer:
-            # Cancelled in the queue.
+            # Cancelled in the queue, or parked before it held the slot.
             with contextlib.suppress(ValueError):
                 self._queue.remove(answer)
             return
         if self._queue:
-            self._holder = self._queue.popleft()
-            self._holder._run_soon()
+            following = self._queue.popleft()
+            self._hold(following)
+            following._run_soon()
             return
         self._holder = None
         if parked:
@@ -165,7 +192,16 @@ class SlicedAnswer:
     """An answer under way: `result` is its future. It runs on by itself; given a
     connection's BuildSlot (`build_in`), it runs its slices only while it holds it."""
 
-    __slots__ = ("_clock", "_generator", "_loop", "_running", "_slot", "_waiting", "result")
+    __slots__ = (
+        "_clock",
+        "_counted_bytes",
+        "_generator",
+        "_loop",
+        "_running",
+        "_slot",
+        "_waiting",
+        "result",
+    )
 
     def __init__(
         self,
@@ -179,6 +215,8 @@ class SlicedAnswer:
         self._running = running
         self._loop = asyncio.get_running_loop()
         self._slot: BuildSlot | None = None
+        # What `_slot` counts of it while it is parked.
+        self._counted_bytes = 0
         self._waiting = 0
         self.result: asyncio.Future[Message] = self._loop.create_future()
         running.add(self)
@@ -189,13 +227,19 @@ class SlicedAnswer:
         """Waiting for futures, not for a slice."""
         return self._waiting > 0
 
+    @property
+    def built_bytes(self) -> int:
+        return self._clock.built_bytes
+
     def build_in(self, slot: BuildSlot) -> None:
         """Run the next slices only while holding `slot`. Called right after the first
         slice, before the loop has run the next: an answer that is due takes the slot (the
         connection asks only when it is free), one that is parked asks for it once its
         futures are done."""
         self._slot = slot
-        if not self.parked:
+        if self.parked:
+            slot._leave(self, parked=True)
+        else:
             slot._take(self)
 
     def _go_on(self, waiting: list[asyncio.Future[Any]] | None) -> None:

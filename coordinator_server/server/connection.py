@@ -15,7 +15,8 @@ answers a connection's requests one at a time): such an answer can be megabytes,
 only once it is ready, and the frames of one read would otherwise start hundreds of them.
 Only the building holds them up: an answer that waits for a write the broker has not
 acknowledged yet (a DeleteGroups, an OffsetFetch with require_stable) leaves its
-connection's BuildSlot meanwhile, and its requests go on being served.
+connection's BuildSlot meanwhile, and its requests go on being served; what it has built
+already counts with the answers the client has not taken.
 Beyond `response_buffer_max_bytes` of answers, or when they stay unread for
 `response_write_timeout_ms` (see ConnectionSweeper), the connection is closed. An answer
 larger than `max_response_bytes` is replaced by MESSAGE_TOO_LARGE.
@@ -210,11 +211,12 @@ class CoordinatorConnection(asyncio.Protocol):
         max_request_bytes = self._max_request_bytes
         assert self._transport is not None
         room = self._response_buffer_bytes - self._transport.get_write_buffer_size()
+        slot = self._build_slot
         for index, payload in enumerate(frames):
             if (
                 self._inflight >= max_inflight
-                or self._outgoing_bytes > room
-                or self._build_slot.busy
+                or slot.busy
+                or self._outgoing_bytes + slot.parked_bytes > room
                 or (self._request_bytes and self._request_bytes + len(payload) > max_request_bytes)
             ):
                 self._waiting.extend(frames[index:])
@@ -227,22 +229,23 @@ class CoordinatorConnection(asyncio.Protocol):
         """Dispatch waiting frames while fewer than `max_inflight_requests` are in flight,
         their bytes stay within `max_inflight_request_bytes` (a frame alone is always taken,
         so a large valid request still works), and the answers the client has not taken
-        (ready ones and the transport's buffer) stay within `response_buffer_bytes`, and no
-        answer is being built in slices (one that is parked does not count). The answers of
-        one read are produced in this loop, before any is written: the check must be here,
-        not only in pause_writing."""
+        (ready ones, the transport's buffer, and what parked answers have built already) stay
+        within `response_buffer_bytes`, and no answer is being built in slices (one that is
+        parked does not count). The answers of one read are produced in this loop, before
+        any is written: the check must be here, not only in pause_writing."""
         waiting = self._waiting
         if not waiting or self._closed or self._transport is None:
             return
         max_inflight = self._max_inflight
         max_request_bytes = self._max_request_bytes
         room = self._response_buffer_bytes - self._transport.get_write_buffer_size()
+        slot = self._build_slot
         while waiting and not self._closed:
             payload = waiting[0]
             if (
                 self._inflight >= max_inflight
-                or self._outgoing_bytes > room
-                or self._build_slot.busy
+                or slot.busy
+                or self._outgoing_bytes + slot.parked_bytes > room
                 or (self._request_bytes and self._request_bytes + len(payload) > max_request_bytes)
             ):
                 return

@@ -208,3 +208,69 @@ async def test_an_answer_cancelled_while_parked_leaves_the_slot_free() -> None:
     write.set_result(None)
     await asyncio.sleep(0)
     assert parked.result.cancelled() and not slot.busy and len(requests) == 0
+
+
+@pytest.mark.parametrize(("response_buffer_bytes", "most_parked"), [(10_000, 1), (4 << 20, 20)])
+async def test_what_parked_answers_have_built_counts_with_the_unread_answers(
+    monkeypatch: pytest.MonkeyPatch, response_buffer_bytes: int, most_parked: int
+) -> None:
+    """Stable fetches that name a large group, then one whose partition has a commit not yet
+    acknowledged: each builds the first group's part (some 10 KB) and parks on the second.
+    What they have built counts against `response_buffer_bytes` as the answers ready to be
+    written do: past it, the connection takes no more requests until answers leave; under
+    it, every one of them parks at once."""
+    monkeypatch.setattr(slicing, "SLICE_SECONDS", 0.0)
+    builds = Builds(monkeypatch)
+    waits = next(
+        f"waits-{i}"
+        for i in range(1000)
+        if partition_for(f"waits-{i}", PARTITIONS) != partition_for("big", PARTITIONS)
+    )
+    log = InMemoryLog(PARTITIONS, auto_commit=False)
+    config = CoordinatorConfig(
+        port=0,
+        metrics_port=-1,
+        offsets_topic_partitions=PARTITIONS,
+        response_buffer_bytes=response_buffer_bytes,
+    )
+    app = CoordinatorApp(config, log=log)
+    await app.start()
+    assert app.address is not None
+    pipelined = 20
+    try:
+        writer = await WireClient.connect(*app.address)
+        piped = await WireClient.connect(*app.address)
+        try:
+            offsets = {("t", p): p for p in range(OFFSETS)}
+            big = writer.send(ApiKey.OFFSET_COMMIT, commit_body("big", offsets))
+            await until(lambda: log.writer.end_offset(partition_for("big", PARTITIONS)) > 0)
+            log.writer.commit(partition_for("big", PARTITIONS))
+            assert set(commit_errors(await asyncio.wait_for(big, 30)).values()) == {0}
+            pending = writer.send(ApiKey.OFFSET_COMMIT, commit_body(waits, {("t", 0): 1}))
+            await until(lambda: log.writer.end_offset(partition_for(waits, PARTITIONS)) > 0)
+
+            both = {
+                "groups": [
+                    {"group_id": group, "member_id": None, "member_epoch": -1, "topics": None}
+                    for group in ("big", waits)
+                ],
+                "require_stable": True,
+            }
+            answers = [piped.send(ApiKey.OFFSET_FETCH, both) for _ in range(pipelined)]
+            await until(lambda: builds.most_at_once("parked") == [most_parked])
+            await asyncio.sleep(0.2)
+            assert builds.most_at_once("parked") == [most_parked]
+            assert not any(answer.done() for answer in answers)
+
+            log.writer.commit(partition_for(waits, PARTITIONS))
+            assert commit_errors(await asyncio.wait_for(pending, 30)) == {("t", 0): 0}
+            for answer in await asyncio.wait_for(asyncio.gather(*answers), 30):
+                first, second = answer["groups"]
+                assert len(first["topics"][0]["partitions"]) == OFFSETS
+                assert second["topics"][0]["partitions"][0]["committed_offset"] == 1
+        finally:
+            await writer.close()
+            await piped.close()
+    finally:
+        await app.shutdown()
+    assert builds.most_at_once("building") == [1]
