@@ -167,8 +167,8 @@ class BuildSlot:
         answer._counted_bytes = 0
 
     def _leave(self, answer: SlicedAnswer, *, parked: bool) -> None:
-        """`answer` builds no more for now (`parked`) or at all: the next in the queue goes
-        on, after a loop turn."""
+        """`answer` builds no more for now (`parked`: what it has built is counted) or at
+        all (it is counted no more): the next in the queue goes on, after a loop turn."""
         if parked:
             self._park(answer)
         else:
