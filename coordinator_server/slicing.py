@@ -119,7 +119,8 @@ class BuildSlot:
     DeleteGroups or of an OffsetFetch with require_stable): a parked answer holds nothing
     up. Once they are done it asks for the slot again, and those that ask while another
     holds it queue, in the order they asked. The connection takes no new request while the
-    slot is `busy`, so at most one of its answers is being built, whatever it pipelines.
+    slot holds an answer (`building`), so at most one of its answers is being built,
+    whatever it pipelines.
 
     `parked_bytes`: what the parked answers (and those queued to go on) have built already,
     which the connection counts with its answers ready to be written.
@@ -128,33 +129,27 @@ class BuildSlot:
     the requests that wait, if its answers leave room. An answer that is done leaves it
     without a call, since its reply wakes the connection once the answer is counted."""
 
-    __slots__ = ("_holder", "_on_free", "_queue", "parked_bytes")
+    __slots__ = ("_on_free", "_queue", "building", "parked_bytes")
 
     def __init__(self, on_free: Callable[[], None]) -> None:
-        self._holder: SlicedAnswer | None = None
+        # The answer being built (or, its turn come, to be built after a loop turn): while
+        # there is one, the connection takes no new request. An attribute, not a property:
+        # the connection reads it for every request.
+        self.building: SlicedAnswer | None = None
         self._queue: deque[SlicedAnswer] = deque()
         self._on_free = on_free
         self.parked_bytes = 0
 
-    @property
-    def busy(self) -> bool:
-        """An answer is being built (or, its turn come, will be after a loop turn)."""
-        return self._holder is not None
-
-    @property
-    def building(self) -> SlicedAnswer | None:
-        return self._holder
-
     def _take(self, answer: SlicedAnswer) -> bool:
         """Whether `answer` holds the slot now; if not, it has its place in the queue."""
-        if self._holder is None:
+        if self.building is None:
             self._hold(answer)
             return True
         self._queue.append(answer)
         return False
 
     def _hold(self, answer: SlicedAnswer) -> None:
-        self._holder = answer
+        self.building = answer
         self._uncount(answer)
 
     def _park(self, answer: SlicedAnswer) -> None:
@@ -173,7 +168,7 @@ class BuildSlot:
             self._park(answer)
         else:
             self._uncount(answer)
-        if self._holder is not answer:
+        if self.building is not answer:
             # Cancelled in the queue, or parked before it held the slot.
             with contextlib.suppress(ValueError):
                 self._queue.remove(answer)
@@ -183,7 +178,7 @@ class BuildSlot:
             self._hold(following)
             following._run_soon()
             return
-        self._holder = None
+        self.building = None
         if parked:
             self._on_free()
 

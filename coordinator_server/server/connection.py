@@ -215,7 +215,7 @@ class CoordinatorConnection(asyncio.Protocol):
         for index, payload in enumerate(frames):
             if (
                 self._inflight >= max_inflight
-                or slot.busy
+                or slot.building is not None
                 or self._outgoing_bytes + slot.parked_bytes > room
                 or (self._request_bytes and self._request_bytes + len(payload) > max_request_bytes)
             ):
@@ -244,7 +244,7 @@ class CoordinatorConnection(asyncio.Protocol):
             payload = waiting[0]
             if (
                 self._inflight >= max_inflight
-                or slot.busy
+                or slot.building is not None
                 or self._outgoing_bytes + slot.parked_bytes > room
                 or (self._request_bytes and self._request_bytes + len(payload) > max_request_bytes)
             ):

@@ -203,11 +203,11 @@ async def test_an_answer_cancelled_while_parked_leaves_the_slot_free() -> None:
     parked = requests.run(steps)
     assert isinstance(parked, SlicedAnswer) and parked.parked
     parked.build_in(slot)
-    assert not slot.busy
+    assert slot.building is None
     requests.cancel_all()
     write.set_result(None)
     await asyncio.sleep(0)
-    assert parked.result.cancelled() and not slot.busy and len(requests) == 0
+    assert parked.result.cancelled() and slot.building is None and len(requests) == 0
 
 
 @pytest.mark.parametrize(("response_buffer_bytes", "most_parked"), [(10_000, 1), (4 << 20, 20)])
