@@ -39,7 +39,14 @@ from coordinator_server.runtime.api import CoordinatorResult
 from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.service_errors import map_operation_error
 from coordinator_server.shard import GroupCoordinatorShard
-from coordinator_server.slicing import PAUSE, SliceClock, SlicedRequests, Step, Steps
+from coordinator_server.slicing import (
+    PAUSE,
+    SliceClock,
+    SlicedAnswer,
+    SlicedRequests,
+    Step,
+    Steps,
+)
 from protocol.errors import ErrorCode
 from protocol.messages import (
     DeleteGroupsRequest,
@@ -122,9 +129,7 @@ class BulkRequests:
 
     # FindCoordinator.
 
-    def find_coordinator(
-        self, request: FindCoordinatorRequest
-    ) -> Message | asyncio.Future[Message]:
+    def find_coordinator(self, request: FindCoordinatorRequest) -> Message | SlicedAnswer:
         least = len(request.keys) * COORDINATOR_MIN_BYTES
         if least > self._limits.answer_items_bytes:
             return self._too_large(least)
@@ -186,7 +191,7 @@ class BulkRequests:
 
     # DescribeGroups.
 
-    def describe_groups(self, request: DescribeGroupsRequest) -> Message | asyncio.Future[Message]:
+    def describe_groups(self, request: DescribeGroupsRequest) -> Message | SlicedAnswer:
         least = len(request.groups) * DESCRIBED_GROUP_MIN_BYTES
         if least > self._limits.answer_items_bytes:
             return self._too_large(least)
@@ -255,7 +260,7 @@ class BulkRequests:
 
     # DeleteGroups.
 
-    def delete_groups(self, request: DeleteGroupsRequest) -> Message | asyncio.Future[Message]:
+    def delete_groups(self, request: DeleteGroupsRequest) -> Message | SlicedAnswer:
         least = len(request.groups_names) * DELETED_GROUP_MIN_BYTES
         if least > self._limits.answer_items_bytes:
             return self._too_large(least)
@@ -273,6 +278,7 @@ class BulkRequests:
         # A write per partition and slice of its groups, those of every partition together;
         # each write deletes what it can within its record budget and the next goes on.
         remaining = {partition: (ids, 0) for partition, ids in by_partition.items()}
+        built = 0
         while remaining:
             writes: list[tuple[int, list[str], asyncio.Future[list[DeleteGroupsResponseResult]]]]
             writes = []
@@ -284,6 +290,8 @@ class BulkRequests:
                 writes.append((partition, chunk, deleted))
                 if clock.due():
                     break
+            # What the answer holds while it waits for the writes (see SliceClock).
+            clock.built_bytes = built
             yield [deleted for _, _, deleted in writes]
             for partition, chunk, deleted in writes:
                 error = _failure(deleted)
@@ -294,6 +302,7 @@ class BulkRequests:
                     results = [_deleted_error(group_id, code) for group_id in chunk]
                 for result in results:
                     answers[result.group_id] = result
+                    built += DELETED_GROUP_MIN_BYTES + str_extra(result.group_id)
                 ids, done = remaining[partition]
                 done += len(results)
                 if done < len(ids):
@@ -307,7 +316,7 @@ class BulkRequests:
 
     # OffsetFetch.
 
-    def offset_fetch(self, request: OffsetFetchRequest) -> Message | asyncio.Future[Message]:
+    def offset_fetch(self, request: OffsetFetchRequest) -> Message | SlicedAnswer:
         least = len(request.groups) * FETCHED_GROUP_MIN_BYTES
         if least > self._limits.answer_items_bytes:
             return self._too_large(least)
@@ -327,7 +336,10 @@ class BulkRequests:
         # A group fetched whole is fetched once, however often it is named.
         whole: dict[str, tuple[OffsetFetchResponseGroup, int]] = {}
         answers: list[OffsetFetchResponseGroup] = []
+        built = 0
         for group in groups:
+            # What the answer holds while it waits for the group's fetch (see SliceClock).
+            clock.built_bytes = built
             group_id = group.group_id
             if group_id is None or len(group_id) > self._limits.max_id_length:
                 answer, extra = _fetch_error(group_id, ErrorCode.INVALID_GROUP_ID), 0
@@ -345,6 +357,7 @@ class BulkRequests:
                 answer, extra = _fetch_error(group_id, ErrorCode.MESSAGE_TOO_LARGE), 0
             room -= extra
             answers.append(answer)
+            built += fetched_group_bytes(group_id or "") + extra
             if clock.due():
                 yield PAUSE
         return OffsetFetchResponse(groups=answers)
@@ -410,6 +423,8 @@ class BulkRequests:
             return _fetch_error(group_id, ErrorCode.MESSAGE_TOO_LARGE), 0
         topics: list[OffsetFetchResponseTopic] = []
         size = ARRAY_EXTRA
+        # What the request's answer held before this group.
+        built = clock.built_bytes
         # The request's topics cut into slices of partitions; a topic cut in two is answered
         # as one, as it was asked.
         for chunk in _fetch_chunks(group.topics):
@@ -418,6 +433,7 @@ class BulkRequests:
                 group_id, require_stable, _fetch_partitions_op(group_id, pieces, room - size)
             )
             if not fetched.done():
+                clock.built_bytes = built + size
                 yield [fetched]
             error = _failure(fetched)
             if error is not None:
@@ -439,7 +455,7 @@ class BulkRequests:
 
     # ListGroups.
 
-    def list_groups(self, request: ListGroupsRequest) -> Message | asyncio.Future[Message]:
+    def list_groups(self, request: ListGroupsRequest) -> Message | SlicedAnswer:
         return self._sliced.run(lambda clock: self._list_groups(request, clock))
 
     def _list_groups(self, request: ListGroupsRequest, clock: SliceClock) -> Steps:

@@ -29,7 +29,7 @@ from coordinator_server.runtime.events import WriteOutcome
 from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.service_errors import map_operation_error as map_operation_error
 from coordinator_server.shard import GroupCoordinatorShard
-from coordinator_server.slicing import SlicedRequests
+from coordinator_server.slicing import SlicedAnswer, SlicedRequests
 from protocol.api_keys import SUPPORTED_VERSIONS, ApiKey
 from protocol.errors import ErrorCode
 from protocol.hashing import partition_for
@@ -72,7 +72,7 @@ class PendingReply:
     a failure into an error response.
 
     `sliced`: the answer is being built a slice at a time (see `slicing`), and may be large;
-    the connection takes no more of the client's requests until it is done."""
+    the connection has it built in its BuildSlot, one such answer at a time."""
 
     __slots__ = ("future", "on_error", "sliced")
 
@@ -81,7 +81,7 @@ class PendingReply:
         future: asyncio.Future[Any],
         on_error: Callable[[BaseException], Message] | None = None,
         *,
-        sliced: bool = False,
+        sliced: SlicedAnswer | None = None,
     ) -> None:
         self.future = future
         self.on_error = on_error
@@ -456,6 +456,6 @@ def _typed(request_type: type[M], method: Callable[[M, RequestContext], Reply]) 
     return cast(Handler, method)
 
 
-def _pending(answer: Message | asyncio.Future[Message]) -> Reply:
+def _pending(answer: Message | SlicedAnswer) -> Reply:
     """A bulk request's answer: at once, or still being built in slices."""
-    return answer if isinstance(answer, Message) else PendingReply(answer, sliced=True)
+    return answer if isinstance(answer, Message) else PendingReply(answer.result, sliced=answer)

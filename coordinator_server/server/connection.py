@@ -13,6 +13,10 @@ never reads its answers stops being served, instead of making the server hold ev
 They also wait while a bulk request's answer is being built a slice at a time (as Kafka
 answers a connection's requests one at a time): such an answer can be megabytes, is counted
 only once it is ready, and the frames of one read would otherwise start hundreds of them.
+Only the building holds them up: an answer that waits for a write the broker has not
+acknowledged yet (a DeleteGroups, an OffsetFetch with require_stable) leaves its
+connection's BuildSlot meanwhile, and its requests go on being served; what it has built
+already counts with the answers the client has not taken.
 Beyond `response_buffer_max_bytes` of answers, or when they stay unread for
 `response_write_timeout_ms` (see ConnectionSweeper), the connection is closed. An answer
 larger than `max_response_bytes` is replaced by MESSAGE_TOO_LARGE.
@@ -33,6 +37,7 @@ from typing import TYPE_CHECKING, cast
 
 from coordinator_server.server.connection_events import RefusalReason, ServerCloseReason
 from coordinator_server.service import RequestContext
+from coordinator_server.slicing import BuildSlot
 from protocol.api_keys import ApiKey
 from protocol.envelope import (
     EnvelopeError,
@@ -92,8 +97,8 @@ class CoordinatorConnection(asyncio.Protocol):
         self._context = RequestContext("", "/")
         # Requests dispatched and not yet answered, their bytes, and frames waiting for room.
         self._inflight = 0
-        # Requests in flight whose answer is being built in slices (see PendingReply).
-        self._sliced_inflight = 0
+        # Where the answers of bulk requests are built in slices, one at a time.
+        self._build_slot = BuildSlot(self._build_slot_freed)
         self._request_bytes = 0
         self._waiting: deque[bytes] = deque()
         self.reading_paused = False
@@ -206,11 +211,12 @@ class CoordinatorConnection(asyncio.Protocol):
         max_request_bytes = self._max_request_bytes
         assert self._transport is not None
         room = self._response_buffer_bytes - self._transport.get_write_buffer_size()
+        slot = self._build_slot
         for index, payload in enumerate(frames):
             if (
                 self._inflight >= max_inflight
-                or self._outgoing_bytes > room
-                or self._sliced_inflight
+                or slot.building is not None
+                or self._outgoing_bytes + slot.parked_bytes > room
                 or (self._request_bytes and self._request_bytes + len(payload) > max_request_bytes)
             ):
                 self._waiting.extend(frames[index:])
@@ -223,21 +229,23 @@ class CoordinatorConnection(asyncio.Protocol):
         """Dispatch waiting frames while fewer than `max_inflight_requests` are in flight,
         their bytes stay within `max_inflight_request_bytes` (a frame alone is always taken,
         so a large valid request still works), and the answers the client has not taken
-        (ready ones and the transport's buffer) stay within `response_buffer_bytes`, and no
-        answer is being built in slices. The answers of one read are produced in this
-        loop, before any is written: the check must be here, not only in pause_writing."""
+        (ready ones, the transport's buffer, and what parked answers have built already) stay
+        within `response_buffer_bytes`, and no answer is being built in slices (one that is
+        parked does not count). The answers of one read are produced in this loop, before
+        any is written: the check must be here, not only in pause_writing."""
         waiting = self._waiting
         if not waiting or self._closed or self._transport is None:
             return
         max_inflight = self._max_inflight
         max_request_bytes = self._max_request_bytes
         room = self._response_buffer_bytes - self._transport.get_write_buffer_size()
+        slot = self._build_slot
         while waiting and not self._closed:
             payload = waiting[0]
             if (
                 self._inflight >= max_inflight
-                or self._outgoing_bytes > room
-                or self._sliced_inflight
+                or slot.building is not None
+                or self._outgoing_bytes + slot.parked_bytes > room
                 or (self._request_bytes and self._request_bytes + len(payload) > max_request_bytes)
             ):
                 return
@@ -294,11 +302,9 @@ class CoordinatorConnection(asyncio.Protocol):
         size = len(payload)
         self._inflight += 1
         self._request_bytes += size
-        if reply.sliced:
-            self._sliced_inflight += 1
-        future.add_done_callback(
-            partial(self._reply_done, header, reply.on_error, started, size, sliced=reply.sliced)
-        )
+        if reply.sliced is not None:
+            reply.sliced.build_in(self._build_slot)
+        future.add_done_callback(partial(self._reply_done, header, reply.on_error, started, size))
 
     def _unsupported(self, header: RequestHeader, exc: ApiError) -> dict[str, object]:
         if header.api_key == ApiKey.API_VERSIONS:
@@ -316,7 +322,6 @@ class CoordinatorConnection(asyncio.Protocol):
         done: asyncio.Future[Message],
         *,
         counted: bool = True,
-        sliced: bool = False,
     ) -> None:
         if done.cancelled():
             error: BaseException | None = asyncio.CancelledError()
@@ -345,13 +350,18 @@ class CoordinatorConnection(asyncio.Protocol):
             return
         self._inflight -= 1
         self._request_bytes -= size
-        if sliced:
-            self._sliced_inflight -= 1
         if self._waiting:
             self._admit_waiting()
         self._update_reading()
         if self._inflight == 0:
             self._state.connection_idle(self)
+
+    def _build_slot_freed(self) -> None:
+        """The answer being built parked (it waits for a write): take the requests that
+        wait for the slot."""
+        if self._waiting:
+            self._admit_waiting()
+            self._update_reading()
 
     # Responses.
 
