@@ -29,8 +29,9 @@ PROSE_DEFAULT = re.compile(r"`(--[a-z0-9][a-z0-9-]*)` \(default `([^`]*)`")
 LOOSE_DEFAULT = re.compile(
     r"`(--[a-z0-9][a-z0-9-]*)`[^`]{0,40}?\b(?:by default|defaults? to|default:?\s+[^\s)])"
 )
-# The last "default X" or "default: X" of an option's help, up to its closing bracket.
-HELP_DEFAULT = re.compile(r"\bdefault:?\s+([^\]\)]*?)\s*[\]\)]")
+# The last "default X" or "default: X" of an option's help, up to its closing bracket or a
+# semicolon.
+HELP_DEFAULT = re.compile(r"\bdefault:?\s+([^\]\);]*?)\s*[\]\);]")
 
 
 def parse_help(text: str) -> dict[str, str | None]:
@@ -153,6 +154,8 @@ listener:
                         Host FindCoordinator answers with (default: --host, or
                         127.0.0.1). [env COORDINATOR_ADVERTISED_HOST; default None]
   --max-connections-per-ip N  Connections from one address (default: 2000)
+  --max-frame-bytes BYTES
+                        Largest frame. [default: 8388608; env COORDINATOR_MAX_FRAME_BYTES]
 
 cluster:
   --cluster {on,off}    Share the log. (default: on)
@@ -165,6 +168,7 @@ cluster:
         "--host": "127.0.0.1",
         "--advertised-host": None,
         "--max-connections-per-ip": "2000",
+        "--max-frame-bytes": "8388608",
         "--cluster": "on",
         "--append-linger-ms": "-1",
     }
