@@ -4,7 +4,7 @@
 #   docker run --rm -p 9094:9094 -p 9095:9095 coordinator-server:0.1.0
 #
 # Every option of `coordinator-server serve` is also an environment variable
-# COORDINATOR_<OPTION>; see README.md and deploy/README.md.
+# COORDINATOR_<OPTION>; see docs/CONFIGURATION.md and deploy/README.md.
 
 # Both stages use the very same base, pinned by tag: the venv built in the first stage links to
 # its interpreter, so the runtime stage must have the same Python at the same path. (Written
