@@ -116,6 +116,9 @@ class ServerMetrics:
         self.connections_refused: Counter[str] = Counter()
         self.connections_closed: Counter[str] = Counter()
         self.malformed_frames = 0
+        # How late the event loop ran a periodic timer (`loop_lag`): time every callback,
+        # request and timer of the process waited for the loop.
+        self.event_loop_lag = Histogram(LATENCY_BUCKETS_S)
         self._requests: Counter[tuple[int, int]] = Counter()
         self._latency: dict[int, Histogram] = {}
         self._pending: list[tuple[int, int, float]] = []
@@ -161,17 +164,21 @@ class ServerMetrics:
 _API_AND_ERROR = itemgetter(0, 1)
 
 
-@dataclass
 class RuntimeMetrics:
-    """What the runtime reports as it writes and loads (see CoordinatorRuntime)."""
+    """What the runtime reports as it writes and loads (see CoordinatorRuntime). Every write
+    operation reports its queue and processing times (`event_ran`, a heartbeat's path too):
+    one append of the pair, counted into both histograms in bulk."""
 
-    batch_records: Histogram = field(default_factory=lambda: Histogram(SIZE_BUCKETS))
-    batch_bytes: Histogram = field(default_factory=lambda: Histogram(BYTES_BUCKETS))
-    append_latency: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS_S))
-    queue_time: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS_S))
-    load_duration: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS_S))
-    append_failures: int = 0
-    records_loaded: int = 0
+    def __init__(self) -> None:
+        self.batch_records = Histogram(SIZE_BUCKETS)
+        self.batch_bytes = Histogram(BYTES_BUCKETS)
+        self.append_latency = Histogram(LATENCY_BUCKETS_S)
+        self.load_duration = Histogram(LATENCY_BUCKETS_S)
+        self.append_failures = 0
+        self.records_loaded = 0
+        self._queue_time = Histogram(LATENCY_BUCKETS_S)
+        self._processing_time = Histogram(LATENCY_BUCKETS_S)
+        self._ran: list[tuple[float, float]] = []
 
     def batch_appended(self, records: int, size_bytes: int, seconds: float) -> None:
         self.batch_records.observe(records)
@@ -181,8 +188,30 @@ class RuntimeMetrics:
     def append_failed(self) -> None:
         self.append_failures += 1
 
-    def event_queued(self, seconds: float) -> None:
-        self.queue_time.observe(seconds)
+    def event_ran(self, queued_seconds: float, processing_seconds: float) -> None:
+        ran = self._ran
+        ran.append((queued_seconds, processing_seconds))
+        if len(ran) >= PENDING_OBSERVATIONS:
+            self._settle()
+
+    @property
+    def queue_time(self) -> Histogram:
+        """Time a write operation waited in its partition's queue (0 if it ran at once)."""
+        self._settle()
+        return self._queue_time
+
+    @property
+    def processing_time(self) -> Histogram:
+        """Time a write operation ran on its partition."""
+        self._settle()
+        return self._processing_time
+
+    def _settle(self) -> None:
+        ran = self._ran
+        if ran:
+            self._ran = []
+            self._queue_time.observe_all([queued for queued, _ in ran])
+            self._processing_time.observe_all([processing for _, processing in ran])
 
     def partition_loaded(self, seconds: float, records: int) -> None:
         self.load_duration.observe(seconds)
@@ -281,3 +310,17 @@ class TransactionFigures:
     # WriteTxnMarkers requests sent to the Kafka cluster, and markers sent again.
     marker_requests: int
     marker_retries: int
+
+
+@dataclass
+class ConsumerLagMetrics:
+    """What the consumer lag's refreshes found (`consumer_lag`), read at scrape time."""
+
+    # Each committed offset's lag behind its data partition's log end offset, by (group,
+    # topic, partition): the latest refresh's, replaced whole at each refresh.
+    lag: dict[tuple[str, str, int], int] = field(default_factory=dict)
+    # Committed offsets left out of `lag` by its bound on series, summed over refreshes.
+    series_dropped: int = 0
+    # Refreshes that could not read every end offset they needed (the data cluster or a
+    # leader did not answer): the partitions not read are missing from `lag` until the next.
+    refresh_failures: int = 0

@@ -1,7 +1,8 @@
 """Prometheus metrics, read out at scrape time: one collector turns the counters every layer
 keeps (`metrics`) and figures read from live objects (`Snapshot`) into metric families.
 Names follow Prometheus's rules: prefix `coordinator_`, base units, `_total` counters, and
-never a group or member id as a label.
+never a group or member id as a label but in one family, the consumer lag's (bounded by
+`--lag-max-series`).
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from coordinator_server.groups.classic import ClassicGroupState
 from coordinator_server.metrics import (
     ClusterGauges,
     ClusterMetrics,
+    ConsumerLagMetrics,
     GroupMetrics,
     Histogram,
     RuntimeMetrics,
@@ -49,6 +52,8 @@ class Snapshot:
     partitions_by_state: dict[str, int]
     queue_depth: int
     uncommitted_offsets: dict[int, int]
+    # Committed offsets held, by ACTIVE log partition.
+    committed_offsets: dict[int, int]
     groups_by_state: dict[str, int]
     members: int
     log_failed: bool = False
@@ -73,7 +78,9 @@ class CoordinatorCollector(Collector):
         version: str,
         cluster: ClusterMetrics | None = None,
         transactions: TransactionMetrics | None = None,
+        lag: ConsumerLagMetrics | None = None,
     ) -> None:
+        """`lag` is None while consumer lag is off: its families have no samples."""
         self._server = server
         self._runtime = runtime
         self._groups = groups
@@ -81,6 +88,7 @@ class CoordinatorCollector(Collector):
         self._version = version
         self._cluster = cluster
         self._transactions = transactions
+        self._lag = lag
         self.started = time.monotonic()
 
     def collect(self) -> Iterable[Metric]:
@@ -90,6 +98,7 @@ class CoordinatorCollector(Collector):
         yield from self._collect_groups()
         yield from self._collect_cluster(snapshot.cluster)
         yield from self._collect_transactions(snapshot)
+        yield from self._collect_consumer_lag()
 
     def _collect_server(self, snapshot: Snapshot) -> Iterator[Metric]:
         server = self._server
@@ -116,6 +125,12 @@ class CoordinatorCollector(Collector):
             "coordinator_requests_in_flight",
             "Requests received and not answered yet.",
             value=snapshot.requests_in_flight,
+        )
+        yield _histogram(
+            "coordinator_event_loop_lag_seconds",
+            "How late the event loop ran a timer due every 0.5 s: how long requests, timers "
+            "and appends waited for the loop meanwhile.",
+            server.event_loop_lag,
         )
         yield GaugeMetricFamily(
             "coordinator_connections_open",
@@ -168,9 +183,22 @@ class CoordinatorCollector(Collector):
         for partition, count in sorted(snapshot.uncommitted_offsets.items()):
             uncommitted.add_metric([str(partition)], count)
         yield uncommitted
-        groups = GaugeMetricFamily("coordinator_groups", "Groups by state.", labels=["state"])
-        for state, count in sorted(snapshot.groups_by_state.items()):
-            groups.add_metric([state], count)
+        committed = GaugeMetricFamily(
+            "coordinator_committed_offsets",
+            "Committed offsets held (one per group and topic partition), by log partition "
+            "(Kafka's NumOffsets).",
+            labels=["partition"],
+        )
+        for partition, count in sorted(snapshot.committed_offsets.items()):
+            committed.add_metric([str(partition)], count)
+        yield committed
+        groups = GaugeMetricFamily(
+            "coordinator_groups", "Groups by state (every state, 0 included).", labels=["state"]
+        )
+        for group_state in ClassicGroupState:
+            groups.add_metric(
+                [group_state.value], snapshot.groups_by_state.get(group_state.value, 0)
+            )
         yield groups
         yield GaugeMetricFamily(
             "coordinator_group_members", "Members of all groups.", value=snapshot.members
@@ -182,6 +210,12 @@ class CoordinatorCollector(Collector):
             "coordinator_event_queue_time_seconds",
             "Time a write operation waited in its partition's queue.",
             runtime.queue_time,
+        )
+        yield _histogram(
+            "coordinator_event_processing_time_seconds",
+            "Time a write operation ran on its partition: the operation, the replay of its "
+            "records and their place in the batch (not the wait for the log).",
+            runtime.processing_time,
         )
         yield _histogram(
             "coordinator_write_batch_records", "Records per appended batch.", runtime.batch_records
@@ -371,6 +405,32 @@ class CoordinatorCollector(Collector):
             "coordinator_transaction_marker_retries",
             "Markers sent again (no answer, a retriable error, the leader moved).",
             None if figures is None else figures.marker_retries,
+        )
+
+    def _collect_consumer_lag(self) -> Iterator[Metric]:
+        """Consumer lag, the one family labelled by group: no samples while it is off."""
+        lag = self._lag
+        family = GaugeMetricFamily(
+            "coordinator_consumer_group_lag",
+            "Messages a group has not consumed: the partition's log end offset on the data "
+            "cluster minus the group's committed offset (0 at least), as of the last refresh.",
+            labels=["group", "topic", "partition"],
+        )
+        if lag is not None:
+            for (group, topic, partition), messages in lag.lag.items():
+                family.add_metric([group, topic, str(partition)], messages)
+        yield family
+        yield _counter(
+            "coordinator_consumer_group_lag_series_dropped",
+            "Committed offsets left out of coordinator_consumer_group_lag by --lag-max-series, "
+            "counted at each refresh.",
+            None if lag is None else lag.series_dropped,
+        )
+        yield _counter(
+            "coordinator_consumer_group_lag_refresh_failures",
+            "Lag refreshes that could not read every end offset they needed from the data "
+            "cluster (the partitions not read are missing until the next).",
+            None if lag is None else lag.refresh_failures,
         )
 
 
