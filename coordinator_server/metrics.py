@@ -71,6 +71,12 @@ class Histogram:
         self._count += len(values)
         self._total += sum(values)
 
+    def observe_zeros(self, times: int) -> None:
+        """Count `times` observations of 0 (in the first bucket: every bound is above 0)."""
+        assert self.bounds[0] > 0
+        self._counts[0] += times
+        self._count += times
+
     def _settle(self) -> None:
         if self._pending:
             pending, self._pending = self._pending, []
@@ -166,8 +172,9 @@ _API_AND_ERROR = itemgetter(0, 1)
 
 class RuntimeMetrics:
     """What the runtime reports as it writes and loads (see CoordinatorRuntime). Every write
-    operation reports its queue and processing times (`event_ran`, a heartbeat's path too):
-    one append of the pair, counted into both histograms in bulk."""
+    operation reports its queue and processing times (`event_ran`, a heartbeat's path too),
+    counted into their histograms in bulk; most ran at once, without waiting in a queue,
+    and their zeros are only counted."""
 
     def __init__(self) -> None:
         self.batch_records = Histogram(SIZE_BUCKETS)
@@ -178,7 +185,9 @@ class RuntimeMetrics:
         self.records_loaded = 0
         self._queue_time = Histogram(LATENCY_BUCKETS_S)
         self._processing_time = Histogram(LATENCY_BUCKETS_S)
-        self._ran: list[tuple[float, float]] = []
+        self._queued: list[float] = []
+        self._processing: list[float] = []
+        self._ran_at_once = 0
 
     def batch_appended(self, records: int, size_bytes: int, seconds: float) -> None:
         self.batch_records.observe(records)
@@ -189,9 +198,13 @@ class RuntimeMetrics:
         self.append_failures += 1
 
     def event_ran(self, queued_seconds: float, processing_seconds: float) -> None:
-        ran = self._ran
-        ran.append((queued_seconds, processing_seconds))
-        if len(ran) >= PENDING_OBSERVATIONS:
+        processing = self._processing
+        processing.append(processing_seconds)
+        if queued_seconds:
+            self._queued.append(queued_seconds)
+        else:
+            self._ran_at_once += 1
+        if len(processing) >= PENDING_OBSERVATIONS:
             self._settle()
 
     @property
@@ -207,11 +220,13 @@ class RuntimeMetrics:
         return self._processing_time
 
     def _settle(self) -> None:
-        ran = self._ran
-        if ran:
-            self._ran = []
-            self._queue_time.observe_all([queued for queued, _ in ran])
-            self._processing_time.observe_all([processing for _, processing in ran])
+        if self._processing:
+            queued, self._queued = self._queued, []
+            processing, self._processing = self._processing, []
+            self._queue_time.observe_all(queued)
+            self._queue_time.observe_zeros(self._ran_at_once)
+            self._ran_at_once = 0
+            self._processing_time.observe_all(processing)
 
     def partition_loaded(self, seconds: float, records: int) -> None:
         self.load_duration.observe(seconds)
