@@ -36,7 +36,7 @@ from coordinator_server.metrics import (
     TransactionMetrics,
 )
 from coordinator_server.offsets.manager import OffsetsConfig
-from coordinator_server.prometheus import CoordinatorCollector, Snapshot
+from coordinator_server.prometheus import CoordinatorCollector, Snapshot, lag_exposition
 from coordinator_server.request_limits import RequestLimits
 from coordinator_server.runtime.batch import BATCH_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES
 from coordinator_server.runtime.clock import RuntimeClock, SystemClock
@@ -511,7 +511,13 @@ class CoordinatorApp:
                 self.lag_metrics,
             )
         )
-        return OperatorHttpServer(registry, self.readiness, self.status)
+        lag = self.lag_metrics
+        return OperatorHttpServer(
+            registry,
+            self.readiness,
+            self.status,
+            appendix=None if lag is None else lambda: lag_exposition(lag),
+        )
 
     def _partition_states(self) -> dict[int, str]:
         runtime = self.runtime

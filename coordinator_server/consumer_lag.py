@@ -33,6 +33,7 @@ from aiokafka.errors import KafkaError
 from aiokafka.protocol.offset import OffsetRequest
 
 from coordinator_server.metrics import ConsumerLagMetrics
+from coordinator_server.prometheus import LAG_HEADER, lag_samples
 from coordinator_server.storage.error_codes import UNKNOWN_TOPIC_OR_PARTITION
 from coordinator_server.storage.kafka_metadata import MetadataRequestWithoutAutoCreation
 from coordinator_server.storage.kafka_security import KafkaSecurity
@@ -150,8 +151,10 @@ class ConsumerLag:
             end = ends.ends.get((topic, partition))
             if end is not None:
                 lag[(group, topic, partition)] = max(0, end - committed)
+        exposition = await self._render(lag)
         metrics = self.metrics
         metrics.lag = lag
+        metrics.exposition = exposition
         metrics.series_dropped += dropped
         if dropped and not self._warned_dropped:
             self._warned_dropped = True
@@ -175,6 +178,16 @@ class ConsumerLag:
         elif self._failing:
             self._failing = False
             log.info("consumer lag: end offsets read again from %s", self._bootstrap_servers)
+
+    @staticmethod
+    async def _render(lag: dict[tuple[str, str, int], int]) -> bytes:
+        """The lag family's text, in slices with the event loop free between them."""
+        parts = [LAG_HEADER]
+        items = list(lag.items())
+        for start in range(0, len(items), OFFSETS_PER_SLICE):
+            parts.append(lag_samples(items[start : start + OFFSETS_PER_SLICE]))
+            await asyncio.sleep(0)
+        return "".join(parts).encode()
 
     async def _read_committed(self) -> tuple[list[CommittedOffset], int]:
         """Up to `max_series` committed offsets (negative ones are no position: skipped), in

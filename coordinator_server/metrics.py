@@ -334,6 +334,8 @@ class ConsumerLagMetrics:
     # Each committed offset's lag behind its data partition's log end offset, by (group,
     # topic, partition): the latest refresh's, replaced whole at each refresh.
     lag: dict[tuple[str, str, int], int] = field(default_factory=dict)
+    # `lag` in Prometheus's text format, rendered with it (see `prometheus.lag_samples`).
+    exposition: bytes = b""
     # Committed offsets left out of `lag` by its bound on series, summed over refreshes.
     series_dropped: int = 0
     # Refreshes that could not read every end offset they needed (the data cluster or a

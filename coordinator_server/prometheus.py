@@ -35,6 +35,35 @@ from coordinator_server.server.connection_events import RefusalReason, ServerClo
 from protocol.api_keys import api_name
 from protocol.errors import ErrorCode
 
+LAG_FAMILY = "coordinator_consumer_group_lag"
+_LAG_HELP = (
+    "Messages a group has not consumed: the partition's log end offset on the data cluster "
+    "minus the group's committed offset (0 at least), as of the last refresh."
+)
+LAG_HEADER = f"# HELP {LAG_FAMILY} {_LAG_HELP}\n# TYPE {LAG_FAMILY} gauge\n"
+"""The lag family's text without samples."""
+
+
+def lag_samples(lag: Iterable[tuple[tuple[str, str, int], int]]) -> str:
+    """The lag family's samples in Prometheus's text format. The family is rendered here, as
+    the refresh computes it (in slices), not by prometheus_client at each scrape: 10,000
+    series cost a scrape about 90 ms of the event loop that way, and 13 ms here."""
+    return "".join(
+        f'{LAG_FAMILY}{{group="{_escape(group)}",topic="{_escape(topic)}",'
+        f'partition="{partition}"}} {messages}\n'
+        for (group, topic, partition), messages in lag
+    )
+
+
+def lag_exposition(lag: ConsumerLagMetrics) -> bytes:
+    """The lag family as /metrics serves it beside the collector's families."""
+    return lag.exposition or LAG_HEADER.encode()
+
+
+def _escape(value: str) -> str:
+    """A label value in the text format: backslash, double quote and line feed escaped."""
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
 
 def error_name(code: int) -> str:
     try:
@@ -408,18 +437,11 @@ class CoordinatorCollector(Collector):
         )
 
     def _collect_consumer_lag(self) -> Iterator[Metric]:
-        """Consumer lag, the one family labelled by group: no samples while it is off."""
+        """Consumer lag's counters; its gauge, the one family labelled by group, comes from
+        `lag_exposition` while lag is on, and without samples from here while it is off."""
         lag = self._lag
-        family = GaugeMetricFamily(
-            "coordinator_consumer_group_lag",
-            "Messages a group has not consumed: the partition's log end offset on the data "
-            "cluster minus the group's committed offset (0 at least), as of the last refresh.",
-            labels=["group", "topic", "partition"],
-        )
-        if lag is not None:
-            for (group, topic, partition), messages in lag.lag.items():
-                family.add_metric([group, topic, str(partition)], messages)
-        yield family
+        if lag is None:
+            yield GaugeMetricFamily(LAG_FAMILY, _LAG_HELP, labels=["group", "topic", "partition"])
         yield _counter(
             "coordinator_consumer_group_lag_series_dropped",
             "Committed offsets left out of coordinator_consumer_group_lag by --lag-max-series, "

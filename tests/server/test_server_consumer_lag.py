@@ -38,6 +38,8 @@ def scrape(server: ServerProcess) -> Samples:
         text = reply.read().decode()
     samples: Samples = {}
     for family in text_string_to_metric_families(text):
+        # A family twice would be a broken exposition (the lag's is rendered apart).
+        assert family.name not in samples, family.name
         samples.setdefault(family.name, {})
         for sample in family.samples:
             labels = tuple(sorted(sample.labels.items()))

@@ -6,6 +6,7 @@ from bisect import bisect_left
 
 from hypothesis import given
 from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator_server.metrics import (
     LATENCY_BUCKETS_S,
@@ -15,6 +16,7 @@ from coordinator_server.metrics import (
     RuntimeMetrics,
     ServerMetrics,
 )
+from coordinator_server.prometheus import LAG_FAMILY, LAG_HEADER, lag_samples
 
 seconds = st.one_of(
     st.sampled_from([0.0, *LATENCY_BUCKETS_S, 1e9]),
@@ -115,3 +117,26 @@ def test_events_are_counted_with_their_queue_and_processing_times(
     assert metrics.queue_time.count == metrics.processing_time.count == len(ran)
     assert abs(metrics.queue_time.total - sum(queued_values)) <= 1e-6 * max(1.0, sum(queued_values))
     assert len(metrics._processing) < PENDING_OBSERVATIONS
+
+
+@given(
+    st.dictionaries(
+        st.tuples(st.text(max_size=20), st.text(max_size=20), st.integers(0, 2**31 - 1)),
+        st.integers(0, 2**62),
+        max_size=20,
+    )
+)
+def test_the_lag_family_s_text_parses_back_to_the_same_series(
+    lag: dict[tuple[str, str, int], int],
+) -> None:
+    """Group ids and topic names are the clients' (quotes, backslashes, line feeds, any
+    character): rendered by hand for speed, the text must mean what prometheus_client's
+    own rendering would."""
+    text = LAG_HEADER + lag_samples(lag.items())
+    (family,) = text_string_to_metric_families(text)
+    assert family.name == LAG_FAMILY and family.type == "gauge"
+    parsed = {
+        (s.labels["group"], s.labels["topic"], int(s.labels["partition"])): s.value
+        for s in family.samples
+    }
+    assert parsed == lag
