@@ -7,16 +7,18 @@ import gc
 import logging
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, GCCollector, ProcessCollector
 
 from coordinator_server import __version__
 from coordinator_server.cluster.node import ClusterNode, ClusterSettings
 from coordinator_server.cluster.ownership import PartitionOwnership
 from coordinator_server.config import CoordinatorConfig
+from coordinator_server.consumer_lag import CommittedOffset, ConsumerLag
 from coordinator_server.groups.store import GroupsConfig
+from coordinator_server.loop_lag import EventLoopLag
 from coordinator_server.markers import (
     KafkaTransactionsCheckError,
     KafkaTxnMarkerWriter,
@@ -26,6 +28,7 @@ from coordinator_server.markers.completion import TxnCompletions
 from coordinator_server.markers.peers import NodePeers
 from coordinator_server.metrics import (
     ClusterMetrics,
+    ConsumerLagMetrics,
     GroupMetrics,
     RuntimeMetrics,
     ServerMetrics,
@@ -33,7 +36,7 @@ from coordinator_server.metrics import (
     TransactionMetrics,
 )
 from coordinator_server.offsets.manager import OffsetsConfig
-from coordinator_server.prometheus import CoordinatorCollector, Snapshot
+from coordinator_server.prometheus import CoordinatorCollector, Snapshot, lag_exposition
 from coordinator_server.request_limits import RequestLimits
 from coordinator_server.runtime.batch import BATCH_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES
 from coordinator_server.runtime.clock import RuntimeClock, SystemClock
@@ -150,6 +153,10 @@ class CoordinatorApp:
         self.group_metrics = GroupMetrics()
         self.cluster_metrics = ClusterMetrics()
         self.transaction_metrics = TransactionMetrics()
+        # None while consumer lag is off (no data cluster, or --lag-refresh-interval-ms 0).
+        self.lag_metrics = ConsumerLagMetrics() if config.lag_cluster else None
+        self.consumer_lag: ConsumerLag | None = None
+        self.loop_lag: EventLoopLag | None = None
         self.http: OperatorHttpServer | None = None
         self.started_monotonic = time.monotonic()
         self._stop = asyncio.Event()
@@ -166,6 +173,8 @@ class CoordinatorApp:
     async def start(self) -> None:
         config = self.config
         started = time.monotonic()
+        self.loop_lag = EventLoopLag(self.server_metrics.event_loop_lag)
+        self.loop_lag.start()
         self.log = log = self.log or build_log(config)
         log.register_failure_listener(self._on_log_failure)
         await log.start()
@@ -316,6 +325,7 @@ class CoordinatorApp:
                 gc.freeze()
                 gc.enable()
         load_s = time.monotonic() - loading
+        self._start_consumer_lag()
         records = self.runtime_metrics.records_loaded
         active = sum(s is CoordinatorState.ACTIVE for s in runtime.partitions().values())
         logger.info(
@@ -398,6 +408,41 @@ class CoordinatorApp:
         service.serve_transactions(transactions.handlers)
         completions.start()
 
+    def _start_consumer_lag(self) -> None:
+        config = self.config
+        bootstrap_servers = config.lag_cluster
+        if bootstrap_servers is None or self.lag_metrics is None:
+            return
+        self.consumer_lag = ConsumerLag(
+            bootstrap_servers,
+            security=config.kafka_security,
+            committed=self._committed_offsets,
+            total_offsets=self._total_offsets,
+            metrics=self.lag_metrics,
+            interval_ms=config.lag_refresh_interval_ms,
+            max_series=config.lag_max_series,
+            request_timeout_ms=config.offsets_commit_timeout_ms,
+        )
+        self.consumer_lag.start()
+
+    def _active_shards(self) -> Iterator[tuple[int, GroupCoordinatorShard]]:
+        runtime = self.runtime
+        if runtime is None:
+            return
+        for partition in sorted(runtime.partitions()):
+            shard = runtime.shard(partition)
+            if shard is not None:
+                yield partition, shard
+
+    def _committed_offsets(self) -> Iterator[CommittedOffset]:
+        """Every committed offset of the ACTIVE partitions, for the consumer lag (which
+        reads it in slices, the event loop running in between)."""
+        for _, shard in self._active_shards():
+            yield from shard.committed_offsets()
+
+    def _total_offsets(self) -> int:
+        return sum(shard.num_offsets() for _, shard in self._active_shards())
+
     def _may_serve(self) -> bool:
         cluster = self.cluster
         return cluster is not None and cluster.may_serve()
@@ -451,6 +496,9 @@ class CoordinatorApp:
 
     def _operator_http(self) -> OperatorHttpServer:
         registry = CollectorRegistry(auto_describe=False)
+        # CPU, memory and file descriptors (Linux's /proc), and the garbage collector.
+        ProcessCollector(registry=registry)
+        GCCollector(registry=registry)
         registry.register(
             CoordinatorCollector(
                 self.server_metrics,
@@ -460,9 +508,16 @@ class CoordinatorApp:
                 __version__,
                 self.cluster_metrics,
                 self.transaction_metrics,
+                self.lag_metrics,
             )
         )
-        return OperatorHttpServer(registry, self.readiness, self.status)
+        lag = self.lag_metrics
+        return OperatorHttpServer(
+            registry,
+            self.readiness,
+            self.status,
+            appendix=None if lag is None else lambda: lag_exposition(lag),
+        )
 
     def _partition_states(self) -> dict[int, str]:
         runtime = self.runtime
@@ -536,6 +591,9 @@ class CoordinatorApp:
         partitions: dict[str, int] = {}
         queue_depth = 0
         uncommitted: dict[int, int] = {}
+        committed_offsets = {
+            partition: shard.num_offsets() for partition, shard in self._active_shards()
+        }
         if runtime is not None:
             for partition, state in runtime.partitions().items():
                 partitions[state.name] = partitions.get(state.name, 0) + 1
@@ -551,6 +609,7 @@ class CoordinatorApp:
             partitions_by_state=partitions,
             queue_depth=queue_depth,
             uncommitted_offsets=uncommitted,
+            committed_offsets=committed_offsets,
             groups_by_state=groups,
             members=members,
             log_failed=self._log_failure() is not None,
@@ -668,6 +727,9 @@ class CoordinatorApp:
     async def shutdown(self) -> None:
         """Stop accepting, answer what is in flight, flush the log, close."""
         timeout_s = self.config.shutdown_timeout_ms / 1000
+        if self.consumer_lag is not None:
+            await self.consumer_lag.stop()
+            self.consumer_lag = None
         if self.ownership is not None:
             await self.ownership.close()
             self.ownership = None
@@ -699,6 +761,9 @@ class CoordinatorApp:
         if self.log is not None:
             await self.log.close()
             self.log = None
+        if self.loop_lag is not None:
+            await self.loop_lag.stop()
+            self.loop_lag = None
         logger.info("stopped")
 
 

@@ -56,6 +56,24 @@ class CoordinatorConfig(BaseSettings):
         description="HTTP port of /metrics, /healthz, /readyz, /status "
         "(0: any free port; -1: off).",
     )
+    lag_refresh_interval_ms: int = Field(
+        defaults.LAG_REFRESH_INTERVAL_MS,
+        ge=0,
+        description="How often each group's consumer lag (its committed offsets against the "
+        "data cluster's log end offsets) is computed for /metrics (0: off). Needs a Kafka "
+        "cluster: --lag-bootstrap-servers, or the log's.",
+    )
+    lag_max_series: int = Field(
+        defaults.LAG_MAX_SERIES,
+        ge=1,
+        description="The most (group, topic, partition) series of consumer lag on /metrics; "
+        "the committed offsets past it are left out and counted.",
+    )
+    lag_bootstrap_servers: str | None = Field(
+        None,
+        description="The Kafka cluster the consumers read from, for their lag (default: the "
+        "log's --bootstrap-servers; the --kafka-* security settings apply).",
+    )
     log_format: Literal["text", "json"] = Field(
         "text", description="Log lines as plain text or as JSON objects."
     )
@@ -488,6 +506,13 @@ class CoordinatorConfig(BaseSettings):
     def clustered(self) -> bool:
         """Whether this node shares its log with others (the Kafka log, cluster on)."""
         return bool(self.bootstrap_servers) and self.cluster == "on"
+
+    @property
+    def lag_cluster(self) -> str | None:
+        """The data cluster whose end offsets the consumer lag reads (None: lag is off)."""
+        if self.lag_refresh_interval_ms == 0:
+            return None
+        return self.lag_bootstrap_servers or self.bootstrap_servers or None
 
     @property
     def transactions_wanted(self) -> bool:

@@ -94,3 +94,8 @@ TRANSACTION_MAX_QUEUED_MARKERS = 100_000
 # (markers on their way) before it is answered CONCURRENT_TRANSACTIONS: a producer's next
 # transaction starts as soon as the last one ended, not a client back-off later.
 TRANSACTION_CONCURRENT_WAIT_MS = 100
+
+# Consumer lag on /metrics: how often the data cluster's end offsets are read (0: never), and
+# the most (group, topic, partition) series reported.
+LAG_REFRESH_INTERVAL_MS = 30_000
+LAG_MAX_SERIES = 10_000

@@ -71,6 +71,12 @@ class Histogram:
         self._count += len(values)
         self._total += sum(values)
 
+    def observe_zeros(self, times: int) -> None:
+        """Count `times` observations of 0 (in the first bucket: every bound is above 0)."""
+        assert self.bounds[0] > 0
+        self._counts[0] += times
+        self._count += times
+
     def _settle(self) -> None:
         if self._pending:
             pending, self._pending = self._pending, []
@@ -116,6 +122,9 @@ class ServerMetrics:
         self.connections_refused: Counter[str] = Counter()
         self.connections_closed: Counter[str] = Counter()
         self.malformed_frames = 0
+        # How late the event loop ran a periodic timer (`loop_lag`): time every callback,
+        # request and timer of the process waited for the loop.
+        self.event_loop_lag = Histogram(LATENCY_BUCKETS_S)
         self._requests: Counter[tuple[int, int]] = Counter()
         self._latency: dict[int, Histogram] = {}
         self._pending: list[tuple[int, int, float]] = []
@@ -161,17 +170,24 @@ class ServerMetrics:
 _API_AND_ERROR = itemgetter(0, 1)
 
 
-@dataclass
 class RuntimeMetrics:
-    """What the runtime reports as it writes and loads (see CoordinatorRuntime)."""
+    """What the runtime reports as it writes and loads (see CoordinatorRuntime). Every write
+    operation reports its queue and processing times (`event_ran`, a heartbeat's path too),
+    counted into their histograms in bulk; most ran at once, without waiting in a queue,
+    and their zeros are only counted."""
 
-    batch_records: Histogram = field(default_factory=lambda: Histogram(SIZE_BUCKETS))
-    batch_bytes: Histogram = field(default_factory=lambda: Histogram(BYTES_BUCKETS))
-    append_latency: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS_S))
-    queue_time: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS_S))
-    load_duration: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS_S))
-    append_failures: int = 0
-    records_loaded: int = 0
+    def __init__(self) -> None:
+        self.batch_records = Histogram(SIZE_BUCKETS)
+        self.batch_bytes = Histogram(BYTES_BUCKETS)
+        self.append_latency = Histogram(LATENCY_BUCKETS_S)
+        self.load_duration = Histogram(LATENCY_BUCKETS_S)
+        self.append_failures = 0
+        self.records_loaded = 0
+        self._queue_time = Histogram(LATENCY_BUCKETS_S)
+        self._processing_time = Histogram(LATENCY_BUCKETS_S)
+        self._queued: list[float] = []
+        self._processing: list[float] = []
+        self._ran_at_once = 0
 
     def batch_appended(self, records: int, size_bytes: int, seconds: float) -> None:
         self.batch_records.observe(records)
@@ -181,8 +197,36 @@ class RuntimeMetrics:
     def append_failed(self) -> None:
         self.append_failures += 1
 
-    def event_queued(self, seconds: float) -> None:
-        self.queue_time.observe(seconds)
+    def event_ran(self, queued_seconds: float, processing_seconds: float) -> None:
+        processing = self._processing
+        processing.append(processing_seconds)
+        if queued_seconds:
+            self._queued.append(queued_seconds)
+        else:
+            self._ran_at_once += 1
+        if len(processing) >= PENDING_OBSERVATIONS:
+            self._settle()
+
+    @property
+    def queue_time(self) -> Histogram:
+        """Time a write operation waited in its partition's queue (0 if it ran at once)."""
+        self._settle()
+        return self._queue_time
+
+    @property
+    def processing_time(self) -> Histogram:
+        """Time a write operation ran on its partition."""
+        self._settle()
+        return self._processing_time
+
+    def _settle(self) -> None:
+        if self._processing:
+            queued, self._queued = self._queued, []
+            processing, self._processing = self._processing, []
+            self._queue_time.observe_all(queued)
+            self._queue_time.observe_zeros(self._ran_at_once)
+            self._ran_at_once = 0
+            self._processing_time.observe_all(processing)
 
     def partition_loaded(self, seconds: float, records: int) -> None:
         self.load_duration.observe(seconds)
@@ -281,3 +325,19 @@ class TransactionFigures:
     # WriteTxnMarkers requests sent to the Kafka cluster, and markers sent again.
     marker_requests: int
     marker_retries: int
+
+
+@dataclass
+class ConsumerLagMetrics:
+    """What the consumer lag's refreshes found (`consumer_lag`), read at scrape time."""
+
+    # Each committed offset's lag behind its data partition's log end offset, by (group,
+    # topic, partition): the latest refresh's, replaced whole at each refresh.
+    lag: dict[tuple[str, str, int], int] = field(default_factory=dict)
+    # `lag` in Prometheus's text format, rendered with it (see `prometheus.lag_samples`).
+    exposition: bytes = b""
+    # Committed offsets left out of `lag` by its bound on series, summed over refreshes.
+    series_dropped: int = 0
+    # Refreshes that could not read every end offset they needed (the data cluster or a
+    # leader did not answer): the partitions not read are missing from `lag` until the next.
+    refresh_failures: int = 0

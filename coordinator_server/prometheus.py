@@ -1,7 +1,8 @@
 """Prometheus metrics, read out at scrape time: one collector turns the counters every layer
 keeps (`metrics`) and figures read from live objects (`Snapshot`) into metric families.
 Names follow Prometheus's rules: prefix `coordinator_`, base units, `_total` counters, and
-never a group or member id as a label.
+never a group or member id as a label but in one family, the consumer lag's (bounded by
+`--lag-max-series`).
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from coordinator_server.groups.classic import ClassicGroupState
 from coordinator_server.metrics import (
     ClusterGauges,
     ClusterMetrics,
+    ConsumerLagMetrics,
     GroupMetrics,
     Histogram,
     RuntimeMetrics,
@@ -31,6 +34,35 @@ from coordinator_server.metrics import (
 from coordinator_server.server.connection_events import RefusalReason, ServerCloseReason
 from protocol.api_keys import api_name
 from protocol.errors import ErrorCode
+
+LAG_FAMILY = "coordinator_consumer_group_lag"
+_LAG_HELP = (
+    "Messages a group has not consumed: the partition's log end offset on the data cluster "
+    "minus the group's committed offset (0 at least), as of the last refresh."
+)
+LAG_HEADER = f"# HELP {LAG_FAMILY} {_LAG_HELP}\n# TYPE {LAG_FAMILY} gauge\n"
+"""The lag family's text without samples."""
+
+
+def lag_samples(lag: Iterable[tuple[tuple[str, str, int], int]]) -> str:
+    """The lag family's samples in Prometheus's text format. The family is rendered here, as
+    the refresh computes it (in slices), not by prometheus_client at each scrape: 10,000
+    series cost a scrape about 90 ms of the event loop that way, and 13 ms here."""
+    return "".join(
+        f'{LAG_FAMILY}{{group="{_escape(group)}",topic="{_escape(topic)}",'
+        f'partition="{partition}"}} {messages}\n'
+        for (group, topic, partition), messages in lag
+    )
+
+
+def lag_exposition(lag: ConsumerLagMetrics) -> bytes:
+    """The lag family as /metrics serves it beside the collector's families."""
+    return lag.exposition or LAG_HEADER.encode()
+
+
+def _escape(value: str) -> str:
+    """A label value in the text format: backslash, double quote and line feed escaped."""
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
 def error_name(code: int) -> str:
@@ -49,6 +81,8 @@ class Snapshot:
     partitions_by_state: dict[str, int]
     queue_depth: int
     uncommitted_offsets: dict[int, int]
+    # Committed offsets held, by ACTIVE log partition.
+    committed_offsets: dict[int, int]
     groups_by_state: dict[str, int]
     members: int
     log_failed: bool = False
@@ -73,7 +107,9 @@ class CoordinatorCollector(Collector):
         version: str,
         cluster: ClusterMetrics | None = None,
         transactions: TransactionMetrics | None = None,
+        lag: ConsumerLagMetrics | None = None,
     ) -> None:
+        """`lag` is None while consumer lag is off: its families have no samples."""
         self._server = server
         self._runtime = runtime
         self._groups = groups
@@ -81,6 +117,7 @@ class CoordinatorCollector(Collector):
         self._version = version
         self._cluster = cluster
         self._transactions = transactions
+        self._lag = lag
         self.started = time.monotonic()
 
     def collect(self) -> Iterable[Metric]:
@@ -90,6 +127,7 @@ class CoordinatorCollector(Collector):
         yield from self._collect_groups()
         yield from self._collect_cluster(snapshot.cluster)
         yield from self._collect_transactions(snapshot)
+        yield from self._collect_consumer_lag()
 
     def _collect_server(self, snapshot: Snapshot) -> Iterator[Metric]:
         server = self._server
@@ -116,6 +154,12 @@ class CoordinatorCollector(Collector):
             "coordinator_requests_in_flight",
             "Requests received and not answered yet.",
             value=snapshot.requests_in_flight,
+        )
+        yield _histogram(
+            "coordinator_event_loop_lag_seconds",
+            "How late the event loop ran a timer due every 0.5 s: how long requests, timers "
+            "and appends waited for the loop meanwhile.",
+            server.event_loop_lag,
         )
         yield GaugeMetricFamily(
             "coordinator_connections_open",
@@ -168,9 +212,22 @@ class CoordinatorCollector(Collector):
         for partition, count in sorted(snapshot.uncommitted_offsets.items()):
             uncommitted.add_metric([str(partition)], count)
         yield uncommitted
-        groups = GaugeMetricFamily("coordinator_groups", "Groups by state.", labels=["state"])
-        for state, count in sorted(snapshot.groups_by_state.items()):
-            groups.add_metric([state], count)
+        committed = GaugeMetricFamily(
+            "coordinator_committed_offsets",
+            "Committed offsets held (one per group and topic partition), by log partition "
+            "(Kafka's NumOffsets).",
+            labels=["partition"],
+        )
+        for partition, count in sorted(snapshot.committed_offsets.items()):
+            committed.add_metric([str(partition)], count)
+        yield committed
+        groups = GaugeMetricFamily(
+            "coordinator_groups", "Groups by state (every state, 0 included).", labels=["state"]
+        )
+        for group_state in ClassicGroupState:
+            groups.add_metric(
+                [group_state.value], snapshot.groups_by_state.get(group_state.value, 0)
+            )
         yield groups
         yield GaugeMetricFamily(
             "coordinator_group_members", "Members of all groups.", value=snapshot.members
@@ -182,6 +239,12 @@ class CoordinatorCollector(Collector):
             "coordinator_event_queue_time_seconds",
             "Time a write operation waited in its partition's queue.",
             runtime.queue_time,
+        )
+        yield _histogram(
+            "coordinator_event_processing_time_seconds",
+            "Time a write operation ran on its partition: the operation, the replay of its "
+            "records and their place in the batch (not the wait for the log).",
+            runtime.processing_time,
         )
         yield _histogram(
             "coordinator_write_batch_records", "Records per appended batch.", runtime.batch_records
@@ -371,6 +434,25 @@ class CoordinatorCollector(Collector):
             "coordinator_transaction_marker_retries",
             "Markers sent again (no answer, a retriable error, the leader moved).",
             None if figures is None else figures.marker_retries,
+        )
+
+    def _collect_consumer_lag(self) -> Iterator[Metric]:
+        """Consumer lag's counters; its gauge, the one family labelled by group, comes from
+        `lag_exposition` while lag is on, and without samples from here while it is off."""
+        lag = self._lag
+        if lag is None:
+            yield GaugeMetricFamily(LAG_FAMILY, _LAG_HELP, labels=["group", "topic", "partition"])
+        yield _counter(
+            "coordinator_consumer_group_lag_series_dropped",
+            "Committed offsets left out of coordinator_consumer_group_lag by --lag-max-series, "
+            "counted at each refresh.",
+            None if lag is None else lag.series_dropped,
+        )
+        yield _counter(
+            "coordinator_consumer_group_lag_refresh_failures",
+            "Lag refreshes that could not read every end offset they needed from the data "
+            "cluster (the partitions not read are missing until the next).",
+            None if lag is None else lag.refresh_failures,
         )
 
 

@@ -131,6 +131,9 @@ class GroupCoordinatorShard:
         self.num_groups = groups.num_groups
         self.count_groups_by_state = groups.count_by_state
         self.num_members = groups.num_members
+        # The committed offsets held, and each of them (for the consumer lag).
+        self.num_offsets = offsets.num_offsets
+        self.committed_offsets = offsets.committed_offsets
         # And the transaction coordinator's: transactional ids by state, and the pending
         # transactional offsets.
         self.count_transactions_by_state = transactions.count_by_state

@@ -9,7 +9,7 @@ validates commits of group members and says which topics a group subscribes to.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from coordinator_server import defaults
@@ -628,6 +628,17 @@ class OffsetMetadataManager:
 
     def num_offsets(self) -> int:
         return sum(len(offsets) for offsets in self._offsets.values())
+
+    def committed_offsets(self) -> Iterator[tuple[str, str, int, int]]:
+        """Every committed offset as (group, topic, partition, offset), the latest state.
+        It may be resumed after the state changed (the consumer lag reads it in slices):
+        each group's offsets are copied before the first of them is given."""
+        for group in list(self._offsets):
+            offsets = self._offsets.get(group)
+            if offsets is None:
+                continue
+            for (topic, partition), value in list(offsets.items()):
+                yield group, topic, partition, value.offset
 
 
 def _fetched(partition: int, value: OffsetCommitValue | None) -> OffsetFetchResponsePartition:

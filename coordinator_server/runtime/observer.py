@@ -11,7 +11,12 @@ class RuntimeObserver(Protocol):
 
     def append_failed(self) -> None: ...
 
-    def event_queued(self, seconds: float) -> None: ...
+    def event_ran(self, queued_seconds: float, processing_seconds: float) -> None:
+        """A write operation ran on its partition (Kafka's event queue and processing
+        times): how long it waited in the partition's queue (0 for one run at once), and
+        how long it ran there (the operation, the replay of its records and their place in
+        the batch; not the wait for the log)."""
+        ...
 
     def partition_loaded(self, seconds: float, records: int) -> None: ...
 
@@ -27,7 +32,7 @@ class NoObserver:
     def append_failed(self) -> None:
         pass
 
-    def event_queued(self, seconds: float) -> None:
+    def event_ran(self, queued_seconds: float, processing_seconds: float) -> None:
         pass
 
     def partition_loaded(self, seconds: float, records: int) -> None:

@@ -397,10 +397,12 @@ class CoordinatorRuntime(Generic[S]):
             # as the event processor marks it (its protocol, spelt out here: two calls would
             # cost a heartbeat about 45 ns).
             queue.running = queue.inline = True
+            started = time.perf_counter()
             try:
                 return self._run_write(context, None, name, op, timeout_ms)
             finally:
                 queue.running = queue.inline = False
+                self._observer.event_ran(0.0, time.perf_counter() - started)
         return self._enqueue_write(context, name, op, timeout_ms, None)
 
     def parkable_write(
@@ -534,7 +536,14 @@ class CoordinatorRuntime(Generic[S]):
         """Run one event of the partition's queue: what the event processor calls."""
         try:
             if isinstance(event, WriteEvent):
-                self._run_write(context, event, event.name, event.op, event.timeout_ms)
+                started = time.perf_counter()
+                queued_at = event.queued_at
+                try:
+                    self._run_write(context, event, event.name, event.op, event.timeout_ms)
+                finally:
+                    self._observer.event_ran(
+                        started - queued_at if queued_at else 0.0, time.perf_counter() - started
+                    )
             elif isinstance(event, FlushEvent):
                 self._appender.flush_batch(context, event.batch_epoch)
             else:
@@ -593,11 +602,7 @@ class CoordinatorRuntime(Generic[S]):
         which gets an event only if it needs more than its answer, and a future only if it
         must wait for the log. The caller's outcome is returned.
         """
-        if event is None:
-            self._observer.event_queued(0.0)
-        else:
-            queued_at = event.queued_at
-            self._observer.event_queued(time.perf_counter() - queued_at if queued_at else 0.0)
+        if event is not None:
             if event.done():
                 # The caller gave up before the operation ran.
                 return event

@@ -35,8 +35,12 @@ class OperatorHttpServer:
         registry: CollectorRegistry,
         ready: Callable[[], Probe],
         status: Callable[[], object],
+        appendix: Callable[[], bytes] | None = None,
     ) -> None:
+        """`appendix()`: families /metrics serves after the registry's, already in the
+        text format (what would take long to render at each scrape)."""
         self._registry = registry
+        self._appendix = appendix
         self._ready = ready
         self._status = status
         self._server: asyncio.Server | None = None
@@ -81,7 +85,10 @@ class OperatorHttpServer:
 
     def _route(self, target: str) -> tuple[int, str, bytes]:
         if target == "/metrics":
-            return 200, CONTENT_TYPE_LATEST, generate_latest(self._registry)
+            body = generate_latest(self._registry)
+            if self._appendix is not None:
+                body += self._appendix()
+            return 200, CONTENT_TYPE_LATEST, body
         if target == "/healthz":
             return 200, "text/plain", b"ok\n"
         if target == "/readyz":

@@ -7,7 +7,8 @@ A test in this folder imports it as `metric_names`; a test elsewhere under tests
 Names are as PromQL sees them: counters with their `_total`, histograms without a suffix
 (their series are `_bucket`, `_sum` and `_count`). prometheus_client's text parser reports a
 counter's family without `_total`; its samples keep it. No family is labelled by group or
-member id.
+member id but the consumer lag's (`LAG_FAMILY`). Beside the coordinator's own, the server
+exports prometheus_client's process and garbage collector families (`PROCESS_METRICS`).
 """
 
 from __future__ import annotations
@@ -76,12 +77,15 @@ EXPORTED_METRICS: tuple[MetricFamily, ...] = (
     # Event queues.
     MetricFamily("coordinator_event_queue_depth", "gauge"),
     MetricFamily("coordinator_event_queue_time_seconds", "histogram"),
+    MetricFamily("coordinator_event_processing_time_seconds", "histogram"),
+    MetricFamily("coordinator_event_loop_lag_seconds", "histogram"),
     # Log writes.
     MetricFamily("coordinator_write_batch_records", "histogram"),
     MetricFamily("coordinator_write_batch_bytes", "histogram"),
     MetricFamily("coordinator_append_duration_seconds", "histogram"),
     MetricFamily("coordinator_append_failures_total", "counter"),
     MetricFamily("coordinator_uncommitted_offsets", "gauge", ("partition",)),
+    MetricFamily("coordinator_committed_offsets", "gauge", ("partition",)),
     # The node's place in its cluster (samples only with --cluster on).
     MetricFamily("coordinator_cluster_owned_partitions", "gauge"),
     MetricFamily("coordinator_cluster_standby_partitions", "gauge"),
@@ -106,6 +110,26 @@ EXPORTED_METRICS: tuple[MetricFamily, ...] = (
     MetricFamily("coordinator_transaction_markers_queued", "gauge"),
     MetricFamily("coordinator_transaction_marker_requests_total", "counter"),
     MetricFamily("coordinator_transaction_marker_retries_total", "counter"),
+    # Consumer lag (samples only with a data cluster and --lag-refresh-interval-ms above 0).
+    MetricFamily("coordinator_consumer_group_lag", "gauge", ("group", "topic", "partition")),
+    MetricFamily("coordinator_consumer_group_lag_series_dropped_total", "counter"),
+    MetricFamily("coordinator_consumer_group_lag_refresh_failures_total", "counter"),
+)
+
+# The one family labelled by group (its series bounded by --lag-max-series).
+LAG_FAMILY = "coordinator_consumer_group_lag"
+
+# prometheus_client's process collector (Linux) and garbage collector collector.
+PROCESS_METRICS: tuple[MetricFamily, ...] = (
+    MetricFamily("process_cpu_seconds_total", "counter"),
+    MetricFamily("process_resident_memory_bytes", "gauge"),
+    MetricFamily("process_virtual_memory_bytes", "gauge"),
+    MetricFamily("process_start_time_seconds", "gauge"),
+    MetricFamily("process_open_fds", "gauge"),
+    MetricFamily("process_max_fds", "gauge"),
+    MetricFamily("python_gc_objects_collected_total", "counter", ("generation",)),
+    MetricFamily("python_gc_objects_uncollectable_total", "counter", ("generation",)),
+    MetricFamily("python_gc_collections_total", "counter", ("generation",)),
 )
 
 METRICS_BY_NAME: dict[str, MetricFamily] = {family.name: family for family in EXPORTED_METRICS}
@@ -127,7 +151,7 @@ def series_names() -> dict[str, MetricFamily]:
     """Every series name a scrape can show (`_bucket`/`_sum`/`_count` for histograms), mapped to
     its family."""
     names: dict[str, MetricFamily] = {}
-    for family in EXPORTED_METRICS:
+    for family in (*EXPORTED_METRICS, *PROCESS_METRICS):
         if family.type == "histogram":
             for suffix in HISTOGRAM_SUFFIXES:
                 names[family.name + suffix] = family

@@ -20,7 +20,14 @@ from deploy_support import (
     load_yaml,
     query_problems,
 )
-from metric_names import EXPORTED_METRICS, METRICS_BY_NAME, family_of, series_names
+from metric_names import (
+    EXPORTED_METRICS,
+    LAG_FAMILY,
+    METRICS_BY_NAME,
+    PROCESS_METRICS,
+    family_of,
+    series_names,
+)
 
 
 @pytest.fixture(scope="module")
@@ -45,13 +52,18 @@ def test_metric_list_follows_prometheus_naming() -> None:
     for family in EXPORTED_METRICS:
         assert re.fullmatch(r"coordinator_[a-z]+(_[a-z]+)*", family.name), family.name
         assert family.name.endswith("_total") == (family.type == "counter"), family.name
-        assert not {"group", "group_id", "member", "member_id"} & set(family.labels)
+        if family.name != LAG_FAMILY:
+            assert not {"group", "group_id", "member", "member_id"} & set(family.labels)
         if family.type == "histogram":
             assert family.name.endswith(("_seconds", "_bytes", "_records")), family.name
     assert family_of("coordinator_append_duration_seconds_bucket") == (
         "coordinator_append_duration_seconds"
     )
     assert family_of("coordinator_requests_total") == "coordinator_requests_total"
+    assert METRICS_BY_NAME[LAG_FAMILY].labels == ("group", "topic", "partition")
+    for family in PROCESS_METRICS:
+        assert re.fullmatch(r"(process|python_gc)_[a-z]+(_[a-z]+)*", family.name), family.name
+        assert family.name.endswith("_total") == (family.type == "counter"), family.name
 
 
 # --- the dashboard -------------------------------------------------------------------------

@@ -30,6 +30,8 @@ REQUIRED_ALERTS = {
     "CoordinatorAppendFailures",
     "CoordinatorCommitLatencyHigh",
     "CoordinatorRebalanceStorm",
+    # Issue 24: consumer lag that keeps growing.
+    "CoordinatorConsumerLagGrowing",
 }
 
 
@@ -126,3 +128,17 @@ def test_readme_scrape_config_for_kubernetes_names_the_job() -> None:
     snippets = [yaml.safe_load(block) for block in blocks]
     jobs = [job for snippet in snippets for job in snippet.get("scrape_configs", [])]
     assert [job["job_name"] for job in jobs] == [SCRAPE_JOB]
+
+
+def test_the_lag_alert_watches_each_group_s_lag_and_its_growth(
+    alerts: list[dict[str, Any]],
+) -> None:
+    """Growing lag is a group's: both sides of the rule keep the group and only it, and the
+    growth is read over the last 10 minutes."""
+    by_name = {alert["alert"]: alert for alert in alerts}
+    rule = by_name["CoordinatorConsumerLagGrowing"]
+    parsed = parse_promql(rule["expr"])
+    assert [s.name for s in parsed.selectors] == ["coordinator_consumer_group_lag"] * 2
+    assert parsed.grouping_labels == {"group"}
+    assert "[10m]" in rule["expr"] and "deriv(" in rule["expr"]
+    assert rule["for"] == "10m"

@@ -114,6 +114,31 @@ def test_fetch_all_returns_every_committed_offset_of_the_group_only() -> None:
     assert fetch(ctx, "g") == {("a", 1): (1, -1, ""), ("b", 0): (2, -1, "")}
 
 
+def test_committed_offsets_are_read_whole_while_commits_change_them() -> None:
+    """The consumer lag reads them in slices, commits landing in between: nothing raises,
+    each offset is given once, and the count matches."""
+    ctx = ShardTestContext()
+    ctx.write(lambda s: s.commit_offset(commit_request("g", {("a", 0): 1, ("a", 1): 2})))
+    ctx.write(lambda s: s.commit_offset(commit_request("h", {("b", 0): 3})))
+    reading = ctx.shard.committed_offsets()
+    first = next(reading)
+    # A new group, a new partition of a group being read, and a new offset of one.
+    ctx.write(lambda s: s.commit_offset(commit_request("new", {("c", 0): 4})))
+    ctx.write(lambda s: s.commit_offset(commit_request("g", {("a", 2): 5, ("a", 0): 6})))
+    rest = list(reading)
+    given = [first, *rest]
+    assert len(given) == len({(g, t, p) for g, t, p, _ in given})
+    assert {(g, t, p) for g, t, p, _ in given} >= {("g", "a", 0), ("g", "a", 1), ("h", "b", 0)}
+    assert sorted(ctx.shard.committed_offsets()) == [
+        ("g", "a", 0, 6),
+        ("g", "a", 1, 2),
+        ("g", "a", 2, 5),
+        ("h", "b", 0, 3),
+        ("new", "c", 0, 4),
+    ]
+    assert ctx.shard.num_offsets() == 5
+
+
 def test_metadata_over_the_limit_fails_that_partition_only() -> None:
     ctx = ShardTestContext(ShardConfig(offsets=OffsetsConfig(offset_metadata_max_bytes=4)))
     request = OffsetCommitRequest(

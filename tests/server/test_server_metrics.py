@@ -6,14 +6,17 @@ from bisect import bisect_left
 
 from hypothesis import given
 from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator_server.metrics import (
     LATENCY_BUCKETS_S,
     PENDING_OBSERVATIONS,
     SIZE_BUCKETS,
     Histogram,
+    RuntimeMetrics,
     ServerMetrics,
 )
+from coordinator_server.prometheus import LAG_FAMILY, LAG_HEADER, lag_samples
 
 seconds = st.one_of(
     st.sampled_from([0.0, *LATENCY_BUCKETS_S, 1e9]),
@@ -89,3 +92,51 @@ def test_requests_are_counted_by_api_and_error_with_their_latency(
     for api_key, histogram in latency.items():
         values = [elapsed for key, _, elapsed in answered if key == api_key]
         assert histogram.counts == bucket_counts(LATENCY_BUCKETS_S, values)
+
+
+@given(
+    st.lists(
+        st.tuples(st.one_of(st.just(0.0), seconds), seconds), max_size=3 * PENDING_OBSERVATIONS
+    ),
+    st.integers(0, 3),
+)
+def test_events_are_counted_with_their_queue_and_processing_times(
+    ran: list[tuple[float, float]], reads: int
+) -> None:
+    """Most writes wait in no queue: their zeros are only counted, in the first bucket."""
+    metrics = RuntimeMetrics()
+    step = max(1, len(ran) // (reads + 1))
+    for index, (queued, processing) in enumerate(ran):
+        metrics.event_ran(queued, processing)
+        if reads and index % step == step - 1:
+            assert metrics.queue_time.count == index + 1
+    queued_values = [queued for queued, _ in ran]
+    processing_values = [processing for _, processing in ran]
+    assert metrics.queue_time.counts == bucket_counts(LATENCY_BUCKETS_S, queued_values)
+    assert metrics.processing_time.counts == bucket_counts(LATENCY_BUCKETS_S, processing_values)
+    assert metrics.queue_time.count == metrics.processing_time.count == len(ran)
+    assert abs(metrics.queue_time.total - sum(queued_values)) <= 1e-6 * max(1.0, sum(queued_values))
+    assert len(metrics._processing) < PENDING_OBSERVATIONS
+
+
+@given(
+    st.dictionaries(
+        st.tuples(st.text(max_size=20), st.text(max_size=20), st.integers(0, 2**31 - 1)),
+        st.integers(0, 2**62),
+        max_size=20,
+    )
+)
+def test_the_lag_family_s_text_parses_back_to_the_same_series(
+    lag: dict[tuple[str, str, int], int],
+) -> None:
+    """Group ids and topic names are the clients' (quotes, backslashes, line feeds, any
+    character): rendered by hand for speed, the text must mean what prometheus_client's
+    own rendering would."""
+    text = LAG_HEADER + lag_samples(lag.items())
+    (family,) = text_string_to_metric_families(text)
+    assert family.name == LAG_FAMILY and family.type == "gauge"
+    parsed = {
+        (s.labels["group"], s.labels["topic"], int(s.labels["partition"])): s.value
+        for s in family.samples
+    }
+    assert parsed == lag

@@ -131,6 +131,9 @@ async def test_every_metric_family_moves_under_a_real_workload() -> None:
         await form_group(client, "members", clock)
         formed = await scrape(app.metrics_port)
         assert total(formed, "coordinator_groups", state="Stable") == 1
+        # Every state has its series, 0 included.
+        assert total(formed, "coordinator_groups", state="Dead") == 0
+        assert "coordinator_groups{state=PreparingRebalance}" in formed
         assert total(formed, "coordinator_group_members") == 1
         # A broken frame and a refused connection.
         broken = await WireClient.connect(*app.address)
@@ -165,6 +168,10 @@ async def test_every_metric_family_moves_under_a_real_workload() -> None:
         assert total(after, "coordinator_partition_load_duration_seconds_count") == PARTITIONS
         assert total(after, "coordinator_partition_load_records_total") == 1
         moved("coordinator_event_queue_time_seconds_count")
+        moved("coordinator_event_processing_time_seconds_count")
+        # "simple"'s three and "old"'s one, until retention removed them.
+        assert total(formed, "coordinator_committed_offsets") == 3 + 1
+        assert total(after, "coordinator_committed_offsets") < 3 + 1
         moved("coordinator_write_batch_records_count")
         moved("coordinator_write_batch_bytes_sum")
         moved("coordinator_append_duration_seconds_count")
@@ -236,7 +243,7 @@ async def test_json_logs_carry_the_partition(tmp_path: Path) -> None:
 async def test_the_server_exports_exactly_the_families_the_dashboard_and_alerts_use() -> None:
     """deploy/ (dashboard, alerts, README) is checked against one list of names; this checks
     that list against what a running server really exports."""
-    from deploy.metric_names import EXPORTED_METRICS
+    from deploy.metric_names import EXPORTED_METRICS, PROCESS_METRICS
 
     config = CoordinatorConfig(port=0, metrics_port=0, offsets_topic_partitions=PARTITIONS)
     app = CoordinatorApp(config, log=InMemoryLog(PARTITIONS))
@@ -256,7 +263,7 @@ async def test_the_server_exports_exactly_the_families_the_dashboard_and_alerts_
                 if label not in ("le", "quantile")
             }
             exported[name] = (family.type, labels)
-        expected = {m.name: (m.type, set(m.labels)) for m in EXPORTED_METRICS}
+        expected = {m.name: (m.type, set(m.labels)) for m in (*EXPORTED_METRICS, *PROCESS_METRICS)}
         assert set(exported) == set(expected)
         for name, (kind, labels) in expected.items():
             assert exported[name][0] == kind, name
