@@ -13,7 +13,12 @@ from typing import Any
 
 import pytest
 from pipeline_checks import GROUPS, check_history, check_idle, final_offsets_of
-from pipeline_scenario import ExpectedHistory, produce_known_history, server_group_args
+from pipeline_scenario import (
+    ExpectedHistory,
+    produce_known_history,
+    server_group_args,
+    write_sqlite_log,
+)
 from server_process import ServerProcess
 
 from coordinator_server.cli import main as coordinator_main
@@ -22,7 +27,13 @@ from coordinator_server.pipeline.history import HistoryOptions, compute_history
 from coordinator_server.pipeline.logs import LogInUseError, SqliteLogFile, readable
 from coordinator_server.pipeline.session import read_log, read_log_stream
 from coordinator_server.pipeline.state import final_offsets
-from coordinator_server.records import encode_record, new_offset_commit_record
+from coordinator_server.records import (
+    GroupMemberValue,
+    GroupMetadataValue,
+    encode_record,
+    new_group_metadata_record,
+    new_offset_commit_record,
+)
 
 pytestmark = [pytest.mark.slow]
 
@@ -198,3 +209,65 @@ def test_the_spark_submit_entry_point_takes_the_same_arguments(
 
     assert run(["bench", "--records", "2000", "--data-dir", str(tmp_path)]) == 0
     assert "log: 2000 records" in capsys.readouterr().out
+
+
+def generation(group: str, number: int, members: int) -> Any:
+    value = GroupMetadataValue(
+        "consumer", number, "range", "m0" if members else None, 0,
+        tuple(
+            GroupMemberValue(f"m{i}", None, "client", "/127.0.0.1", 30_000, 30_000, b"", b"")
+            for i in range(members)
+        ),
+    )  # fmt: skip
+    return new_group_metadata_record(group, value)
+
+
+def test_rebalances_per_hour_is_over_the_groups_window_in_the_log_and_at_least_an_hour(
+    spark: Any, tmp_path: Path
+) -> None:
+    hour = 3_600_000
+    t0 = 1_764_000_000_000
+    db = tmp_path / "coordinator.db"
+    records = [
+        # "burst": 4 rebalances within 15 ms, at the start of the log.
+        *((generation("burst", g, 1), t0 + 5 * (g - 1)) for g in range(1, 5)),
+        # "steady": created at t0 + 10 min, 6 rebalances over 3 hours.
+        (generation("steady", 0, 0), t0 + 10 * 60_000),
+        *((generation("steady", g, 2), t0 + 10 * 60_000 + (g - 1) * 36 * 60_000) for g in
+          range(1, 7)),
+    ]  # fmt: skip
+    records.sort(key=lambda item: item[1])
+    log_end = t0 + 10 * 60_000 + 3 * hour
+    records.append((new_offset_commit_record("steady", "t", 0, 1, -1, "", log_end), log_end))
+    asyncio.run(write_sqlite_log(db, records))
+    log = read_log(spark, SqliteLogFile(str(db))).cache()
+    history = compute_history(spark, log, HistoryOptions())
+    summary = {row.group: row for row in history["rebalance_summary"].collect()}
+    log.unpersist()
+
+    # The burst's window runs from its first record to the log's last: 3 h 10 min. Over
+    # 15 ms, (4 - 1) rebalances would be 720,000 an hour.
+    burst = summary["burst"]
+    assert burst.rebalances == 4
+    assert burst.window_hours == pytest.approx(3 + 10 / 60)
+    assert burst.rebalances_per_hour == pytest.approx(4 / (3 + 10 / 60))
+    # "steady" lived 3 hours in the log: 6 rebalances, 2 an hour.
+    steady = summary["steady"]
+    assert (steady.rebalances, steady.window_hours) == (6, pytest.approx(3))
+    assert steady.rebalances_per_hour == pytest.approx(2)
+
+
+def test_a_rate_over_a_window_shorter_than_an_hour_is_counted_over_an_hour(
+    spark: Any, tmp_path: Path
+) -> None:
+    t0 = 1_764_000_000_000
+    db = tmp_path / "coordinator.db"
+    # 4 rebalances within 15 ms, and nothing else in the log.
+    asyncio.run(
+        write_sqlite_log(db, [(generation("burst", g, 1), t0 + 5 * (g - 1)) for g in range(1, 5)])
+    )
+    log = read_log(spark, SqliteLogFile(str(db))).cache()
+    (row,) = compute_history(spark, log, HistoryOptions())["rebalance_summary"].collect()
+    log.unpersist()
+    assert (row.rebalances, row.window_hours) == (4, pytest.approx(15 / 3_600_000))
+    assert row.rebalances_per_hour == 4.0
