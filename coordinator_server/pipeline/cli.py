@@ -50,7 +50,10 @@ def _spark_options() -> argparse.ArgumentParser:
     group.add_argument("--executor-memory", help="spark.executor.memory, e.g. 8g")
     group.add_argument("--executor-cores", type=int, help="spark.executor.cores")
     group.add_argument(
-        "--shuffle-partitions", type=int, help="spark.sql.shuffle.partitions (default Spark's)"
+        "--shuffle-partitions",
+        type=int,
+        help="spark.sql.shuffle.partitions (default: one per 200,000 records of the log, at "
+        "most 200)",
     )
     group.add_argument("--app-name", default="coordinator-server analyze", help="Spark app name")
     return spark

@@ -43,6 +43,7 @@ the first record of its generation.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import datetime
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -81,6 +82,8 @@ MS_PER_HOUR: Final = 3_600_000
 # A rate over a shorter window is counted over this one: a burst within seconds is not
 # extrapolated to an hour.
 MIN_RATE_WINDOW_MS: Final = MS_PER_HOUR
+# Tables written at once (each a Spark job of its own).
+WRITERS: Final = 4
 # Tables partitioned by the day of their events; the others are small and written whole.
 PARTITIONED_BY_DATE: Final = ("commits", "commit_rate", "rebalances", "lag_over_time")
 
@@ -477,12 +480,17 @@ def compute_history(spark: SparkSession, log: DataFrame, options: HistoryOptions
 def write_history(history: HistoryTables, output: str) -> dict[str, str]:
     """Each table as Parquet under `output` (a directory or a URI Spark can write, such as
     `hdfs:///...` or `s3a://...`; the event tables partitioned by date)."""
-    written = {}
-    for name, frame in history.tables.items():
+
+    def write(name: str, frame: DataFrame) -> str:
         path = f"{output.rstrip('/')}/{name}"
         writer = frame.write.mode("overwrite")
         if name in PARTITIONED_BY_DATE:
             writer = writer.partitionBy("date")
         writer.parquet(path)
-        written[name] = path
-    return written
+        return path
+
+    # The tables are written side by side: a small log's write is mostly the driver planning
+    # the query and Spark scheduling it, which a second one overlaps on another core.
+    with concurrent.futures.ThreadPoolExecutor(WRITERS) as pool:
+        paths = {name: pool.submit(write, name, frame) for name, frame in history.tables.items()}
+        return {name: path.result() for name, path in paths.items()}

@@ -3,8 +3,9 @@
 A log in Kafka is read through Spark's own Kafka source (`kafka_source`), which the session
 loads when started with `kafka_source=True`: Spark resolves the package from Maven Central
 into its Ivy directory (`spark.jars.ivy`, default Ivy's own in the home directory) on the
-first start, and from there afterwards. The SQLite log is read by the `coordinator_log`
-data source (`source`), which needs nothing more.
+first start; a local session's later starts name the jars it resolved to (`packages`) and
+skip Ivy. The SQLite log is read by the `coordinator_log` data source (`source`), which
+needs nothing more.
 
 Run locally (`local[*]`, the default) the executors are Python processes of this same
 interpreter, so `PYSPARK_PYTHON` is set to it unless already set, and Spark binds to
@@ -21,7 +22,7 @@ decoding, runs in the Python workers, not in the JVM.
 
 The shuffles of a query over a small log are small: `fit_shuffle_partitions` sizes them to
 the log (Spark's default of 200 partitions makes every aggregation of a 200-record log run
-200 tasks).
+200 tasks), and runs a small log's queries without generated code.
 """
 
 from __future__ import annotations
@@ -36,10 +37,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from pyspark import SparkContext
 from pyspark.sql import DataFrame, SparkSession
 
 from coordinator_server.pipeline.kafka_source import KafkaLogTopic, kafka_source_conf
 from coordinator_server.pipeline.logs import LogLocation, SqliteLogFile
+from coordinator_server.pipeline.packages import (
+    PACKAGES,
+    remember_resolved_jars,
+    with_resolved_jars,
+)
 from coordinator_server.pipeline.source import FORMAT, CoordinatorLogDataSource
 
 __all__ = [
@@ -63,6 +70,11 @@ SHUFFLE_PARTITIONS: Final = "spark.sql.shuffle.partitions"
 # Spark's own default.
 RECORDS_PER_SHUFFLE_PARTITION: Final = 200_000
 MAX_SHUFFLE_PARTITIONS: Final = 200
+INTERPRETED_BELOW_RECORDS: Final = 100_000
+INTERPRETED: Final = {
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
 
 
 @dataclass(frozen=True)
@@ -97,7 +109,8 @@ def build_session(settings: SparkSettings | None = None) -> SparkSession:
     if master is not None:
         builder = builder.master(master)
     conf: dict[str, str] = {"spark.sql.session.timeZone": "UTC"}
-    if master is not None and _is_local(master) and not _under_spark_submit():
+    local = master is not None and _is_local(master) and not _under_spark_submit()
+    if local:
         conf.update(LOCAL_DEFAULTS)
     if settings.driver_memory:
         conf["spark.driver.memory"] = settings.driver_memory
@@ -110,9 +123,14 @@ def build_session(settings: SparkSettings | None = None) -> SparkSession:
     conf.update(settings.conf)
     if settings.kafka_source:
         conf = kafka_source_conf(conf)
-    for key, value in conf.items():
+    # A session starts here unless one runs already (then getOrCreate returns it as it is).
+    starts = SparkContext._active_spark_context is None
+    launch = with_resolved_jars(conf) if local else conf
+    for key, value in launch.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    if starts and local and launch.get(PACKAGES):
+        remember_resolved_jars(spark, conf)
     register(spark)
     return spark
 
@@ -125,9 +143,17 @@ def _is_local(master: str) -> bool:
 def fit_shuffle_partitions(spark: SparkSession, records: int) -> int:
     """Size the session's shuffles to a log of `records` records (at least one partition,
     one per `RECORDS_PER_SHUFFLE_PARTITION`, at most Spark's default), unless its settings
-    name a number. Returns the number in force. Call it before the queries are built: a
+    name a number, and run the queries of a small log without generated code. Returns the
+    number of partitions in force. Call it before the queries are built: a
     cached DataFrame keeps the partitioning it was planned with."""
-    if spark.sparkContext.getConf().contains(SHUFFLE_PARTITIONS):
+    settings = spark.sparkContext.getConf()
+    if records < INTERPRETED_BELOW_RECORDS:
+        # Compiling each query's generated code (Janino) costs more than running a few
+        # thousand rows through the interpreted operators.
+        for name, value in INTERPRETED.items():
+            if not settings.contains(name):
+                spark.conf.set(name, value)
+    if settings.contains(SHUFFLE_PARTITIONS):
         return int(spark.conf.get(SHUFFLE_PARTITIONS) or MAX_SHUFFLE_PARTITIONS)
     partitions = min(
         max(1, math.ceil(records / RECORDS_PER_SHUFFLE_PARTITION)), MAX_SHUFFLE_PARTITIONS

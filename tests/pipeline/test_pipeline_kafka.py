@@ -166,6 +166,7 @@ async def test_lag_is_never_negative_and_absent_where_an_end_is_not_known(
         return new_offset_commit_record("g", topic, partition, offset, -1, "", at_ms), at_ms
 
     db = tmp_path / "coordinator.db"
+    absent = f"{unique_topic}-absent"
     await write_sqlite_log(
         db,
         [
@@ -175,7 +176,7 @@ async def test_lag_is_never_negative_and_absent_where_an_end_is_not_known(
             commit_at(unique_topic, 1, 8, t0 + 40 * second),
             commit_at(unique_topic, 0, 5, t0 + 45 * second),
             # A topic the data cluster does not have.
-            commit_at("no-such-topic", 0, 4, t0 + 50 * second),
+            commit_at(absent, 0, 4, t0 + 50 * second),
             commit_at(unique_topic, 0, 7, t0 + 95 * second),
         ],
     )
@@ -200,7 +201,7 @@ async def test_lag_is_never_negative_and_absent_where_an_end_is_not_known(
     assert now == {
         (unique_topic, 0): (10, 3),
         (unique_topic, 1): (10, 2),
-        ("no-such-topic", 0): (None, None),
+        (absent, 0): (None, None),
     }
     # The points: the first commit (t0 + 5 s), halfway, and the as-of time (t0 + 100 s).
     assert over_time == {

@@ -1,12 +1,17 @@
 """The pipeline over the embedded SQLite log of a real server process: the data source, the
 history, the audit against the live server (whose file is locked, so read through a
-snapshot), the command line, the streaming reader and the benchmark."""
+snapshot), the command line, the streaming reader and the benchmark; the session's start
+(Spark's packages resolved once), and the history's rates over a hand-made log."""
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+import json
 import re
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +29,14 @@ from server_process import ServerProcess
 from coordinator_server.cli import main as coordinator_main
 from coordinator_server.pipeline.audit import run_audit
 from coordinator_server.pipeline.history import HistoryOptions, compute_history
+from coordinator_server.pipeline.kafka_source import kafka_source_package
 from coordinator_server.pipeline.logs import LogInUseError, SqliteLogFile, readable
+from coordinator_server.pipeline.packages import (
+    RESOLVED_JARS_FILE,
+    remember_resolved_jars,
+    resolved_jars_file,
+    with_resolved_jars,
+)
 from coordinator_server.pipeline.session import read_log, read_log_stream
 from coordinator_server.pipeline.state import final_offsets
 from coordinator_server.records import (
@@ -107,25 +119,31 @@ async def test_audit_of_the_live_server_finds_no_mismatch(
     assert (tmp_path / "audit.json").exists()
 
 
+@pytest.mark.timeout(300)
 async def test_command_line_history_writes_partitioned_parquet_and_a_self_contained_report(
-    spark: Any,
-    served: tuple[ServerProcess, ExpectedHistory, Path],
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    spark: Any, served: tuple[ServerProcess, ExpectedHistory, Path], tmp_path: Path
 ) -> None:
     _, expected, data_dir = served
     output = tmp_path / "history"
-    code = await asyncio.to_thread(
-        coordinator_main,
-        ["analyze", "history", "--data-dir", str(data_dir), "--output", str(output),
-         "--bucket", "10 seconds"],
+    # The command as a user runs it: a process of its own, with a Spark session of its own.
+    started = time.monotonic()
+    completed = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "coordinator_server", "analyze", "history",
+         "--data-dir", str(data_dir), "--output", str(output), "--bucket", "10 seconds"],
+        capture_output=True, text=True, timeout=240,
     )  # fmt: skip
-    assert code == 0, capsys.readouterr()
+    assert completed.returncode == 0, completed.stderr
+    print(f"analyze history on {data_dir}: {time.monotonic() - started:.1f} s")
     for table in ("commits", "commit_rate", "regressions", "rebalances", "rebalance_summary",
                   "idle_groups"):  # fmt: skip
         assert list((output / table).glob("**/*.parquet")), table
     # Event tables are partitioned by day.
     assert list((output / "commits").glob("date=*"))
+    # The shuffles were sized to the log: one file a table (and day), where Spark's default
+    # of 200 partitions wrote one for each of those partitions a row fell in.
+    for directory in {path.parent for path in output.glob("**/*.parquet")}:
+        assert len(list(directory.glob("*.parquet"))) == 1, directory
     assert spark.read.parquet(str(output / "commits")).count() == sum(
         len(rows) for rows in expected.commits.values()
     )
@@ -271,3 +289,32 @@ def test_a_rate_over_a_window_shorter_than_an_hour_is_counted_over_an_hour(
     log.unpersist()
     assert (row.rebalances, row.window_hours) == (4, pytest.approx(15 / 3_600_000))
     assert row.rebalances_per_hour == 4.0
+
+
+def test_a_start_names_the_jars_an_earlier_resolution_of_the_same_settings_gave(
+    spark: Any, tmp_path: Path
+) -> None:
+    # The session of these tests resolved Spark's Kafka source (or named the jars an
+    # earlier run's resolution gave): its jars are remembered beside its Ivy cache.
+    conf = {
+        "spark.jars.packages": kafka_source_package(),
+        "spark.jars.ivy": spark.sparkContext.getConf().get("spark.jars.ivy"),
+    }
+    file = tmp_path / RESOLVED_JARS_FILE
+    assert with_resolved_jars(conf, file) == conf
+    remember_resolved_jars(spark, conf, file)
+    start = with_resolved_jars(conf, file)
+    assert "spark.jars.packages" not in start
+    jars = start["spark.jars"].split(",")
+    assert any("spark-sql-kafka-0-10" in jar for jar in jars)
+    assert any("kafka-clients" in jar for jar in jars)
+    # Other settings are another resolution.
+    other = {**conf, "spark.jars.repositories": "https://repo.example/maven"}
+    assert with_resolved_jars(other, file) == other
+    # A jar gone (Ivy's cache emptied): Spark resolves again.
+    remembered = json.loads(file.read_text())
+    for key in remembered:
+        remembered[key].append((tmp_path / "gone.jar").as_uri())
+    file.write_text(json.dumps(remembered))
+    assert with_resolved_jars(conf, file) == conf
+    assert resolved_jars_file(conf) == Path(conf["spark.jars.ivy"]) / RESOLVED_JARS_FILE
