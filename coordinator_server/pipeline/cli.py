@@ -50,7 +50,10 @@ def _spark_options() -> argparse.ArgumentParser:
     group.add_argument("--executor-memory", help="spark.executor.memory, e.g. 8g")
     group.add_argument("--executor-cores", type=int, help="spark.executor.cores")
     group.add_argument(
-        "--shuffle-partitions", type=int, help="spark.sql.shuffle.partitions (default Spark's)"
+        "--shuffle-partitions",
+        type=int,
+        help="spark.sql.shuffle.partitions (default: one per 200,000 records of the log, at "
+        "most 200)",
     )
     group.add_argument("--app-name", default="coordinator-server analyze", help="Spark app name")
     return spark
@@ -241,10 +244,12 @@ def main(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None
         print(f"coordinator-server analyze: {error}", file=err)
         return EXIT_USAGE
     # A session already running in this process (a notebook, a test) is used and left
-    # running; one started here is stopped here.
+    # running, with its settings; one started here is stopped here.
     owned = SparkContext._active_spark_context is None
     spark = build_session(settings)
     try:
+        if owned and location is not None:
+            _fit_shuffles(spark, location)
         if args.analyze_command == "audit":
             return _audit(spark, location, args, out)
         if args.analyze_command == "history":
@@ -262,6 +267,18 @@ def main(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None
     finally:
         if owned:
             spark.stop()
+
+
+def _fit_shuffles(spark: Any, location: Any) -> None:
+    """Size the session's shuffles to the log (unless --shuffle-partitions or --conf named a
+    number): Spark's 200 partitions would make a small log's analysis run thousands of
+    tasks."""
+    from coordinator_server.pipeline.logs import readable
+    from coordinator_server.pipeline.session import fit_shuffle_partitions, log_end_offsets
+
+    with readable(location) as readable_location:
+        records = sum(log_end_offsets(spark, readable_location).values())
+    fit_shuffle_partitions(spark, records)
 
 
 def _audit(spark: Any, location: Any, args: argparse.Namespace, out: TextIO) -> int:

@@ -10,7 +10,10 @@ Tables (each a function of the decoded log, written as Parquet by `write_history
 - `rebalances`: one row per generation of each group (a completed rebalance; generation 0
   is a group not yet through one), with its members and who joined and left since the
   previous one.
-- `rebalance_summary`: rebalances per group, and how often.
+- `rebalance_summary`: rebalances per group, and how often: `rebalances_per_hour` is the
+  group's rebalances over its window in the log, from its first record to the log's last
+  record (`window_hours`), counted as at least one hour: a group that rebalanced 4 times
+  within a second has rebalanced 4 times in its hour, not 14,400 times an hour.
 - `idle_groups`: groups that exist at the end of the log and have had no commit for longer
   than a threshold.
 - `transactions`: every transactional id alive at the end of the log, with its latest
@@ -25,6 +28,13 @@ Tables (each a function of the decoded log, written as Parquet by `write_history
   timestamps Fetch returns), its end now the high watermark Fetch reports. These are a few
   offsets per data partition, which the driver asks for itself (the project's
   `KafkaLogReader`); the log itself is read through Spark's Kafka source.
+  Lag is never negative and never guessed: it is `max(0, end - committed)` where both are
+  known, and absent elsewhere: a partition the data cluster does not have (lag now: its
+  `log_end_offset` and `lag` are null), a time before a group's first commit to it, and a
+  time before the oldest record still in the partition, when the topic may not have
+  existed yet and its end then is not known. A committed offset past the end found for a
+  time (record timestamps are the producers' clocks, commit times the coordinator's) is a
+  lag of 0.
 
 A commit's time is the coordinator's `commit_timestamp`; a rebalance's is the log time of
 the first record of its generation.
@@ -33,12 +43,13 @@ the first record of its generation.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import datetime
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from coordinator_server.pipeline.decode import GROUP_METADATA, OFFSET_COMMIT
@@ -67,6 +78,12 @@ __all__ = [
 ]
 
 NO_MEMBER: Final = "(no member: a commit to an empty group)"
+MS_PER_HOUR: Final = 3_600_000
+# A rate over a shorter window is counted over this one: a burst within seconds is not
+# extrapolated to an hour.
+MIN_RATE_WINDOW_MS: Final = MS_PER_HOUR
+# Tables written at once (each a Spark job of its own).
+WRITERS: Final = 4
 # Tables partitioned by the day of their events; the others are small and written whole.
 PARTITIONED_BY_DATE: Final = ("commits", "commit_rate", "rebalances", "lag_over_time")
 
@@ -192,8 +209,12 @@ def rebalances(log: DataFrame) -> DataFrame:
     )
 
 
-def rebalance_summary(rebalance_rows: DataFrame) -> DataFrame:
-    span_hours = (F.unix_millis(F.max("timestamp")) - F.unix_millis(F.min("timestamp"))) / 3.6e6
+def rebalance_summary(log: DataFrame, rebalance_rows: DataFrame) -> DataFrame:
+    """Per group: its rebalances, and how many an hour over its window in the log (from its
+    first record to the log's last one, at least `MIN_RATE_WINDOW_MS`)."""
+    log_end = log.agg(F.max("log_timestamp").alias("window_end"))
+    first_seen = log.groupBy("group").agg(F.min("log_timestamp").alias("window_start"))
+    window_ms = F.unix_millis("window_end") - F.unix_millis("window_start")
     return (
         rebalance_rows.groupBy("group")
         .agg(
@@ -202,15 +223,17 @@ def rebalance_summary(rebalance_rows: DataFrame) -> DataFrame:
             F.max_by("generation", "log_offset").alias("last_generation"),
             F.min("timestamp").alias("first_rebalance"),
             F.max("timestamp").alias("last_rebalance"),
-            span_hours.alias("span_hours"),
             F.size(F.array_distinct(F.flatten(F.collect_list("member_ids")))).alias(
                 "distinct_members"
             ),
             F.max("member_count").alias("max_members"),
         )
+        .join(first_seen, "group")
+        .crossJoin(log_end)
+        .withColumn("window_hours", window_ms / MS_PER_HOUR)
         .withColumn(
             "rebalances_per_hour",
-            F.when(F.col("span_hours") > 0, (F.col("rebalances") - 1) / F.col("span_hours")),
+            F.col("rebalances") / (F.greatest(window_ms, F.lit(MIN_RATE_WINDOW_MS)) / MS_PER_HOUR),
         )
     )
 
@@ -322,12 +345,23 @@ async def _log_ends(
             if partition < counts.get(topic, 0)
         ]
         now = await reader.end_offsets(existing)
+        starts = await reader.beginning_offsets(existing) if times_ms else {}
         at_times: dict[tuple[str, int, int], int] = {}
         for time_ms in times_ms:
             found = await reader.offsets_for_time(existing, time_ms)
             for tp, offset in found.items():
-                at_times[(tp.topic, tp.partition, time_ms)] = offset
+                # The search stops at the oldest record still there when it is already
+                # as recent: the end then is not known (the topic may not have existed,
+                # or its records since are gone), and neither is the lag.
+                if offset > starts[tp]:
+                    at_times[(tp.topic, tp.partition, time_ms)] = offset
     return {(tp.topic, tp.partition): offset for tp, offset in now.items()}, at_times
+
+
+def _lag(end: Column, committed: Column) -> Column:
+    """max(0, end - committed) where both are known, else null."""
+    known = end.isNotNull() & committed.isNotNull() & (committed >= 0)
+    return F.when(known, F.greatest(end - committed, F.lit(0)))
 
 
 def aiokafka_options(kafka_options: Mapping[str, Any]) -> dict[str, Any]:
@@ -372,7 +406,7 @@ def consumer_lag(
     )
     lag_now = (
         committed.join(ends, ["topic", "partition"], "left")
-        .withColumn("lag", F.col("log_end_offset") - F.col("committed_offset"))
+        .withColumn("lag", _lag(F.col("log_end_offset"), F.col("committed_offset")))
         .withColumn("as_of", F.timestamp_millis(F.lit(as_of_ms)))
         .select("group", "topic", "partition", "committed_offset", "log_end_offset", "lag", "as_of")
     )
@@ -399,7 +433,7 @@ def consumer_lag(
         "time",
         "committed_offset",
         "log_end_offset",
-        (F.col("log_end_offset") - F.col("committed_offset")).alias("lag"),
+        _lag(F.col("log_end_offset"), F.col("committed_offset")).alias("lag"),
         F.to_date("time").alias("date"),
     )
     return lag_now, lag_over_time
@@ -432,7 +466,7 @@ def compute_history(spark: SparkSession, log: DataFrame, options: HistoryOptions
         "commit_rate": commit_rate(commit_rows, options.bucket),
         "regressions": regressions(log, commit_rows),
         "rebalances": rebalance_rows,
-        "rebalance_summary": rebalance_summary(rebalance_rows),
+        "rebalance_summary": rebalance_summary(log, rebalance_rows),
         "idle_groups": idle_groups(log, commit_rows, options),
         "transactions": final_transactions(log),
         "transactions_by_state": transactions_by_state(log),
@@ -446,12 +480,17 @@ def compute_history(spark: SparkSession, log: DataFrame, options: HistoryOptions
 def write_history(history: HistoryTables, output: str) -> dict[str, str]:
     """Each table as Parquet under `output` (a directory or a URI Spark can write, such as
     `hdfs:///...` or `s3a://...`; the event tables partitioned by date)."""
-    written = {}
-    for name, frame in history.tables.items():
+
+    def write(name: str, frame: DataFrame) -> str:
         path = f"{output.rstrip('/')}/{name}"
         writer = frame.write.mode("overwrite")
         if name in PARTITIONED_BY_DATE:
             writer = writer.partitionBy("date")
         writer.parquet(path)
-        written[name] = path
-    return written
+        return path
+
+    # The tables are written side by side: a small log's write is mostly the driver planning
+    # the query and Spark scheduling it, which a second one overlaps on another core.
+    with concurrent.futures.ThreadPoolExecutor(WRITERS) as pool:
+        paths = {name: pool.submit(write, name, frame) for name, frame in history.tables.items()}
+        return {name: path.result() for name, path in paths.items()}

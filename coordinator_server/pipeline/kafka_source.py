@@ -6,7 +6,8 @@ values in Arrow batches (`mapInArrow`) and decode them with `decode.decode_arrow
 The package is the one built for the running PySpark (`kafka_source_package`); Spark
 resolves it from Maven Central into its Ivy directory (`spark.jars.ivy`) when the session
 starts (`session.build_session(..., kafka_source=True)`; under `spark-submit`, its
-`--packages`).
+`--packages`), and a local session's later starts name the jars that resolution gave
+(`packages`).
 
 How the source is set, and why:
 

@@ -24,6 +24,10 @@ __all__ = ["render_report", "write_report"]
 
 TOP_GROUPS: Final = 10
 TABLE_ROWS: Final = 200
+REBALANCE_COLUMNS: Final = [
+    "group", "rebalances", "last_generation", "distinct_members", "window_hours",
+    "rebalances_per_hour",
+]  # fmt: skip
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 80em; }
@@ -100,9 +104,11 @@ def _top_groups(frame: DataFrame, weight: str) -> list[str]:
 
 def _table(rows: Iterable[dict[str, Any]], columns: Sequence[str]) -> str:
     def cell(value: Any) -> str:
+        css = ' class="n"' if isinstance(value, int | float) and not isinstance(value, bool) else ""
         if isinstance(value, list):
             value = ", ".join(str(item) for item in value)
-        css = ' class="n"' if isinstance(value, int | float) and not isinstance(value, bool) else ""
+        elif isinstance(value, float):
+            value = f"{value:,.2f}"
         text = "" if value is None else str(value)
         return f"<td{css}>{html.escape(text)}</td>"
 
@@ -164,7 +170,7 @@ def render_report(history: HistoryTables, title: str, source: str) -> str:
     # Rebalances.
     summary = _collect(
         tables["rebalance_summary"],
-        ["group", "rebalances", "last_generation", "distinct_members", "rebalances_per_hour"],
+        REBALANCE_COLUMNS,
         [F.desc("rebalances"), "group"],
     )
     sections.append("<h2>Rebalances per group</h2>")
@@ -183,7 +189,7 @@ def render_report(history: HistoryTables, title: str, source: str) -> str:
     sections.append(
         _table(
             summary,
-            ["group", "rebalances", "last_generation", "distinct_members", "rebalances_per_hour"],
+            REBALANCE_COLUMNS,
         )
     )
 

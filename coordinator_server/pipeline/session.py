@@ -3,35 +3,56 @@
 A log in Kafka is read through Spark's own Kafka source (`kafka_source`), which the session
 loads when started with `kafka_source=True`: Spark resolves the package from Maven Central
 into its Ivy directory (`spark.jars.ivy`, default Ivy's own in the home directory) on the
-first start, and from there afterwards. The SQLite log is read by the `coordinator_log`
-data source (`source`), which needs nothing more.
+first start; a local session's later starts name the jars it resolved to (`packages`) and
+skip Ivy. The SQLite log is read by the `coordinator_log` data source (`source`), which
+needs nothing more.
 
 Run locally (`local[*]`, the default) the executors are Python processes of this same
 interpreter, so `PYSPARK_PYTHON` is set to it unless already set, and Spark binds to
 127.0.0.1 (`SPARK_LOCAL_IP`) so that a machine whose host name does not resolve can run
 it. Under `spark-submit` or with `--master` pointing at a cluster, both are left to the
 cluster's own settings.
+
+A local session also starts the way a short batch job wants (`LOCAL_DEFAULTS`, each
+overridden by the caller's own setting): no web UI (an HTTP server nobody looks at during
+a run of seconds), and a driver JVM that compiles with C1 only. HotSpot's C2 compiler
+spends several CPU seconds optimising Spark's start-up code, which runs once; on 2 cores
+that alone is a third of a small log's analysis. The work that is heavy on a large log,
+decoding, runs in the Python workers, not in the JVM.
+
+The shuffles of a query over a small log are small: `fit_shuffle_partitions` sizes them to
+the log (Spark's default of 200 partitions makes every aggregation of a 200-record log run
+200 tasks), and runs a small log's queries without generated code.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import sys
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from pyspark import SparkContext
 from pyspark.sql import DataFrame, SparkSession
 
 from coordinator_server.pipeline.kafka_source import KafkaLogTopic, kafka_source_conf
 from coordinator_server.pipeline.logs import LogLocation, SqliteLogFile
+from coordinator_server.pipeline.packages import (
+    PACKAGES,
+    remember_resolved_jars,
+    with_resolved_jars,
+)
 from coordinator_server.pipeline.source import FORMAT, CoordinatorLogDataSource
 
 __all__ = [
     "SparkSettings",
     "build_session",
+    "fit_shuffle_partitions",
     "log_end_offsets",
     "read_log",
     "read_log_stream",
@@ -39,6 +60,21 @@ __all__ = [
 ]
 
 DEFAULT_MASTER: Final = "local[*]"
+LOCAL_DEFAULTS: Final = {
+    "spark.ui.enabled": "false",
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+}
+SHUFFLE_PARTITIONS: Final = "spark.sql.shuffle.partitions"
+# Records of the log per shuffle partition (a decoded record is a few hundred bytes: some
+# tens of megabytes a partition, near Spark's advisory partition size), and at most
+# Spark's own default.
+RECORDS_PER_SHUFFLE_PARTITION: Final = 200_000
+MAX_SHUFFLE_PARTITIONS: Final = 200
+INTERPRETED_BELOW_RECORDS: Final = 100_000
+INTERPRETED: Final = {
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
 
 
 @dataclass(frozen=True)
@@ -73,6 +109,9 @@ def build_session(settings: SparkSettings | None = None) -> SparkSession:
     if master is not None:
         builder = builder.master(master)
     conf: dict[str, str] = {"spark.sql.session.timeZone": "UTC"}
+    local = master is not None and _is_local(master) and not _under_spark_submit()
+    if local:
+        conf.update(LOCAL_DEFAULTS)
     if settings.driver_memory:
         conf["spark.driver.memory"] = settings.driver_memory
     if settings.executor_memory:
@@ -80,15 +119,47 @@ def build_session(settings: SparkSettings | None = None) -> SparkSession:
     if settings.executor_cores:
         conf["spark.executor.cores"] = str(settings.executor_cores)
     if settings.shuffle_partitions:
-        conf["spark.sql.shuffle.partitions"] = str(settings.shuffle_partitions)
+        conf[SHUFFLE_PARTITIONS] = str(settings.shuffle_partitions)
     conf.update(settings.conf)
     if settings.kafka_source:
         conf = kafka_source_conf(conf)
-    for key, value in conf.items():
+    # A session starts here unless one runs already (then getOrCreate returns it as it is).
+    starts = SparkContext._active_spark_context is None
+    launch = with_resolved_jars(conf) if local else conf
+    for key, value in launch.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    if starts and local and launch.get(PACKAGES):
+        remember_resolved_jars(spark, conf)
     register(spark)
     return spark
+
+
+def _is_local(master: str) -> bool:
+    # local, local[N], local[*], local[N,F]: one JVM on this machine (not local-cluster).
+    return re.fullmatch(r"local(\[[^]]*\])?", master) is not None
+
+
+def fit_shuffle_partitions(spark: SparkSession, records: int) -> int:
+    """Size the session's shuffles to a log of `records` records (at least one partition,
+    one per `RECORDS_PER_SHUFFLE_PARTITION`, at most Spark's default), unless its settings
+    name a number, and run the queries of a small log without generated code. Returns the
+    number of partitions in force. Call it before the queries are built: a
+    cached DataFrame keeps the partitioning it was planned with."""
+    settings = spark.sparkContext.getConf()
+    if records < INTERPRETED_BELOW_RECORDS:
+        # Compiling each query's generated code (Janino) costs more than running a few
+        # thousand rows through the interpreted operators.
+        for name, value in INTERPRETED.items():
+            if not settings.contains(name):
+                spark.conf.set(name, value)
+    if settings.contains(SHUFFLE_PARTITIONS):
+        return int(spark.conf.get(SHUFFLE_PARTITIONS) or MAX_SHUFFLE_PARTITIONS)
+    partitions = min(
+        max(1, math.ceil(records / RECORDS_PER_SHUFFLE_PARTITION)), MAX_SHUFFLE_PARTITIONS
+    )
+    spark.conf.set(SHUFFLE_PARTITIONS, str(partitions))
+    return partitions
 
 
 _registered: weakref.WeakSet[SparkSession] = weakref.WeakSet()

@@ -273,3 +273,27 @@ def self_signed_ca(directory: Path) -> Path:
         timeout=60,
     )  # fmt: skip
     return ca
+
+
+async def write_sqlite_log(path: Path, records: list[tuple[Any, int]]) -> None:
+    """A SQLite log of one partition holding `records` (each a record and the time the log
+    wrote it, in ms), written by the server's own SqliteLog."""
+    import sqlite3
+
+    from coordinator_server.records import encode_record
+    from coordinator_server.storage.sqlite import SqliteLog
+
+    log = SqliteLog(path, 1)
+    await log.start()
+    try:
+        for record, _ in records:
+            await log.append(0, [encode_record(record)])
+    finally:
+        await log.close()
+    # The log stamps a batch with the time it is written: the history's times are set here.
+    with sqlite3.connect(path) as connection:
+        connection.executemany(
+            'UPDATE records SET timestamp_ms = ? WHERE "partition" = 0 AND "offset" = ?',
+            [(timestamp_ms, offset) for offset, (_, timestamp_ms) in enumerate(records)],
+        )
+    connection.close()

@@ -33,6 +33,7 @@ from pipeline_scenario import (
     self_signed_ca,
     server_group_args,
     simple_commit,
+    write_sqlite_log,
 )
 from server_process import ServerProcess
 from wire_client import WireClient
@@ -43,7 +44,7 @@ from coordinator_server.pipeline.audit import CHANGED, MISMATCH, AuditRun, run_a
 from coordinator_server.pipeline.bench import generate_records
 from coordinator_server.pipeline.history import HistoryOptions, compute_history
 from coordinator_server.pipeline.kafka_source import KafkaLogTopic
-from coordinator_server.pipeline.logs import LogUnreadableError
+from coordinator_server.pipeline.logs import LogUnreadableError, SqliteLogFile
 from coordinator_server.pipeline.session import read_log, read_log_stream
 from coordinator_server.pipeline.state import final_groups, final_offsets
 from coordinator_server.records import (
@@ -141,6 +142,78 @@ def test_history_and_consumer_lag_from_a_kafka_log(
         key: value[1] for key, value in expected_lag.items()
     }
     log.unpersist()
+
+
+async def test_lag_is_never_negative_and_absent_where_an_end_is_not_known(
+    spark: Any, kafka_broker: KafkaBroker, unique_topic: str, tmp_path: Path
+) -> None:
+    second = 1_000
+    t0 = (int(time.time()) - 3_600) * second
+    # Two data partitions of 10 records each, written at t0 + 10 s, + 20 s, ... + 100 s.
+    await create_topic(kafka_broker, unique_topic, {}, partitions=2)
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_broker.bootstrap)
+    await producer.start()
+    try:
+        for partition in (0, 1):
+            for index in range(10):
+                await producer.send_and_wait(
+                    unique_topic, b"x", partition=partition, timestamp_ms=t0 + (index + 1) * 10_000
+                )
+    finally:
+        await producer.stop()
+
+    def commit_at(topic: str, partition: int, offset: int, at_ms: int) -> tuple[Any, int]:
+        return new_offset_commit_record("g", topic, partition, offset, -1, "", at_ms), at_ms
+
+    db = tmp_path / "coordinator.db"
+    absent = f"{unique_topic}-absent"
+    await write_sqlite_log(
+        db,
+        [
+            # Before the partition's first record: its end then is not known.
+            commit_at(unique_topic, 0, 3, t0 + 5 * second),
+            # Ahead of what the records' timestamps say was written by then.
+            commit_at(unique_topic, 1, 8, t0 + 40 * second),
+            commit_at(unique_topic, 0, 5, t0 + 45 * second),
+            # A topic the data cluster does not have.
+            commit_at(absent, 0, 4, t0 + 50 * second),
+            commit_at(unique_topic, 0, 7, t0 + 95 * second),
+        ],
+    )
+    options = HistoryOptions(
+        kafka_bootstrap_servers=kafka_broker.bootstrap, lag_points=3, as_of_ms=t0 + 100 * second
+    )
+
+    def lags() -> tuple[dict[tuple[str, int], Any], dict[tuple[int, int], tuple[int, int, int]]]:
+        log = read_log(spark, SqliteLogFile(str(db))).cache()
+        history = compute_history(spark, log, options)
+        now = {(r.topic, r.partition): (r.log_end_offset, r.lag) for r in history["lag"].collect()}
+        over_time = {
+            (int(r.time.timestamp() * 1000) - t0, r.partition): (
+                r.log_end_offset, r.committed_offset, r.lag
+            )
+            for r in history["lag_over_time"].collect()
+        }  # fmt: skip
+        log.unpersist()
+        return now, over_time
+
+    now, over_time = await asyncio.to_thread(lags)
+    assert now == {
+        (unique_topic, 0): (10, 3),
+        (unique_topic, 1): (10, 2),
+        (absent, 0): (None, None),
+    }
+    # The points: the first commit (t0 + 5 s), halfway, and the as-of time (t0 + 100 s).
+    assert over_time == {
+        # Partition 0 at 5 s: no record yet, so no known end (not 0 - 3). Partition 1: no
+        # commit yet.
+        # At 52.5 s: 5 records each; partition 1's commit of 8 is ahead: 0, not -3.
+        (52_500, 0): (5, 5, 0),
+        (52_500, 1): (5, 8, 0),
+        # At 100 s the tenth record (written at 100 s) is not yet in: 9 records.
+        (100_000, 0): (9, 7, 2),
+        (100_000, 1): (9, 8, 1),
+    }
 
 
 async def test_audit_of_the_live_server_finds_no_mismatch(
@@ -425,11 +498,13 @@ async def test_aborted_transactions_are_not_read_and_their_markers_are_no_data_l
     assert [(row.log_offset, row.committed_offset) for row in rows] == [(0, 1), (4, 3)]
 
 
-async def create_topic(broker: KafkaBroker, topic: str, configs: dict[str, str]) -> None:
+async def create_topic(
+    broker: KafkaBroker, topic: str, configs: dict[str, str], partitions: int = 1
+) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(topic, 1, 1, topic_configs=configs)])
+        await admin.create_topics([NewTopic(topic, partitions, 1, topic_configs=configs)])
     finally:
         await admin.close()
 

@@ -1,28 +1,51 @@
 """The pipeline over the embedded SQLite log of a real server process: the data source, the
 history, the audit against the live server (whose file is locked, so read through a
-snapshot), the command line, the streaming reader and the benchmark."""
+snapshot), the command line, the streaming reader and the benchmark; the session's start
+(Spark's packages resolved once), and the history's rates over a hand-made log."""
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+import json
 import re
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pipeline_checks import GROUPS, check_history, check_idle, final_offsets_of
-from pipeline_scenario import ExpectedHistory, produce_known_history, server_group_args
+from pipeline_scenario import (
+    ExpectedHistory,
+    produce_known_history,
+    server_group_args,
+    write_sqlite_log,
+)
 from server_process import ServerProcess
 
 from coordinator_server.cli import main as coordinator_main
 from coordinator_server.pipeline.audit import run_audit
 from coordinator_server.pipeline.history import HistoryOptions, compute_history
+from coordinator_server.pipeline.kafka_source import kafka_source_package
 from coordinator_server.pipeline.logs import LogInUseError, SqliteLogFile, readable
+from coordinator_server.pipeline.packages import (
+    RESOLVED_JARS_FILE,
+    remember_resolved_jars,
+    resolved_jars_file,
+    with_resolved_jars,
+)
 from coordinator_server.pipeline.session import read_log, read_log_stream
 from coordinator_server.pipeline.state import final_offsets
-from coordinator_server.records import encode_record, new_offset_commit_record
+from coordinator_server.records import (
+    GroupMemberValue,
+    GroupMetadataValue,
+    encode_record,
+    new_group_metadata_record,
+    new_offset_commit_record,
+)
 
 pytestmark = [pytest.mark.slow]
 
@@ -96,25 +119,31 @@ async def test_audit_of_the_live_server_finds_no_mismatch(
     assert (tmp_path / "audit.json").exists()
 
 
+@pytest.mark.timeout(300)
 async def test_command_line_history_writes_partitioned_parquet_and_a_self_contained_report(
-    spark: Any,
-    served: tuple[ServerProcess, ExpectedHistory, Path],
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    spark: Any, served: tuple[ServerProcess, ExpectedHistory, Path], tmp_path: Path
 ) -> None:
     _, expected, data_dir = served
     output = tmp_path / "history"
-    code = await asyncio.to_thread(
-        coordinator_main,
-        ["analyze", "history", "--data-dir", str(data_dir), "--output", str(output),
-         "--bucket", "10 seconds"],
+    # The command as a user runs it: a process of its own, with a Spark session of its own.
+    started = time.monotonic()
+    completed = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "coordinator_server", "analyze", "history",
+         "--data-dir", str(data_dir), "--output", str(output), "--bucket", "10 seconds"],
+        capture_output=True, text=True, timeout=240,
     )  # fmt: skip
-    assert code == 0, capsys.readouterr()
+    assert completed.returncode == 0, completed.stderr
+    print(f"analyze history on {data_dir}: {time.monotonic() - started:.1f} s")
     for table in ("commits", "commit_rate", "regressions", "rebalances", "rebalance_summary",
                   "idle_groups"):  # fmt: skip
         assert list((output / table).glob("**/*.parquet")), table
     # Event tables are partitioned by day.
     assert list((output / "commits").glob("date=*"))
+    # The shuffles were sized to the log: one file a table (and day), where Spark's default
+    # of 200 partitions wrote one for each of those partitions a row fell in.
+    for directory in {path.parent for path in output.glob("**/*.parquet")}:
+        assert len(list(directory.glob("*.parquet"))) == 1, directory
     assert spark.read.parquet(str(output / "commits")).count() == sum(
         len(rows) for rows in expected.commits.values()
     )
@@ -198,3 +227,94 @@ def test_the_spark_submit_entry_point_takes_the_same_arguments(
 
     assert run(["bench", "--records", "2000", "--data-dir", str(tmp_path)]) == 0
     assert "log: 2000 records" in capsys.readouterr().out
+
+
+def generation(group: str, number: int, members: int) -> Any:
+    value = GroupMetadataValue(
+        "consumer", number, "range", "m0" if members else None, 0,
+        tuple(
+            GroupMemberValue(f"m{i}", None, "client", "/127.0.0.1", 30_000, 30_000, b"", b"")
+            for i in range(members)
+        ),
+    )  # fmt: skip
+    return new_group_metadata_record(group, value)
+
+
+def test_rebalances_per_hour_is_over_the_groups_window_in_the_log_and_at_least_an_hour(
+    spark: Any, tmp_path: Path
+) -> None:
+    hour = 3_600_000
+    t0 = 1_764_000_000_000
+    db = tmp_path / "coordinator.db"
+    records = [
+        # "burst": 4 rebalances within 15 ms, at the start of the log.
+        *((generation("burst", g, 1), t0 + 5 * (g - 1)) for g in range(1, 5)),
+        # "steady": created at t0 + 10 min, 6 rebalances over 3 hours.
+        (generation("steady", 0, 0), t0 + 10 * 60_000),
+        *((generation("steady", g, 2), t0 + 10 * 60_000 + (g - 1) * 36 * 60_000) for g in
+          range(1, 7)),
+    ]  # fmt: skip
+    records.sort(key=lambda item: item[1])
+    log_end = t0 + 10 * 60_000 + 3 * hour
+    records.append((new_offset_commit_record("steady", "t", 0, 1, -1, "", log_end), log_end))
+    asyncio.run(write_sqlite_log(db, records))
+    log = read_log(spark, SqliteLogFile(str(db))).cache()
+    history = compute_history(spark, log, HistoryOptions())
+    summary = {row.group: row for row in history["rebalance_summary"].collect()}
+    log.unpersist()
+
+    # The burst's window runs from its first record to the log's last: 3 h 10 min. Over
+    # 15 ms, (4 - 1) rebalances would be 720,000 an hour.
+    burst = summary["burst"]
+    assert burst.rebalances == 4
+    assert burst.window_hours == pytest.approx(3 + 10 / 60)
+    assert burst.rebalances_per_hour == pytest.approx(4 / (3 + 10 / 60))
+    # "steady" lived 3 hours in the log: 6 rebalances, 2 an hour.
+    steady = summary["steady"]
+    assert (steady.rebalances, steady.window_hours) == (6, pytest.approx(3))
+    assert steady.rebalances_per_hour == pytest.approx(2)
+
+
+def test_a_rate_over_a_window_shorter_than_an_hour_is_counted_over_an_hour(
+    spark: Any, tmp_path: Path
+) -> None:
+    t0 = 1_764_000_000_000
+    db = tmp_path / "coordinator.db"
+    # 4 rebalances within 15 ms, and nothing else in the log.
+    asyncio.run(
+        write_sqlite_log(db, [(generation("burst", g, 1), t0 + 5 * (g - 1)) for g in range(1, 5)])
+    )
+    log = read_log(spark, SqliteLogFile(str(db))).cache()
+    (row,) = compute_history(spark, log, HistoryOptions())["rebalance_summary"].collect()
+    log.unpersist()
+    assert (row.rebalances, row.window_hours) == (4, pytest.approx(15 / 3_600_000))
+    assert row.rebalances_per_hour == 4.0
+
+
+def test_a_start_names_the_jars_an_earlier_resolution_of_the_same_settings_gave(
+    spark: Any, tmp_path: Path
+) -> None:
+    # The session of these tests resolved Spark's Kafka source (or named the jars an
+    # earlier run's resolution gave): its jars are remembered beside its Ivy cache.
+    conf = {
+        "spark.jars.packages": kafka_source_package(),
+        "spark.jars.ivy": spark.sparkContext.getConf().get("spark.jars.ivy"),
+    }
+    file = tmp_path / RESOLVED_JARS_FILE
+    assert with_resolved_jars(conf, file) == conf
+    remember_resolved_jars(spark, conf, file)
+    start = with_resolved_jars(conf, file)
+    assert "spark.jars.packages" not in start
+    jars = start["spark.jars"].split(",")
+    assert any("spark-sql-kafka-0-10" in jar for jar in jars)
+    assert any("kafka-clients" in jar for jar in jars)
+    # Other settings are another resolution.
+    other = {**conf, "spark.jars.repositories": "https://repo.example/maven"}
+    assert with_resolved_jars(other, file) == other
+    # A jar gone (Ivy's cache emptied): Spark resolves again.
+    remembered = json.loads(file.read_text())
+    for key in remembered:
+        remembered[key].append((tmp_path / "gone.jar").as_uri())
+    file.write_text(json.dumps(remembered))
+    assert with_resolved_jars(conf, file) == conf
+    assert resolved_jars_file(conf) == Path(conf["spark.jars.ivy"]) / RESOLVED_JARS_FILE
