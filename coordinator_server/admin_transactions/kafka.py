@@ -28,12 +28,15 @@ from coordinator_server.admin_transactions.producers import (
     PartitionProducerStates,
     read_producer_states,
 )
+from coordinator_server.kafka_metadata_request import (
+    MetadataRequestWithoutAutoCreation,
+    forbid_auto_topic_creation,
+)
 from coordinator_server.markers.request import (
     KafkaWriteTxnMarkersRequest,
     MarkerEntry,
     read_marker_results,
 )
-from coordinator_server.storage.kafka_metadata import MetadataRequestWithoutAutoCreation
 from coordinator_server.storage.kafka_sasl import KafkaConnector
 from coordinator_server.storage.kafka_security import KafkaSecurity
 from protocol.errors import ErrorCode
@@ -98,6 +101,7 @@ class KafkaTransactionsAdmin:
             request_timeout_ms=int(self._timeout_s * 1000),
             **self._security.aiokafka_options(ssl_context),
         )
+        forbid_auto_topic_creation(client)
         try:
             await asyncio.wait_for(client.bootstrap(), self._timeout_s)
         except BaseException:
