@@ -116,7 +116,16 @@ async def check_reachable(client: CoordinatorClient, timeout_s: float) -> None:
                 connect_timeout_s=timeout_s,
             )
         except ClientError as error:
-            failures.append(str(error))
+            cause = error.__cause__
+            errno = cause.errno if isinstance(cause, OSError) else None
+            if errno is not None and errno > 0:
+                # "Connection refused", not asyncio's "Connect call failed (address)".
+                failures.append(f"cannot connect to {host}:{port}: {os.strerror(errno)}")
+            elif isinstance(cause, OSError) and cause.strerror:
+                # A name that does not resolve (getaddrinfo's negative codes).
+                failures.append(f"cannot connect to {host}:{port}: {cause.strerror}")
+            else:
+                failures.append(str(error))
             continue
         connection.close()
         await connection.wait_closed()

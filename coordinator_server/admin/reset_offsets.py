@@ -291,6 +291,8 @@ async def reset_offsets(context: Context, groups: Sequence[str], several: bool) 
             committed = {tp: value.offset for tp, value in fetched.items()}
             partitions = await _partitions(context, committed, kafka, from_file)
             if not partitions:
+                if several:
+                    continue  # nothing of this group to reset; Kafka's tool says nothing
                 raise AdminError(f"group {group_id!r}: no partitions to reset")
             plan = await _plan(context, committed, partitions, kafka, from_file)
             if args.execute:
