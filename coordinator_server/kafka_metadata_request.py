@@ -57,7 +57,7 @@ class MetadataRequestWithoutAutoCreation(
 
 def forbid_auto_topic_creation(client: AIOKafkaClient) -> AIOKafkaClient:
     """Make `client`'s metadata refreshes forbid topic creation (before it starts); returns
-    it. For a consumer, producer or admin client, pass its `_client`."""
+    it. For a consumer or an admin client pass its `_client`, for a producer its `client`."""
     client._metadata_update = types.MethodType(_metadata_update, client)
     return client
 

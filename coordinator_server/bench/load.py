@@ -76,7 +76,7 @@ async def write_log(
         request_timeout_ms=60000,
         **options,
     )
-    forbid_auto_topic_creation(producer._client)
+    forbid_auto_topic_creation(producer.client)
     await producer.start()
     try:
         by_partition = dataset(num_partitions, records, topics, partitions)

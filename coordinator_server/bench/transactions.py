@@ -146,7 +146,7 @@ class KafkaProducer:
             transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
             client_id="bench",
         )
-        forbid_auto_topic_creation(self._producer._client)
+        forbid_auto_topic_creation(self._producer.client)
 
     async def start(self) -> None:
         await self._producer.start()

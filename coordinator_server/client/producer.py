@@ -101,7 +101,7 @@ class TransactionalProducer:
             value_serializer=value_serializer,
             **kafka_options,
         )
-        forbid_auto_topic_creation(self._producer._client)
+        forbid_auto_topic_creation(self._producer.client)
         self._sender = CoordinatedSender.replacing(self._producer._sender, coordinator=self._client)
         self._producer._sender = self._sender
         self._txn_manager = self._producer._txn_manager
