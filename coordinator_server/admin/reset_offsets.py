@@ -17,6 +17,7 @@ naming it, and is never created (see `kafka_metadata_request`).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import csv
 import datetime
@@ -30,7 +31,7 @@ from typing import Final
 from aiokafka.structs import TopicPartition
 from pydantic import TypeAdapter, ValidationError
 
-from coordinator_server.admin.common import AdminError, Context
+from coordinator_server.admin.common import AdminError, Context, UsageError
 from coordinator_server.client import CoordinatorClient, KafkaLogReader
 from protocol.errors import ApiError, ErrorCode
 
@@ -247,12 +248,12 @@ async def _plan(
     return plan
 
 
-def _needs_kafka(args: object) -> bool:
+def _needs_kafka(args: argparse.Namespace) -> bool:
     return bool(
-        getattr(args, "to_earliest", False)
-        or getattr(args, "to_latest", False)
-        or getattr(args, "to_datetime", None) is not None
-        or getattr(args, "by_duration", None) is not None
+        args.to_earliest
+        or args.to_latest
+        or args.to_datetime is not None
+        or args.by_duration is not None
     )
 
 
@@ -261,7 +262,9 @@ async def reset_offsets(context: Context, groups: Sequence[str], several: bool) 
     were not named one by one (--all-groups) or more than one was."""
     args = context.args
     if args.from_file is None and not args.topic and not args.all_topics:
-        raise AdminError("give the partitions to reset: --topic, --all-topics or --from-file")
+        raise UsageError("give the partitions to reset: --topic, --all-topics or --from-file")
+    if args.from_file is not None and (args.topic or args.all_topics):
+        raise UsageError("--from-file names its own partitions: drop --topic and --all-topics")
     if args.by_duration is not None:
         parse_duration_ms(args.by_duration)  # a bad duration before anything is asked
     file_plans = read_plan_file(args.from_file, groups) if args.from_file else None

@@ -246,6 +246,13 @@ def test_a_plan_exported_edited_and_read_back(setup: Setup, tmp_path: Path) -> N
     # An offset past the log end is brought back to it, as Kafka's tool does.
     assert committed(setup, other) == {setup.tp(0): PER_PARTITION, setup.tp(2): 8}
 
+    mixed = cli(setup, "groups", "reset-offsets", group, "--from-file", str(plan), "--all-topics")
+    assert mixed.returncode == 2
+    assert "--from-file names its own partitions" in mixed.stderr
+    unscoped = cli(setup, "groups", "reset-offsets", group, "--to-earliest")
+    assert unscoped.returncode == 2
+    assert "give the partitions to reset" in unscoped.stderr
+
     plan.write_text(f"{topic},0\n")
     bad = cli(setup, "groups", "reset-offsets", group, "--from-file", str(plan))
     assert bad.returncode == 1
