@@ -28,6 +28,7 @@ __all__ = [
     "AdminError",
     "Context",
     "UsageError",
+    "check_kafka",
     "check_reachable",
     "connection_options",
     "coordinator_client",
@@ -117,13 +118,9 @@ async def check_reachable(client: CoordinatorClient, timeout_s: float) -> None:
             )
         except ClientError as error:
             cause = error.__cause__
-            errno = cause.errno if isinstance(cause, OSError) else None
-            if errno is not None and errno > 0:
+            if isinstance(cause, OSError):
                 # "Connection refused", not asyncio's "Connect call failed (address)".
-                failures.append(f"cannot connect to {host}:{port}: {os.strerror(errno)}")
-            elif isinstance(cause, OSError) and cause.strerror:
-                # A name that does not resolve (getaddrinfo's negative codes).
-                failures.append(f"cannot connect to {host}:{port}: {cause.strerror}")
+                failures.append(f"cannot connect to {host}:{port}: {_reason(cause)}")
             else:
                 failures.append(str(error))
             continue
@@ -131,6 +128,34 @@ async def check_reachable(client: CoordinatorClient, timeout_s: float) -> None:
         await connection.wait_closed()
         return
     raise AdminError("; ".join(failures))
+
+
+async def check_kafka(
+    bootstrap: str, security: KafkaSecurity, timeout_s: float, client_id: str
+) -> KafkaConnector:
+    """Connect to the Kafka cluster's bootstrap servers in turn (authenticated as `security`
+    says) until one answers; raise AdminError naming the cluster and why none did, at once,
+    rather than aiokafka's "Unable to bootstrap" without a cause. KafkaSecurityError (refused
+    credentials, an untrusted certificate) passes as it is."""
+    connector = KafkaConnector(security, client_id)
+    try:
+        await connector.check_bootstrap(bootstrap, timeout_s)
+    except TimeoutError:
+        raise AdminError(
+            f"cannot connect to the Kafka cluster at {bootstrap}: no answer within {timeout_s:g} s"
+        ) from None
+    except OSError as error:
+        raise AdminError(
+            f"cannot connect to the Kafka cluster at {bootstrap}: {_reason(error)}"
+        ) from None
+    return connector
+
+
+def _reason(error: OSError) -> str:
+    """An OSError's cause in words: "Connection refused", "Name or service not known"."""
+    if error.errno is not None and error.errno > 0:
+        return os.strerror(error.errno)
+    return error.strerror or str(error)
 
 
 @contextlib.asynccontextmanager
@@ -175,11 +200,10 @@ class Context:
                 f"{KAFKA_BOOTSTRAP_SERVERS_ENV}"
             )
         security = self.kafka_security
+        timeout_s = min(CONNECT_CHECK_S, self.args.timeout_ms / 1000)
+        connector = await check_kafka(bootstrap, security, timeout_s, "coordinator-server-groups")
         options = {}
         if not security.is_plaintext:
-            connector = KafkaConnector(security, "coordinator-server-groups")
-            # A refusal said plainly (aiokafka's would only say it could not bootstrap).
-            await connector.check_bootstrap(bootstrap, self.args.timeout_ms / 1000)
             options = security.aiokafka_options(connector.ssl_context)
         async with KafkaLogReader(bootstrap, timeout_ms=self.args.timeout_ms, **options) as reader:
             yield reader

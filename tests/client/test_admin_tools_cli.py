@@ -303,3 +303,29 @@ def test_a_refused_connection_ends_the_tool_at_once_in_one_line(tool: str) -> No
     )
     # The process's own start (imports) is most of it; the client retried for 29 s before.
     assert elapsed < 5, elapsed
+
+
+def test_a_refused_kafka_connection_is_one_line_naming_the_cluster(setup: Setup) -> None:  # noqa: F811
+    nobody = f"127.0.0.1:{free_port()}"
+    group = group_name()
+    setup.commit(group, {0: 1})
+    shown = subprocess.run(
+        [sys.executable, "-m", "coordinator_server", "groups", "offsets", group,
+         "--bootstrap-server", setup.coordinator, "--kafka-bootstrap-servers", nobody],
+        capture_output=True, text=True, timeout=_CLI_TIMEOUT_S, check=False,
+    )  # fmt: skip
+    assert shown.returncode == 1
+    assert shown.stderr.endswith(
+        f"coordinator-server groups: error: cannot connect to the Kafka cluster at {nobody}: "
+        "Connection refused\n"
+    )
+    producers = subprocess.run(
+        [sys.executable, "-m", "coordinator_server", "transactions", "describe-producers",
+         "--topic", setup.topic, "--partition", "0", "--kafka-bootstrap-servers", nobody],
+        capture_output=True, text=True, timeout=_CLI_TIMEOUT_S, check=False,
+    )  # fmt: skip
+    assert producers.returncode == 1
+    assert producers.stderr == (
+        f"coordinator-server transactions: error: cannot connect to the Kafka cluster at "
+        f"{nobody}: Connection refused\n"
+    )
