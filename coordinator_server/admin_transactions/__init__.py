@@ -3,7 +3,8 @@
 Sub-commands, as Kafka's tool names them: `list` (every transaction of every node of the
 cluster), `describe --transactional-id ID`, `describe-producers --topic T --partition P`,
 `find-hanging (--topic T [--partition P] | --broker-id B)` and `abort --topic T --partition P
-(--start-offset N | --producer-id ... --producer-epoch ... --coordinator-epoch ...)`. Each
+(--start-offset N | --producer-id ... --producer-epoch ... --coordinator-epoch ...)` and
+`force-terminate --transactional-id ID` (the id's producer fenced, its transaction aborted). Each
 prints Kafka's table (or JSON with `--json`) and exits 0 on success, 1 on an error (one line
 on stderr), 2 on a usage error.
 

@@ -15,6 +15,7 @@ import logging
 import sys
 import time
 from collections.abc import Callable, Coroutine, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Final, TextIO
 
@@ -24,8 +25,8 @@ from aiokafka.structs import TopicPartition
 from coordinator_server.admin import (
     AdminError,
     connection_options,
-    coordinator_client,
     kafka_cluster,
+    open_coordinator,
 )
 from coordinator_server.admin_transactions.kafka import KafkaToolError, KafkaTransactionsAdmin
 from coordinator_server.admin_transactions.producers import ActiveProducer
@@ -35,6 +36,7 @@ from protocol.errors import ApiError, ErrorCode
 from protocol.transactions import (
     DescribeTransactionsRequest,
     DescribeTransactionsResponseState,
+    InitProducerIdRequest,
     ListTransactionsRequest,
 )
 
@@ -135,6 +137,17 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--coordinator-epoch", type=int, help="coordinator epoch (with --producer-id)"
     )
 
+    terminate = actions.add_parser(
+        "force-terminate",
+        parents=[common],
+        help="abort a transactional id's ongoing transaction by fencing its producer",
+        description="Abort the ongoing transaction of a transactional id, as Kafka's "
+        "force-terminate does: an InitProducerId for the id bumps its producer epoch, which "
+        "fences the producer and aborts the transaction it has open. The producer's next "
+        "request fails with PRODUCER_FENCED.",
+    )
+    terminate.add_argument("--transactional-id", required=True)
+
 
 def main(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Run a parsed `transactions` command; returns the exit status."""
@@ -166,8 +179,8 @@ class _Tool:
     out: TextIO
     err: TextIO
 
-    def coordinator(self) -> CoordinatorClient:
-        return coordinator_client(self.args, _CLIENT_ID)
+    def coordinator(self) -> AbstractAsyncContextManager[CoordinatorClient]:
+        return open_coordinator(self.args, _CLIENT_ID)
 
     def kafka(self) -> KafkaTransactionsAdmin:
         bootstrap, security = kafka_cluster(self.args)
@@ -498,10 +511,53 @@ async def _open_at(
     )
 
 
+# force-terminate
+
+
+async def _force_terminate(tool: _Tool) -> None:
+    transactional_id = tool.args.transactional_id
+    async with tool.coordinator() as client:
+        described = await client.describe_transactions(
+            DescribeTransactionsRequest(transactional_ids=[transactional_id])
+        )
+        (state,) = described.transaction_states
+        if state.error_code != ErrorCode.NONE:
+            # Checked first: an InitProducerId for an id nobody uses would create it.
+            raise AdminError(
+                f"Failed to force-terminate transactional-id `{transactional_id}`: "
+                f"{ErrorCode(state.error_code).name}"
+            )
+        # A producer starting anew (no producer id or epoch of its own): the coordinator
+        # aborts what the id has open and answers with the next epoch, which fences the old
+        # producer (CONCURRENT_TRANSACTIONS while the abort completes is retried).
+        fenced = await client.init_producer_id(
+            InitProducerIdRequest(
+                transactional_id=transactional_id,
+                transaction_timeout_ms=state.transaction_timeout_ms,
+            )
+        )
+    done = {
+        "transactional_id": transactional_id,
+        "previous_state": state.transaction_state,
+        "producer_id": fenced.producer_id,
+        "producer_epoch": fenced.producer_epoch,
+    }
+    if tool.args.json:
+        tool.print([], [], done)
+        return
+    print(
+        f"Terminated the transaction of transactional-id `{transactional_id}` (it was "
+        f"{state.transaction_state}): producer {fenced.producer_id} is now at epoch "
+        f"{fenced.producer_epoch}, and the previous one is fenced.",
+        file=tool.out,
+    )
+
+
 _COMMANDS: Final[dict[str, Callable[[_Tool], Coroutine[Any, Any, None]]]] = {
     "list": _list,
     "describe": _describe,
     "describe-producers": _describe_producers,
     "find-hanging": _find_hanging,
     "abort": _abort,
+    "force-terminate": _force_terminate,
 }

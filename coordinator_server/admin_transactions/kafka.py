@@ -23,18 +23,21 @@ from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
 from aiokafka.structs import TopicPartition
 
+from coordinator_server.admin.common import CONNECT_CHECK_S, check_kafka
 from coordinator_server.admin_transactions.producers import (
     KafkaDescribeProducersRequest,
     PartitionProducerStates,
     read_producer_states,
+)
+from coordinator_server.kafka_metadata_request import (
+    MetadataRequestWithoutAutoCreation,
+    forbid_auto_topic_creation,
 )
 from coordinator_server.markers.request import (
     KafkaWriteTxnMarkersRequest,
     MarkerEntry,
     read_marker_results,
 )
-from coordinator_server.storage.kafka_metadata import MetadataRequestWithoutAutoCreation
-from coordinator_server.storage.kafka_sasl import KafkaConnector
 from coordinator_server.storage.kafka_security import KafkaSecurity
 from protocol.errors import ErrorCode
 
@@ -86,18 +89,21 @@ class KafkaTransactionsAdmin:
         self._client: AIOKafkaClient | None = None
 
     async def __aenter__(self) -> KafkaTransactionsAdmin:
-        ssl_context = None
-        if not self._security.is_plaintext:
-            connector = KafkaConnector(self._security, self._client_id)
-            # A refusal said plainly (aiokafka's would only say it could not bootstrap).
-            await connector.check_bootstrap(self._bootstrap_servers, self._timeout_s)
-            ssl_context = connector.ssl_context
+        # A refusal said plainly, at once (aiokafka's would only say it could not bootstrap).
+        connector = await check_kafka(
+            self._bootstrap_servers,
+            self._security,
+            min(CONNECT_CHECK_S, self._timeout_s),
+            self._client_id,
+        )
+        ssl_context = None if self._security.is_plaintext else connector.ssl_context
         client = AIOKafkaClient(
             bootstrap_servers=self._bootstrap_servers,
             client_id=self._client_id,
             request_timeout_ms=int(self._timeout_s * 1000),
             **self._security.aiokafka_options(ssl_context),
         )
+        forbid_auto_topic_creation(client)
         try:
             await asyncio.wait_for(client.bootstrap(), self._timeout_s)
         except BaseException:

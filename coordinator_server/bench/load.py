@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator_server.bench.ours import WireConnection
 from coordinator_server.bench.processes import ServerProcess, resident_bytes
+from coordinator_server.kafka_metadata_request import forbid_auto_topic_creation
 from coordinator_server.records import encode_record, new_offset_commit_record
 from protocol.hashing import partition_for
 
@@ -57,6 +58,7 @@ async def write_log(
     admin = AIOKafkaAdminClient(
         bootstrap_servers=bootstrap_servers, request_timeout_ms=30000, **options
     )
+    forbid_auto_topic_creation(admin._client)
     await admin.start()
     try:
         await admin.create_topics(
@@ -74,6 +76,7 @@ async def write_log(
         request_timeout_ms=60000,
         **options,
     )
+    forbid_auto_topic_creation(producer.client)
     await producer.start()
     try:
         by_partition = dataset(num_partitions, records, topics, partitions)

@@ -31,6 +31,7 @@ from coordinator_server.bench.ours import (
     first_error,
     parse_ours,
 )
+from coordinator_server.kafka_metadata_request import forbid_auto_topic_creation
 
 MEMBER_ID_REQUIRED = 79
 REBALANCE_IN_PROGRESS = 27
@@ -358,6 +359,7 @@ async def _ensure_topic(address: str, partitions: int) -> None:
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
     admin = AIOKafkaAdminClient(bootstrap_servers=address, request_timeout_ms=30000)
+    forbid_auto_topic_creation(admin._client)
     await admin.start()
     try:
         if TOPIC not in await admin.list_topics():

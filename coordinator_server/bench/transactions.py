@@ -38,6 +38,7 @@ from coordinator_server.bench.loops import measure
 from coordinator_server.bench.processes import wait_until_quiet
 from coordinator_server.bench.scenarios import cpu_per_request
 from coordinator_server.bench.stats import latency_summary_ms, median_row, ratio_row
+from coordinator_server.kafka_metadata_request import forbid_auto_topic_creation
 
 TRANSACTION_COLUMNS = [
     "target",
@@ -145,6 +146,7 @@ class KafkaProducer:
             transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
             client_id="bench",
         )
+        forbid_auto_topic_creation(self._producer.client)
 
     async def start(self) -> None:
         await self._producer.start()
@@ -324,6 +326,7 @@ async def _create_topics(bootstrap_servers: str, topic: str, partitions: int) ->
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=30000)
+    forbid_auto_topic_creation(admin._client)
     await admin.start()
     try:
         existing = set(await admin.list_topics())

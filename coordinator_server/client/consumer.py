@@ -44,6 +44,7 @@ from aiokafka.structs import ConsumerRecord, OffsetAndMetadata, TopicPartition
 from coordinator_server.client.assignors import Assignor, RangeAssignor
 from coordinator_server.client.errors import CommitFailedError
 from coordinator_server.client.member import GroupMember
+from coordinator_server.kafka_metadata_request import forbid_auto_topic_creation
 from coordinator_server.rpc.backoff import ExponentialBackoff
 from coordinator_server.rpc.client import CoordinatorClient
 from coordinator_server.rpc.errors import ClientError
@@ -132,6 +133,7 @@ class CoordinatedConsumer:
             value_deserializer=value_deserializer,
             **kafka_options,
         )
+        forbid_auto_topic_creation(self._consumer._client)
         self._log = KafkaLogReader(bootstrap_servers, **_security_options(kafka_options))
         self._member_options = {
             "session_timeout_ms": session_timeout_ms,

@@ -34,6 +34,7 @@ from aiokafka.producer.transaction_manager import TransactionState
 from aiokafka.structs import OffsetAndMetadata, RecordMetadata, TopicPartition
 
 from coordinator_server.client.txn_sender import CoordinatedSender
+from coordinator_server.kafka_metadata_request import forbid_auto_topic_creation
 from coordinator_server.rpc.client import CoordinatorClient
 
 __all__ = ["TransactionalProducer"]
@@ -100,6 +101,7 @@ class TransactionalProducer:
             value_serializer=value_serializer,
             **kafka_options,
         )
+        forbid_auto_topic_creation(self._producer.client)
         self._sender = CoordinatedSender.replacing(self._producer._sender, coordinator=self._client)
         self._producer._sender = self._sender
         self._txn_manager = self._producer._txn_manager

@@ -39,6 +39,7 @@ from coordinator_server.cluster.codec import ClusterFormatError, decode_assignme
 from coordinator_server.cluster.group_assignor import OwnershipAssignor
 from coordinator_server.cluster.lease import MembershipLease
 from coordinator_server.cluster.view import OwnershipView
+from coordinator_server.kafka_metadata_request import forbid_auto_topic_creation
 from coordinator_server.storage.kafka_security import KafkaSecurity
 
 __all__ = ["ClusterMembership", "ClusterMembershipError"]
@@ -181,6 +182,7 @@ class ClusterMembership:
             max_partition_fetch_bytes=_FETCH_MAX_BYTES,
             **self._security.aiokafka_options(),
         )
+        forbid_auto_topic_creation(consumer._client)
         self._consumer = consumer
         try:
             await asyncio.wait_for(self._join(consumer), self._start_timeout_ms / 1000)

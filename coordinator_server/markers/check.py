@@ -15,6 +15,7 @@ from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
 from aiokafka.protocol.admin import ApiVersionRequest
 
+from coordinator_server.kafka_metadata_request import forbid_auto_topic_creation
 from coordinator_server.markers.request import (
     WRITE_TXN_MARKERS_API_KEY,
     WRITE_TXN_MARKERS_VERSION,
@@ -55,12 +56,14 @@ async def check_kafka_for_transactions(
     how to change it, or that the cluster could not be asked within `timeout_s`."""
     options = (security or KafkaSecurity()).aiokafka_options()
     client = AIOKafkaClient(bootstrap_servers=bootstrap_servers, client_id=client_id, **options)
+    forbid_auto_topic_creation(client)
     admin = AIOKafkaAdminClient(
         bootstrap_servers=bootstrap_servers,
         client_id=client_id,
         request_timeout_ms=int(timeout_s * 1000),
         **options,
     )
+    forbid_auto_topic_creation(admin._client)
     try:
         await asyncio.wait_for(_check(client, admin), timeout_s)
     except (KafkaError, OSError, TimeoutError) as error:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
 
-from coordinator_server.storage.kafka_metadata import MetadataRequestWithoutAutoCreation
+from coordinator_server.kafka_metadata_request import MetadataRequestWithoutAutoCreation
 from protocol.errors import ErrorCode
 
 __all__ = ["NO_LEADER", "LeaderCache", "LeaderLookupError", "TopicLeaders"]

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
 
+from coordinator_server.kafka_metadata_request import forbid_auto_topic_creation
 from coordinator_server.markers.leaders import NO_LEADER, LeaderCache, LeaderLookupError
 from coordinator_server.markers.request import (
     KafkaWriteTxnMarkersRequest,
@@ -272,6 +273,7 @@ class KafkaTxnMarkerWriter:
             request_timeout_ms=int(self._request_timeout_s * 2000),
             **options,
         )
+        forbid_auto_topic_creation(client)
         try:
             await asyncio.wait_for(client.bootstrap(), self._request_timeout_s)
         except BaseException:

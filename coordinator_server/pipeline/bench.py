@@ -29,6 +29,7 @@ from typing import Any, Final
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from coordinator_server.kafka_metadata_request import forbid_auto_topic_creation
 from coordinator_server.pipeline.kafka_source import KafkaLogTopic
 from coordinator_server.pipeline.logs import (
     SQLITE_FILE_NAME,
@@ -189,6 +190,7 @@ async def _create_bench_topic(target: KafkaBenchLog) -> None:
     admin = AIOKafkaAdminClient(
         bootstrap_servers=target.bootstrap_servers, **target.security.aiokafka_options()
     )
+    forbid_auto_topic_creation(admin._client)
     await admin.start()
     try:
         response = await admin.create_topics(

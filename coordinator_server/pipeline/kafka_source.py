@@ -74,6 +74,9 @@ PROVIDED_BY_SPARK: Final = (
 )
 SOURCE_DEFAULTS: Final = {
     "kafka.isolation.level": "read_committed",
+    # Reading a topic must never create it (Kafka's consumers may, by default, when the
+    # broker allows it): the driver's consumer and Spark's alike.
+    "kafka.allow.auto.create.topics": "false",
     "failOnDataLoss": "true",
     "includeHeaders": "false",
 }
@@ -198,8 +201,6 @@ class KafkaLogTopic(LogLocation):
                 "key.deserializer": BYTES_DESERIALIZER,
                 "value.deserializer": BYTES_DESERIALIZER,
                 "enable.auto.commit": "false",
-                # Asking about a topic must never create it.
-                "allow.auto.create.topics": "false",
             }
         )
         return properties

@@ -21,8 +21,13 @@ from types import TracebackType
 from typing import Any, Final
 
 from aiokafka import AIOKafkaConsumer
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord, TopicPartition
+
+from coordinator_server.kafka_metadata_request import (
+    MetadataRequestWithoutAutoCreation,
+    forbid_auto_topic_creation,
+)
 
 __all__ = ["KafkaLogReader", "stop_consumer"]
 
@@ -60,14 +65,14 @@ async def stop_consumer(consumer: AIOKafkaConsumer, timeout_s: float = _STOP_TIM
 
 
 class KafkaLogReader:
-    """Reads log offsets from a Kafka cluster (a consumer without a group, and an admin
-    client for topic metadata).
+    """Reads log offsets from a Kafka cluster (a consumer without a group). Its metadata
+    requests never create a topic (`kafka_metadata_request`): a topic that does not exist is
+    missing from `partition_counts`, whatever the broker's `auto.create.topics.enable`.
 
     Args:
         bootstrap_servers: the Kafka cluster.
         timeout_ms: the bound of each operation.
-        **kafka_options: passed to aiokafka's consumer and admin client (security
-            settings and the like).
+        **kafka_options: passed to aiokafka's consumer (security settings and the like).
     """
 
     def __init__(
@@ -77,7 +82,6 @@ class KafkaLogReader:
         self.timeout_ms = timeout_ms
         self._options = kafka_options
         self._consumer: AIOKafkaConsumer | None = None
-        self._admin: AIOKafkaAdminClient | None = None
         self._lock = asyncio.Lock()
 
     async def start(self) -> None:
@@ -92,28 +96,19 @@ class KafkaLogReader:
             request_timeout_ms=self.timeout_ms,
             **self._options,
         )
-        admin = AIOKafkaAdminClient(
-            bootstrap_servers=self.bootstrap_servers,
-            request_timeout_ms=self.timeout_ms,
-            **self._options,
-        )
+        forbid_auto_topic_creation(consumer._client)
         try:
             async with asyncio.timeout(self.timeout_ms / 1000):
                 await consumer.start()
-                await admin.start()
         except BaseException:
             await stop_consumer(consumer)
-            await admin.close()
             raise
-        self._consumer, self._admin = consumer, admin
+        self._consumer = consumer
 
     async def close(self) -> None:
         consumer, self._consumer = self._consumer, None
-        admin, self._admin = self._admin, None
         if consumer is not None:
             await stop_consumer(consumer)
-        if admin is not None:
-            await admin.close()
 
     async def __aenter__(self) -> KafkaLogReader:
         await self.start()
@@ -127,22 +122,28 @@ class KafkaLogReader:
     ) -> None:
         await self.close()
 
-    def _started(self) -> tuple[AIOKafkaConsumer, AIOKafkaAdminClient]:
-        if self._consumer is None or self._admin is None:
+    def _started(self) -> AIOKafkaConsumer:
+        if self._consumer is None:
             raise RuntimeError("KafkaLogReader is not started")
-        return self._consumer, self._admin
+        return self._consumer
 
     async def partition_counts(self, topics: Collection[str]) -> dict[str, int]:
-        """The partition count of each of `topics` that exists."""
+        """The partition count of each of `topics` that exists (one that does not is left
+        out, and is not created)."""
         if not topics:
             return {}
-        _, admin = self._started()
-        descriptions = await admin.describe_topics(sorted(topics))
+        client = self._started()._client
+        node_id = client.get_random_node()
+        if node_id is None:
+            raise KafkaError(f"no broker of {self.bootstrap_servers} is known")
+        async with asyncio.timeout(self.timeout_ms / 1000):
+            response = await client.send(
+                node_id, MetadataRequestWithoutAutoCreation(sorted(set(topics)))
+            )
         counts = {}
-        for description in descriptions:
-            partitions = description.get("partitions") or []
-            if description.get("error_code") == 0 and partitions:
-                counts[description["topic"]] = len(partitions)
+        for error_code, name, _internal, partitions in response.topics:
+            if error_code == 0 and partitions:
+                counts[str(name)] = len(partitions)
         return counts
 
     async def partitions_of(self, topics: Iterable[str]) -> list[TopicPartition]:
@@ -160,7 +161,7 @@ class KafkaLogReader:
         """The log start offset of each partition (ListOffsets EARLIEST)."""
         if not partitions:
             return {}
-        consumer, _ = self._started()
+        consumer = self._started()
         async with asyncio.timeout(self.timeout_ms / 1000):
             offsets: dict[TopicPartition, int] = await consumer.beginning_offsets(list(partitions))
         return offsets
@@ -182,7 +183,7 @@ class KafkaLogReader:
         """
         if not partitions:
             return {}
-        consumer, _ = self._started()
+        consumer = self._started()
         async with self._lock, asyncio.timeout(self.timeout_ms / 1000):
             starts = dict(starting_offsets or {})
             missing_starts = [tp for tp in partitions if tp not in starts]
@@ -212,7 +213,7 @@ class KafkaLogReader:
             return {}
         starts = await self.beginning_offsets(partitions)
         ends = await self.end_offsets(partitions, starting_offsets=starts)
-        consumer, _ = self._started()
+        consumer = self._started()
         result = {}
         async with self._lock, asyncio.timeout(self.timeout_ms / 1000):
             for tp in sorted(partitions):

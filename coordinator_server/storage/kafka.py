@@ -62,6 +62,7 @@ from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
+from coordinator_server.kafka_metadata_request import forbid_auto_topic_creation
 from coordinator_server.storage.api import (
     AppendError,
     HighWatermarkListener,
@@ -666,6 +667,7 @@ class KafkaLog:
             request_timeout_ms=self._longest_timeout_ms * 2,
             **self._client_options,
         )
+        forbid_auto_topic_creation(client)
         try:
             await asyncio.wait_for(client.bootstrap(), self._longest_timeout_ms / 1000)
         except BaseException:

@@ -26,15 +26,13 @@ from dataclasses import dataclass
 
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
-from aiokafka.protocol.api import Request
-from aiokafka.protocol.metadata import MetadataRequest_v4, MetadataRequest_v5
 
+from coordinator_server.kafka_metadata_request import MetadataRequestWithoutAutoCreation
 from coordinator_server.storage.api import LoadError
 from coordinator_server.storage.error_codes import UNKNOWN_TOPIC_OR_PARTITION
 from coordinator_server.storage.kafka_produce import Leader
 
 __all__ = [
-    "MetadataRequestWithoutAutoCreation",
     "TopicLostError",
     "TopicMetadata",
     "TopicMetadataError",
@@ -53,24 +51,6 @@ class TopicMetadataError(Exception):
 
 class TopicLostError(LoadError):
     """The topic is gone or has another partition count than the log started with."""
-
-
-class MetadataRequestWithoutAutoCreation(
-    Request[MetadataRequest_v4 | MetadataRequest_v5]  # type: ignore[misc]
-):
-    """A MetadataRequest that never creates the topics it names (None: every topic): only the
-    versions that can say so, so that a broker too old for them fails the request instead of
-    creating one."""
-
-    API_KEY = 3
-
-    def __init__(self, topics: list[str] | None) -> None:
-        self._topics = topics
-
-    def build(
-        self, request_struct_class: type[MetadataRequest_v4 | MetadataRequest_v5]
-    ) -> MetadataRequest_v4 | MetadataRequest_v5:
-        return request_struct_class(self._topics, False)
 
 
 @dataclass(frozen=True, slots=True)

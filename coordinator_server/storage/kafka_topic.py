@@ -15,6 +15,7 @@ from typing import Any
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
 
+from coordinator_server.kafka_metadata_request import forbid_auto_topic_creation
 from coordinator_server.storage.error_codes import TOPIC_ALREADY_EXISTS
 from coordinator_server.storage.kafka_metadata import TopicMetadata, TopicMetadataError
 
@@ -98,6 +99,7 @@ async def _create_topic(topic: OffsetsTopic) -> None:
         request_timeout_ms=topic.request_timeout_ms,
         **topic.client_options,
     )
+    forbid_auto_topic_creation(admin._client)
     try:
         await admin.start()
         response = await admin.create_topics([new_topic])
