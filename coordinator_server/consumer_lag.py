@@ -32,10 +32,13 @@ from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
 from aiokafka.protocol.offset import OffsetRequest
 
+from coordinator_server.kafka_metadata_request import (
+    MetadataRequestWithoutAutoCreation,
+    forbid_auto_topic_creation,
+)
 from coordinator_server.metrics import ConsumerLagMetrics
 from coordinator_server.prometheus import LAG_HEADER, lag_samples
 from coordinator_server.storage.error_codes import UNKNOWN_TOPIC_OR_PARTITION
-from coordinator_server.storage.kafka_metadata import MetadataRequestWithoutAutoCreation
 from coordinator_server.storage.kafka_security import KafkaSecurity
 
 __all__ = [
@@ -211,13 +214,15 @@ class ConsumerLag:
     async def _connected(self, ends: _EndOffsets) -> AIOKafkaClient | None:
         if self._client is not None:
             return self._client
-        client = AIOKafkaClient(
-            bootstrap_servers=self._bootstrap_servers,
-            client_id=self._client_id,
-            # Each request has a timeout of its own; aiokafka's, which closes the
-            # connection, is only a backstop.
-            request_timeout_ms=int(self._timeout_s * 2000),
-            **self._security.aiokafka_options(),
+        client = forbid_auto_topic_creation(
+            AIOKafkaClient(
+                bootstrap_servers=self._bootstrap_servers,
+                client_id=self._client_id,
+                # Each request has a timeout of its own; aiokafka's, which closes the
+                # connection, is only a backstop.
+                request_timeout_ms=int(self._timeout_s * 2000),
+                **self._security.aiokafka_options(),
+            )
         )
         try:
             await asyncio.wait_for(client.bootstrap(), self._timeout_s)
