@@ -10,6 +10,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from aiokafka.errors import KafkaError
 from prometheus_client import CollectorRegistry
 
 from coordinator_server import __version__
@@ -19,6 +20,7 @@ from coordinator_server.config import CoordinatorConfig
 from coordinator_server.groups.store import GroupsConfig
 from coordinator_server.markers import (
     KafkaTransactionsCheckError,
+    KafkaTransactionsCheckUnanswered,
     KafkaTxnMarkerWriter,
     check_kafka_for_transactions,
 )
@@ -45,6 +47,7 @@ from coordinator_server.server.listener import CoordinatorServer, bind
 from coordinator_server.server.state import ServerConfig, ServerState
 from coordinator_server.service import GroupCoordinatorService, NodeAddress
 from coordinator_server.shard import GroupCoordinatorShard, ShardConfig
+from coordinator_server.start_retry import StartAbandoned, start_with_retries
 from coordinator_server.storage.api import CoordinatorLog
 from coordinator_server.storage.kafka import KafkaLog
 from coordinator_server.transaction_service import TransactionCoordinatorService
@@ -52,6 +55,11 @@ from coordinator_server.transactions.results import TransactionsConfig
 from protocol.errors import NotCoordinatorError
 
 logger = logging.getLogger("coordinator_server")
+
+# Between two attempts to start a component that waits for a slow broker at start: the
+# pause doubles from the first to the second.
+_START_RETRY_BACKOFF_S = 0.5
+_START_RETRY_BACKOFF_MAX_S = 10.0
 
 # After a produce response, the Kafka log's next request waits this many turns of the event
 # loop: the turns in which the response's appends complete, the writes they commit answer
@@ -268,7 +276,11 @@ class CoordinatorApp:
                 max_frame_bytes=config.max_frame_bytes,
             ),
         )
-        await self._start_transactions(service, runtime, node)
+        try:
+            await self._start_transactions(service, runtime, node)
+        except StartAbandoned as abandoned:
+            logger.info("%s", abandoned)
+            return
         state = ServerState(
             server_config,
             service.handlers,
@@ -350,11 +362,22 @@ class CoordinatorApp:
             )
             return
         assert config.bootstrap_servers is not None
+        bootstrap_servers = config.bootstrap_servers
         try:
-            await check_kafka_for_transactions(
-                config.bootstrap_servers,
-                security=config.kafka_security,
-                timeout_s=config.offsets_commit_timeout_ms / 1000,
+            # A cluster that does not answer yet is asked again, as the load waits for it: a
+            # slow broker must not turn transactions off (auto) or end the server (on).
+            await start_with_retries(
+                "the check of the Kafka cluster for transactions",
+                lambda: check_kafka_for_transactions(
+                    bootstrap_servers,
+                    security=config.kafka_security,
+                    timeout_s=config.offsets_commit_timeout_ms / 1000,
+                ),
+                retriable=(KafkaTransactionsCheckUnanswered,),
+                stop=self._stop,
+                logger=logger,
+                backoff_s=_START_RETRY_BACKOFF_S,
+                backoff_max_s=_START_RETRY_BACKOFF_MAX_S,
             )
         except KafkaTransactionsCheckError as refused:
             if config.transactions == "on":
@@ -369,7 +392,15 @@ class CoordinatorApp:
             request_timeout_ms=config.offsets_commit_timeout_ms,
             max_queued_markers=config.transaction_max_queued_markers,
         )
-        await writer.start()
+        await start_with_retries(
+            "the transaction marker writer",
+            writer.start,
+            retriable=(TimeoutError, KafkaError, OSError),
+            stop=self._stop,
+            logger=logger,
+            backoff_s=_START_RETRY_BACKOFF_S,
+            backoff_max_s=_START_RETRY_BACKOFF_MAX_S,
+        )
         peers = None
         if self.cluster is not None:
             peers = NodePeers(
