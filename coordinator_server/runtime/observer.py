@@ -13,7 +13,7 @@ class RuntimeObserver(Protocol):
 
     def event_queued(self, seconds: float) -> None: ...
 
-    def partition_loaded(self, seconds: float, records: int) -> None: ...
+    def partition_loaded(self, partition: int, seconds: float, records: int) -> None: ...
 
 
 class NoObserver:
@@ -30,7 +30,7 @@ class NoObserver:
     def event_queued(self, seconds: float) -> None:
         pass
 
-    def partition_loaded(self, seconds: float, records: int) -> None:
+    def partition_loaded(self, partition: int, seconds: float, records: int) -> None:
         pass
 
 

@@ -13,7 +13,7 @@ from kafka_broker import KafkaBroker
 from server_process import ServerProcess
 
 from coordinator_server.markers import KafkaTxnMarkerWriter
-from coordinator_server.start_retry import StartAbandoned, start_with_retries
+from coordinator_server.starting import StartAbandoned, start_with_retries
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
 

@@ -1,6 +1,7 @@
-"""Waiting out a slow broker at start: an optional component (the marker writer, the
-transactions check) is started again until it starts, as the log's load waits, instead
-of ending the server on its first timeout."""
+"""Starting the server: a component started beside the log (the marker writer, the
+transactions check) is started again until it starts, as the log's load waits for a slow
+broker, instead of ending the server on its first timeout; and the failures that waiting
+cannot mend (StartError), which end the start with one line saying what to fix."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-__all__ = ["StartAbandoned", "start_with_retries"]
+__all__ = ["StartAbandoned", "StartError", "start_with_retries"]
 
 T = TypeVar("T")
 
@@ -19,6 +20,11 @@ T = TypeVar("T")
 # the maximum: a broker slow for minutes writes a few lines, not one per attempt.
 _FIRST_WARNING_INTERVAL_S = 5.0
 _MAX_WARNING_INTERVAL_S = 300.0
+
+
+class StartError(Exception):
+    """The server cannot start, and what to fix (a port in use, a data directory another
+    server holds, a Kafka cluster that cannot be reached): said in one line, no trace."""
 
 
 class StartAbandoned(Exception):
