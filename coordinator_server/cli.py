@@ -9,12 +9,15 @@ import re
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal, get_args, get_origin
 
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
+from pydantic.fields import FieldInfo
 
 from coordinator_server import __version__
 from coordinator_server.cluster.membership import ClusterMembershipError
-from coordinator_server.config import CoordinatorConfig
+from coordinator_server.config import SETTING_GROUPS, CoordinatorConfig, setting_group
 from coordinator_server.event_loop import run_async
 from coordinator_server.markers.check import KafkaTransactionsCheckError
 from coordinator_server.starting import StartError
@@ -23,19 +26,52 @@ from coordinator_server.storage.kafka_security import KafkaSecurityError
 
 
 def _add_config_options(parser: argparse.ArgumentParser) -> None:
-    """One --option per setting; unset options fall back to COORDINATOR_<OPTION>, then to
-    the default."""
+    """One --option per setting, under its group's heading (the group each setting's
+    declaration names); unset options fall back to COORDINATOR_<OPTION>, then to the
+    default."""
+    groups = {
+        name: parser.add_argument_group(name, description)
+        for name, description in SETTING_GROUPS.items()
+    }
     for name, field in CoordinatorConfig.model_fields.items():
         option = "--" + name.replace("_", "-")
         env = "COORDINATOR_" + name.upper()
         default = field.default
-        parser.add_argument(
+        groups[setting_group(field)].add_argument(
             option,
             dest=name,
             default=None,
-            metavar=name.split("_")[-1].upper(),
+            metavar=setting_metavar(name, field),
             help=f"{field.description} [env {env}; default {default}]",
         )
+
+
+# A setting's unit, from its name's ending (Kafka's convention: offsets.commit.timeout.ms).
+_UNITS = (("_ms", "MS"), ("_bytes", "BYTES"), ("_minutes", "MINUTES"))
+
+
+def setting_metavar(name: str, field: FieldInfo) -> str:
+    """What kind of value the option takes: its unit, its choices, or its type."""
+    for ending, unit in _UNITS:
+        if name.endswith(ending):
+            return unit
+    kind = field.annotation
+    if get_origin(kind) is not Literal:
+        # X | None: the kind is X.
+        kind = next((k for k in get_args(kind) if k is not type(None)), kind)
+    if get_origin(kind) is Literal:
+        return "{" + ",".join(str(choice) for choice in get_args(kind)) + "}"
+    if name == "bootstrap_servers":
+        return "HOST:PORT[,...]"
+    if name.endswith(("host", "_host")):
+        return "HOST"
+    if kind is int:
+        return "PORT" if name.endswith("port") else "N"
+    if kind is Path:
+        return "PATH"
+    if kind is SecretStr:
+        return "SECRET"
+    return "TEXT"
 
 
 def build_parser(*, tools: bool = True) -> argparse.ArgumentParser:
@@ -83,7 +119,9 @@ def describe_invalid_settings(error: ValidationError) -> str:
     for item in error.errors():
         name = "_".join(str(part) for part in item["loc"])
         option = "--" + name.replace("_", "-") if name else "the settings"
-        given = f" {item['input']!r}" if name and not isinstance(item["input"], dict) else ""
+        # A secret's value stays out of the line, as out of pydantic's own message.
+        shown = name and "password" not in name and not isinstance(item["input"], dict)
+        given = f" {item['input']!r}" if shown else ""
         problems.append(f"{option}{given}: {item['msg']}")
     return "invalid settings: " + "; ".join(problems)
 
