@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import gc
 import logging
 import signal
@@ -10,6 +11,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from aiokafka.errors import KafkaError
 from prometheus_client import CollectorRegistry, GCCollector, ProcessCollector
 
 from coordinator_server import __version__
@@ -21,6 +23,7 @@ from coordinator_server.groups.store import GroupsConfig
 from coordinator_server.loop_lag import EventLoopLag
 from coordinator_server.markers import (
     KafkaTransactionsCheckError,
+    KafkaTransactionsCheckUnanswered,
     KafkaTxnMarkerWriter,
     check_kafka_for_transactions,
 )
@@ -48,13 +51,24 @@ from coordinator_server.server.listener import CoordinatorServer, bind
 from coordinator_server.server.state import ServerConfig, ServerState
 from coordinator_server.service import GroupCoordinatorService, NodeAddress
 from coordinator_server.shard import GroupCoordinatorShard, ShardConfig
+from coordinator_server.starting import StartAbandoned, StartError, start_with_retries
 from coordinator_server.storage.api import CoordinatorLog
 from coordinator_server.storage.kafka import KafkaLog
+from coordinator_server.storage.kafka_topic import KafkaLogError
+from coordinator_server.storage.sqlite import SqliteLogError
 from coordinator_server.transaction_service import TransactionCoordinatorService
 from coordinator_server.transactions.results import TransactionsConfig
 from protocol.errors import NotCoordinatorError
 
 logger = logging.getLogger("coordinator_server")
+# The ready line's, which configure_logging keeps at INFO.
+READY_LOGGER = "coordinator_server.ready"
+ready_logger = logging.getLogger(READY_LOGGER)
+
+# Between two attempts to start a component that waits for a slow broker at start: the
+# pause doubles from the first to the second.
+_START_RETRY_BACKOFF_S = 0.5
+_START_RETRY_BACKOFF_MAX_S = 10.0
 
 # After a produce response, the Kafka log's next request waits this many turns of the event
 # loop: the turns in which the response's appends complete, the writes they commit answer
@@ -177,7 +191,7 @@ class CoordinatorApp:
         self.loop_lag.start()
         self.log = log = self.log or build_log(config)
         log.register_failure_listener(self._on_log_failure)
-        await log.start()
+        await self._start_log(log)
         num_partitions = log.num_partitions
         shard_config = ShardConfig(
             offsets=OffsetsConfig(
@@ -251,7 +265,18 @@ class CoordinatorApp:
             frame_read_timeout_ms=config.frame_read_timeout_ms,
             response_write_timeout_ms=config.response_write_timeout_ms,
         )
-        sock, (host, port) = bind(config.host, config.port)
+        try:
+            sock, (host, port) = bind(config.host, config.port)
+        except OSError as error:
+            held = error.errno == errno.EADDRINUSE
+            raise StartError(
+                f"cannot listen on {config.host}:{config.port}: {error.strerror}: "
+                + (
+                    "another process holds the port; stop it or choose another --port"
+                    if held
+                    else "check --host and --port"
+                )
+            ) from None
         self.address = (host, port)
         node = NodeAddress(config.node_id, config.advertised, port)
         if config.clustered:
@@ -277,7 +302,11 @@ class CoordinatorApp:
                 max_frame_bytes=config.max_frame_bytes,
             ),
         )
-        await self._start_transactions(service, runtime, node)
+        try:
+            await self._start_transactions(service, runtime, node)
+        except StartAbandoned as abandoned:
+            logger.info("%s", abandoned)
+            return
         state = ServerState(
             server_config,
             service.handlers,
@@ -328,9 +357,15 @@ class CoordinatorApp:
         self._start_consumer_lag()
         records = self.runtime_metrics.records_loaded
         active = sum(s is CoordinatorState.ACTIVE for s in runtime.partitions().values())
-        logger.info(
+        slowest = ", ".join(
+            f"{partition} in {seconds:.2f} s"
+            for seconds, partition in sorted(self.runtime_metrics.slowest_loads, reverse=True)
+        )
+        # Its own logger, shown whatever --log-level: the line an operator and a script wait
+        # for (see cli.configure_logging).
+        ready_logger.info(
             "coordinator-server %s ready on %s:%d (%d partitions loaded in %.2f s: %d records "
-            "in %.2f s, %.0f records/s; log: %s, metrics: %s)",
+            "in %.2f s, %.0f records/s; slowest loads: partition %s; log: %s, metrics: %s)",
             __version__,
             host,
             port,
@@ -339,9 +374,33 @@ class CoordinatorApp:
             records,
             load_s,
             records / load_s if load_s > 0 else 0.0,
+            slowest or "none",
             describe_log(config),
             "off" if self.metrics_port is None else f"http://{host}:{self.metrics_port}/metrics",
         )
+
+    async def _start_log(self, log: CoordinatorLog) -> None:
+        """The log's start, whose failures that waiting cannot mend (its own retries gave
+        up) are told as what to fix."""
+        config = self.config
+        try:
+            await log.start()
+        except SqliteLogError as error:
+            raise StartError(
+                f"{error}: stop the other server, or give this one another --data-dir"
+                if "in use" in str(error)
+                else str(error)
+            ) from None
+        except KafkaLogError as error:
+            raise StartError(str(error)) from None
+        except (KafkaError, OSError, TimeoutError) as error:
+            if not config.bootstrap_servers:
+                raise StartError(f"cannot open the log in {config.data_dir}: {error}") from None
+            raise StartError(
+                f"cannot reach the Kafka cluster at {config.bootstrap_servers}: "
+                f"{error or type(error).__name__}; check --bootstrap-servers, the brokers' "
+                "listeners and the security settings"
+            ) from None
 
     async def _start_transactions(
         self,
@@ -360,11 +419,22 @@ class CoordinatorApp:
             )
             return
         assert config.bootstrap_servers is not None
+        bootstrap_servers = config.bootstrap_servers
         try:
-            await check_kafka_for_transactions(
-                config.bootstrap_servers,
-                security=config.kafka_security,
-                timeout_s=config.offsets_commit_timeout_ms / 1000,
+            # A cluster that does not answer yet is asked again, as the load waits for it: a
+            # slow broker must not turn transactions off (auto) or end the server (on).
+            await start_with_retries(
+                "the check of the Kafka cluster for transactions",
+                lambda: check_kafka_for_transactions(
+                    bootstrap_servers,
+                    security=config.kafka_security,
+                    timeout_s=config.offsets_commit_timeout_ms / 1000,
+                ),
+                retriable=(KafkaTransactionsCheckUnanswered,),
+                stop=self._stop,
+                logger=logger,
+                backoff_s=_START_RETRY_BACKOFF_S,
+                backoff_max_s=_START_RETRY_BACKOFF_MAX_S,
             )
         except KafkaTransactionsCheckError as refused:
             if config.transactions == "on":
@@ -379,7 +449,15 @@ class CoordinatorApp:
             request_timeout_ms=config.offsets_commit_timeout_ms,
             max_queued_markers=config.transaction_max_queued_markers,
         )
-        await writer.start()
+        await start_with_retries(
+            "the transaction marker writer",
+            writer.start,
+            retriable=(TimeoutError, KafkaError, OSError),
+            stop=self._stop,
+            logger=logger,
+            backoff_s=_START_RETRY_BACKOFF_S,
+            backoff_max_s=_START_RETRY_BACKOFF_MAX_S,
+        )
         peers = None
         if self.cluster is not None:
             peers = NodePeers(

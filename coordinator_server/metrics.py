@@ -10,6 +10,7 @@ None of them knows Prometheus.
 
 from __future__ import annotations
 
+import heapq
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Sequence
@@ -20,6 +21,9 @@ LATENCY_BUCKETS_S = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
     2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
 )  # fmt: skip
+# How many of the slowest partition loads the start-up summary names.
+SLOWEST_LOADS_KEPT = 3
+
 SIZE_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
 BYTES_BUCKETS = (64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304)
 REBALANCE_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -228,9 +232,17 @@ class RuntimeMetrics:
             self._ran_at_once = 0
             self._processing_time.observe_all(processing)
 
-    def partition_loaded(self, seconds: float, records: int) -> None:
+    # The slowest loads as (seconds, partition), at most SLOWEST_LOADS_KEPT: the start's
+    # summary names them.
+    slowest_loads: list[tuple[float, int]] = field(default_factory=list)
+
+    def partition_loaded(self, partition: int, seconds: float, records: int) -> None:
         self.load_duration.observe(seconds)
         self.records_loaded += records
+        if len(self.slowest_loads) < SLOWEST_LOADS_KEPT:
+            heapq.heappush(self.slowest_loads, (seconds, partition))
+        else:
+            heapq.heappushpop(self.slowest_loads, (seconds, partition))
 
 
 @dataclass

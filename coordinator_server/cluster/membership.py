@@ -50,7 +50,10 @@ log = logging.getLogger(__name__)
 # small if a fetch ever slipped in between an assignment and its pause.
 _FETCH_MAX_BYTES: Final = 64 * 1024
 
-DEFAULT_START_TIMEOUT_MS: Final = 60_000
+# A join still waiting for its first assignment is reported after this, then at doubling
+# intervals up to the maximum.
+DEFAULT_START_WARNING_MS: Final = 15_000
+_MAX_START_WARNING_INTERVAL_S: Final = 300.0
 
 
 class ClusterMembershipError(Exception):
@@ -81,7 +84,7 @@ class ClusterMembership:
         on_lease_break: Callable[[], None] | None = None,
         kafka_security: KafkaSecurity | None = None,
         rebalance_timeout_ms: int | None = None,
-        start_timeout_ms: int = DEFAULT_START_TIMEOUT_MS,
+        start_warning_ms: int = DEFAULT_START_WARNING_MS,
         client_id: str | None = None,
     ) -> None:
         if node_id < 0:
@@ -110,7 +113,7 @@ class ClusterMembership:
         self._session_timeout_ms = session_timeout_ms
         self._heartbeat_interval_ms = heartbeat_interval_ms
         self._rebalance_timeout_ms = rebalance_timeout_ms
-        self._start_timeout_ms = start_timeout_ms
+        self._start_warning_ms = start_warning_ms
         self._on_change = on_change
         self._on_lease_break = on_lease_break
         self._security = kafka_security or KafkaSecurity()
@@ -163,8 +166,8 @@ class ClusterMembership:
     async def start(self) -> None:
         """Join the cluster; return once the first assignment is in `view`. Raises
         ClusterMembershipError when the log topic does not exist (subscribing would have a
-        broker that creates topics on demand create it with its defaults), when the broker
-        refuses the group, or when no assignment comes within the start timeout."""
+        broker that creates topics on demand create it with its defaults) or when the broker
+        refuses the group; a slow broker is waited for, with WARNING lines."""
         if self._started:
             raise RuntimeError("a ClusterMembership starts once")
         self._started = True
@@ -184,17 +187,34 @@ class ClusterMembership:
         )
         forbid_auto_topic_creation(consumer._client)
         self._consumer = consumer
+        joining = asyncio.ensure_future(self._join(consumer))
         try:
-            await asyncio.wait_for(self._join(consumer), self._start_timeout_ms / 1000)
-        except TimeoutError:
-            await self._close()
-            raise ClusterMembershipError(
-                f"node {self._node_id} got no assignment from cluster {self._cluster_id!r} "
-                f"(group {self._cluster_id!r} at {self._bootstrap_servers}) within "
-                f"{self._start_timeout_ms} ms"
-                + ("" if self._error is None else f"; the last error: {self._error}")
-            ) from None
+            # A slow broker is waited for, as the log's load waits for it (aiokafka's
+            # consumer tries again by itself): a WARNING after start_warning_ms, then at
+            # doubling intervals. A refusal ends the join at once.
+            waited = 0.0
+            interval = self._start_warning_ms / 1000
+            while True:
+                done, _ = await asyncio.wait({joining}, timeout=interval)
+                if done:
+                    joining.result()
+                    break
+                waited += interval
+                log.warning(
+                    "node %d has had no assignment from cluster %r (group %r at %s) for "
+                    "%.0f s; waiting%s",
+                    self._node_id,
+                    self._cluster_id,
+                    self._cluster_id,
+                    self._bootstrap_servers,
+                    waited,
+                    "" if self._error is None else f" (the last error: {self._error})",
+                )
+                interval = min(interval * 2, _MAX_START_WARNING_INTERVAL_S)
         except BaseException:
+            joining.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await joining
             await self._close()
             raise
         log.info(

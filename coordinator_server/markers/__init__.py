@@ -41,6 +41,7 @@ from __future__ import annotations
 from coordinator_server.markers.check import (
     VERIFICATION_SETTING,
     KafkaTransactionsCheckError,
+    KafkaTransactionsCheckUnanswered,
     check_kafka_for_transactions,
 )
 from coordinator_server.markers.writer import (
@@ -52,6 +53,7 @@ from coordinator_server.markers.writer import (
 __all__ = [
     "VERIFICATION_SETTING",
     "KafkaTransactionsCheckError",
+    "KafkaTransactionsCheckUnanswered",
     "KafkaTxnMarkerWriter",
     "MarkerOutcome",
     "MarkerWriterStopped",

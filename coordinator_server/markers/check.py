@@ -25,6 +25,7 @@ from coordinator_server.storage.kafka_security import KafkaSecurity
 __all__ = [
     "VERIFICATION_SETTING",
     "KafkaTransactionsCheckError",
+    "KafkaTransactionsCheckUnanswered",
     "check_kafka_for_transactions",
 ]
 
@@ -42,6 +43,10 @@ _HOW_TO_SET = (
 class KafkaTransactionsCheckError(Exception):
     """The cluster cannot take transactions coordinated outside it, and why (with how to
     change it), or it could not be asked."""
+
+
+class KafkaTransactionsCheckUnanswered(KafkaTransactionsCheckError):
+    """The cluster could not be asked (unreachable, slow): asking again may answer."""
 
 
 async def check_kafka_for_transactions(
@@ -67,7 +72,7 @@ async def check_kafka_for_transactions(
     try:
         await asyncio.wait_for(_check(client, admin), timeout_s)
     except (KafkaError, OSError, TimeoutError) as error:
-        raise KafkaTransactionsCheckError(
+        raise KafkaTransactionsCheckUnanswered(
             f"cannot check the Kafka cluster at {bootstrap_servers} for transactions: {error!r}"
         ) from error
     finally:

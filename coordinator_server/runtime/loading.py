@@ -31,6 +31,9 @@ from coordinator_server.storage.api import CoordinatorLoader
 from coordinator_server.timeline import SnapshotRegistry
 from protocol.errors import NotCoordinatorError
 
+# A load that takes this long is logged on its own line, slow, as well as in the summary.
+SLOW_LOAD_S = 1.0
+
 
 class PartitionLoader:
     """Loads partitions into fresh shards."""
@@ -139,7 +142,7 @@ class PartitionLoader:
             return
         context.load_task = None
         load_seconds = time.perf_counter() - started
-        self._observer.partition_loaded(load_seconds, summary.records)
+        self._observer.partition_loaded(partition, load_seconds, summary.records)
         registry.set_tracking(True)
         registry.reset(summary.end_offset)
         context.last_written_offset = context.last_committed_offset = summary.end_offset
@@ -151,9 +154,13 @@ class PartitionLoader:
             self._log.exception("partition=%d on_loaded failed", partition)
             self._fail(context, NotCoordinatorError(f"partition {partition} failed to load"))
             return
-        self._log.info(
+        # Each of the start's loads is in its summary (the ready line): a line of its own
+        # only for a slow one or a takeover from a standby.
+        slow = load_seconds >= SLOW_LOAD_S
+        self._log.log(
+            logging.INFO if slow or start_offset is not None else logging.DEBUG,
             "partition=%d loaded %d records (%d bytes) up to offset %d in %.3f s "
-            "(%.0f records/s) with epoch %d%s",
+            "(%.0f records/s) with epoch %d%s%s",
             partition,
             summary.records,
             summary.bytes,
@@ -162,6 +169,7 @@ class PartitionLoader:
             summary.records / load_seconds if load_seconds > 0 else 0.0,
             context.epoch,
             "" if start_offset is None else f", from offset {start_offset} where its standby was",
+            ": slow" if slow else "",
         )
 
 

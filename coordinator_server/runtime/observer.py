@@ -18,7 +18,7 @@ class RuntimeObserver(Protocol):
         the batch; not the wait for the log)."""
         ...
 
-    def partition_loaded(self, seconds: float, records: int) -> None: ...
+    def partition_loaded(self, partition: int, seconds: float, records: int) -> None: ...
 
 
 class NoObserver:
@@ -35,7 +35,7 @@ class NoObserver:
     def event_ran(self, queued_seconds: float, processing_seconds: float) -> None:
         pass
 
-    def partition_loaded(self, seconds: float, records: int) -> None:
+    def partition_loaded(self, partition: int, seconds: float, records: int) -> None:
         pass
 
 

@@ -251,7 +251,8 @@ class PartitionProducers:
         entry.producer = producer
         entry.next_sequence = 0
         entry.stopped = None
-        log.info("partition %d of %s: acquired, %r", partition, self._topic, producer)
+        # One a partition, at every start and takeover: the cluster's line names them all.
+        log.debug("partition %d of %s: acquired, %r", partition, self._topic, producer)
         return True
 
     def release(self, partition: int) -> None:

@@ -68,8 +68,9 @@ def test_invalid_settings_exit_with_a_clear_message() -> None:
         text=True,
         timeout=60,
     )
-    assert result.returncode == 2
-    assert "port" in result.stderr
+    assert result.returncode == 1
+    (line,) = result.stderr.splitlines()
+    assert "ERROR" in line and "--port '70000'" in line, line
 
 
 def test_serve_logs_one_ready_line_with_its_address_and_reads_the_environment(

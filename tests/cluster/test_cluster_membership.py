@@ -63,7 +63,7 @@ class Node:
             session_timeout_ms=SESSION_MS,
             heartbeat_interval_ms=HEARTBEAT_MS,
             on_change=self.changes.append,
-            start_timeout_ms=15_000,
+            start_warning_ms=15_000,
         )
 
     @property
@@ -383,7 +383,7 @@ async def test_a_session_timeout_the_broker_refuses_fails_the_start(
         session_timeout_ms=1000,
         heartbeat_interval_ms=200,
         on_change=lambda view: None,
-        start_timeout_ms=15_000,
+        start_warning_ms=15_000,
     )
     started = time.monotonic()
     with pytest.raises(ClusterMembershipError, match="InvalidSessionTimeout"):
