@@ -61,7 +61,7 @@ def setting_metavar(name: str, field: FieldInfo) -> str:
         kind = next((k for k in get_args(kind) if k is not type(None)), kind)
     if get_origin(kind) is Literal:
         return "{" + ",".join(str(choice) for choice in get_args(kind)) + "}"
-    if name == "bootstrap_servers":
+    if name.endswith("bootstrap_servers"):
         return "HOST:PORT[,...]"
     if name.endswith(("host", "_host")):
         return "HOST"

@@ -123,17 +123,20 @@ class CoordinatorConfig(BaseSettings):
         description="How often each group's consumer lag (its committed offsets against the "
         "data cluster's log end offsets) is computed for /metrics (0: off). Needs a Kafka "
         "cluster: --lag-bootstrap-servers, or the log's.",
+        json_schema_extra=_in("metrics"),
     )
     lag_max_series: int = Field(
         defaults.LAG_MAX_SERIES,
         ge=1,
         description="The most (group, topic, partition) series of consumer lag on /metrics; "
         "the committed offsets past it are left out and counted.",
+        json_schema_extra=_in("metrics"),
     )
     lag_bootstrap_servers: str | None = Field(
         None,
         description="The Kafka cluster the consumers read from, for their lag (default: the "
         "log's --bootstrap-servers; the --kafka-* security settings apply).",
+        json_schema_extra=_in("metrics"),
     )
     log_format: Literal["text", "json"] = Field(
         "text",

@@ -192,6 +192,9 @@ class RuntimeMetrics:
         self._queued: list[float] = []
         self._processing: list[float] = []
         self._ran_at_once = 0
+        # The slowest loads as (seconds, partition), at most SLOWEST_LOADS_KEPT: the start's
+        # summary names them.
+        self.slowest_loads: list[tuple[float, int]] = []
 
     def batch_appended(self, records: int, size_bytes: int, seconds: float) -> None:
         self.batch_records.observe(records)
@@ -231,10 +234,6 @@ class RuntimeMetrics:
             self._queue_time.observe_zeros(self._ran_at_once)
             self._ran_at_once = 0
             self._processing_time.observe_all(processing)
-
-    # The slowest loads as (seconds, partition), at most SLOWEST_LOADS_KEPT: the start's
-    # summary names them.
-    slowest_loads: list[tuple[float, int]] = field(default_factory=list)
 
     def partition_loaded(self, partition: int, seconds: float, records: int) -> None:
         self.load_duration.observe(seconds)
