@@ -40,6 +40,7 @@ def test_analyze_hands_the_security_settings_to_sparks_kafka_source(tmp_path: Pa
         "kafka.isolation.level": "read_committed",
         "failOnDataLoss": "true",
         "includeHeaders": "false",
+        "kafka.allow.auto.create.topics": "false",
         "kafka.security.protocol": "SASL_SSL",
         "kafka.sasl.mechanism": "SCRAM-SHA-256",
         "kafka.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule "
