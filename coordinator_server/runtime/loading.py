@@ -154,11 +154,13 @@ class PartitionLoader:
             self._log.exception("partition=%d on_loaded failed", partition)
             self._fail(context, NotCoordinatorError(f"partition {partition} failed to load"))
             return
-        # Each of the start's loads is in its summary (the ready line): a line of its own
-        # only for a slow one or a takeover from a standby.
+        # Each of the start's loads is in its summary (the ready line): an empty partition's
+        # load, most of a start's, has no line of its own; one that read records (a takeover
+        # too: the failover bench reads these lines), a slow one and a takeover from a standby
+        # have.
         slow = load_seconds >= SLOW_LOAD_S
         self._log.log(
-            logging.INFO if slow or start_offset is not None else logging.DEBUG,
+            logging.INFO if slow or start_offset is not None or summary.records else logging.DEBUG,
             "partition=%d loaded %d records (%d bytes) up to offset %d in %.3f s "
             "(%.0f records/s) with epoch %d%s%s",
             partition,
