@@ -421,8 +421,10 @@ class CoordinatorApp:
         assert config.bootstrap_servers is not None
         bootstrap_servers = config.bootstrap_servers
         try:
-            # A cluster that does not answer yet is asked again, as the load waits for it: a
-            # slow broker must not turn transactions off (auto) or end the server (on).
+            # With `on`, a cluster that does not answer yet is asked again, as the load waits
+            # for it: a slow broker must not end the server. With `auto`, one that does not
+            # answer serves no transactions, as before: a broker that closes the connection on
+            # the check's request (tansu) would otherwise hold the start for good.
             await start_with_retries(
                 "the check of the Kafka cluster for transactions",
                 lambda: check_kafka_for_transactions(
@@ -430,7 +432,9 @@ class CoordinatorApp:
                     security=config.kafka_security,
                     timeout_s=config.offsets_commit_timeout_ms / 1000,
                 ),
-                retriable=(KafkaTransactionsCheckUnanswered,),
+                retriable=(KafkaTransactionsCheckUnanswered,)
+                if config.transactions == "on"
+                else (),
                 stop=self._stop,
                 logger=logger,
                 backoff_s=_START_RETRY_BACKOFF_S,
