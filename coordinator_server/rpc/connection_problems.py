@@ -44,7 +44,7 @@ def not_a_coordinator(host: str, port: int, detail: str) -> str:
 def connect_cause(error: BaseException) -> str:
     """A short phrase for why a connection could not be opened."""
     if isinstance(error, ssl.SSLCertVerificationError):
-        return f"TLS handshake failed: {error.verify_message or error.reason}"
+        return f"TLS handshake failed: certificate verify failed: {error.verify_message}"
     if isinstance(error, ssl.SSLError):
         return f"TLS handshake failed: {error.reason or error}"
     if isinstance(error, ConnectionRefusedError):
