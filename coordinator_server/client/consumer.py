@@ -162,13 +162,30 @@ class CoordinatedConsumer:
     # Life cycle
 
     async def start(self) -> None:
-        """Connect to Kafka and join the group (the assignment arrives in the background;
-        `wait_for_assignment` waits for it)."""
+        """Check that the coordinator answers, connect to Kafka and join the group (the
+        assignment arrives in the background; `wait_for_assignment` waits for it).
+
+        Raises:
+            ConnectionClosedError: the coordinator cannot be reached, or the peer does not
+                speak the coordinator protocol (the message says which).
+            RequestTimeoutError: the coordinator did not answer in time.
+            ssl.SSLError: the TLS handshake with the coordinator failed.
+        """
         if self._started:
             raise RuntimeError("the consumer was already started")
         if not self._topics:
             raise ValueError("subscribe to at least one topic before start()")
         self._started = True
+        # As aiokafka's start fails when no bootstrap server answers, this one fails when the
+        # coordinator does not (a wrong port, a stopped server, a Kafka broker: the error
+        # says which, within the client's request timeout). Later outages are retried, with
+        # WARNING lines, as aiokafka retries a lost group coordinator.
+        try:
+            await self._client.start()
+        except BaseException:
+            if self._owns_client:
+                await self._client.close()
+            raise
         await self._consumer.start()
         try:
             await self._log.start()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from coordinator_server.rpc.errors import ClientError
 
-__all__ = ["CommitFailedError", "GroupMemberError"]
+__all__ = ["AssignmentTimeoutError", "CommitFailedError", "GroupMemberError"]
 
 
 class CommitFailedError(ClientError):
@@ -17,3 +17,10 @@ class CommitFailedError(ClientError):
 class GroupMemberError(ClientError):
     """A group member stopped because of an error it cannot recover from (for example
     FENCED_INSTANCE_ID or INCONSISTENT_GROUP_PROTOCOL); `__cause__` is the server's error."""
+
+
+class AssignmentTimeoutError(ClientError, TimeoutError):
+    """A group member got no assignment in the time it was given. The message names the
+    coordinator's address and the last error met reaching it (connection refused, a peer
+    that does not speak the coordinator protocol, ...). A `TimeoutError`, so code that
+    catches that keeps working; the member itself keeps trying."""

@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import enum
 import logging
+import ssl
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from typing import Final
 
@@ -47,9 +48,14 @@ from coordinator_server.client.assignors import (
     Subscription,
     from_topic_partitions,
 )
-from coordinator_server.client.errors import CommitFailedError, GroupMemberError
+from coordinator_server.client.errors import (
+    AssignmentTimeoutError,
+    CommitFailedError,
+    GroupMemberError,
+)
 from coordinator_server.rpc.backoff import ExponentialBackoff
 from coordinator_server.rpc.client import CoordinatorClient
+from coordinator_server.rpc.connection_problems import connect_cause
 from coordinator_server.rpc.errors import ClientClosedError, ClientError, OffsetCommitError
 from protocol.consumer import (
     ConsumerProtocolSubscription,
@@ -205,6 +211,9 @@ class GroupMember:
         self._stable = asyncio.Event()
         self._run_task: asyncio.Task[None] | None = None
         self._heartbeat_task: asyncio.Task[None] | None = None
+        # Why the last round of join/sync failed, for the timeout `wait_for_assignment`
+        # raises; cleared once the member is stable.
+        self._last_failure: str | None = None
         self.rebalances = 0
         """Completed joins (generations this member took part in)."""
 
@@ -265,18 +274,43 @@ class GroupMember:
 
         Raises:
             GroupMemberError: the membership ended on an error.
-            TimeoutError: not stable within `timeout_s`.
+            AssignmentTimeoutError: not stable within `timeout_s` (a `TimeoutError`; its
+                message names the coordinator and the last error reaching it). The member
+                keeps trying.
         """
-        async with asyncio.timeout(timeout_s):
-            while True:
-                self._raise_if_failed()
-                if self._closing:
-                    raise ClientClosedError(f"group {self.group_id}: the member was closed")
-                # Set only once `on_partitions_assigned` has run, so the caller sees a
-                # member whose partitions are ready.
-                if self._stable.is_set():
-                    return self._assignment
-                await self._stable.wait()
+        try:
+            async with asyncio.timeout(timeout_s):
+                while True:
+                    self._raise_if_failed()
+                    if self._closing:
+                        raise ClientClosedError(f"group {self.group_id}: the member was closed")
+                    # Set only once `on_partitions_assigned` has run, so the caller sees a
+                    # member whose partitions are ready.
+                    if self._stable.is_set():
+                        return self._assignment
+                    await self._stable.wait()
+        except TimeoutError:
+            raise AssignmentTimeoutError(
+                f"group {self.group_id!r}: no assignment from the coordinator at "
+                f"{self.coordinator_address()} within {timeout_s:.1f} s{self._why_waiting()}"
+            ) from None
+
+    def coordinator_address(self) -> str:
+        """Where the group's coordinator is, or the bootstrap servers while it is not known."""
+        node = self.client.cached_coordinator(self.group_id)
+        if node is not None:
+            return f"{node.host}:{node.port}"
+        return self.client.describe_bootstrap()
+
+    def _why_waiting(self) -> str:
+        node = self.client.cached_coordinator(self.group_id)
+        addresses = [node.address] if node is not None else self.client.bootstrap_servers
+        last_error = self.client.last_error(addresses)
+        if last_error:
+            return last_error
+        if self._last_failure is not None:
+            return f": last error: {self._last_failure}"
+        return f": no error seen; the member is {self._state.value}"
 
     def subscribe(self, topics: Iterable[str]) -> None:
         """Change the subscription; the member rejoins if it changed."""
@@ -383,7 +417,10 @@ class GroupMember:
 
     def _fail(self, cause: BaseException) -> None:
         if self._fatal is None:
-            error = GroupMemberError(f"group {self.group_id}: membership ended: {cause}")
+            reason = str(cause)
+            if isinstance(cause, ssl.SSLError):
+                reason = f"the coordinator at {self.coordinator_address()}: {connect_cause(cause)}"
+            error = GroupMemberError(f"group {self.group_id}: membership ended: {reason}")
             error.__cause__ = cause
             self._fatal = error
             log.error("%s", error)
@@ -403,7 +440,9 @@ class GroupMember:
                 try:
                     await self._join_group()
                     attempts = 0
+                    self._last_failure = None
                 except _Rejoin as e:
+                    self._last_failure = str(e)
                     log.info("group %s: rejoining: %s", self.group_id, e)
                     if e.backoff:
                         await asyncio.sleep(self._backoff.backoff_ms(attempts) / 1000)
@@ -471,6 +510,8 @@ class GroupMember:
                 raise
             except (ClientError, ApiError) as e:
                 raise self._retry_or_fail(e, "JoinGroup") from e
+            except ssl.SSLError as e:
+                raise self._tls_failed(e) from e
             code = response.error_code
             if code == ErrorCode.NONE:
                 return response
@@ -498,6 +539,8 @@ class GroupMember:
             raise
         except (ClientError, ApiError) as e:
             raise self._retry_or_fail(e, "SyncGroup") from e
+        except ssl.SSLError as e:
+            raise self._tls_failed(e) from e
         if response.error_code != ErrorCode.NONE:
             raise self._on_error_code(response.error_code, response.error_message, "SyncGroup")
         try:
@@ -513,6 +556,11 @@ class GroupMember:
         if not error.retriable:
             self._fail(error)
         return _Rejoin(f"{api} failed: {error}")
+
+    def _tls_failed(self, error: ssl.SSLError) -> _Rejoin:
+        # A certificate that does not verify does not verify on the next try either.
+        self._fail(error)
+        return _Rejoin(f"TLS handshake failed: {error}")
 
     def _on_error_code(self, code: int, message: str | None, api: str) -> _Rejoin:
         self._rejoin_needed = True
@@ -651,7 +699,7 @@ class GroupMember:
         try:
             await self.client.leave_group(request, timeout_ms=_LEAVE_TIMEOUT_MS)
             log.info("group %s: member %s left the group", self.group_id, self._member_id)
-        except (ClientError, ApiError) as e:
+        except (ClientError, ApiError, ssl.SSLError) as e:
             # Best effort, as in Kafka: the session timeout removes the member anyway.
             log.warning("group %s: LeaveGroup failed: %s", self.group_id, e)
 
@@ -696,7 +744,8 @@ class GroupMember:
                 )
             except ClientClosedError:
                 return
-            except (ClientError, ApiError) as e:
+            except (ClientError, ApiError, ssl.SSLError) as e:
+                # The connection's own problems are logged by the client, with back-off.
                 log.debug("group %s: heartbeat failed: %s", self.group_id, e)
                 continue
             if not self._is_current(generation, member_id):

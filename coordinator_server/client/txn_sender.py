@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
@@ -64,6 +65,7 @@ from aiokafka.structs import OffsetAndMetadata, TopicPartition
 
 from coordinator_server.client import txn_requests
 from coordinator_server.rpc.client import CoordinatorClient
+from coordinator_server.rpc.connection_problems import connect_cause
 from coordinator_server.rpc.errors import ClientClosedError, ClientError
 from protocol.errors import ApiError, ErrorCode, error_for_code
 
@@ -187,8 +189,17 @@ class CoordinatedSender(Sender):  # type: ignore[misc]
             return await call
         except ClientClosedError:
             raise
+        except ssl.SSLError as e:
+            # A certificate that does not verify will not on the next try either.
+            error = TransactionStepError(
+                f"{step}: the coordinator at {self._coordinator.describe_bootstrap()}: "
+                f"{connect_cause(e)}"
+            )
+            raise self._fatal(error) from e
         except (ClientError, OSError) as e:
-            log.warning("%s for %r failed, retrying: %r", step, self._transactional_id, e)
+            # One line a call: each call retries for its whole deadline first, and the
+            # client logs the connection problems themselves as they happen.
+            log.warning("%s for %r failed, retrying: %s", step, self._transactional_id, e)
         except ApiError as e:
             # An error the RPC client raised rather than returned: a retriable one whose
             # retries outlasted its deadline, or the answer's own.

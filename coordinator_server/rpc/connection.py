@@ -25,6 +25,11 @@ import ssl
 from collections import deque
 from typing import Final, NamedTuple, TypeVar
 
+from coordinator_server.rpc.connection_problems import (
+    ConnectionProblems,
+    connect_cause,
+    not_a_coordinator,
+)
 from coordinator_server.rpc.errors import (
     ClientClosedError,
     ClientError,
@@ -72,6 +77,7 @@ class Connection:
         client_id: str | None,
         max_in_flight_requests: int,
         max_frame_bytes: int,
+        problems: ConnectionProblems | None = None,
     ) -> None:
         if max_in_flight_requests < 1:
             raise ValueError("max_in_flight_requests must be at least 1")
@@ -92,6 +98,10 @@ class Connection:
         self._close_message = ""
         self._close_cause: BaseException | None = None
         self._client_closed = False
+        self._problems = problems
+        # Whether the peer has answered one request in the coordinator protocol: until it
+        # has, a peer that closes or sends what does not decode is not a coordinator.
+        self._answered = False
         self._reader_task = asyncio.create_task(
             self._read_loop(), name=f"coordinator-client-reader {host}:{port}"
         )
@@ -108,8 +118,10 @@ class Connection:
         connect_timeout_s: float = 10.0,
         max_in_flight_requests: int = 256,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        problems: ConnectionProblems | None = None,
     ) -> Connection:
-        """Connect to `host:port`.
+        """Connect to `host:port`. Each failure, and later the connection's loss and its
+        first answer, are reported to `problems`.
 
         Raises:
             ConnectionClosedError: the connection could not be opened (refused, unreachable,
@@ -117,6 +129,7 @@ class Connection:
             ssl.SSLError: the TLS handshake failed (for example the certificate did not
                 verify); not retriable.
         """
+        address = (host, port)
         try:
             async with asyncio.timeout(connect_timeout_s):
                 reader, writer = await asyncio.open_connection(
@@ -126,14 +139,19 @@ class Connection:
                     server_hostname=(server_hostname or host) if ssl_context else None,
                 )
         except TimeoutError as e:
+            cause = f"no connection within {connect_timeout_s:.3f} s"
+            _report(problems, address, cause)
             raise ConnectionClosedError(
-                f"cannot connect to {host}:{port} within {connect_timeout_s:.3f} s",
-                CloseReason.CONNECTION_TIMEOUT,
+                f"cannot connect to {host}:{port}: {cause}", CloseReason.CONNECTION_TIMEOUT
             ) from e
-        except ssl.SSLError:
+        except ssl.SSLError as e:
+            _report(problems, address, connect_cause(e))
             raise
         except OSError as e:
-            raise ConnectionClosedError(f"cannot connect to {host}:{port}: {e}") from e
+            _report(problems, address, connect_cause(e))
+            raise ConnectionClosedError(
+                f"cannot connect to {host}:{port}: {connect_cause(e)}"
+            ) from e
         return cls(
             host,
             port,
@@ -142,6 +160,7 @@ class Connection:
             client_id=client_id,
             max_in_flight_requests=max_in_flight_requests,
             max_frame_bytes=max_frame_bytes,
+            problems=problems,
         )
 
     @property
@@ -207,10 +226,10 @@ class Connection:
                     self.close(CloseReason.CONNECTION_BROKEN, e)
                 response = await future
         except TimeoutError:
-            raise RequestTimeoutError(
-                f"no response to {api_name(api_key)} from {self.host}:{self.port} "
-                f"within {timeout_s:.3f} s"
-            ) from None
+            message = f"no response to {api_name(api_key)} within {timeout_s:.3f} s"
+            if self._problems is not None:
+                self._problems.failed((self.host, self.port), message)
+            raise RequestTimeoutError(f"{self.host}:{self.port}: {message}") from None
         finally:
             if correlation_id is not None and correlation_id in self._pending:
                 # Timed out or cancelled: its late answer, if any, is dropped quietly.
@@ -245,9 +264,14 @@ class Connection:
         self._close_reason = reason
         self._close_cause = cause
         self._client_closed = client_closed
-        self._close_message = message or self._describe_close(reason, cause)
-        level = logging.WARNING if reason is CloseReason.OUT_OF_SYNC else logging.DEBUG
-        log.log(level, "closing connection to %s:%s: %s", self.host, self.port, self._close_message)
+        self._close_message = message = message or self._describe_close(reason, cause)
+        log.debug("closing connection to %s:%s: %s", self.host, self.port, self._close_message)
+        if self._problems is not None and reason is not CloseReason.SHUTDOWN:
+            self._problems.failed((self.host, self.port), self._close_message)
+        elif reason is CloseReason.OUT_OF_SYNC:
+            log.warning(
+                "closing connection to %s:%s: %s", self.host, self.port, self._close_message
+            )
         pending = list(self._pending.values())
         self._pending.clear()
         self._abandoned.clear()
@@ -338,10 +362,12 @@ class Connection:
             while True:
                 data = await self._reader.read(_READ_BYTES)
                 if not data:
-                    self.close(
-                        CloseReason.CONNECTION_BROKEN,
-                        message=f"the server {self.host}:{self.port} closed the connection",
-                    )
+                    message = f"the server {self.host}:{self.port} closed the connection"
+                    if not self._answered and self._next_correlation_id > 0:
+                        message = not_a_coordinator(
+                            self.host, self.port, "it closed the connection without answering"
+                        )
+                    self.close(CloseReason.CONNECTION_BROKEN, message=message)
                     return
                 for payload in self._decoder.feed(data):
                     self._handle_response(payload)
@@ -350,7 +376,10 @@ class Connection:
         except asyncio.CancelledError:
             raise
         except ProtocolError as e:
-            self.close(CloseReason.OUT_OF_SYNC, e)
+            message = None
+            if not self._answered:
+                message = not_a_coordinator(self.host, self.port, f"it answered {e}")
+            self.close(CloseReason.OUT_OF_SYNC, e, message=message)
         except (OSError, RuntimeError) as e:
             self.close(CloseReason.CONNECTION_BROKEN, e)
 
@@ -361,18 +390,33 @@ class Connection:
             if correlation_id in self._abandoned:
                 del self._abandoned[correlation_id]
                 return
-            self.close(
-                CloseReason.OUT_OF_SYNC,
-                message=f"response with unknown correlation id {correlation_id} from "
-                f"{self.host}:{self.port}",
+            message = (
+                f"response with unknown correlation id {correlation_id} from "
+                f"{self.host}:{self.port}"
             )
+            if not self._answered:
+                message = not_a_coordinator(self.host, self.port, message)
+            self.close(CloseReason.OUT_OF_SYNC, message=message)
             return
         self._wake_slot_waiter()
         if entry.future.done():
             return
         try:
             response = parse_response(entry.api_key, entry.api_version, body)
-        except (ApiError, ProtocolError) as e:
+        except ProtocolError as e:
+            entry.future.set_exception(e)
+            return
+        except ApiError as e:
+            # An error code is an answer in the coordinator protocol all the same.
             entry.future.set_exception(e)
         else:
             entry.future.set_result(response)
+        if not self._answered:
+            self._answered = True
+            if self._problems is not None:
+                self._problems.succeeded((self.host, self.port))
+
+
+def _report(problems: ConnectionProblems | None, address: tuple[str, int], cause: str) -> None:
+    if problems is not None:
+        problems.failed(address, cause)

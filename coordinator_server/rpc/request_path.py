@@ -51,6 +51,7 @@ from coordinator_server.rpc import apis
 from coordinator_server.rpc.apis import RETRY_CODES, RETRY_REDISCOVER, ApiHandler, Lookup
 from coordinator_server.rpc.backoff import ExponentialBackoff
 from coordinator_server.rpc.connection import Connection
+from coordinator_server.rpc.connection_problems import ConnectionProblems
 from coordinator_server.rpc.errors import (
     ClientClosedError,
     ConnectionClosedError,
@@ -142,6 +143,12 @@ class RequestPath:
         self._connections: dict[tuple[str, int], Connection] = {}
         self._connecting: dict[tuple[str, int], asyncio.Task[Connection]] = {}
         self._bootstrap_index = 0
+        # Bounded by the addresses a client can know: its bootstrap servers and the
+        # coordinators it caches.
+        self.problems = ConnectionProblems(
+            max_addresses=len(self.bootstrap_servers) + coordinator_cache_size
+        )
+        """The connection problems met, logged at WARNING as they happen."""
         self._closed = False
         self._closed_event = asyncio.Event()
 
@@ -168,6 +175,22 @@ class RequestPath:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    # What went wrong, for the errors callers see
+
+    def describe_bootstrap(self) -> str:
+        """The bootstrap servers as "host:port[,host:port]"."""
+        return ",".join(f"{host}:{port}" for host, port in self.bootstrap_servers)
+
+    def last_error(self, addresses: Iterable[tuple[str, int]] | None = None) -> str:
+        """ ": last error: <cause>" for the latest problem at one of `addresses` (at any
+        address when None or when those had none), or "" when there was none."""
+        for address in addresses or ():
+            cause = self.problems.cause(address)
+            if cause is not None:
+                return f": last error: {cause}"
+        cause = self.problems.last_cause
+        return f": last error: {cause}" if cause else ""
 
     # Discovery
 
@@ -215,7 +238,8 @@ class RequestPath:
                 return await asyncio.shield(task)
         except TimeoutError:
             raise RequestTimeoutError(
-                f"no coordinator found for {_describe(coordinator_key)} in time"
+                f"no coordinator found for {_describe(coordinator_key)} through "
+                f"{self.describe_bootstrap()} in time{self.last_error(self.bootstrap_servers)}"
             ) from None
         except asyncio.CancelledError:
             if self._closed:
@@ -293,6 +317,7 @@ class RequestPath:
                     connect_timeout_s=self.connect_timeout_ms / 1000,
                     max_in_flight_requests=self.max_in_flight_requests,
                     max_frame_bytes=self.max_frame_bytes,
+                    problems=self.problems,
                 ),
                 name=f"coordinator-client connect {host}:{port}",
             )
@@ -304,7 +329,7 @@ class RequestPath:
                 return await asyncio.shield(task)
         except TimeoutError:
             raise RequestTimeoutError(
-                f"cannot connect to {address[0]}:{address[1]} in time"
+                f"cannot connect to {address[0]}:{address[1]} in time{self.last_error([address])}"
             ) from None
         except asyncio.CancelledError:
             if self._closed:
@@ -327,7 +352,9 @@ class RequestPath:
         connection = await self._connection(address, deadline)
         remaining = deadline - asyncio.get_running_loop().time()
         if remaining <= 0:
-            raise RequestTimeoutError(f"no time left to send to {address[0]}:{address[1]}")
+            raise RequestTimeoutError(
+                f"no time left to send to {address[0]}:{address[1]}{self.last_error([address])}"
+            )
         return await connection.send(request, response_type, timeout_s=remaining)
 
     async def _send_to_bootstrap(

@@ -1,0 +1,205 @@
+"""A client pointed at the wrong place says so: the connection problems are logged at
+WARNING as they happen (a bounded number of lines however often the client retries), and
+the timeouts the user sees name the coordinator and the last error. Real sockets only: a
+port nobody listens on, a server process killed mid-way, a Kafka broker, a TLS server whose
+certificate the client does not trust."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from pathlib import Path
+
+import pytest
+from client_servers import sqlite_server, write_self_signed_certificate
+from kafka_broker import KafkaBroker, free_port
+
+from coordinator_server.client import CoordinatorClient
+from coordinator_server.client.consumer import CoordinatedConsumer
+from coordinator_server.client.errors import AssignmentTimeoutError, GroupMemberError
+from coordinator_server.client.member import GroupMember
+from coordinator_server.rpc.errors import ConnectionClosedError, RequestTimeoutError
+
+PROBLEMS_LOGGER = "coordinator_server.rpc.connection_problems"
+NOT_A_COORDINATOR = "does not speak the coordinator protocol (is it a Kafka broker?)"
+
+
+def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        record.getMessage()
+        for record in caplog.records
+        if record.name == PROBLEMS_LOGGER and record.levelno == logging.WARNING
+    ]
+
+
+def member_of(client: CoordinatorClient) -> GroupMember:
+    return GroupMember(client, "unreachable", ["t"], partitions_for_topics={"t": 1})
+
+
+async def test_a_refused_connection_is_logged_with_back_off_and_named_in_the_timeout(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    port = free_port()
+    # Retries every 10-20 ms for 3 s: about 200 refused connections.
+    async with CoordinatorClient(
+        f"127.0.0.1:{port}", retry_backoff_ms=10, retry_backoff_max_ms=20
+    ) as client:
+        member = member_of(client)
+        await member.start()
+        with pytest.raises(TimeoutError) as raised:
+            await member.wait_for_assignment(3.0)
+        await member.close()
+    assert isinstance(raised.value, AssignmentTimeoutError)
+    assert str(raised.value) == (
+        f"group 'unreachable': no assignment from the coordinator at 127.0.0.1:{port} "
+        "within 3.0 s: last error: connection refused"
+    )
+    lines = warnings(caplog)
+    # The first at once, then at most one per 10 s (with a count): one line in 3 s.
+    assert lines == [f"coordinator 127.0.0.1:{port}: connection refused"]
+    assert client.problems.cause(("127.0.0.1", port)) == "connection refused"
+
+
+async def test_repeats_are_counted_in_the_next_line() -> None:
+    port = free_port()
+    async with CoordinatorClient(
+        f"127.0.0.1:{port}", retry_backoff_ms=10, retry_backoff_max_ms=20
+    ) as client:
+        client.problems.interval_s = 0.5
+        logger = logging.getLogger(PROBLEMS_LOGGER)
+        records: list[str] = []
+
+        class Collect(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                records.append(record.getMessage())
+
+        handler = Collect(logging.WARNING)
+        logger.addHandler(handler)
+        try:
+            # The deadline passes during a back-off (the last error) or a connect (a
+            # timeout naming it): either way the cause is said.
+            with pytest.raises(
+                (ConnectionClosedError, RequestTimeoutError), match="connection refused"
+            ):
+                await client.api_versions(timeout_ms=1600)
+        finally:
+            logger.removeHandler(handler)
+    # 1.6 s at one line per 0.5 s: 4 lines at most, the later ones counting the repeats.
+    assert 2 <= len(records) <= 4, records
+    assert records[0] == f"coordinator 127.0.0.1:{port}: connection refused"
+    assert "more times since the last warning)" in records[1]
+
+
+async def test_a_server_killed_mid_way(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    with sqlite_server(tmp_path) as server:
+        client = CoordinatorClient(
+            f"127.0.0.1:{server.port}", retry_backoff_ms=10, retry_backoff_max_ms=20
+        )
+        member = GroupMember(
+            client,
+            "killed",
+            ["t"],
+            partitions_for_topics={"t": 1},
+            session_timeout_ms=1000,
+            heartbeat_interval_ms=100,
+        )
+        await member.start()
+        await member.wait_for_assignment(30)
+        server.kill()
+    try:
+        member.request_rejoin("the test asks")
+        with pytest.raises(AssignmentTimeoutError) as raised:
+            await member.wait_for_assignment(3.0)
+        message = str(raised.value)
+        assert message.startswith(
+            f"group 'killed': no assignment from the coordinator at 127.0.0.1:{server.port} "
+            "within 3.0 s: last error: "
+        )
+        lines = warnings(caplog)
+        # The loss, then the refusals: a line each, the repeats held back.
+        assert any("closed the connection" in line or "lost" in line for line in lines), lines
+        assert f"coordinator 127.0.0.1:{server.port}: connection refused" in lines
+        assert len(lines) <= 3, lines
+    finally:
+        await member.close()
+        await client.close()
+
+
+async def test_a_tls_server_with_a_certificate_the_client_does_not_trust(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    cert, key = write_self_signed_certificate(tmp_path)
+    with sqlite_server(
+        tmp_path / "data", "--tls-certfile", str(cert), "--tls-keyfile", str(key)
+    ) as server:
+        async with CoordinatorClient(
+            f"127.0.0.1:{server.port}", ssl_context=ssl.create_default_context()
+        ) as client:
+            member = member_of(client)
+            await member.start()
+            # Not retried: the member ends at once, saying why.
+            with pytest.raises(GroupMemberError) as raised:
+                await member.wait_for_assignment(10)
+            await member.close()
+    assert str(raised.value).startswith(
+        f"group unreachable: membership ended: the coordinator at 127.0.0.1:{server.port}: "
+        "TLS handshake failed: certificate verify failed"
+    )
+    lines = warnings(caplog)
+    assert len(lines) == 1
+    assert lines[0].startswith(
+        f"coordinator 127.0.0.1:{server.port}: TLS handshake failed: certificate verify failed"
+    )
+
+
+async def test_a_kafka_broker_is_named_for_what_it_is(
+    kafka_broker: KafkaBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    address = f"127.0.0.1:{kafka_broker.port}"
+    async with CoordinatorClient(address, retry_backoff_ms=10, retry_backoff_max_ms=20) as client:
+        member = member_of(client)
+        await member.start()
+        with pytest.raises(AssignmentTimeoutError) as raised:
+            await member.wait_for_assignment(3.0)
+        await member.close()
+    assert NOT_A_COORDINATOR in str(raised.value)
+    assert f"the coordinator at {address} within 3.0 s" in str(raised.value)
+    lines = warnings(caplog)
+    assert 1 <= len(lines) <= 2, lines
+    assert f"the peer at {address} {NOT_A_COORDINATOR}" in lines[0]
+
+
+async def test_a_consumer_pointed_at_a_kafka_broker_does_not_start(
+    kafka_broker: KafkaBroker,
+) -> None:
+    consumer = CoordinatedConsumer(
+        "t",
+        bootstrap_servers=kafka_broker.bootstrap,
+        coordinator_bootstrap_servers=kafka_broker.bootstrap,
+        group_id="wrong-address",
+        coordinator_options={"request_timeout_ms": 3000, "retry_backoff_ms": 10},
+    )
+    with pytest.raises(ConnectionClosedError, match=r"is it a Kafka broker\?"):
+        await asyncio.wait_for(consumer.start(), 30)
+    await consumer.stop()
+
+
+async def test_a_consumer_pointed_at_a_port_nobody_listens_on_does_not_start(
+    kafka_broker: KafkaBroker,
+) -> None:
+    port = free_port()
+    consumer = CoordinatedConsumer(
+        "t",
+        bootstrap_servers=kafka_broker.bootstrap,
+        coordinator_bootstrap_servers=f"127.0.0.1:{port}",
+        group_id="wrong-port",
+        coordinator_options={"request_timeout_ms": 2000},
+    )
+    with pytest.raises(ConnectionClosedError, match=f"127.0.0.1:{port}: connection refused"):
+        await asyncio.wait_for(consumer.start(), 30)
+    await consumer.stop()
