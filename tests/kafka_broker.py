@@ -14,10 +14,18 @@ import signal
 import threading
 from typing import Protocol
 
+from aiokafka.admin import AIOKafkaAdminClient
+
 # Tests take ports from here as well; the bench starts its brokers with the same helpers.
 from coordinator_server.bench.processes import free_port, port_accepts_connections
 
-__all__ = ["BrokerThrottle", "KafkaBroker", "free_port", "port_accepts_connections"]
+__all__ = [
+    "BrokerThrottle",
+    "KafkaBroker",
+    "cluster_topics",
+    "free_port",
+    "port_accepts_connections",
+]
 
 
 class KafkaBroker(Protocol):
@@ -89,3 +97,14 @@ class BrokerThrottle:
     def __exit__(self, *exc: object) -> None:
         self._done.set()
         self._thread.join(10)
+
+
+async def cluster_topics(bootstrap: str) -> set[str]:
+    """The cluster's topics, asked for without naming one (which creates none): how the tests
+    that a topic was not created look."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        return set(await admin.list_topics())
+    finally:
+        await admin.close()

@@ -21,6 +21,7 @@ created.
 from coordinator_server.admin.command import add_parser, main
 from coordinator_server.admin.common import (
     AdminError,
+    configure_tool_logging,
     connection_options,
     coordinator_client,
     kafka_cluster,
@@ -30,6 +31,7 @@ from coordinator_server.admin.common import (
 __all__ = [
     "AdminError",
     "add_parser",
+    "configure_tool_logging",
     "connection_options",
     "coordinator_client",
     "kafka_cluster",

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import logging
 import sys
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from coordinator_server.admin.common import (
     Context,
     UsageError,
     check_reachable,
+    configure_tool_logging,
     connection_options,
     coordinator_client,
     kafka_cluster,
@@ -167,11 +167,7 @@ def main(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None
     """Run a parsed `groups` command; returns the exit status."""
     out = out or sys.stdout
     err = err or sys.stderr
-    logging.basicConfig(
-        level=logging.WARNING, stream=err, format="%(levelname)s %(name)s: %(message)s"
-    )
-    # aiokafka logs every retry; failures reach us as exceptions.
-    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    configure_tool_logging(err)
     command: Callable[[Context], Coroutine[Any, Any, None]] = _COMMANDS[args.groups_command]
     try:
         kafka, kafka_security = kafka_cluster(args)

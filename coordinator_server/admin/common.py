@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
@@ -50,6 +51,15 @@ class AdminError(Exception):
 
 class UsageError(AdminError):
     """Options that do not go together, exit status 2."""
+
+
+def configure_tool_logging(err: TextIO) -> None:
+    """The tools' log: WARNING and above on `err`, without aiokafka's, which logs every retry
+    while its failures reach the tools as exceptions."""
+    logging.basicConfig(
+        level=logging.WARNING, stream=err, format="%(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
 
 
 def connection_options() -> argparse.ArgumentParser:

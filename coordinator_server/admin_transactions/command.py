@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import sys
 import time
 from collections.abc import Callable, Coroutine, Iterable, Sequence
@@ -24,6 +23,7 @@ from aiokafka.structs import TopicPartition
 
 from coordinator_server.admin import (
     AdminError,
+    configure_tool_logging,
     connection_options,
     kafka_cluster,
     open_coordinator,
@@ -153,11 +153,7 @@ def main(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None
     """Run a parsed `transactions` command; returns the exit status."""
     out = out or sys.stdout
     err = err or sys.stderr
-    logging.basicConfig(
-        level=logging.WARNING, stream=err, format="%(levelname)s %(name)s: %(message)s"
-    )
-    # aiokafka logs every retry; failures reach us as exceptions.
-    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    configure_tool_logging(err)
     command = _COMMANDS[args.transactions_command]
     try:
         asyncio.run(command(_Tool(args, out, err)))

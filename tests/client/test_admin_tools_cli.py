@@ -13,13 +13,14 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from admin_setup import PARTITIONS, PER_PARTITION, Setup, group_name, started
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import TopicPartition
-from kafka_broker import free_port
-from test_admin_groups import PARTITIONS, PER_PARTITION, Setup, group_name, setup  # noqa: F401
+from kafka_broker import KafkaBroker, cluster_topics, free_port
 
 from coordinator_server.pipeline.history import _log_ends
 
@@ -28,7 +29,13 @@ pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 _CLI_TIMEOUT_S = 60
 
 
-def cli(setup: Setup, *args: str, kafka: bool = True) -> subprocess.CompletedProcess[str]:  # noqa: F811
+@pytest.fixture(scope="module")
+def setup(kafka_broker: KafkaBroker) -> Iterator[Setup]:
+    with started(kafka_broker) as ready:
+        yield ready
+
+
+def cli(setup: Setup, *args: str, kafka: bool = True) -> subprocess.CompletedProcess[str]:
     """`coordinator-server ARGS` with the setup's servers, in a process of its own."""
     options = ["--bootstrap-server", setup.coordinator]
     if kafka:
@@ -42,19 +49,9 @@ def cli(setup: Setup, *args: str, kafka: bool = True) -> subprocess.CompletedPro
     )
 
 
-def committed(setup: Setup, group: str) -> dict[TopicPartition, int]:  # noqa: F811
+def committed(setup: Setup, group: str) -> dict[TopicPartition, int]:
     fetched = setup.call(lambda c: c.fetch_offsets(group))
     return {tp: value.offset for tp, value in fetched.items()}
-
-
-async def topics(bootstrap: str) -> set[str]:
-    """The cluster's topics, asked for without naming one (which creates none)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        return set(await admin.list_topics())
-    finally:
-        await admin.close()
 
 
 async def describe_as_aiokafka_does(bootstrap: str, topic: str) -> None:
@@ -67,7 +64,7 @@ async def describe_as_aiokafka_does(bootstrap: str, topic: str) -> None:
         await admin.close()
 
 
-def test_reading_tools_never_create_a_missing_topic(setup: Setup, tmp_path: Path) -> None:  # noqa: F811
+def test_reading_tools_never_create_a_missing_topic(setup: Setup, tmp_path: Path) -> None:
     suffix = uuid.uuid4().hex[:8]
     control, gone, typo, typo_partition, in_file, history_topic = (
         f"missing-{name}-{suffix}"
@@ -78,7 +75,7 @@ def test_reading_tools_never_create_a_missing_topic(setup: Setup, tmp_path: Path
     # it (Kafka's default, which the tools' requests used to meet).
     asyncio.run(describe_as_aiokafka_does(bootstrap, control))
     deadline = time.monotonic() + 10
-    while control not in asyncio.run(topics(bootstrap)):
+    while control not in asyncio.run(cluster_topics(bootstrap)):
         assert time.monotonic() < deadline, "the broker does not create topics on request"
         time.sleep(0.2)
 
@@ -119,11 +116,11 @@ def test_reading_tools_never_create_a_missing_topic(setup: Setup, tmp_path: Path
     ends, at_times = asyncio.run(_log_ends(bootstrap, [(history_topic, 0)], [0], {}))
     assert (ends, at_times) == ({}, {})
 
-    existing = asyncio.run(topics(bootstrap))
+    existing = asyncio.run(cluster_topics(bootstrap))
     assert {gone, typo, typo_partition, in_file, history_topic}.isdisjoint(existing)
 
 
-def test_several_groups_and_all_groups(setup: Setup) -> None:  # noqa: F811
+def test_several_groups_and_all_groups(setup: Setup) -> None:
     first, second = group_name(), group_name()
     setup.commit(first, {0: 1})
     setup.commit(second, {1: 2})
@@ -177,7 +174,7 @@ def test_several_groups_and_all_groups(setup: Setup) -> None:  # noqa: F811
         assert refused.stderr.startswith("coordinator-server groups: error: give ")
 
 
-def test_reset_to_current_and_by_duration(setup: Setup) -> None:  # noqa: F811
+def test_reset_to_current_and_by_duration(setup: Setup) -> None:
     group = group_name()
     setup.commit(group, {0: 4, 1: 2})
 
@@ -210,7 +207,7 @@ def test_reset_to_current_and_by_duration(setup: Setup) -> None:  # noqa: F811
         )
 
 
-def test_a_plan_exported_edited_and_read_back(setup: Setup, tmp_path: Path) -> None:  # noqa: F811
+def test_a_plan_exported_edited_and_read_back(setup: Setup, tmp_path: Path) -> None:
     topic = setup.topic
     group, other = group_name(), group_name()
     setup.commit(group, {0: 1, 1: 1, 2: 1})
@@ -263,7 +260,7 @@ def test_a_plan_exported_edited_and_read_back(setup: Setup, tmp_path: Path) -> N
     assert "need exactly one --group" in bad.stderr
 
 
-def test_an_active_group_is_not_reset_even_in_a_dry_run(setup: Setup) -> None:  # noqa: F811
+def test_an_active_group_is_not_reset_even_in_a_dry_run(setup: Setup) -> None:
     active, idle = group_name(), group_name()
     setup.commit(idle, {0: 6})
     member_id = setup.join(active)
@@ -305,7 +302,7 @@ def test_a_refused_connection_ends_the_tool_at_once_in_one_line(tool: str) -> No
     assert elapsed < 5, elapsed
 
 
-def test_a_refused_kafka_connection_is_one_line_naming_the_cluster(setup: Setup) -> None:  # noqa: F811
+def test_a_refused_kafka_connection_is_one_line_naming_the_cluster(setup: Setup) -> None:
     nobody = f"127.0.0.1:{free_port()}"
     group = group_name()
     setup.commit(group, {0: 1})

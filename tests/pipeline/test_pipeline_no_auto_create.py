@@ -11,23 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient
 from apache_kafka import ApacheKafkaBroker
+from kafka_broker import cluster_topics
 
 from coordinator_server.cli import main as coordinator_main
 from coordinator_server.pipeline.kafka_source import KafkaLogTopic
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka]
-
-
-async def topics(bootstrap: str) -> set[str]:
-    """The cluster's topics, asked for without naming one (which creates none)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        return set(await admin.list_topics())
-    finally:
-        await admin.close()
 
 
 def test_a_missing_log_topic_is_named_and_never_created(
@@ -64,4 +54,4 @@ def test_a_missing_log_topic_is_named_and_never_created(
     with pytest.raises(Exception, match="UnknownTopicOrPartitionException"):
         frame.count()
 
-    assert {missing, read_by_spark}.isdisjoint(asyncio.run(topics(bootstrap)))
+    assert {missing, read_by_spark}.isdisjoint(asyncio.run(cluster_topics(bootstrap)))

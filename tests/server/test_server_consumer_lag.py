@@ -17,6 +17,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from apache_kafka import ApacheKafkaBroker
+from kafka_broker import cluster_topics
 from prometheus_client.parser import text_string_to_metric_families
 from server_process import ServerProcess, sqlite_args
 from wire_client import WireClient, commit_body, commit_errors
@@ -76,15 +77,6 @@ async def create_topic(bootstrap: str, name: str, partitions: int) -> None:
     await admin.start()
     try:
         await admin.create_topics([NewTopic(name, partitions, 1)])
-    finally:
-        await admin.close()
-
-
-async def topics_of(bootstrap: str) -> set[str]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        return set(await admin.list_topics())
     finally:
         await admin.close()
 
@@ -163,7 +155,7 @@ async def test_lag_is_the_end_offset_minus_the_committed_offset_and_grows_with_t
         await eventually(server, lambda s: lag_of(s).get(("g", topic, 0)) == 0)
         assert server.terminate() == 0
     # Reading the lag of a topic the data cluster lacks did not create it.
-    assert missing not in await topics_of(bootstrap)
+    assert missing not in await cluster_topics(bootstrap)
     assert WARNING_TEXT not in server.output()
 
 
