@@ -354,6 +354,7 @@ class CoordinatorApp:
                 gc.freeze()
                 gc.enable()
         load_s = time.monotonic() - loading
+        runtime.first_loads_done()
         self._start_consumer_lag()
         records = self.runtime_metrics.records_loaded
         active = sum(s is CoordinatorState.ACTIVE for s in runtime.partitions().values())

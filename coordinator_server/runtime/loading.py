@@ -38,7 +38,16 @@ SLOW_LOAD_S = 1.0
 class PartitionLoader:
     """Loads partitions into fresh shards."""
 
-    __slots__ = ("_clock", "_fail", "_loader", "_log", "_new_timer", "_observer", "_shard_builder")
+    __slots__ = (
+        "_clock",
+        "_fail",
+        "_loader",
+        "_log",
+        "_new_timer",
+        "_observer",
+        "_shard_builder",
+        "line_per_load",
+    )
 
     def __init__(
         self,
@@ -58,6 +67,9 @@ class PartitionLoader:
         self._log = log
         self._new_timer = new_timer
         self._fail = fail
+        # The start's loads are summed up in its ready line; once it is out, each load (a
+        # takeover, a reload) has a line of its own (`CoordinatorRuntime.first_loads_done`).
+        self.line_per_load = False
 
     def start(self, context: CoordinatorContext) -> None:
         """Go LOADING with a fresh shard, and load it from the log in a task."""
@@ -154,13 +166,13 @@ class PartitionLoader:
             self._log.exception("partition=%d on_loaded failed", partition)
             self._fail(context, NotCoordinatorError(f"partition {partition} failed to load"))
             return
-        # Each of the start's loads is in its summary (the ready line): an empty partition's
-        # load, most of a start's, has no line of its own; one that read records (a takeover
-        # too: the failover bench reads these lines), a slow one and a takeover from a standby
-        # have.
+        # Each of the start's loads is in its summary (the ready line): a line of its own only
+        # for a slow one or a takeover from a standby; after the start, every load has one.
         slow = load_seconds >= SLOW_LOAD_S
         self._log.log(
-            logging.INFO if slow or start_offset is not None or summary.records else logging.DEBUG,
+            logging.INFO
+            if self.line_per_load or slow or start_offset is not None
+            else logging.DEBUG,
             "partition=%d loaded %d records (%d bytes) up to offset %d in %.3f s "
             "(%.0f records/s) with epoch %d%s%s",
             partition,

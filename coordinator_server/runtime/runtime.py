@@ -211,6 +211,11 @@ class CoordinatorRuntime(Generic[S]):
                 "partition=%d is %s already; epoch is now %d", partition, context.state.name, epoch
             )
 
+    def first_loads_done(self) -> None:
+        """The start's loads are over and summed up (the server's ready line): from now on
+        each load, a takeover or a reload, is logged on a line of its own."""
+        self._loading.line_per_load = True
+
     def announce_load(self, partition: int) -> None:
         """`partition` is to be loaded here (`schedule_load`) as soon as it is acquired: in a
         cluster, fenced to this node first, a round trip to Kafka's transaction coordinator

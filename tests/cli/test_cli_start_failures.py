@@ -73,18 +73,23 @@ def test_an_invalid_value(args: list[str], named: str) -> None:
     assert len(result.stderr.splitlines()) == 1, result.stderr
 
 
+def over_kafka(broker: KafkaBroker, topic: str, *extra: str) -> list[str]:
+    """A node alone on its own log topic at `broker`."""
+    return [
+        "--port", "0",
+        "--bootstrap-servers", broker.bootstrap,
+        "--offsets-topic", topic,
+        "--offsets-topic-replication-factor", "1",
+        *extra,
+        *broker.coordinator_args,
+    ]  # fmt: skip
+
+
 @pytest.mark.kafka
 def test_a_healthy_start_over_kafka_is_a_handful_of_lines(
     kafka_broker: KafkaBroker, unique_topic: str
 ) -> None:
-    args = [
-        "--port", "0",
-        "--bootstrap-servers", kafka_broker.bootstrap,
-        "--offsets-topic", unique_topic,
-        "--offsets-topic-replication-factor", "1",
-        *kafka_broker.coordinator_args,
-    ]  # fmt: skip
-    with ServerProcess(args) as server:
+    with ServerProcess(over_kafka(kafka_broker, unique_topic)) as server:
         lines = list(server.lines)
     ready = [line for line in lines if "ready on" in line]
     assert len(ready) == 1 and "50 partitions loaded" in ready[0], "".join(lines)
@@ -96,15 +101,7 @@ def test_a_healthy_start_over_kafka_is_a_handful_of_lines(
 def test_the_ready_line_is_shown_at_log_level_warning(
     kafka_broker: KafkaBroker, unique_topic: str
 ) -> None:
-    args = [
-        "--port", "0",
-        "--bootstrap-servers", kafka_broker.bootstrap,
-        "--offsets-topic", unique_topic,
-        "--offsets-topic-replication-factor", "1",
-        "--log-level", "WARNING",
-        *kafka_broker.coordinator_args,
-    ]  # fmt: skip
-    with ServerProcess(args) as server:
+    with ServerProcess(over_kafka(kafka_broker, unique_topic, "--log-level", "WARNING")) as server:
         lines = list(server.lines)
     assert [line for line in lines if "ready on" in line], "".join(lines)
     assert not [line for line in lines if " INFO " in line and "ready on" not in line]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 from runtime_harness import Harness, KeyValueShard, get_latest, put_record, settle
@@ -378,3 +379,24 @@ async def test_wait_loaded_waits_for_the_load(harness: Harness) -> None:
     harness.loader.resume_loads()
     await waiting
     assert harness.runtime.partition_state(1) is State.ACTIVE
+
+
+async def test_the_starts_loads_are_summed_up_and_every_later_load_has_its_line(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The start's loads are in the server's ready line; a load after it (a takeover, a
+    reload) is logged at INFO, which operators and the failover bench read."""
+
+    def loaded(partition: int) -> list[int]:
+        return [
+            record.levelno
+            for record in caplog.records
+            if record.getMessage().startswith(f"partition={partition} loaded ")
+        ]
+
+    caplog.set_level(logging.DEBUG, logger="coordinator_server.runtime")
+    await harness.load(1)
+    assert loaded(1) == [logging.DEBUG]
+    harness.runtime.first_loads_done()
+    await harness.load(2)
+    assert loaded(2) == [logging.INFO]
