@@ -19,6 +19,8 @@ from coordinator_server.client import CoordinatorClient
 from coordinator_server.client.consumer import CoordinatedConsumer
 from coordinator_server.client.errors import AssignmentTimeoutError, GroupMemberError
 from coordinator_server.client.member import GroupMember
+from coordinator_server.client.producer import TransactionalProducer
+from coordinator_server.client.txn_sender import TransactionStepError
 from coordinator_server.rpc.errors import ConnectionClosedError, RequestTimeoutError
 
 PROBLEMS_LOGGER = "coordinator_server.rpc.connection_problems"
@@ -203,3 +205,70 @@ async def test_a_consumer_pointed_at_a_port_nobody_listens_on_does_not_start(
     with pytest.raises(ConnectionClosedError, match=f"127.0.0.1:{port}: connection refused"):
         await asyncio.wait_for(consumer.start(), 30)
     await consumer.stop()
+
+
+async def test_a_producer_pointed_at_a_port_nobody_listens_on_keeps_asking_and_says_why(
+    kafka_broker: KafkaBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    port = free_port()
+    producer = TransactionalProducer(
+        bootstrap_servers=kafka_broker.bootstrap,
+        transactional_id="unreachable-tx",
+        coordinator_bootstrap_servers=f"127.0.0.1:{port}",
+        coordinator_options={
+            "request_timeout_ms": 1000,
+            "retry_backoff_ms": 10,
+            "retry_backoff_max_ms": 20,
+        },
+    )
+    # As aiokafka's transactional producer: start() keeps asking for a producer id; the
+    # application bounds it.
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(3.5):
+            await producer.start()
+    await producer.stop()
+    assert warnings(caplog) == [f"coordinator 127.0.0.1:{port}: connection refused"]
+    attempts = [
+        record.getMessage()
+        for record in caplog.records
+        if record.levelno == logging.WARNING and record.name != PROBLEMS_LOGGER
+    ]
+    # One line an attempt (each lasts request_timeout_ms), each naming the cause.
+    assert 1 <= len(attempts) <= 4, attempts
+    assert all(
+        line.startswith("InitProducerId for 'unreachable-tx' failed, retrying: ")
+        and f"127.0.0.1:{port}" in line
+        and "connection refused" in line
+        for line in attempts
+    ), attempts
+
+
+async def test_a_producer_that_does_not_trust_the_servers_certificate_ends_saying_so(
+    kafka_broker: KafkaBroker, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    cert, key = write_self_signed_certificate(tmp_path)
+    with sqlite_server(
+        tmp_path / "data", "--tls-certfile", str(cert), "--tls-keyfile", str(key)
+    ) as server:
+        producer = TransactionalProducer(
+            bootstrap_servers=kafka_broker.bootstrap,
+            transactional_id="untrusted-tx",
+            coordinator_bootstrap_servers=f"127.0.0.1:{server.port}",
+            coordinator_options={"ssl_context": ssl.create_default_context()},
+        )
+        # Not retried: a certificate that does not verify will not on the next try.
+        with pytest.raises(TransactionStepError) as raised:
+            await asyncio.wait_for(producer.start(), 10)
+        await producer.stop()
+    # aiokafka's errors put their class name first.
+    assert str(raised.value).startswith(
+        f"TransactionStepError: InitProducerId: the coordinator at 127.0.0.1:{server.port}: "
+        "TLS handshake failed: certificate verify failed"
+    )
+    lines = warnings(caplog)
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(
+        f"coordinator 127.0.0.1:{server.port}: TLS handshake failed: certificate verify failed"
+    )
