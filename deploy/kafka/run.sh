@@ -71,13 +71,21 @@ elapsed() { echo "$(( ($(date +%s%N) - started_ns) / 1000000 ))"; }
 version="$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$here/pom.xml")"
 cache="${COORDINATOR_KAFKA_CACHE:-$root/.cache}/kafka-$version"
 if [ ! -f "$cache/complete" ]; then
-    echo "fetching Apache Kafka $version from Maven Central into $cache" >&2
-    rm -rf "$cache.partial"
-    "$mvn" -q -B -f "$here/pom.xml" dependency:copy-dependencies \
-        -DincludeScope=runtime -DoutputDirectory="$cache.partial/lib" >&2
-    rm -rf "$cache"
-    mv "$cache.partial" "$cache"
-    touch "$cache/complete"
+    # Brokers started side by side on a machine's first run (a bench and its peer, test
+    # processes) fetch one at a time: the others wait on the lock, then find the jars there.
+    mkdir -p "$(dirname "$cache")"
+    exec 9>"$cache.lock"
+    flock 9
+    if [ ! -f "$cache/complete" ]; then
+        echo "fetching Apache Kafka $version from Maven Central into $cache" >&2
+        rm -rf "$cache.partial"
+        "$mvn" -q -B -f "$here/pom.xml" dependency:copy-dependencies \
+            -DincludeScope=runtime -DoutputDirectory="$cache.partial/lib" >&2
+        rm -rf "$cache"
+        mv "$cache.partial" "$cache"
+        touch "$cache/complete"
+    fi
+    exec 9>&-
 fi
 if [ -n "$fetch_only" ]; then
     echo "kafka $version fetched into $cache"

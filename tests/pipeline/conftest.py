@@ -4,12 +4,16 @@ logs of these tests well under one.
 The session loads Spark's Kafka source, which Spark resolves from Maven Central into
 `.cache/ivy` at the repository root (ignored by git) on a machine's first run, and from
 there on every later one. That first download must not count against a test's timeout, so
-the session starts once the tests are collected, before any of them runs.
+the session starts once the tests are collected, before any of them runs. The test
+processes (pytest-xdist's workers) start theirs one at a time: Ivy's cache is not safe for
+two resolutions at once, and a start after the first one finds its jars remembered and
+skips Ivy.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import importlib.util
 import os
 import sys
@@ -39,21 +43,24 @@ def _start_session() -> Any:
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     from coordinator_server.pipeline.session import SparkSettings, build_session
 
-    _session = build_session(
-        SparkSettings(
-            master="local[2]",
-            app_name="coordinator-server pipeline tests",
-            shuffle_partitions=4,
-            conf={
-                "spark.ui.enabled": "false",
-                "spark.ui.showConsoleProgress": "false",
-                "spark.sql.adaptive.enabled": "true",
-                "spark.default.parallelism": "4",
-                "spark.jars.ivy": str(IVY_DIR),
-            },
-            kafka_source=True,
+    IVY_DIR.mkdir(parents=True, exist_ok=True)
+    with (IVY_DIR.parent / "ivy.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _session = build_session(
+            SparkSettings(
+                master="local[2]",
+                app_name="coordinator-server pipeline tests",
+                shuffle_partitions=4,
+                conf={
+                    "spark.ui.enabled": "false",
+                    "spark.ui.showConsoleProgress": "false",
+                    "spark.sql.adaptive.enabled": "true",
+                    "spark.default.parallelism": "4",
+                    "spark.jars.ivy": str(IVY_DIR),
+                },
+                kafka_source=True,
+            )
         )
-    )
     _session.sparkContext.setLogLevel("ERROR")
     return _session
 
