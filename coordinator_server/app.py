@@ -54,6 +54,8 @@ from coordinator_server.shard import GroupCoordinatorShard, ShardConfig
 from coordinator_server.starting import StartAbandoned, StartError, start_with_retries
 from coordinator_server.storage.api import CoordinatorLog
 from coordinator_server.storage.kafka import KafkaLog
+from coordinator_server.storage.kafka_idempotence import ProducerIdError
+from coordinator_server.storage.kafka_metadata import TopicMetadataError
 from coordinator_server.storage.kafka_topic import KafkaLogError
 from coordinator_server.storage.sqlite import SqliteLogError
 from coordinator_server.transaction_service import TransactionCoordinatorService
@@ -394,7 +396,7 @@ class CoordinatorApp:
             ) from None
         except KafkaLogError as error:
             raise StartError(str(error)) from None
-        except (KafkaError, OSError, TimeoutError) as error:
+        except (KafkaError, OSError, TimeoutError, TopicMetadataError, ProducerIdError) as error:
             if not config.bootstrap_servers:
                 raise StartError(f"cannot open the log in {config.data_dir}: {error}") from None
             raise StartError(

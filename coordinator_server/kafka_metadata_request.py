@@ -79,7 +79,10 @@ async def _metadata_update(
         try:
             metadata = await conn.send(request)
         except (TimeoutError, KafkaError) as error:
-            log.warning("Unable to request metadata from node with id %s: %r", node_id, error)
+            # DEBUG, as the failure below: the client asks again by itself every
+            # retry_backoff_ms (aiokafka said so at WARNING and ERROR, ten lines a second
+            # while a broker is away), and whoever waits for the metadata reports it once.
+            log.debug("Unable to request metadata from node with id %s: %r", node_id, error)
             continue
         # No brokers in the answer: the cluster is not ready; keep what is known.
         if not metadata.brokers:
@@ -89,7 +92,7 @@ async def _metadata_update(
             self._conns.pop(bootstrap_id).close()
         break
     else:
-        log.error("Unable to update metadata from %s", node_ids)
+        log.debug("Unable to update metadata from %s", node_ids)
         cluster_metadata.failed_update(None)
         return False
     return True

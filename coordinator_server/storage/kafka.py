@@ -130,6 +130,8 @@ T = TypeVar("T")
 # Tries of each step of the start, and the back-off between them (times the attempt).
 START_ATTEMPTS = 4
 START_RETRY_BACKOFF_S = 0.25
+START_RETRY_BACKOFF_MAX_S = 2.0
+START_WARNING_INTERVAL_S = 10.0
 # Room for the request and batch headers around a batch of max_batch_bytes.
 PRODUCE_REQUEST_OVERHEAD_BYTES = 64 * 1024
 # Record batches as an idempotent producer writes them: magic 2, no compression, not
@@ -228,6 +230,8 @@ class KafkaLog:
         self._sender: ProduceSender | None = None
         self._started = False
         self._closed = False
+        # Whether a step of the start got an answer: from then on a slow broker is waited for.
+        self._cluster_answered = False
         self._listener: HighWatermarkListener | None = None
         self._ready_listener: ReadyListener | None = None
         self._high_watermarks: dict[int, int] = {}
@@ -329,13 +333,18 @@ class KafkaLog:
         log.info("authenticated to %s:%d (%s)", host, port, self._security.describe())
 
     async def _at_start(self, step: Callable[[], Awaitable[T]]) -> T:
-        """Run a step of the start, again after an error that waiting may mend (a broker
-        that did not answer in time), up to START_ATTEMPTS times: a slow broker does not
-        stop the server from starting, and a cluster that cannot be reached still fails
-        the start in bounded time."""
-        for attempt in range(1, START_ATTEMPTS + 1):
+        """Run a step of the start again after an error that waiting may mend (a broker
+        that did not answer in time). Until the cluster has answered one step, up to
+        START_ATTEMPTS times, so that a cluster that cannot be reached fails the start in
+        bounded time; once it has, for as long as it takes, as the load waits for a slow
+        broker, with a WARNING at the first failure and then at most one per
+        START_WARNING_INTERVAL_S."""
+        attempt = 0
+        next_warning = 0.0
+        while True:
+            attempt += 1
             try:
-                return await step()
+                result = await step()
             except (
                 KafkaError,
                 OSError,
@@ -343,12 +352,23 @@ class KafkaLog:
                 TopicMetadataError,
                 ProducerIdError,
             ) as error:
-                if attempt == START_ATTEMPTS:
+                permanent = isinstance(error, KafkaError) and not error.retriable
+                if attempt >= START_ATTEMPTS and (permanent or not self._cluster_answered):
                     raise
-                backoff_s = START_RETRY_BACKOFF_S * attempt
-                log.warning("the log's start failed (%r); trying again in %.1f s", error, backoff_s)
+                backoff_s = min(START_RETRY_BACKOFF_S * attempt, START_RETRY_BACKOFF_MAX_S)
+                now = time.monotonic()
+                if now >= next_warning:
+                    log.warning(
+                        "the log's start failed (%r, attempt %d); trying again in %.1f s",
+                        error,
+                        attempt,
+                        backoff_s,
+                    )
+                    next_warning = now + START_WARNING_INTERVAL_S
                 await asyncio.sleep(backoff_s)
-        raise AssertionError("unreachable")
+            else:
+                self._cluster_answered = True
+                return result
 
     async def close(self) -> None:
         if self._closed:
@@ -715,8 +735,10 @@ class KafkaLog:
 
     async def _ensure_topic(self) -> int:
         """Create the topic when it does not exist; return its real partition count."""
-        # Bootstrapping first: a cluster that cannot be reached fails the start at once.
+        # Bootstrapping first: a cluster that cannot be reached fails the start at once. One
+        # that answered is there: from now on the start waits for it while it is slow.
         await self._loader()
+        self._cluster_answered = True
         return await ensure_topic(
             OffsetsTopic(
                 name=self._topic,

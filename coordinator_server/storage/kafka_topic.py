@@ -135,6 +135,9 @@ async def _await_partition_count(
         except TopicMetadataError as error:
             metadata = None
             problem = str(error)
+            unanswered: TopicMetadataError | None = error
+        else:
+            unanswered = None
         if metadata is not None:
             leaders = metadata.leaders
             if metadata.error_code == 0 and leaders and min(leaders.values()) >= 0:
@@ -153,6 +156,9 @@ async def _await_partition_count(
             else:
                 problem = f"error {metadata.error_code}, {len(leaders)} partitions"
         if loop.time() > deadline:
+            if unanswered is not None:
+                # A broker that does not answer: the caller may wait for it longer.
+                raise TopicMetadataError(f"topic {topic.name} is not ready: {problem}")
             raise KafkaLogError(f"topic {topic.name} is not ready: {problem}")
         await asyncio.sleep(READY_POLL_S)
 

@@ -1,6 +1,7 @@
-"""A broker that answers nothing while the server starts: every component started beside
-the log (the transactions check, the marker writer, the cluster membership) waits for it
-as the load does, with a few WARNING lines, and the server comes up once it answers."""
+"""A broker that answers nothing while the server starts: the log's own start, once the
+cluster has answered, and every component started beside the log (the transactions check,
+the marker writer, the cluster membership) wait for it as the load does, with a few WARNING
+lines, and the server comes up once it answers."""
 
 from __future__ import annotations
 
@@ -34,22 +35,31 @@ def serve_args(broker: KafkaBroker, topic: str) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    ("topic_exists", "paused_after"),
+    [
+        # Paused in the log's own start, between creating its topic and its first append.
+        pytest.param(False, "created topic", id="in-the-logs-start"),
+        # The topic exists, so that the start reaches the components beside the log
+        # quickly: paused once the log's start is (nearly) done, so that what waits is
+        # what starts beside it: the transactions check and the marker writer.
+        pytest.param(True, "appends are", id="beside-the-log"),
+    ],
+)
 async def test_a_server_started_against_a_paused_broker_comes_up_once_it_resumes(
-    pausable_kafka_broker: KafkaBroker, unique_topic: str
+    pausable_kafka_broker: KafkaBroker, unique_topic: str, topic_exists: bool, paused_after: str
 ) -> None:
     broker = pausable_kafka_broker
-    # The topic exists, so that the start reaches the components beside the log quickly.
-    first = ServerProcess(serve_args(broker, unique_topic))
-    first.start(timeout=60)
-    assert first.terminate() == 0
+    if topic_exists:
+        first = ServerProcess(serve_args(broker, unique_topic))
+        first.start(timeout=60)
+        assert first.terminate() == 0
     server = ServerProcess(serve_args(broker, unique_topic))
     resumed = True
     try:
         starting = asyncio.get_running_loop().run_in_executor(None, server.start, 120)
-        # Paused once the log has started (its last line), so that what waits is what
-        # starts beside it: the transactions check and the marker writer.
         deadline = time.monotonic() + 60
-        while not any("appends are" in line for line in server.lines):
+        while not any(paused_after in line for line in server.lines):
             assert time.monotonic() < deadline and not starting.done(), server.output()
             await asyncio.sleep(0.01)
         broker.pause()
@@ -67,7 +77,11 @@ async def test_a_server_started_against_a_paused_broker_comes_up_once_it_resumes
         output = server.output()
         assert "Traceback" not in output, output
         assert server.proc is not None and server.proc.poll() is None, output
-        retried = [line for line in server.lines if "could not start" in line]
+        retried = [
+            line
+            for line in server.lines
+            if "could not start" in line or "the log's start failed" in line
+        ]
         # Waited, and said so with back-off: not a line per attempt (one every 0.5 s to
         # 10 s at most while paused), a few over the pause.
         assert retried and all("WARNING" in line for line in retried), output
