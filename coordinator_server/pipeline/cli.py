@@ -14,6 +14,7 @@ runs, so the rest of the program never needs it.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import datetime
 import sys
 from pathlib import Path
@@ -215,7 +216,7 @@ def main(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None
         from pyspark import SparkContext
 
         from coordinator_server.pipeline.logs import LogInUseError, LogUnreadableError
-        from coordinator_server.pipeline.session import SparkSettings, build_session
+        from coordinator_server.pipeline.session import SparkSettings, build_session, stop_session
         from coordinator_server.storage.kafka_security import KafkaSecurityError
     except ImportError as error:
         print(
@@ -239,6 +240,7 @@ def main(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None
             shuffle_partitions=args.shuffle_partitions,
             conf=_conf(args.conf),
             kafka_source=bool(args.bootstrap_servers),
+            class_archive=True,
         )
     except (ValueError, KafkaSecurityError) as error:
         print(f"coordinator-server analyze: {error}", file=err)
@@ -246,6 +248,10 @@ def main(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None
     # A session already running in this process (a notebook, a test) is used and left
     # running, with its settings; one started here is stopped here.
     owned = SparkContext._active_spark_context is None
+    if args.analyze_command == "history":
+        from coordinator_server.pipeline.report import prepare_plotting
+
+        prepare_plotting()
     spark = build_session(settings)
     try:
         if owned and location is not None:
@@ -266,7 +272,7 @@ def main(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None
         return EXIT_UNREADABLE
     finally:
         if owned:
-            spark.stop()
+            stop_session(spark)
 
 
 def _fit_shuffles(spark: Any, location: Any) -> None:
@@ -318,8 +324,14 @@ def _history(
     with readable(location) as readable_location:
         log = read_log(spark, readable_location).cache()
         history = compute_history(spark, log, options)
-        written = write_history(history, args.output)
-        write_report(history, report_path, "coordinator-server: log history", location.describe())
+        # The tables are written while the report is made: on a small log both are mostly
+        # the driver planning queries and Spark scheduling them, which overlap.
+        with concurrent.futures.ThreadPoolExecutor(1, "write history") as pool:
+            writing = pool.submit(write_history, history, args.output)
+            write_report(
+                history, report_path, "coordinator-server: log history", location.describe()
+            )
+            written = writing.result()
         log.unpersist()
     for name, path in written.items():
         print(f"{name}: {path}", file=out)

@@ -27,6 +27,7 @@ __all__ = [
     "RESOLVED_JARS_FILE",
     "remember_resolved_jars",
     "resolved_jars_file",
+    "user_cache_dir",
     "with_resolved_jars",
 ]
 
@@ -52,8 +53,14 @@ def resolved_jars_file(conf: Mapping[str, str]) -> Path:
     ivy = conf.get("spark.jars.ivy")
     if ivy:
         return Path(ivy) / RESOLVED_JARS_FILE
+    return user_cache_dir() / RESOLVED_JARS_FILE
+
+
+def user_cache_dir() -> Path:
+    """The coordinator-server directory of the user's cache directory (`$XDG_CACHE_HOME`,
+    by default ~/.cache)."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "coordinator-server" / RESOLVED_JARS_FILE
+    return Path(base) / "coordinator-server"
 
 
 def _key(conf: Mapping[str, str]) -> str:

@@ -11,6 +11,7 @@ import base64
 import datetime
 import html
 import io
+import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -47,6 +48,12 @@ def _figure_png(figure: Any) -> str:
 
     plt.close(figure)
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def prepare_plotting() -> None:
+    """Import matplotlib in the background (about a second), while the caller's Spark
+    session starts: the report's first plot then finds it loaded."""
+    threading.Thread(target=_pyplot, name="import matplotlib", daemon=True).start()
 
 
 def _pyplot() -> Any:

@@ -40,11 +40,13 @@ from typing import Final
 from pyspark import SparkContext
 from pyspark.sql import DataFrame, SparkSession
 
+from coordinator_server.pipeline.class_archive import ArchivePlan, keep_archive, plan_archive
 from coordinator_server.pipeline.kafka_source import KafkaLogTopic, kafka_source_conf
 from coordinator_server.pipeline.logs import LogLocation, SqliteLogFile
 from coordinator_server.pipeline.packages import (
     PACKAGES,
     remember_resolved_jars,
+    user_cache_dir,
     with_resolved_jars,
 )
 from coordinator_server.pipeline.source import FORMAT, CoordinatorLogDataSource
@@ -57,12 +59,14 @@ __all__ = [
     "read_log",
     "read_log_stream",
     "source_options",
+    "stop_session",
 ]
 
 DEFAULT_MASTER: Final = "local[*]"
+JAVA_OPTIONS: Final = "spark.driver.extraJavaOptions"
 LOCAL_DEFAULTS: Final = {
     "spark.ui.enabled": "false",
-    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+    JAVA_OPTIONS: "-XX:TieredStopAtLevel=1",
 }
 SHUFFLE_PARTITIONS: Final = "spark.sql.shuffle.partitions"
 # Records of the log per shuffle partition (a decoded record is a few hundred bytes: some
@@ -74,6 +78,10 @@ INTERPRETED_BELOW_RECORDS: Final = 100_000
 INTERPRETED: Final = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+    # Adaptive execution runs each stage of a query as a job of its own, to plan the next
+    # stage from what the last one wrote: a small log's shuffles are too small to re-plan,
+    # and each job costs scheduling (a history was 64 jobs with it, 27 without).
+    "spark.sql.adaptive.enabled": "false",
 }
 
 
@@ -89,6 +97,9 @@ class SparkSettings:
     # Load Spark's Kafka source (for a log in Kafka). Only a session started here can: under
     # spark-submit, give it --packages (kafka_source.kafka_source_package()).
     kafka_source: bool = False
+    # Start a local driver JVM from its class archive (class_archive), made by the first
+    # start: only for a session its starter ends with `stop_session`, which keeps the archive.
+    class_archive: bool = False
 
 
 def _under_spark_submit() -> bool:
@@ -126,13 +137,28 @@ def build_session(settings: SparkSettings | None = None) -> SparkSession:
     # A session starts here unless one runs already (then getOrCreate returns it as it is).
     starts = SparkContext._active_spark_context is None
     launch = with_resolved_jars(conf) if local else conf
+    plan = None
+    if starts and local and settings.class_archive and JAVA_OPTIONS not in settings.conf:
+        plan = plan_archive(launch, user_cache_dir())
+        if plan is not None:
+            launch[JAVA_OPTIONS] = f"{launch.get(JAVA_OPTIONS, '')} {plan.java_options}".strip()
     for key, value in launch.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    if plan is not None:
+        _archive_plans[spark] = plan
     if starts and local and launch.get(PACKAGES):
         remember_resolved_jars(spark, conf)
     register(spark)
     return spark
+
+
+def stop_session(spark: SparkSession) -> None:
+    """Stop a session this process started; one started with `class_archive` also ends its
+    JVM, which keeps the class archive it wrote for the next start."""
+    gateway = SparkContext._gateway
+    spark.stop()
+    keep_archive(_archive_plans.pop(spark, None), gateway)
 
 
 def _is_local(master: str) -> bool:
@@ -149,7 +175,8 @@ def fit_shuffle_partitions(spark: SparkSession, records: int) -> int:
     settings = spark.sparkContext.getConf()
     if records < INTERPRETED_BELOW_RECORDS:
         # Compiling each query's generated code (Janino) costs more than running a few
-        # thousand rows through the interpreted operators.
+        # thousand rows through the interpreted operators; adaptive execution re-plans
+        # shuffles too small to gain from it.
         for name, value in INTERPRETED.items():
             if not settings.contains(name):
                 spark.conf.set(name, value)
@@ -163,6 +190,7 @@ def fit_shuffle_partitions(spark: SparkSession, records: int) -> int:
 
 
 _registered: weakref.WeakSet[SparkSession] = weakref.WeakSet()
+_archive_plans: weakref.WeakKeyDictionary[SparkSession, ArchivePlan] = weakref.WeakKeyDictionary()
 
 
 def register(spark: SparkSession) -> None:
