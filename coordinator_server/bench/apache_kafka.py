@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import logging
 import os
 import re
 import shutil
@@ -34,11 +35,15 @@ REPOSITORY = Path(__file__).resolve().parents[2]
 RUN_SH = REPOSITORY / "deploy" / "kafka" / "run.sh"
 SASL_USERNAME = "coordinator"
 SASL_PASSWORD = "coordinator-secret"
+log = logging.getLogger(__name__)
+
 # The launcher's line once clients can connect: "kafka 4.4.0 ready on 127.0.0.1:PORT in N ms".
 READY = re.compile(r"kafka (?P<version>\S+) ready on ")
 
 # Maven fetches Kafka's jars (~45 MB) on a machine's first start: minutes on a slow network.
 FETCH_TIMEOUT_S = 900.0
+# Starts on fresh ports after a port was taken before the broker bound it.
+BIND_ATTEMPTS = 3
 
 _fetched = False
 _fetch_lock = threading.Lock()
@@ -226,18 +231,35 @@ class ApacheKafkaBroker:
         if self._process is not None:
             raise RuntimeError("broker already started")
         fetch_apache_kafka()
-        self._dir = Path(tempfile.mkdtemp(prefix="apache-kafka-"))
-        self._port = free_port()
-        if self._with_sasl_ssl:
-            self._sasl_ssl_port = free_port()
-        if _tls_template is not None and self._with_tls:
-            shutil.copytree(_tls_template, self._dir / "tls")
-        try:
-            self._launch()
-        except BaseException:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
-            raise
+        # The ports were free a moment before the broker binds them: another process (a
+        # broker or server started beside this one) may take one first. Then the broker
+        # starts again on other ports.
+        for attempt in range(1, BIND_ATTEMPTS + 1):
+            self._dir = Path(tempfile.mkdtemp(prefix="apache-kafka-"))
+            self._port = free_port()
+            if self._with_sasl_ssl:
+                self._sasl_ssl_port = free_port()
+            if attempt > 1:
+                self._ssl_port = free_port() if self._ssl_port is not None else None
+                if self._sasl_plaintext_port is not None:
+                    self._sasl_plaintext_port = free_port()
+            if _tls_template is not None and self._with_tls:
+                shutil.copytree(_tls_template, self._dir / "tls")
+            try:
+                self._launch()
+            except ApacheKafkaStartError as error:
+                shutil.rmtree(self._dir, ignore_errors=True)
+                self._dir = None
+                if attempt == BIND_ATTEMPTS or "Address already in use" not in str(error):
+                    raise
+                log.warning("Apache Kafka: a port was taken before it bound it; again")
+                continue
+            except BaseException:
+                shutil.rmtree(self._dir, ignore_errors=True)
+                self._dir = None
+                raise
+            break
+        assert self._dir is not None
         _keep_tls_template(self._dir / "tls")
         return self
 

@@ -110,7 +110,7 @@ from coordinator_server.storage.kafka_producer_fencing import (
     init_transactional_producer_id,
 )
 from coordinator_server.storage.kafka_sasl import KafkaConnector
-from coordinator_server.storage.kafka_security import KafkaSecurity
+from coordinator_server.storage.kafka_security import KafkaSecurity, KafkaSecurityError
 from coordinator_server.storage.kafka_topic import (
     KafkaLogError,
     OffsetsTopic,
@@ -132,6 +132,8 @@ START_ATTEMPTS = 4
 START_RETRY_BACKOFF_S = 0.25
 START_RETRY_BACKOFF_MAX_S = 2.0
 START_WARNING_INTERVAL_S = 10.0
+# After failed metadata requests, how often to check whether the brokers refuse us.
+REFUSAL_CHECK_S = 10.0
 # Room for the request and batch headers around a batch of max_batch_bytes.
 PRODUCE_REQUEST_OVERHEAD_BYTES = 64 * 1024
 # Record batches as an idempotent producer writes them: magic 2, no compression, not
@@ -232,6 +234,7 @@ class KafkaLog:
         self._closed = False
         # Whether a step of the start got an answer: from then on a slow broker is waited for.
         self._cluster_answered = False
+        self._next_refusal_check = 0.0
         self._listener: HighWatermarkListener | None = None
         self._ready_listener: ReadyListener | None = None
         self._high_watermarks: dict[int, int] = {}
@@ -612,8 +615,32 @@ class KafkaLog:
         try:
             client = await self._loader()
         except (KafkaError, OSError, TimeoutError) as error:
+            await self._say_if_refused()
             raise TopicMetadataError(f"cannot reach the cluster: {error!r}") from error
-        return await fetch_topic_metadata(client, self._topic, self._request_timeout_ms / 1000)
+        try:
+            return await fetch_topic_metadata(client, self._topic, self._request_timeout_ms / 1000)
+        except TopicMetadataError:
+            await self._say_if_refused()
+            raise
+
+    async def _say_if_refused(self) -> None:
+        """After a failed metadata request: whether the brokers now refuse this server
+        (credentials changed there, a certificate no longer trusted), said as an ERROR at
+        most every REFUSAL_CHECK_S. aiokafka's client, which asks for the metadata, reports a
+        refused authentication as a node that is not ready."""
+        connector = self._connector
+        now = time.monotonic()
+        if connector is None or self._security.is_plaintext or now < self._next_refusal_check:
+            return
+        self._next_refusal_check = now + REFUSAL_CHECK_S
+        try:
+            await connector.check_bootstrap(
+                self._bootstrap_servers, self._request_timeout_ms / 1000
+            )
+        except KafkaSecurityError as error:
+            log.error("the Kafka cluster refuses this server: %s", error)
+        except (KafkaError, OSError, TimeoutError):
+            pass
 
     def _stop_for_good(self, reason: str) -> None:
         """The topic is gone or resized: nothing more is written or read (see the module's

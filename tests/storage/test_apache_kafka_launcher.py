@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import socket
 import ssl
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from apache_kafka import ApacheKafkaBroker
+
+from coordinator_server.bench import apache_kafka as apache_kafka_launcher
+from coordinator_server.bench.processes import free_port
 
 pytestmark = pytest.mark.kafka
 
@@ -78,3 +82,21 @@ async def test_a_restart_keeps_the_data_and_an_empty_restart_forgets_it() -> Non
         broker.restart_empty()
         assert broker.port == port
         assert "kept" not in await topics_of(broker)
+
+
+def test_a_port_taken_before_the_broker_binds_it_starts_it_on_others(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Another process takes the first port picked, between the pick and the broker's bind.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        taken_port = taken.getsockname()[1]
+        picks = iter([taken_port])
+        monkeypatch.setattr(
+            apache_kafka_launcher, "free_port", lambda: next(picks, None) or free_port()
+        )
+        with ApacheKafkaBroker() as broker:
+            assert broker.port != taken_port
+            with socket.create_connection(("127.0.0.1", broker.port), timeout=5):
+                pass
