@@ -9,11 +9,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from client_servers import sqlite_server, write_self_signed_certificate
 from kafka_broker import KafkaBroker, free_port
+from server_process import ServerProcess
 
 from coordinator_server.client import CoordinatorClient
 from coordinator_server.client.consumer import CoordinatedConsumer
@@ -33,6 +36,16 @@ def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
         for record in caplog.records
         if record.name == PROBLEMS_LOGGER and record.levelno == logging.WARNING
     ]
+
+
+@contextmanager
+def untrusted_tls_server(tmp_path: Path) -> Iterator[ServerProcess]:
+    """A server on TLS with a self-signed certificate, which no default context trusts."""
+    cert, key = write_self_signed_certificate(tmp_path)
+    with sqlite_server(
+        tmp_path / "data", "--tls-certfile", str(cert), "--tls-keyfile", str(key)
+    ) as server:
+        yield server
 
 
 def member_of(client: CoordinatorClient) -> GroupMember:
@@ -134,10 +147,7 @@ async def test_a_tls_server_with_a_certificate_the_client_does_not_trust(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
-    cert, key = write_self_signed_certificate(tmp_path)
-    with sqlite_server(
-        tmp_path / "data", "--tls-certfile", str(cert), "--tls-keyfile", str(key)
-    ) as server:
+    with untrusted_tls_server(tmp_path) as server:
         async with CoordinatorClient(
             f"127.0.0.1:{server.port}", ssl_context=ssl.create_default_context()
         ) as client:
@@ -248,10 +258,7 @@ async def test_a_producer_that_does_not_trust_the_servers_certificate_ends_sayin
     kafka_broker: KafkaBroker, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
-    cert, key = write_self_signed_certificate(tmp_path)
-    with sqlite_server(
-        tmp_path / "data", "--tls-certfile", str(cert), "--tls-keyfile", str(key)
-    ) as server:
+    with untrusted_tls_server(tmp_path) as server:
         producer = TransactionalProducer(
             bootstrap_servers=kafka_broker.bootstrap,
             transactional_id="untrusted-tx",
