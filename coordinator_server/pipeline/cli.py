@@ -332,6 +332,7 @@ def _history(
                 history, report_path, "coordinator-server: log history", location.describe()
             )
             written = writing.result()
+        history.unpersist()
         log.unpersist()
     for name, path in written.items():
         print(f"{name}: {path}", file=out)

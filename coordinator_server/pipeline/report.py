@@ -8,6 +8,7 @@ rebalance counts (each capped), never the log itself.
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import datetime
 import html
 import io
@@ -25,6 +26,8 @@ __all__ = ["render_report", "write_report"]
 
 TOP_GROUPS: Final = 10
 TABLE_ROWS: Final = 200
+# Queries of the report run at once.
+COLLECTORS: Final = 4
 REBALANCE_COLUMNS: Final = [
     "group", "rebalances", "last_generation", "distinct_members", "window_hours",
     "rebalances_per_hour",
@@ -134,52 +137,99 @@ def _collect(
     ]
 
 
-def render_report(history: HistoryTables, title: str, source: str) -> str:
+def _busiest_series(
+    frame: DataFrame, weight: str, time: str
+) -> dict[str, list[tuple[datetime.datetime, float]]]:
+    """The series of `weight` over `time` of the busiest groups of `frame`."""
+    series: dict[str, list[tuple[datetime.datetime, float]]] = {}
+    for row in frame.filter(F.col("group").isin(_top_groups(frame, weight))).collect():
+        series.setdefault(row.group, []).append((row[time], float(row[weight])))
+    return series
+
+
+_LAG_COLUMNS: Final = [
+    "group", "topic", "partition", "committed_offset", "log_end_offset", "lag",
+]  # fmt: skip
+_REGRESSION_COLUMNS: Final = [
+    "group", "topic", "partition", "previous_offset", "committed_offset", "moved_by",
+    "commit_timestamp", "generation", "committed_by", "client_id", "client_host",
+]  # fmt: skip
+_IDLE_COLUMNS: Final = ["group", "state", "last_commit", "first_seen", "idle_ms"]
+_STATE_COLUMNS: Final = ["transaction_state", "transactional_ids", "pending_offsets"]
+_OPEN_COLUMNS: Final = [
+    "transactional_id", "transaction_state", "producer_id", "producer_epoch",
+    "transaction_start_timestamp", "transaction_update_timestamp",
+]  # fmt: skip
+_BLOCK_COLUMNS: Final = ["log_partition", "next_block_start", "blocks_reserved", "log_timestamp"]
+
+
+def _gather(history: HistoryTables) -> dict[str, Any]:
+    """What the report shows, each part collected by a query of its own, side by side:
+    on a small log each is mostly the driver planning it and Spark scheduling it, which
+    overlap (the report of a 57-record log, collected one query after another, finished
+    last of the history's work)."""
     tables = history.tables
+    queries: dict[str, Any] = {
+        "commit_series": lambda: _busiest_series(tables["commit_rate"], "commits", "bucket_start"),
+        "summary": lambda: _collect(
+            tables["rebalance_summary"], REBALANCE_COLUMNS, [F.desc("rebalances"), "group"]
+        ),
+        "regressions": lambda: _collect(
+            tables["regressions"], _REGRESSION_COLUMNS, ["commit_timestamp", "group", "topic"]
+        ),
+        "idle": lambda: _collect(tables["idle_groups"], _IDLE_COLUMNS, [F.desc("idle_ms")]),
+        "states": lambda: _collect(
+            tables["transactions_by_state"],
+            _STATE_COLUMNS,
+            [F.desc("transactional_ids"), "transaction_state"],
+        ),
+        "open": lambda: _collect(
+            tables["transactions"].filter(
+                F.col("transaction_state").isin("Ongoing", "PrepareCommit", "PrepareAbort")
+            ),
+            _OPEN_COLUMNS,
+            ["transaction_start_timestamp", "transactional_id"],
+        ),
+        "blocks": lambda: _collect(tables["producer_id_blocks"], _BLOCK_COLUMNS, ["log_partition"]),
+    }
+    if "lag_over_time" in tables:
+        per_group = tables["lag_over_time"].groupBy("group", "time").agg(F.sum("lag").alias("lag"))
+        queries["lag_series"] = lambda: _busiest_series(per_group, "lag", "time")
+        queries["lag_now"] = lambda: _collect(
+            tables["lag"], _LAG_COLUMNS, [F.desc("lag"), "group", "topic", "partition"]
+        )
+    with concurrent.futures.ThreadPoolExecutor(COLLECTORS, "collect report") as pool:
+        running = {name: pool.submit(query) for name, query in queries.items()}
+        return {name: result.result() for name, result in running.items()}
+
+
+def render_report(history: HistoryTables, title: str, source: str) -> str:
+    parts = _gather(history)
     sections: list[str] = []
 
     # Commit rate over time.
-    rate = tables["commit_rate"]
-    busiest = _top_groups(rate, "commits")
-    commit_series: dict[str, list[tuple[datetime.datetime, float]]] = {}
-    for row in rate.filter(F.col("group").isin(busiest)).collect():
-        commit_series.setdefault(row.group, []).append((row.bucket_start, float(row.commits)))
     sections.append("<h2>Commit rate over time</h2>")
-    sections.append(_image(_series_plot(commit_series, "Commits per bucket", "commits"), "commits"))
+    sections.append(
+        _image(_series_plot(parts["commit_series"], "Commits per bucket", "commits"), "commits")
+    )
 
     # Lag over time.
     sections.append("<h2>Consumer lag over time</h2>")
-    if "lag_over_time" in tables:
-        lag = tables["lag_over_time"]
-        lag_series: dict[str, list[tuple[datetime.datetime, float]]] = {}
-        per_group = lag.groupBy("group", "time").agg(F.sum("lag").alias("lag"))
-        for row in per_group.filter(F.col("group").isin(_top_groups(lag, "lag"))).collect():
-            lag_series.setdefault(row.group, []).append((row.time, float(row.lag)))
+    if "lag_series" in parts:
         sections.append(
-            _image(_series_plot(lag_series, "Total lag per group", "records behind"), "lag")
-        )
-        sections.append("<h3>Lag now</h3>")
-        sections.append(
-            _table(
-                _collect(
-                    tables["lag"],
-                    ["group", "topic", "partition", "committed_offset", "log_end_offset", "lag"],
-                    [F.desc("lag"), "group", "topic", "partition"],
-                ),
-                ["group", "topic", "partition", "committed_offset", "log_end_offset", "lag"],
+            _image(
+                _series_plot(parts["lag_series"], "Total lag per group", "records behind"), "lag"
             )
         )
+        sections.append("<h3>Lag now</h3>")
+        sections.append(_table(parts["lag_now"], _LAG_COLUMNS))
     else:
         sections.append(
             '<p class="note">No lag: run with --kafka-bootstrap-servers of the data cluster.</p>'
         )
 
     # Rebalances.
-    summary = _collect(
-        tables["rebalance_summary"],
-        REBALANCE_COLUMNS,
-        [F.desc("rebalances"), "group"],
-    )
+    summary = parts["summary"]
     sections.append("<h2>Rebalances per group</h2>")
     top = summary[:20]
     sections.append(
@@ -193,21 +243,10 @@ def render_report(history: HistoryTables, title: str, source: str) -> str:
             "rebalances",
         )
     )
-    sections.append(
-        _table(
-            summary,
-            REBALANCE_COLUMNS,
-        )
-    )
+    sections.append(_table(summary, REBALANCE_COLUMNS))
 
     # Regressions.
-    regression_columns = [
-        "group", "topic", "partition", "previous_offset", "committed_offset", "moved_by",
-        "commit_timestamp", "generation", "committed_by", "client_id", "client_host",
-    ]  # fmt: skip
-    regression_rows = _collect(
-        tables["regressions"], regression_columns, ["commit_timestamp", "group", "topic"]
-    )
+    regression_rows = parts["regressions"]
     sections.append(f"<h2>Offsets that moved backwards ({len(regression_rows)})</h2>")
     sections.append(
         _image(
@@ -223,21 +262,14 @@ def render_report(history: HistoryTables, title: str, source: str) -> str:
             "regressions",
         )
     )
-    sections.append(_table(regression_rows, regression_columns))
+    sections.append(_table(regression_rows, _REGRESSION_COLUMNS))
 
     # Idle groups.
-    idle_columns = ["group", "state", "last_commit", "first_seen", "idle_ms"]
     sections.append("<h2>Groups without a recent commit</h2>")
-    sections.append(
-        _table(_collect(tables["idle_groups"], idle_columns, [F.desc("idle_ms")]), idle_columns)
-    )
+    sections.append(_table(parts["idle"], _IDLE_COLUMNS))
 
     # Transactions.
-    states = _collect(
-        tables["transactions_by_state"],
-        ["transaction_state", "transactional_ids", "pending_offsets"],
-        [F.desc("transactional_ids"), "transaction_state"],
-    )
+    states = parts["states"]
     sections.append("<h2>Transactions by state</h2>")
     if states:
         sections.append(
@@ -251,33 +283,15 @@ def render_report(history: HistoryTables, title: str, source: str) -> str:
                 "transactions",
             )
         )
-        sections.append(
-            _table(states, ["transaction_state", "transactional_ids", "pending_offsets"])
-        )
-        open_columns = [
-            "transactional_id", "transaction_state", "producer_id", "producer_epoch",
-            "transaction_start_timestamp", "transaction_update_timestamp",
-        ]  # fmt: skip
+        sections.append(_table(states, _STATE_COLUMNS))
         sections.append("<h3>Open transactions, oldest first</h3>")
-        sections.append(
-            _table(
-                _collect(
-                    tables["transactions"].filter(
-                        F.col("transaction_state").isin("Ongoing", "PrepareCommit", "PrepareAbort")
-                    ),
-                    open_columns,
-                    ["transaction_start_timestamp", "transactional_id"],
-                ),
-                open_columns,
-            )
-        )
+        sections.append(_table(parts["open"], _OPEN_COLUMNS))
     else:
         sections.append('<p class="note">No transactional ids in the log.</p>')
-    block_columns = ["log_partition", "next_block_start", "blocks_reserved", "log_timestamp"]
-    blocks = _collect(tables["producer_id_blocks"], block_columns, ["log_partition"])
+    blocks = parts["blocks"]
     sections.append(f"<h2>Producer id blocks handed out ({len(blocks)} log partitions)</h2>")
     if blocks:
-        sections.append(_table(blocks, block_columns))
+        sections.append(_table(blocks, _BLOCK_COLUMNS))
 
     generated = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     return (

@@ -21,6 +21,7 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
+import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -29,10 +30,10 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from coordinator_server.pipeline.decode import SCHEMA, decode_batches
+from coordinator_server.pipeline.decode import ARROW_SCHEMA, SCHEMA, decode_batches
 from coordinator_server.pipeline.logs import SqliteLogFile, log_location_from_options
 
-__all__ = ["FORMAT", "CoordinatorLogDataSource", "LogRange"]
+__all__ = ["FORMAT", "CoordinatorLogDataSource", "LogRange", "decode_log"]
 
 FORMAT: Final = "coordinator_log"
 DEFAULT_BATCH_ROWS: Final = 10_000
@@ -54,6 +55,18 @@ class LogRange(InputPartition):
 def _read_range(location: SqliteLogFile, batch_rows: int, log_range: LogRange) -> Iterator[Any]:
     records = location.read(log_range.partition, log_range.start, log_range.end)
     yield from decode_batches(log_range.partition, records, batch_rows)
+
+
+def decode_log(location: SqliteLogFile, end_offsets: Mapping[int, int]) -> pa.Table:
+    """The whole log up to `end_offsets`, decoded here into one Arrow table of
+    `decode.ARROW_SCHEMA` (what the data source's partitions hold, read in the caller's
+    process instead of Spark's Python workers)."""
+    batches = [
+        batch
+        for partition, end in sorted(end_offsets.items())
+        for batch in _read_range(location, DEFAULT_BATCH_ROWS, LogRange(partition, 0, end))
+    ]
+    return pa.Table.from_batches(batches, schema=ARROW_SCHEMA)
 
 
 def _end_offsets_option(options: Mapping[str, str]) -> dict[int, int] | None:

@@ -27,6 +27,7 @@ from pipeline_scenario import (
 from server_process import ServerProcess
 
 from coordinator_server.cli import main as coordinator_main
+from coordinator_server.pipeline import session
 from coordinator_server.pipeline.audit import run_audit
 from coordinator_server.pipeline.history import HistoryOptions, compute_history
 from coordinator_server.pipeline.kafka_source import kafka_source_package
@@ -66,10 +67,16 @@ def location_of(data_dir: Path) -> SqliteLogFile:
     return SqliteLogFile(str(data_dir / "coordinator.db"))
 
 
+@pytest.mark.parametrize("in_driver", [True, False], ids=["in the driver", "by the data source"])
 def test_a_running_servers_log_is_read_through_a_snapshot(
-    spark: Any, served: tuple[ServerProcess, ExpectedHistory, Path]
+    spark: Any,
+    served: tuple[ServerProcess, ExpectedHistory, Path],
+    in_driver: bool,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _, expected, data_dir = served
+    if not in_driver:
+        monkeypatch.setattr(session, "READ_IN_DRIVER_BELOW_RECORDS", 0)
     with pytest.raises(LogInUseError):
         location_of(data_dir).end_offsets()
     with readable(location_of(data_dir)) as location:
@@ -85,8 +92,28 @@ def test_a_running_servers_log_is_read_through_a_snapshot(
         # leader's assignments, or the group left empty.
         assert counts["group_metadata"] == 1 + len(expected.rebalances["orders-app"])
         assert final_offsets_of(final_offsets(log).collect()) == expected.final_offsets
-        # One Spark partition per log partition.
-        assert log.rdd.getNumPartitions() == len(ends)
+        if not in_driver:
+            # One Spark partition per log partition.
+            assert log.rdd.getNumPartitions() == len(ends)
+
+
+def test_a_small_log_read_in_the_driver_has_the_rows_the_data_source_reads(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "coordinator.db"
+    asyncio.run(write_commits(db, range(25)))
+    location = SqliteLogFile(str(db))
+    assert (location.count_records(10), location.count_records(1_000)) == (10, 25)
+
+    def rows(ends: dict[int, int] | None = None) -> list[Any]:
+        read = read_log(spark, location, ends).collect()
+        return sorted(read, key=lambda row: (row.log_partition, row.log_offset))
+
+    in_driver, below = rows(), rows({0: 6, 1: 5})
+    monkeypatch.setattr(session, "READ_IN_DRIVER_BELOW_RECORDS", 0)
+    assert in_driver == rows()
+    assert below == rows({0: 6, 1: 5})
+    assert len(in_driver) == 25 and len(below) == 11
 
 
 def test_history_finds_exactly_the_commits_regressions_and_rebalances(
