@@ -4,6 +4,7 @@ the next JVM that maps it)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
@@ -51,11 +52,19 @@ def test_the_first_start_writes_an_archive_and_the_next_maps_it(tmp_path: Path) 
     assert again is not None and again.writing is None
     assert again.archive == first.archive
     assert again.java_options.startswith(f"-XX:SharedArchiveFile={first.archive} ")
-    # Another set of jars loads other classes: an archive of its own, which replaces it.
+    # Another set of jars loads other classes: an archive of its own, kept beside it.
     other = plan_archive({"spark.jars": "/b.jar"}, cache)
     assert other is not None and other.writing is not None and other.archive != first.archive
     keep_archive(other, start_jvm(tmp_path, other.java_options))
-    assert sorted(path.name for path in cache.iterdir()) == [other.archive.name]
+    assert {path.name for path in cache.iterdir()} == {first.archive.name, other.archive.name}
+    # A third replaces the one used longest ago: the first, unless it was used since.
+    os.utime(first.archive, ns=(1, 1))
+    os.utime(other.archive, ns=(2, 2))
+    assert plan_archive(conf, cache) is not None
+    third = plan_archive({"spark.jars": "/c.jar"}, cache)
+    assert third is not None and third.writing is not None
+    keep_archive(third, start_jvm(tmp_path, third.java_options))
+    assert {path.name for path in cache.iterdir()} == {first.archive.name, third.archive.name}
 
 
 def test_a_jvm_that_did_not_exit_cleanly_leaves_no_archive(tmp_path: Path) -> None:
