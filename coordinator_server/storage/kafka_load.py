@@ -10,7 +10,9 @@ times out is sent again from the same offset with twice the timeout (up to
 `FETCH_MIN_BYTES`; a batch larger than that still comes whole), and a lost connection, a
 broker that does not answer or a partition without a leader are waited out, the leader looked
 up again. Each is logged as a WARNING, fewer the longer it lasts (the 1st, 2nd, 4th, 8th...
-time in a load). A load gives up only on what waiting cannot mend: the topic gone or resized
+time in a load). A broker that answers a fetch empty below the high watermark (tansu does
+when the fetch may wait only a moment) is given longer waits, and shorter ones again once it
+answers in less. A load gives up only on what waiting cannot mend: the topic gone or resized
 (`TopicLostError`), a high watermark below one this server saw before (records lost), an
 offset out of range, a corrupt batch, or any other error code a broker answers.
 """
@@ -47,6 +49,7 @@ from coordinator_server.storage.kafka_metadata import (
 )
 
 __all__ = [
+    "FETCH_LONGEST_WAIT_MS",
     "FETCH_MAX_BYTES",
     "FETCH_MAX_WAIT_MS",
     "MAX_TIMEOUT_FACTOR",
@@ -71,6 +74,10 @@ FETCH_LARGEST_BYTES = 4 * FETCH_MAX_BYTES
 # 20 ms, 50 empty partitions took 1.15 s to load, one after the other; at 1 ms, 0.14 s. (Not
 # 0: tansu answers a fetch that may not wait without its partitions.)
 FETCH_MAX_WAIT_MS = 1
+# A broker may answer a fetch that waits that little without records although they are
+# there (tansu does: it reads its storage within the wait): each such empty answer below the
+# high watermark doubles the wait, up to this, and each answer with records halves it again.
+FETCH_LONGEST_WAIT_MS = 1_000
 # How far a slow broker stretches a fetch's timeout, in request timeouts.
 MAX_TIMEOUT_FACTOR = 8
 # The wait before trying again after an error, by how many there were in a row.
@@ -127,6 +134,7 @@ class PartitionLoad:
         self._timeout_s = self._request_timeout_s
         self._max_timeout_s = self._request_timeout_s * MAX_TIMEOUT_FACTOR
         self._fetch_bytes = FETCH_MAX_BYTES
+        self._fetch_wait_ms = FETCH_MAX_WAIT_MS
         self._node_id: int | None = None
         self.position = 0
         self.records = 0
@@ -159,12 +167,19 @@ class PartitionLoad:
             self._replay(message_set, target, sink)
             if self.position > before:
                 self._in_a_row = 0
+                if loop.time() - sent < self._fetch_wait_ms / 2000:
+                    # Answered well within its wait: the broker needs no longer now.
+                    self._fetch_wait_ms = max(self._fetch_wait_ms // 2, FETCH_MAX_WAIT_MS)
                 if loop.time() - sent < self._timeout_s / 4 and self._fetch_bytes < FETCH_MAX_BYTES:
                     # The broker keeps up again: larger fetches, fewer round trips.
                     self._fetch_bytes = min(self._fetch_bytes * 2, FETCH_MAX_BYTES)
             elif self.position < target:
                 self._no_progress(message_set, target)
                 if not message_set:
+                    if self._fetch_wait_ms < FETCH_LONGEST_WAIT_MS:
+                        # The records are there: the broker wants longer to read them.
+                        self._fetch_wait_ms = min(self._fetch_wait_ms * 2, FETCH_LONGEST_WAIT_MS)
+                        continue
                     await self._wait_out(
                         _Retry(f"an empty fetch below the high watermark {target}")
                     )
@@ -239,13 +254,13 @@ class PartitionLoad:
     async def _fetch(self) -> tuple[int, bytes]:
         """(high watermark, record bytes) of a Fetch at the current position."""
         request = FetchRequest(
-            FETCH_MAX_WAIT_MS,
+            self._fetch_wait_ms,
             1,
             self._fetch_bytes,
             0,
             [(self._topic, [(self._partition, self.position, self._fetch_bytes)])],
         )
-        response = await self._send(request, self._timeout_s)
+        response = await self._send(request, self._timeout_s + self._fetch_wait_ms / 1000)
         for _, partitions in response.topics:
             for data in partitions:
                 if data[0] != self._partition:

@@ -1,0 +1,90 @@
+"""Loads from tansu, the Kafka-protocol broker that is not Apache Kafka: it answers a fetch
+that may wait only a moment without records although they are there, so a load must wait
+longer for them instead of never finishing."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+
+import pytest
+from aiokafka import AIOKafkaProducer
+from server_process import ServerProcess
+from tansu_broker import TansuBroker
+from wire_client import WireClient, fetch_body, fetched_offsets
+
+from coordinator_server.records import encode_record, new_offset_commit_record
+from protocol.api_keys import ApiKey
+from protocol.hashing import partition_for
+
+pytestmark = [pytest.mark.tansu, pytest.mark.slow]
+
+PARTITIONS = 4
+GROUPS = [f"group-{g}" for g in range(40)]
+# In small batches, as a server writes them: tansu answers a fetch of many of them that may
+# wait 1 ms empty. Enough that a load meets that at every turn.
+RECORDS = 40_000
+LOADED = re.compile(r"ready on .*?\((\d+) partitions loaded in [0-9.]+ s: (\d+) records")
+
+
+def server_args(broker: TansuBroker, topic: str) -> list[str]:
+    return [
+        "--port", "0",
+        "--bootstrap-servers", broker.bootstrap,
+        "--offsets-topic", topic,
+        "--offsets-topic-partitions", str(PARTITIONS),
+        "--offsets-topic-replication-factor", "1",
+        *broker.coordinator_args,
+    ]  # fmt: skip
+
+
+async def write_history(broker: TansuBroker, topic: str) -> dict[str, int]:
+    """RECORDS commits written straight to the log in batches of a few records, as a
+    long-running server leaves it; each group's last offset."""
+    producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=0, max_batch_size=512)
+    await producer.start()
+    last: dict[str, int] = {}
+    try:
+        now_ms = int(time.time() * 1000)
+        sent = []
+        for offset in range(RECORDS):
+            group = GROUPS[offset % len(GROUPS)]
+            key, value = encode_record(
+                new_offset_commit_record(group, "orders", 0, offset, -1, "", now_ms)
+            )
+            partition = partition_for(group, PARTITIONS)
+            sent.append(await producer.send(topic, value, key, partition=partition))
+            last[group] = offset
+        await asyncio.gather(*sent)
+    finally:
+        await producer.stop()
+    return last
+
+
+async def test_a_long_history_loads_from_tansu(
+    tansu_broker: TansuBroker, unique_topic: str
+) -> None:
+    args = server_args(tansu_broker, unique_topic)
+    with ServerProcess(args):
+        pass  # the log topic, created as the server creates it
+    last = await write_history(tansu_broker, unique_topic)
+    server = ServerProcess(args)
+    started = time.monotonic()
+    server.start(timeout=120)
+    load_s = time.monotonic() - started
+    try:
+        (match,) = [m for line in server.lines if (m := LOADED.search(line))]
+        print(match[0], f"(ready {load_s:.1f} s after the start)")
+        assert (int(match[1]), int(match[2])) == (PARTITIONS, RECORDS), server.output()
+        # Under 2 s on 2 cores; with a fetch that always waited 1 ms, not ready in 120 s.
+        assert load_s < 30, server.output()
+        client = await WireClient.connect(server.host, server.port)
+        try:
+            for group in GROUPS[:5]:
+                fetched = await client.call(ApiKey.OFFSET_FETCH, fetch_body(group, None))
+                assert fetched_offsets(fetched) == {("orders", 0): last[group]}
+        finally:
+            await client.close()
+    finally:
+        server.kill()
