@@ -26,9 +26,10 @@ bootstrap server moves the next one up, so that the next call does not wait on a
 is paused or cut off while its groups have moved elsewhere.
 
 The deadline passing while a request is out raises `RequestTimeoutError`; passing during a
-back-off raises the last error seen. Every other error code comes back in the response
-(the typed methods) or is raised as its `protocol.errors` class (`raise_on_error`, and the
-helpers). Closing the client fails every call still running with `ClientClosedError`.
+back-off, or while a request sent again after one is out, raises the last error seen. Every
+other error code comes back in the response (the typed methods) or is raised as its
+`protocol.errors` class (`raise_on_error`, and the helpers). Closing the client fails every
+call still running with `ClientClosedError`.
 
 Every API takes the same path (`_call`): what differs between them (where a request goes,
 which answers are retried, what is raised, how a request naming several groups is split)
@@ -393,6 +394,7 @@ class RequestPath:
         """
         loop = asyncio.get_running_loop()
         attempts = 0
+        previous: BaseException | None = None
         while True:
             self._check_open()
             error: BaseException
@@ -401,6 +403,13 @@ class RequestPath:
             except ConnectionClosedError as e:
                 code: int | None = None
                 error = e
+            except RequestTimeoutError as timed_out:
+                if previous is not None and loop.time() >= deadline:
+                    # The deadline passed during a retry (a back-off that ended at its edge
+                    # leaves a request moments to be answered): the call failed for what
+                    # its attempts kept answering, not for that last moment.
+                    raise previous from timed_out
+                raise
             else:
                 code = retry_code(response)
                 if code is None:
@@ -417,6 +426,7 @@ class RequestPath:
             attempts += 1
             if loop.time() + backoff_s >= deadline:
                 raise error
+            previous = error
             log.debug("%s failed (%r); retry %d in %.3f s", what, error, attempts, backoff_s)
             await self._sleep(backoff_s)
 

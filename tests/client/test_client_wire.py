@@ -244,6 +244,28 @@ async def test_retries_stop_at_the_deadline_with_the_last_error(server: FakeCoor
     assert 6 <= len(server.requests(ApiKey.HEARTBEAT)) <= 20
 
 
+async def test_a_retry_still_out_at_the_deadline_ends_with_the_last_error(
+    server: FakeCoordinator,
+) -> None:
+    """The first attempt is answered COORDINATOR_LOAD_IN_PROGRESS, the one sent again is not
+    answered before the deadline: the call fails with what its attempts answered (the
+    timeout of that last moment is its cause), as when the deadline passes in a back-off."""
+
+    def handle(received: Received) -> dict[str, Any] | None:
+        if received.api_key != ApiKey.HEARTBEAT:
+            return None
+        if len(server.requests(ApiKey.HEARTBEAT)) == 1:
+            return {"error_code": ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "error_message": None}
+        return None
+
+    server.handler = handle
+    async with client_for(server, retry_backoff_ms=20, retry_backoff_max_ms=50) as client:
+        with pytest.raises(CoordinatorLoadInProgressError) as raised:
+            await client.heartbeat(heartbeat(), timeout_ms=300)
+    assert isinstance(raised.value.__cause__, RequestTimeoutError)
+    assert len(server.requests(ApiKey.HEARTBEAT)) == 2
+
+
 async def test_a_lost_connection_is_reopened_and_the_request_sent_again(
     server: FakeCoordinator,
 ) -> None:
