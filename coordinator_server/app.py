@@ -15,6 +15,7 @@ from aiokafka.errors import KafkaError
 from prometheus_client import CollectorRegistry, GCCollector, ProcessCollector
 
 from coordinator_server import __version__
+from coordinator_server.cluster.assignor import NO_GENERATION
 from coordinator_server.cluster.node import ClusterNode, ClusterSettings
 from coordinator_server.cluster.ownership import PartitionOwnership
 from coordinator_server.config import CoordinatorConfig
@@ -316,6 +317,12 @@ class CoordinatorApp:
             self.server_metrics,
         )
         self.server = server = CoordinatorServer(state)
+        if self.cluster is None:
+            # Alone, the node owns every partition from the start: until each has loaded,
+            # its requests get COORDINATOR_LOAD_IN_PROGRESS, never NOT_COORDINATOR (a
+            # listing would otherwise skip partitions it has not begun to load).
+            for partition in range(num_partitions):
+                runtime.announce_load(partition)
         await server.start(sock, config.ssl_context())
         if config.metrics_port >= 0:
             self.http = self._operator_http()
@@ -489,6 +496,7 @@ class CoordinatorApp:
             max_id_length=config.max_id_length,
             transaction_lookup=None if peers is None else peers.describe_transaction,
             concurrent_wait_ms=config.transaction_concurrent_wait_ms,
+            partitions=writer,
         )
         service.serve_transactions(transactions.handlers)
         completions.start()
@@ -728,6 +736,8 @@ class CoordinatorApp:
             reason = "shutting down"
         elif cluster is not None and cluster.membership.view.error is not None:
             reason = f"no partition given: {cluster.membership.view.error}"
+        elif cluster is not None and cluster.membership.view.generation == NO_GENERATION:
+            reason = "joining the cluster: no partition assignment yet"
         elif cluster is not None and not cluster.may_serve():
             reason = "no lease in the cluster: Kafka has not confirmed this node a member lately"
         elif not_active:

@@ -37,7 +37,7 @@ from coordinator_server.groups.answer_sizes import (
 from coordinator_server.request_limits import RequestLimits, answer_too_large, too_long
 from coordinator_server.runtime.api import CoordinatorResult
 from coordinator_server.runtime.runtime import CoordinatorRuntime
-from coordinator_server.service_errors import map_operation_error
+from coordinator_server.service_errors import NO_OWNERSHIP, map_operation_error
 from coordinator_server.shard import GroupCoordinatorShard
 from coordinator_server.slicing import (
     PAUSE,
@@ -456,6 +456,12 @@ class BulkRequests:
     # ListGroups.
 
     def list_groups(self, request: ListGroupsRequest) -> Message | SlicedAnswer:
+        if not self._runtime.may_serve():
+            # A cluster node that does not know what it owns (just started, or without a
+            # lease) cannot say which groups there are: an empty list would say "none".
+            return ListGroupsResponse(
+                error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message=NO_OWNERSHIP
+            )
         return self._sliced.run(lambda clock: self._list_groups(request, clock))
 
     def _list_groups(self, request: ListGroupsRequest, clock: SliceClock) -> Steps:

@@ -12,6 +12,12 @@ from protocol.errors import ApiError, ErrorCode
 
 logger = logging.getLogger(__name__)
 
+# The message of a listing a node cannot give: it does not know which partitions it owns.
+NO_OWNERSHIP = (
+    "this node does not know yet which partitions it owns (it is joining its cluster, or "
+    "its lease ran out); ask again"
+)
+
 # Kafka's translation of log errors into coordinator errors (CoordinatorOperationExceptionHelper).
 _APPEND_ERROR_MAPPING: Mapping[int, ErrorCode] = {
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,

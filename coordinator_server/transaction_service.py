@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar, cast
 
 from coordinator_server.offsets.transactional import (
@@ -93,6 +93,24 @@ class Completions(Protocol):
         ...
 
 
+class PartitionCatalog(Protocol):
+    """Which partitions of the data cluster exist: a transaction's markers must land on
+    them (the marker writer's metadata)."""
+
+    def unknown_partitions_now(
+        self, topics: Sequence[tuple[str, Sequence[int]]]
+    ) -> set[tuple[str, int]] | None:
+        """The partitions of `topics` the cluster does not have, from what is cached; None
+        when that is not enough to tell."""
+        ...
+
+    async def unknown_partitions(
+        self, topics: Sequence[tuple[str, Sequence[int]]]
+    ) -> set[tuple[str, int]]:
+        """The same, asking the cluster; raises when it does not answer."""
+        ...
+
+
 class TransactionLookup(Protocol):
     """DescribeTransactions of one transactional id, asked of the node that owns its log
     partition now; None when no node answered."""
@@ -134,13 +152,16 @@ class TransactionCoordinatorService:
         max_id_length: int,
         transaction_lookup: TransactionLookup | None = None,
         concurrent_wait_ms: int = 0,
+        partitions: PartitionCatalog | None = None,
     ) -> None:
         """`groups` is the group coordinator's service: the same partitions, the same
         routing (`partition_for`) and FindCoordinator; `log_topic` names the log in
         WriteTxnMarkers between nodes; `transaction_lookup` describes a transaction another
         node coordinates (None: a node alone); `concurrent_wait_ms`: how long a request
         waits for its transactional id's previous transaction to end (see
-        `_after_ending`)."""
+        `_after_ending`); `partitions`: the data cluster's, which AddPartitionsToTxn checks
+        (None: any partition is taken)."""
+        self._partitions = partitions
         self._runtime = runtime
         self._concurrent_wait_s = concurrent_wait_ms / 1000
         self._groups = groups
@@ -380,7 +401,84 @@ class TransactionCoordinatorService:
             )
             return self._answer("add-partitions-to-txn", outcome, to_message, error)
 
-        return self._after_ending(request.transactional_id, send)
+        def refused(unknown: set[tuple[str, int]]) -> Message:
+            # Kafka's answer: the partitions its metadata lacks, and nothing of the rest done.
+            return AddPartitionsToTxnResponse(
+                results_by_topic=[
+                    AddPartitionsToTxnResponseTopic(
+                        name=topic,
+                        results_by_partition=[
+                            AddPartitionsToTxnResponsePartition(
+                                partition_index=p,
+                                partition_error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                                if (topic, p) in unknown
+                                else ErrorCode.OPERATION_NOT_ATTEMPTED,
+                            )
+                            for p in partitions
+                        ],
+                    )
+                    for topic, partitions in topics
+                ]
+            )
+
+        def checked() -> Reply:
+            return self._after_ending(request.transactional_id, send)
+
+        catalog = self._partitions
+        if catalog is None:
+            return checked()
+        unknown = catalog.unknown_partitions_now(topics)
+        if unknown is None:
+            return self._after_asking(catalog, topics, refused, error, checked)
+        return refused(unknown) if unknown else checked()
+
+    @staticmethod
+    def _after_asking(
+        catalog: PartitionCatalog,
+        topics: Sequence[tuple[str, Sequence[int]]],
+        refused: Callable[[set[tuple[str, int]]], Message],
+        error: Callable[[ErrorCode, str | None], Message],
+        checked: Callable[[], Reply],
+    ) -> Reply:
+        """`checked()` once the cluster said that every partition of `topics` exists;
+        `refused` with those it lacks; COORDINATOR_NOT_AVAILABLE (retriable) when it does
+        not answer."""
+        loop = asyncio.get_running_loop()
+        reply: asyncio.Future[Message] = loop.create_future()
+
+        def forward(done: asyncio.Future[Message]) -> None:
+            if not reply.done():
+                reply.set_result(done.result())
+
+        def asked(done: asyncio.Future[set[tuple[str, int]]]) -> None:
+            if reply.done():
+                return
+            failure = None if done.cancelled() else done.exception()
+            if done.cancelled() or failure is not None:
+                reply.set_result(
+                    error(
+                        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                        f"the cluster's partitions cannot be read now: {failure!r}",
+                    )
+                )
+                return
+            unknown = done.result()
+            if unknown:
+                reply.set_result(refused(unknown))
+                return
+            try:
+                answer = checked()
+            except Exception as failed:
+                reply.set_exception(failed)
+                return
+            if isinstance(answer, PendingReply):
+                answer.future.add_done_callback(forward)
+            else:
+                reply.set_result(answer)
+
+        asking = asyncio.ensure_future(catalog.unknown_partitions(topics))
+        asking.add_done_callback(asked)
+        return PendingReply(reply)
 
     def add_offsets_to_txn(self, request: AddOffsetsToTxnRequest, ctx: RequestContext) -> Reply:
         def error(code: ErrorCode, message: str | None = None) -> AddOffsetsToTxnResponse:

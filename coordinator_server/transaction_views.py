@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from coordinator_server.runtime.context import CoordinatorState
 from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.service import PendingReply, Reply
-from coordinator_server.service_errors import map_operation_error
+from coordinator_server.service_errors import NO_OWNERSHIP, map_operation_error
 from coordinator_server.shard import GroupCoordinatorShard
 from coordinator_server.transactions.results import TransactionDescription
 from protocol.errors import ErrorCode
@@ -116,7 +116,19 @@ class TransactionViews:
 
     def list_transactions(self, request: ListTransactionsRequest) -> Reply:
         """Every transaction of the partitions this node serves (a client asks every node,
-        as Kafka's admin client asks every broker)."""
+        as Kafka's admin client asks every broker); COORDINATOR_LOAD_IN_PROGRESS while one
+        of them loads, as Kafka answers, and COORDINATOR_NOT_AVAILABLE while the node does
+        not know which partitions it owns: a list without them would be taken as whole."""
+        if not self._runtime.may_serve():
+            return ListTransactionsResponse(
+                error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message=NO_OWNERSHIP
+            )
+        loading = self._runtime.loading_partitions()
+        if loading:
+            return ListTransactionsResponse(
+                error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                error_message=f"partitions {loading} are loading",
+            )
         loop = asyncio.get_running_loop()
         reads = [
             self._runtime.schedule_read(

@@ -28,6 +28,11 @@ class ServerProcess:
         self._ready = threading.Event()
 
     def start(self, timeout: float = 60) -> ServerProcess:
+        self.launch()
+        return self.wait_ready(timeout)
+
+    def launch(self) -> ServerProcess:
+        """Start the process without waiting for it to be ready."""
         # Tests run servers side by side: any free metrics port unless the test picks one.
         args = self.args if "--metrics-port" in self.args else [*self.args, "--metrics-port", "0"]
         self.proc = subprocess.Popen(
@@ -39,6 +44,14 @@ class ServerProcess:
         )
         self._pump_thread = threading.Thread(target=self._pump, daemon=True)
         self._pump_thread.start()
+        return self
+
+    @property
+    def ready(self) -> bool:
+        return self._ready.is_set()
+
+    def wait_ready(self, timeout: float = 60) -> ServerProcess:
+        assert self.proc is not None
         deadline = time.monotonic() + timeout
         while not self._ready.wait(0.05):
             if self.proc.poll() is not None or time.monotonic() > deadline:

@@ -37,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from aiokafka.client import AIOKafkaClient
@@ -313,6 +313,43 @@ class KafkaTxnMarkerWriter:
     def queued_markers(self) -> int:
         """Partitions of the writes in progress whose markers have not landed yet."""
         return self._queued
+
+    def unknown_partitions_now(
+        self, topics: Sequence[tuple[str, Sequence[int]]]
+    ) -> set[tuple[str, int]] | None:
+        """Of `topics` (names and partition indexes), the partitions the cluster does not
+        have, from the metadata cached for the markers; None when a topic is not cached
+        (`unknown_partitions` asks the cluster)."""
+        leaders = self._leaders
+        if leaders is None:
+            return None
+        unknown: set[tuple[str, int]] = set()
+        for topic, partitions in topics:
+            entry = leaders.get(topic)
+            if entry is None:
+                return None
+            unknown.update((topic, p) for p in partitions if p not in entry.leaders)
+        return unknown
+
+    async def unknown_partitions(
+        self, topics: Sequence[tuple[str, Sequence[int]]]
+    ) -> set[tuple[str, int]]:
+        """As `unknown_partitions_now`, asking the cluster about the topics not cached (one
+        MetadataRequest, which never creates a topic). Raises LeaderLookupError when no
+        broker answers in time."""
+        leaders = self._leaders
+        if leaders is None:
+            raise LeaderLookupError("the marker writer has not started")
+        missing = [topic for topic, _ in topics if leaders.get(topic) is None]
+        fresh = await leaders.refresh(missing, self._request_timeout_s) if missing else {}
+        unknown: set[tuple[str, int]] = set()
+        for topic, partitions in topics:
+            entry = fresh.get(topic) or leaders.get(topic)
+            # A topic the answer does not name, or names with an error (unknown, being
+            # created, not ours to describe), has none of its partitions for markers.
+            known = entry.leaders if entry is not None and entry.error_code == 0 else {}
+            unknown.update((topic, p) for p in partitions if p not in known)
+        return unknown
 
     async def write(
         self,

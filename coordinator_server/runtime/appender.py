@@ -22,10 +22,11 @@ returns only once committed, that base is the last committed offset. A replay th
 fails the open batch the same way. An append that returns another end offset than the one
 the shard was written for, or a high watermark past `last_written_offset`, means the log and
 the state diverged (someone else wrote, or a failed append landed after all): the partition
-goes FAILED, every parked operation fails with NOT_COORDINATOR, and the partition reloads
-from the log. A partition whose appends have all failed for `append_failure_timeout_ms` (one
-that succeeds starts the count again) goes FAILED too, instead of failing every write while
-it looks healthy; whoever loaded it decides when to load it again (the app, with back-off).
+goes FAILED, every parked operation fails with COORDINATOR_LOAD_IN_PROGRESS, and the
+partition reloads from the log. A partition whose appends have all failed for
+`append_failure_timeout_ms` (one that succeeds starts the count again) goes FAILED too,
+instead of failing every write while it looks healthy; whoever loaded it decides when to
+load it again (the app, with back-off).
 What a partition's failure means for its lifecycle is the runtime's to carry out: the
 appender is given how (`fail`, `reload`, `follow_up`).
 """

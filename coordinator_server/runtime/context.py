@@ -206,13 +206,19 @@ class CoordinatorContext:
                 if not waiter.done():
                     waiter.set_result(None)
 
+    @property
+    def loading(self) -> bool:
+        """Whether the partition loads here, or is announced to (`announce_load`)."""
+        return self.state is CoordinatorState.LOADING or (
+            self.load_announced
+            and (self.state is CoordinatorState.INITIAL or self.state is CoordinatorState.STANDBY)
+        )
+
     def not_active_error(self) -> ApiError:
         """What an operation gets while the partition is not ACTIVE."""
         if self.state is CoordinatorState.LOADING:
             return CoordinatorLoadInProgressError(f"partition {self.partition} is loading")
-        if self.load_announced and (
-            self.state is CoordinatorState.INITIAL or self.state is CoordinatorState.STANDBY
-        ):
+        if self.loading:
             return CoordinatorLoadInProgressError(
                 f"partition {self.partition} is being taken over here"
             )

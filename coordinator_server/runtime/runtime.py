@@ -71,6 +71,7 @@ from coordinator_server.storage.api import CoordinatorLoader, LogFollower, Parti
 from coordinator_server.timeline import SnapshotRegistry
 from protocol.errors import (
     ApiError,
+    CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
     NotCoordinatorError,
     UnknownServerError,
@@ -284,6 +285,17 @@ class CoordinatorRuntime(Generic[S]):
 
     def partitions(self) -> dict[int, CoordinatorState]:
         return {partition: context.state for partition, context in self._contexts.items()}
+
+    def may_serve(self) -> bool:
+        """Whether this node may answer from its partitions now (see `__init__`): False
+        for a cluster node that has no lease, among them one that has not yet been told
+        which partitions it owns."""
+        return self._may_serve is None or self._may_serve()
+
+    def loading_partitions(self) -> list[int]:
+        """The partitions whose operations get COORDINATOR_LOAD_IN_PROGRESS now: loading,
+        or announced to load here."""
+        return sorted(partition for partition, c in self._contexts.items() if c.loading)
 
     def fail_partition(self, partition: int, error: BaseException) -> None:
         """Stop serving `partition` now: a LOADING or ACTIVE partition goes FAILED, its load
@@ -750,9 +762,14 @@ class CoordinatorRuntime(Generic[S]):
         self._unload_shard(context, error)
 
     def _fail_and_reload(self, context: CoordinatorContext) -> None:
+        # What waited on the partition is answered as what follows will be: the partition
+        # loads here again, so its clients wait and ask this node again (Kafka's answer for
+        # a partition that loads), rather than look for another coordinator.
         self._fail(
             context,
-            NotCoordinatorError(f"partition {context.partition} is reloading after a divergence"),
+            CoordinatorLoadInProgressError(
+                f"partition {context.partition} is reloading after a divergence"
+            ),
         )
         self._loading.start(context)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import time
 import urllib.error
 import urllib.request
@@ -17,6 +19,7 @@ from kafka_broker import KafkaBroker
 from server_process import ServerProcess
 from wire_client import WireClient, commit_body, commit_errors, fetch_body, fetched_offsets
 
+from coordinator_server.bench.processes import free_port
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 
@@ -187,3 +190,71 @@ async def test_a_node_cut_off_from_kafka_serves_nothing_until_it_is_a_member_aga
         assert fetched_offsets(fetched) == {("events", 0): 3}
     finally:
         await client.close()
+
+
+async def test_a_node_that_does_not_know_what_it_owns_never_lists_nothing_as_all(
+    kafka_broker: ApacheKafkaBroker, unique_topic: str, nodes: list[ServerProcess]
+) -> None:
+    """A group and a transactional id are in the log. A second node starts while the first
+    is paused: it listens, but the cluster's rebalance waits for the paused member until its
+    session ends, and gives the second node its partitions only then. Meanwhile ListGroups
+    and ListTransactions answer it COORDINATOR_NOT_AVAILABLE, then
+    COORDINATOR_LOAD_IN_PROGRESS while its partitions load, then list both; never an empty
+    list that says there is nothing. /readyz says 503 and why until it is ready."""
+    first = ServerProcess(node_args(kafka_broker, unique_topic, 1, PARTITIONS))
+    nodes.append(first)
+    first.start()
+    client = await WireClient.connect(first.host, first.port)
+    committed = await client.call(ApiKey.OFFSET_COMMIT, commit_body("listed", {("t", 0): 5}))
+    assert commit_errors(committed) == {("t", 0): 0}
+    init = {"transactional_id": "listed-txn", "transaction_timeout_ms": 60_000}
+    initialised = await client.call(ApiKey.INIT_PRODUCER_ID, init)
+    assert initialised["error_code"] == 0
+    await client.close()
+    os.kill(first.pid, signal.SIGSTOP)
+
+    port, metrics_port = free_port(), free_port()
+    args = node_args(kafka_broker, unique_topic, 2, PARTITIONS, "--metrics-port", str(metrics_port))
+    args[args.index("--port") + 1] = str(port)
+    second = ServerProcess(args)
+    nodes.append(second)
+    second.launch()
+    second.metrics_port = metrics_port
+    groups: list[tuple[int, list[str]]] = []
+    transactions: list[tuple[int, list[str]]] = []
+    reasons: list[str] = []
+    deadline = time.monotonic() + 60
+    while not second.ready:
+        assert time.monotonic() < deadline, second.output()
+        try:
+            client = await WireClient.connect("127.0.0.1", port)
+        except OSError:
+            await asyncio.sleep(0.05)
+            continue
+        try:
+            listed = await client.call(ApiKey.LIST_GROUPS, {})
+            groups.append((listed["error_code"], [g["group_id"] for g in listed["groups"]]))
+            listed = await client.call(ApiKey.LIST_TRANSACTIONS, {})
+            ids = [t["transactional_id"] for t in listed["transaction_states"]]
+            transactions.append((listed["error_code"], ids))
+        finally:
+            await client.close()
+        readiness = await asyncio.to_thread(http_json, second, "/readyz")
+        if not second.ready and not readiness["ready"]:
+            reasons.append(readiness["reason"])
+        await asyncio.sleep(0.1)
+    busy = {ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}
+    # The node listened for a while before it owned anything.
+    assert (ErrorCode.COORDINATOR_NOT_AVAILABLE, []) in groups, groups
+    assert any("no partition assignment yet" in reason for reason in reasons), reasons
+    for code, names in groups:
+        assert code in busy or (code == 0 and "listed" in names), groups
+    for code, names in transactions:
+        assert code in busy or (code == 0 and "listed-txn" in names), transactions
+    # Once ready, it lists both.
+    client = await WireClient.connect(second.host, second.port)
+    listed = await client.call(ApiKey.LIST_GROUPS, {})
+    assert "listed" in [g["group_id"] for g in listed["groups"]], listed
+    listed = await client.call(ApiKey.LIST_TRANSACTIONS, {})
+    assert "listed-txn" in [t["transactional_id"] for t in listed["transaction_states"]], listed
+    await client.close()

@@ -18,7 +18,10 @@ from runtime_harness import (
 from coordinator_server.records import encode_record
 from coordinator_server.runtime.config import RuntimeConfig
 from coordinator_server.runtime.context import CoordinatorState
-from protocol.errors import MessageTooLargeError, NotCoordinatorError
+from protocol.errors import (
+    CoordinatorLoadInProgressError,
+    MessageTooLargeError,
+)
 
 # Keys of one length and small values, so that every record counts the same bytes.
 ONE_RECORD_BYTES = record_bytes(put_record("k0", 1))
@@ -259,12 +262,14 @@ async def test_divergence_fails_the_operations_and_reloads_from_the_log(harness:
     harness.loader.pause_loads()
     future = harness.put(0, "k", 1)
     await settle()
-    # The append ended at 2 where the runtime expected 1.
-    with pytest.raises(NotCoordinatorError):
+    # The append ended at 2 where the runtime expected 1. The partition loads here again:
+    # its clients are told so (Kafka's answer while a partition loads), not sent elsewhere.
+    with pytest.raises(CoordinatorLoadInProgressError):
         await future
     assert harness.runtime.partition_state(0) is CoordinatorState.LOADING
+    assert harness.runtime.loading_partitions() == [0]
     assert first.unloaded == 1
-    # NOT_COORDINATOR leaves the outcome open: here the log keeps both records.
+    # COORDINATOR_LOAD_IN_PROGRESS leaves the outcome open: here the log keeps both records.
     harness.commit(0)
     harness.loader.resume_loads()
     await harness.runtime.wait_loaded(0)
@@ -287,7 +292,7 @@ async def test_a_high_watermark_past_what_the_runtime_wrote_triggers_a_reload(
     first = harness.shard()
     # Committing the foreign record too: the log holds more than the state machine wrote.
     harness.commit(0)
-    with pytest.raises(NotCoordinatorError):
+    with pytest.raises(CoordinatorLoadInProgressError):
         await parked
     await harness.runtime.wait_loaded(0)
     assert harness.shard() is not first
@@ -302,7 +307,7 @@ async def test_a_log_truncated_under_the_runtime_is_detected(harness: Harness) -
     following = harness.put(0, "b", 2)
     await settle()
     for future in (lost, following):
-        with pytest.raises(NotCoordinatorError):
+        with pytest.raises(CoordinatorLoadInProgressError):
             await future
     await harness.runtime.wait_loaded(0)
     assert harness.shard().latest() == {}

@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
 from apache_kafka import ApacheKafkaBroker
 from cluster_nodes import node_args
@@ -478,14 +479,31 @@ async def run_around_a_stop(
                 await txn.send_offsets_to_transaction({source: OffsetAndMetadata(12, "")}, group)
 
 
+async def delete_topic(broker: ApacheKafkaBroker, name: str) -> None:
+    """Delete `name` and wait until the broker no longer lists it (so it can be created
+    again)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_topics([name])
+        deadline = asyncio.get_running_loop().time() + 30
+        while name in await admin.list_topics():
+            assert asyncio.get_running_loop().time() < deadline, f"{name} is still listed"
+            await asyncio.sleep(0.1)
+    finally:
+        await admin.close()
+
+
 async def test_the_brokers_take_the_new_owners_markers_and_fence_the_paused_old_owners(
     kafka_broker: ApacheKafkaBroker, names: tuple[str, str, str], nodes: list[ServerProcess]
 ) -> None:
     log_topic, out, suffix = names
     await create_topic(kafka_broker, out)
-    # A topic the transaction names before it exists: its marker cannot land until the
-    # test creates it, which keeps the old owner's completion waiting across its pause.
+    # A topic the transaction names, deleted before it ends: its marker cannot land until
+    # the test creates the topic again, which keeps the old owner's completion waiting
+    # across its pause. (One that does not exist yet is refused by AddPartitionsToTxn.)
     late = f"txn-cluster-late-{suffix}"
+    await create_topic(kafka_broker, late, partitions=1)
     old, new = await two_nodes(kafka_broker, log_topic, nodes)
     transactional_id = key_on(f"txn-{suffix}", owned_active(old))
     txn_partition = partition_for(transactional_id, PARTITIONS)
@@ -511,6 +529,7 @@ async def test_the_brokers_take_the_new_owners_markers_and_fence_the_paused_old_
         assert {
             p.partition_error_code for t in added.results_by_topic for p in t.results_by_partition
         } == {ErrorCode.NONE}
+        await delete_topic(kafka_broker, late)
         ended = await client.end_txn(
             EndTxnRequest(
                 transactional_id=transactional_id,

@@ -33,7 +33,14 @@ from protocol.messages import (
     OffsetFetchRequestTopic,
     OffsetFetchResponsePartition,
 )
-from protocol.transactions import DescribeTransactionsRequest, ListTransactionsRequest
+from protocol.transactions import (
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnRequestTopic,
+    DescribeTransactionsRequest,
+    EndTxnRequest,
+    InitProducerIdRequest,
+    ListTransactionsRequest,
+)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
 
@@ -320,3 +327,77 @@ async def _eventually_committed(
             return offset
         assert loop.time() < deadline, f"never committed: {partition}"
         await asyncio.sleep(0.05)
+
+
+async def test_add_partitions_to_txn_refuses_what_the_cluster_lacks_as_kafka_does(
+    kafka_broker: ApacheKafkaBroker, names: tuple[str, str, str]
+) -> None:
+    """A topic the data cluster does not have, or a partition past a topic's count:
+    UNKNOWN_TOPIC_OR_PARTITION for it and OPERATION_NOT_ATTEMPTED for the rest of the request
+    (Kafka's answer), nothing added; the transaction then commits at once, not stuck
+    prepared on a marker no broker takes; and the missing topic is not created."""
+    log_topic, out, transactional_id = names
+    missing = f"{out}-missing"
+    await create_topic(kafka_broker, out, partitions=2)
+    with coordinator(kafka_broker, log_topic) as server:
+        client = CoordinatorClient(f"{server.host}:{server.port}")
+        try:
+            init = await client.init_producer_id(
+                InitProducerIdRequest(
+                    transactional_id=transactional_id, transaction_timeout_ms=30_000
+                )
+            )
+            ids = {"producer_id": init.producer_id, "producer_epoch": init.producer_epoch}
+
+            async def add(*topics: tuple[str, list[int]]) -> dict[tuple[str, int], int]:
+                answer = await client.add_partitions_to_txn(
+                    AddPartitionsToTxnRequest(
+                        transactional_id=transactional_id,
+                        topics=[
+                            AddPartitionsToTxnRequestTopic(name=name, partitions=partitions)
+                            for name, partitions in topics
+                        ],
+                        **ids,
+                    ),
+                    raise_on_error=False,
+                )
+                return {
+                    (topic.name, result.partition_index): result.partition_error_code
+                    for topic in answer.results_by_topic
+                    for result in topic.results_by_partition
+                }
+
+            not_attempted = ErrorCode.OPERATION_NOT_ATTEMPTED
+            unknown = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            assert await add((out, [0]), (missing, [0])) == {
+                (out, 0): not_attempted,
+                (missing, 0): unknown,
+            }
+            assert await add((out, [1, 2])) == {(out, 1): not_attempted, (out, 2): unknown}
+            described = await client.describe_transactions(
+                DescribeTransactionsRequest(transactional_ids=[transactional_id])
+            )
+            (state,) = described.transaction_states
+            assert (state.transaction_state, state.topics) == ("Empty", [])
+            assert await add((out, [1])) == {(out, 1): ErrorCode.NONE}
+            started = asyncio.get_running_loop().time()
+            ended = await client.end_txn(
+                EndTxnRequest(transactional_id=transactional_id, committed=True, **ids)
+            )
+            assert ended.error_code == ErrorCode.NONE
+            while True:
+                described = await client.describe_transactions(
+                    DescribeTransactionsRequest(transactional_ids=[transactional_id])
+                )
+                if described.transaction_states[0].transaction_state == "CompleteCommit":
+                    break
+                assert asyncio.get_running_loop().time() - started < 5, described
+                await asyncio.sleep(0.05)
+        finally:
+            await client.close()
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
+    await admin.start()
+    try:
+        assert missing not in await admin.list_topics()
+    finally:
+        await admin.close()
