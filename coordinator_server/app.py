@@ -264,6 +264,7 @@ class CoordinatorApp:
             max_response_bytes=config.max_response_bytes,
             response_buffer_bytes=config.response_buffer_bytes,
             response_buffer_max_bytes=config.response_buffer_max_bytes,
+            response_buffer_total_bytes=config.response_buffer_total_bytes,
             connections_max_idle_ms=config.connections_max_idle_ms,
             frame_read_timeout_ms=config.frame_read_timeout_ms,
             response_write_timeout_ms=config.response_write_timeout_ms,

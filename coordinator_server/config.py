@@ -208,6 +208,14 @@ class CoordinatorConfig(BaseSettings):
         description="Bytes of answers waiting for a slow reader before the connection is closed.",
         json_schema_extra=_in("limits"),
     )
+    response_buffer_total_bytes: int = Field(
+        defaults.RESPONSE_BUFFER_TOTAL_BYTES,
+        ge=1024,
+        description="Bytes of answers waiting for every slow reader together (the connections "
+        "past --response-buffer-bytes); past it, the slow reader whose answers go over it is "
+        "closed.",
+        json_schema_extra=_in("limits"),
+    )
     response_write_timeout_ms: int = Field(
         defaults.RESPONSE_WRITE_TIMEOUT_MS,
         ge=1,
@@ -593,6 +601,11 @@ class CoordinatorConfig(BaseSettings):
     def _check_ranges(self) -> CoordinatorConfig:
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             raise ValueError("group-min-session-timeout-ms exceeds group-max-session-timeout-ms")
+        if self.response_buffer_max_bytes > self.response_buffer_total_bytes:
+            raise ValueError(
+                "response-buffer-max-bytes exceeds response-buffer-total-bytes: one slow "
+                "reader may hold what all of them together may"
+            )
         if self.response_buffer_bytes + self.max_response_bytes > self.response_buffer_max_bytes:
             # Reading stops at response-buffer-bytes, but one answer already on its way may
             # add up to max-response-bytes: below their sum, one large answer would close a

@@ -18,7 +18,10 @@ acknowledged yet (a DeleteGroups, an OffsetFetch with require_stable) leaves its
 connection's BuildSlot meanwhile, and its requests go on being served; what it has built
 already counts with the answers the client has not taken.
 Beyond `response_buffer_max_bytes` of answers, or when they stay unread for
-`response_write_timeout_ms` (see ConnectionSweeper), the connection is closed. An answer
+`response_write_timeout_ms` (see ConnectionSweeper), the connection is closed. So is a slow
+reader (one stopped at `response_buffer_bytes`) whose answers take what every slow reader
+holds together past `response_buffer_total_bytes`: many connections, each under its own
+bound, cannot together make the server hold more than that. An answer
 larger than `max_response_bytes` is replaced by MESSAGE_TOO_LARGE.
 """
 
@@ -87,6 +90,7 @@ class CoordinatorConnection(asyncio.Protocol):
         self._max_response_bytes = config.max_response_bytes
         self._response_buffer_bytes = config.response_buffer_bytes
         self._response_buffer_max_bytes = config.response_buffer_max_bytes
+        self._response_buffer_total_bytes = config.response_buffer_total_bytes
         self._transport: asyncio.Transport | None = None
         # Kept because asyncio.get_running_loop() costs a getpid() system call each time.
         # The listener makes connections on its loop.
@@ -158,6 +162,7 @@ class CoordinatorConnection(asyncio.Protocol):
         self._closed = True
         self._waiting.clear()
         self._outgoing.clear()
+        self._state.slow_readers.discard(self)
         self._state.quotas.release(self)
         self._state.connection_closed(self)
 
@@ -165,9 +170,15 @@ class CoordinatorConnection(asyncio.Protocol):
         # The client does not read its responses: stop reading its requests until it does.
         self._writing_paused = True
         self.write_blocked_since = monotonic()
+        self._state.slow_readers.add(self)
         self._update_reading()
 
+    def unread_bytes(self) -> int:
+        transport = self._transport
+        return 0 if transport is None else transport.get_write_buffer_size()
+
     def resume_writing(self) -> None:
+        self._state.slow_readers.discard(self)
         self._writing_paused = False
         self.write_blocked_since = 0.0
         self._admit_waiting()
@@ -437,6 +448,16 @@ class CoordinatorConnection(asyncio.Protocol):
                     ServerCloseReason.RESPONSE_BUFFER_FULL,
                     f"{buffered} bytes of answers unread, over response_buffer_max_bytes",
                 )
+                return
+            # Counted only here, when a slow reader's answers grow: the sum runs over the
+            # slow readers alone, and a server without any never computes it.
+            total = self._state.unread_bytes()
+            if total > self._response_buffer_total_bytes:
+                self.expire(
+                    ServerCloseReason.RESPONSE_BUFFER_FULL,
+                    f"{buffered} bytes of answers unread here, {total} by every slow reader "
+                    "together, over response_buffer_total_bytes",
+                )
         elif self._waiting:
             # Frames held back for the answers of their read can go now.
             self._admit_waiting()
@@ -474,6 +495,7 @@ class CoordinatorConnection(asyncio.Protocol):
             return
         self._state.events.closed(reason, self._peer, detail)
         self._state.quotas.release(self)
+        self._state.slow_readers.discard(self)
         transport = self._transport
         if (
             reason is ServerCloseReason.IDLE

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from coordinator_server import defaults
 from coordinator_server.metrics import ServerMetrics
@@ -16,6 +17,12 @@ from coordinator_server.server.connection_events import ConnectionEventLog
 from coordinator_server.server.connection_limits import ConnectionQuotas, LimitedConnection
 from coordinator_server.service import Handler
 from protocol.errors import ErrorCode
+
+
+class SlowReader(Protocol):
+    """A connection whose client does not read its answers."""
+
+    def unread_bytes(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +41,7 @@ class ServerConfig:
     max_response_bytes: int = defaults.MAX_RESPONSE_BYTES
     response_buffer_bytes: int = defaults.RESPONSE_BUFFER_BYTES
     response_buffer_max_bytes: int = defaults.RESPONSE_BUFFER_MAX_BYTES
+    response_buffer_total_bytes: int = defaults.RESPONSE_BUFFER_TOTAL_BYTES
     connections_max_idle_ms: int = defaults.CONNECTIONS_MAX_IDLE_MS
     frame_read_timeout_ms: int = defaults.FRAME_READ_TIMEOUT_MS
     response_write_timeout_ms: int = defaults.RESPONSE_WRITE_TIMEOUT_MS
@@ -60,7 +68,14 @@ class ServerState:
             config.max_connections, config.max_connections_per_ip, self.events
         )
         self.connections = self.quotas.connections
+        # The connections whose client does not read its answers (their transport paused
+        # them): what they hold unread counts against response_buffer_total_bytes.
+        self.slow_readers: set[SlowReader] = set()
         self._idle = asyncio.Event()
+
+    def unread_bytes(self) -> int:
+        """The answers the slow readers hold unread, together."""
+        return sum(reader.unread_bytes() for reader in self.slow_readers)
 
     def connection_idle(self, connection: LimitedConnection) -> None:
         if self.draining and all(c.inflight == 0 for c in self.connections):

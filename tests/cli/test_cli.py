@@ -115,3 +115,11 @@ def test_a_response_buffer_that_one_answer_could_overflow_is_refused() -> None:
             max_response_bytes=8 * 1024 * 1024,
             response_buffer_max_bytes=8 * 1024 * 1024,
         )
+
+
+def test_a_connection_bound_over_the_servers_bound_is_refused_at_start() -> None:
+    with pytest.raises(ValueError, match="exceeds response-buffer-total-bytes"):
+        CoordinatorConfig(
+            response_buffer_max_bytes=64 * 1024 * 1024,
+            response_buffer_total_bytes=32 * 1024 * 1024,
+        )

@@ -56,6 +56,7 @@ def test_each_offsets_setting_defaults_to_what_the_offsets_default_to(setting: s
         "max_response_bytes",
         "response_buffer_bytes",
         "response_buffer_max_bytes",
+        "response_buffer_total_bytes",
         "connections_max_idle_ms",
         "frame_read_timeout_ms",
         "response_write_timeout_ms",

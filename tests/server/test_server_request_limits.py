@@ -302,7 +302,9 @@ async def test_list_groups_whose_answer_would_be_too_large_is_message_too_large(
 async def test_shutdown_stops_a_sliced_request_under_way() -> None:
     async with (
         serve(
-            max_response_bytes=500 * 1024 * 1024, response_buffer_max_bytes=600 * 1024 * 1024
+            max_response_bytes=500 * 1024 * 1024,
+            response_buffer_max_bytes=600 * 1024 * 1024,
+            response_buffer_total_bytes=600 * 1024 * 1024,
         ) as app,
         connect(app) as client,
     ):
