@@ -162,6 +162,7 @@ class TransactionCoordinatorService:
         `_after_ending`); `partitions`: the data cluster's, which AddPartitionsToTxn checks
         (None: any partition is taken)."""
         self._partitions = partitions
+        self._asking: set[asyncio.Future[set[tuple[str, int]]]] = set()
         self._runtime = runtime
         self._concurrent_wait_s = concurrent_wait_ms / 1000
         self._groups = groups
@@ -432,8 +433,8 @@ class TransactionCoordinatorService:
             return self._after_asking(catalog, topics, refused, error, checked)
         return refused(unknown) if unknown else checked()
 
-    @staticmethod
     def _after_asking(
+        self,
         catalog: PartitionCatalog,
         topics: Sequence[tuple[str, Sequence[int]]],
         refused: Callable[[set[tuple[str, int]]], Message],
@@ -477,6 +478,9 @@ class TransactionCoordinatorService:
                 reply.set_result(answer)
 
         asking = asyncio.ensure_future(catalog.unknown_partitions(topics))
+        # Held until done: the loop keeps only a weak reference to a task.
+        self._asking.add(asking)
+        asking.add_done_callback(self._asking.discard)
         asking.add_done_callback(asked)
         return PendingReply(reply)
 
