@@ -233,7 +233,11 @@ class CoordinatorApp:
         )
         self.runtime = runtime = CoordinatorRuntime[GroupCoordinatorShard](
             shard_builder=lambda context: GroupCoordinatorShard(
-                context, shard_config, self.group_metrics, self.groups_on_node
+                context,
+                shard_config,
+                self.group_metrics,
+                self.groups_on_node,
+                self.transactional_ids_on_node,
             ),
             writer=log.writer,
             loader=log.loader,
@@ -630,6 +634,19 @@ class CoordinatorApp:
             shard = runtime.shard(partition)
             if shard is not None:
                 total += shard.num_groups()
+        return total
+
+    def transactional_ids_on_node(self) -> int:
+        """Transactional ids of every ACTIVE partition, for `max_transactional_ids`: asked
+        only when InitProducerId would create one."""
+        runtime = self.runtime
+        if runtime is None:
+            return 0
+        total = 0
+        for partition in runtime.partitions():
+            shard = runtime.shard(partition)
+            if shard is not None:
+                total += shard.transactions.num_transactional_ids()
         return total
 
     def _group_counts(self) -> tuple[dict[str, int], int]:

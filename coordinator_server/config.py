@@ -355,8 +355,8 @@ class CoordinatorConfig(BaseSettings):
     max_transactional_ids: int = Field(
         defaults.MAX_TRANSACTIONAL_IDS,
         ge=1,
-        description="The most transactional ids one partition of the log holds; past it, "
-        "a new id is refused (POLICY_VIOLATION).",
+        description="The most transactional ids this node holds over all its partitions; "
+        "past it, a new id is refused (POLICY_VIOLATION).",
         json_schema_extra=_in("transactions"),
     )
     max_partitions_per_transaction: int = Field(

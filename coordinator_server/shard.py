@@ -9,6 +9,7 @@ expiration job) live here, as in Kafka's GroupCoordinatorShard.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from coordinator_server.groups.manager import GroupMetadataManager
@@ -68,9 +69,11 @@ class GroupCoordinatorShard:
         config: ShardConfig,
         metrics: GroupCoordinatorMetricsShard | None = None,
         group_count: GroupCount | None = None,
+        transactional_id_count: Callable[[], int] | None = None,
     ) -> None:
-        """`group_count` says how many groups the node holds over all its partitions (for
-        `max_groups`); None: this shard's own."""
+        """`group_count` and `transactional_id_count` say how many groups and transactional
+        ids the node holds over all its partitions (for `max_groups` and
+        `max_transactional_ids`); None: this shard's own."""
         self.context = context
         self.config = config
         self.groups = GroupMetadataManager(
@@ -90,6 +93,7 @@ class GroupCoordinatorShard:
             context.clock,
             context.timer,
             replace(config.transactions, partition=context.partition),
+            transactional_id_count,
         )
         groups = self.groups
         # The shard's door, as Kafka's GroupCoordinatorService sees its GroupCoordinatorShard:

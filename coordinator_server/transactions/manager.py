@@ -22,7 +22,7 @@ transactions still owed.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from coordinator_server.records import (
     CoordinatorRecord,
@@ -86,11 +86,15 @@ class TransactionManager:
         clock: Clock,
         timer: CoordinatorTimer,
         config: TransactionsConfig,
+        id_count: Callable[[], int] | None = None,
     ) -> None:
+        """`id_count` says how many transactional ids the node holds over all its
+        partitions (for `max_transactional_ids`); None: this partition's own."""
         self._clock = clock
         self._timer = timer
         self.config = config
         self._transactions: TimelineDict[str, TransactionMetadata] = TimelineDict(registry)
+        self._id_count: Callable[[], int] = id_count or self.num_transactional_ids
         self.producer_ids = ProducerIdManager(
             registry,
             config.producer_id_start,
@@ -185,7 +189,7 @@ class TransactionManager:
         updates: list[ProducerIdUpdate] = []
         txn = self._transactions.get(transactional_id)
         if txn is None:
-            if len(self._transactions) >= self.config.max_transactional_ids:
+            if self._id_count() >= self.config.max_transactional_ids:
                 return CoordinatorResult(response=_init_error(ErrorCode.POLICY_VIOLATION))
             try:
                 new_id, update = self.producer_ids.generate_producer_id(records)

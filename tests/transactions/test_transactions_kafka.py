@@ -27,6 +27,7 @@ from server_process import ServerProcess
 from coordinator_server.client import CoordinatedConsumer, TransactionalProducer
 from coordinator_server.rpc.client import CoordinatorClient
 from protocol.errors import ErrorCode
+from protocol.hashing import partition_for
 from protocol.messages import (
     OffsetFetchRequest,
     OffsetFetchRequestGroup,
@@ -401,3 +402,33 @@ async def test_add_partitions_to_txn_refuses_what_the_cluster_lacks_as_kafka_doe
         assert missing not in await admin.list_topics()
     finally:
         await admin.close()
+
+
+async def test_max_transactional_ids_bounds_the_node_not_each_log_partition(
+    kafka_broker: ApacheKafkaBroker, names: tuple[str, str, str]
+) -> None:
+    """Three ids allowed: a fourth is refused (POLICY_VIOLATION) even on a log partition that
+    holds none yet; an id already there is still served."""
+    log_topic, _, transactional_id = names
+    ids = [f"{transactional_id}-{n}" for n in range(60)]
+    by_partition: dict[int, list[str]] = {}
+    for tid in ids:
+        by_partition.setdefault(partition_for(tid, 4), []).append(tid)
+    # Three ids on as many log partitions, and one more on the fourth.
+    first, second, third, fourth = (tids[0] for _, tids in sorted(by_partition.items())[:4])
+    with coordinator(kafka_broker, log_topic, "--max-transactional-ids", "3") as server:
+        client = CoordinatorClient(f"{server.host}:{server.port}")
+        try:
+
+            async def init(tid: str) -> int:
+                answer = await client.init_producer_id(
+                    InitProducerIdRequest(transactional_id=tid, transaction_timeout_ms=30_000),
+                    raise_on_error=False,
+                )
+                return answer.error_code
+
+            assert [await init(tid) for tid in (first, second, third)] == [0, 0, 0]
+            assert await init(fourth) == ErrorCode.POLICY_VIOLATION
+            assert await init(first) == 0
+        finally:
+            await client.close()
