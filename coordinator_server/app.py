@@ -8,7 +8,7 @@ import gc
 import logging
 import signal
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from aiokafka.errors import KafkaError
@@ -623,9 +623,7 @@ class CoordinatorApp:
             return {}
         return {p: state.name for p, state in sorted(runtime.partitions().items())}
 
-    def groups_on_node(self) -> int:
-        """Groups of every ACTIVE partition, for `max_groups`: asked only when a request
-        would create a group."""
+    def _sum_over_active(self, count: Callable[[GroupCoordinatorShard], int]) -> int:
         runtime = self.runtime
         if runtime is None:
             return 0
@@ -633,21 +631,18 @@ class CoordinatorApp:
         for partition in runtime.partitions():
             shard = runtime.shard(partition)
             if shard is not None:
-                total += shard.num_groups()
+                total += count(shard)
         return total
+
+    def groups_on_node(self) -> int:
+        """Groups of every ACTIVE partition, for `max_groups`: asked only when a request
+        would create a group."""
+        return self._sum_over_active(lambda shard: shard.num_groups())
 
     def transactional_ids_on_node(self) -> int:
         """Transactional ids of every ACTIVE partition, for `max_transactional_ids`: asked
         only when InitProducerId would create one."""
-        runtime = self.runtime
-        if runtime is None:
-            return 0
-        total = 0
-        for partition in runtime.partitions():
-            shard = runtime.shard(partition)
-            if shard is not None:
-                total += shard.transactions.num_transactional_ids()
-        return total
+        return self._sum_over_active(lambda shard: shard.transactions.num_transactional_ids())
 
     def _group_counts(self) -> tuple[dict[str, int], int]:
         """Groups by state and members, over every ACTIVE partition."""

@@ -141,6 +141,26 @@ def remote_verdict(
     return ErrorCode.NONE
 
 
+def _reply_with(reply: asyncio.Future[Message], send: Callable[[], Reply]) -> None:
+    """Settle `reply` with what `send()` answers, now or once its pending answer is ready.
+    Run from a loop callback: a failure of `send` is the connection's UNKNOWN_SERVER_ERROR."""
+    try:
+        answer = send()
+    except Exception as error:
+        reply.set_exception(error)
+        return
+    if not isinstance(answer, PendingReply):
+        reply.set_result(answer)
+        return
+
+    def forward(done: asyncio.Future[Message]) -> None:
+        # Always a result: `_answer` turns a failure into an error response.
+        if not reply.done():
+            reply.set_result(done.result())
+
+    answer.future.add_done_callback(forward)
+
+
 class TransactionCoordinatorService:
     def __init__(
         self,
@@ -264,21 +284,7 @@ class TransactionCoordinatorService:
             sent = True
             timer.cancel()
             ending.remove_done_callback(go)
-            try:
-                answer = send()
-            except Exception as error:
-                # From a loop callback: the connection answers UNKNOWN_SERVER_ERROR.
-                reply.set_exception(error)
-                return
-            if isinstance(answer, PendingReply):
-                answer.future.add_done_callback(forward)
-            else:
-                reply.set_result(answer)
-
-        def forward(done: asyncio.Future[Message]) -> None:
-            # Always a result: `_answer` turns a failure into an error response.
-            if not reply.done():
-                reply.set_result(done.result())
+            _reply_with(reply, send)
 
         timer = loop.call_later(self._concurrent_wait_s, go)
         ending.add_done_callback(go)
@@ -447,10 +453,6 @@ class TransactionCoordinatorService:
         loop = asyncio.get_running_loop()
         reply: asyncio.Future[Message] = loop.create_future()
 
-        def forward(done: asyncio.Future[Message]) -> None:
-            if not reply.done():
-                reply.set_result(done.result())
-
         def asked(done: asyncio.Future[set[tuple[str, int]]]) -> None:
             if reply.done():
                 return
@@ -467,15 +469,7 @@ class TransactionCoordinatorService:
             if unknown:
                 reply.set_result(refused(unknown))
                 return
-            try:
-                answer = checked()
-            except Exception as failed:
-                reply.set_exception(failed)
-                return
-            if isinstance(answer, PendingReply):
-                answer.future.add_done_callback(forward)
-            else:
-                reply.set_result(answer)
+            _reply_with(reply, checked)
 
         asking = asyncio.ensure_future(catalog.unknown_partitions(topics))
         # Held until done: the loop keeps only a weak reference to a task.
