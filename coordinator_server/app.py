@@ -14,7 +14,7 @@ from typing import Any
 from aiokafka.errors import KafkaError
 from prometheus_client import CollectorRegistry, GCCollector, ProcessCollector
 
-from coordinator_server import __version__
+from coordinator_server import __version__, defaults
 from coordinator_server.cluster.assignor import NO_GENERATION
 from coordinator_server.cluster.node import ClusterNode, ClusterSettings
 from coordinator_server.cluster.ownership import PartitionOwnership
@@ -26,10 +26,12 @@ from coordinator_server.markers import (
     KafkaTransactionsCheckError,
     KafkaTransactionsCheckUnanswered,
     KafkaTxnMarkerWriter,
+    ProducerIdRefused,
     check_kafka_for_transactions,
 )
 from coordinator_server.markers.completion import TxnCompletions
 from coordinator_server.markers.peers import NodePeers
+from coordinator_server.markers.producer_ids import ClusterProducerIds
 from coordinator_server.metrics import (
     ClusterMetrics,
     ConsumerLagMetrics,
@@ -184,6 +186,8 @@ class CoordinatorApp:
         # The transaction coordinator's markers and completions (None: no transactions).
         self.marker_writer: KafkaTxnMarkerWriter | None = None
         self.completions: TxnCompletions | None = None
+        # New producer ids, from the Kafka cluster (None: from a range, or no transactions).
+        self.producer_ids: ClusterProducerIds | None = None
         # Why this node serves no transactions (None: it does, or has not started).
         self.transactions_refusal: str | None = None
 
@@ -196,6 +200,10 @@ class CoordinatorApp:
         log.register_failure_listener(self._on_log_failure)
         await self._start_log(log)
         num_partitions = log.num_partitions
+        producer_id_range = config.transaction_producer_id_range or (
+            defaults.TRANSACTION_PRODUCER_ID_START,
+            defaults.TRANSACTION_PRODUCER_ID_END,
+        )
         shard_config = ShardConfig(
             offsets=OffsetsConfig(
                 offset_metadata_max_bytes=config.offset_metadata_max_bytes,
@@ -224,8 +232,9 @@ class CoordinatorApp:
                 remove_expired_interval_ms=(
                     config.transaction_remove_expired_transaction_cleanup_interval_ms
                 ),
-                producer_id_start=config.transaction_producer_id_start,
-                producer_id_end=config.transaction_producer_id_end,
+                producer_id_start=producer_id_range[0],
+                producer_id_end=producer_id_range[1],
+                producer_ids_from_cluster=config.transaction_producer_id_range is None,
                 num_partitions=num_partitions,
                 max_transactional_ids=config.max_transactional_ids,
                 max_partitions_per_transaction=config.max_partitions_per_transaction,
@@ -477,6 +486,16 @@ class CoordinatorApp:
             backoff_s=_START_RETRY_BACKOFF_S,
             backoff_max_s=_START_RETRY_BACKOFF_MAX_S,
         )
+        producer_id_range = config.transaction_producer_id_range
+        if producer_id_range is None:
+            self.producer_ids = ClusterProducerIds(
+                writer.new_producer_id,
+                ready=defaults.TRANSACTION_PRODUCER_IDS_READY,
+                timeout_s=config.offsets_commit_timeout_ms / 1000,
+            )
+            self.producer_ids.start()
+        else:
+            await self._check_producer_id_range(writer, *producer_id_range)
         peers = None
         if self.cluster is not None:
             peers = NodePeers(
@@ -502,9 +521,34 @@ class CoordinatorApp:
             transaction_lookup=None if peers is None else peers.describe_transaction,
             concurrent_wait_ms=config.transaction_concurrent_wait_ms,
             partitions=writer,
+            producer_ids=self.producer_ids,
         )
         service.serve_transactions(transactions.handlers)
         completions.start()
+
+    async def _check_producer_id_range(
+        self, writer: KafkaTxnMarkerWriter, start: int, end: int
+    ) -> None:
+        """A range set by hand must lie above every id the Kafka cluster handed out: ask it
+        for one (it counts up from 0), and refuse to start on a range that does not. Another
+        deployment's overlapping range cannot be seen from here: its markers are refused,
+        which `TxnCompletions` reports."""
+        handed_out = await start_with_retries(
+            "the check of the producer id range",
+            writer.new_producer_id,
+            retriable=(TimeoutError, KafkaError, OSError, ProducerIdRefused),
+            stop=self._stop,
+            logger=logger,
+            backoff_s=_START_RETRY_BACKOFF_S,
+            backoff_max_s=_START_RETRY_BACKOFF_MAX_S,
+        )
+        if handed_out >= start:
+            raise StartError(
+                f"the producer id range [{start}, {end}) overlaps the ids the Kafka cluster "
+                f"hands out itself (it has reached {handed_out}): set "
+                "--transaction-producer-id-start above them, or leave the range unset to take "
+                "every producer id from the cluster"
+            )
 
     def _start_consumer_lag(self) -> None:
         config = self.config
@@ -801,7 +845,26 @@ class CoordinatorApp:
             "markers_queued": None if figures is None else figures.markers_queued,
             "completed": {"commit": metrics.completed_commits, "abort": metrics.completed_aborts},
             "timed_out": metrics.timed_out,
+            "markers_refused": {
+                "total": metrics.markers_refused,
+                "latest": [] if self.completions is None else list(self.completions.refusals),
+            },
+            "producer_ids": self._producer_ids_status(),
             "coordinator_epochs": self._coordinator_epochs(),
+        }
+
+    def _producer_ids_status(self) -> dict[str, object]:
+        """Where new producer ids come from, and the cluster's pool when they come from it."""
+        pool = self.producer_ids
+        producer_id_range = self.config.transaction_producer_id_range
+        if pool is None:
+            return {"source": "range", "range": producer_id_range}
+        return {
+            "source": "kafka",
+            "in_hand": pool.in_hand,
+            "asked": pool.asked,
+            "failures": pool.failures,
+            "last_error": pool.last_error,
         }
 
     def _coordinator_epochs(self) -> dict[str, int]:
@@ -850,6 +913,9 @@ class CoordinatorApp:
             # A transaction left prepared is ended by whoever loads its partition next.
             await self.completions.stop()
             self.completions = None
+        if self.producer_ids is not None:
+            await self.producer_ids.stop()
+            self.producer_ids = None
         if self.marker_writer is not None:
             await self.marker_writer.stop()
             self.marker_writer = None

@@ -339,17 +339,21 @@ class CoordinatorConfig(BaseSettings):
         "(transaction.remove.expired.transaction.cleanup.interval.ms).",
         json_schema_extra=_in("transactions"),
     )
-    transaction_producer_id_start: int = Field(
-        defaults.TRANSACTION_PRODUCER_ID_START,
+    transaction_producer_id_start: int | None = Field(
+        None,
         ge=0,
-        description="The first producer id this coordinator hands out: its range must not "
-        "overlap the ids the Kafka cluster hands out itself (from 0 up, in blocks of 1000).",
+        description="The first producer id of a range this coordinator hands out ids from. "
+        "Unset (with --transaction-producer-id-end): every id comes from the Kafka cluster "
+        "itself, unique across every deployment and Kafka producer. Set: the range must not "
+        "overlap the ids the Kafka cluster hands out (from 0 up, in blocks of 1000) nor another "
+        f"deployment's; the range's start defaults to {defaults.TRANSACTION_PRODUCER_ID_START}.",
         json_schema_extra=_in("transactions"),
     )
-    transaction_producer_id_end: int = Field(
-        defaults.TRANSACTION_PRODUCER_ID_END,
+    transaction_producer_id_end: int | None = Field(
+        None,
         ge=1,
-        description="The end (exclusive) of this coordinator's producer id range.",
+        description="The end (exclusive) of this coordinator's producer id range; setting it "
+        f"sets a range (default end {defaults.TRANSACTION_PRODUCER_ID_END}).",
         json_schema_extra=_in("transactions"),
     )
     max_transactional_ids: int = Field(
@@ -619,12 +623,15 @@ class CoordinatorConfig(BaseSettings):
                 "cluster-heartbeat-interval-ms must be at most a third of "
                 "cluster-session-timeout-ms"
             )
-        if self.transaction_producer_id_start >= self.transaction_producer_id_end:
-            raise ValueError(
-                "transaction-producer-id-start must be below transaction-producer-id-end"
-            )
-        if self.transaction_producer_id_end > 2**63 - 1:
-            raise ValueError("transaction-producer-id-end must fit a producer id (2**63 - 1)")
+        producer_id_range = self.transaction_producer_id_range
+        if producer_id_range is not None:
+            start, end = producer_id_range
+            if start >= end:
+                raise ValueError(
+                    "transaction-producer-id-start must be below transaction-producer-id-end"
+                )
+            if end > 2**63 - 1:
+                raise ValueError("transaction-producer-id-end must fit a producer id (2**63 - 1)")
         if self.tls_keyfile is not None and self.tls_certfile is None:
             raise ValueError("tls-keyfile needs tls-certfile")
         self._kafka_security = self._build_kafka_security()
@@ -680,6 +687,18 @@ class CoordinatorConfig(BaseSettings):
         if self.lag_refresh_interval_ms == 0:
             return None
         return self.lag_bootstrap_servers or self.bootstrap_servers or None
+
+    @property
+    def transaction_producer_id_range(self) -> tuple[int, int] | None:
+        """The range [start, end) producer ids come from when either bound is set; None:
+        they come from the Kafka cluster."""
+        start, end = self.transaction_producer_id_start, self.transaction_producer_id_end
+        if start is None and end is None:
+            return None
+        return (
+            defaults.TRANSACTION_PRODUCER_ID_START if start is None else start,
+            defaults.TRANSACTION_PRODUCER_ID_END if end is None else end,
+        )
 
     @property
     def transactions_wanted(self) -> bool:

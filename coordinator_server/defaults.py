@@ -83,8 +83,13 @@ TRANSACTION_MAX_TIMEOUT_MS = 900_000
 TRANSACTIONAL_ID_EXPIRATION_MS = 604_800_000
 TRANSACTION_ABORT_TIMED_OUT_INTERVAL_MS = 10_000
 TRANSACTION_REMOVE_EXPIRED_INTERVAL_MS = 3_600_000
-# The producer ids the coordinator hands out: far above those a Kafka cluster's controller
-# hands out (it counts up from 0 in blocks of 1000), split among the log's partitions.
+# Producer ids come from the Kafka cluster itself (InitProducerId without a transactional id to
+# its brokers, which take them from the controller's blocks): this many are kept ready, and as
+# many asked for at once when the pool runs low.
+TRANSACTION_PRODUCER_IDS_READY = 64
+# The range a deployment that sets one hands producer ids out of instead
+# (--transaction-producer-id-start/-end): far above those a Kafka cluster's controller hands
+# out (it counts up from 0 in blocks of 1000), split among the log's partitions.
 TRANSACTION_PRODUCER_ID_START = 2**48
 TRANSACTION_PRODUCER_ID_END = 2**63 - 1
 # What clients may make one log partition hold.

@@ -309,6 +309,9 @@ class TransactionMetrics:
     duration: Histogram = field(default_factory=lambda: Histogram(TRANSACTION_BUCKETS_S))
     # Transactions whose markers a broker fenced (a newer coordinator or producer ends them).
     fenced: int = 0
+    # Data markers the brokers refused for good on transactions this node completed without
+    # them (an unknown partition, another writer's producer epoch on it).
+    markers_refused: int = 0
     # Steps of ending a transaction tried again: markers refused, a log partition's offsets
     # not settled, the completion record not written.
     retries: int = 0

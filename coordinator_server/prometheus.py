@@ -410,6 +410,12 @@ class CoordinatorCollector(Collector):
             None if counters is None else counters.fenced,
         )
         yield _counter(
+            "coordinator_transaction_markers_refused",
+            "Data markers the brokers refused for good (an unknown partition, another writer's "
+            "producer epoch on it) on transactions completed without them.",
+            None if counters is None else counters.markers_refused,
+        )
+        yield _counter(
             "coordinator_transaction_completion_retries",
             "Steps of ending a transaction tried again (markers refused, offsets on a log "
             "partition not settled, the completion record not written).",

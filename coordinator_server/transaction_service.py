@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from typing import Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from coordinator_server.offsets.transactional import (
     TransactionalCommit,
@@ -111,6 +111,22 @@ class PartitionCatalog(Protocol):
         ...
 
 
+class ProducerIdSource(Protocol):
+    """New producer ids from the Kafka cluster (`ClusterProducerIds`)."""
+
+    def take_now(self) -> int | None:
+        """An id at once, or None when none is in hand."""
+        ...
+
+    async def take(self) -> int:
+        """An id, waiting for the cluster; raises when none comes in time."""
+        ...
+
+    def give_back(self, producer_id: int) -> None:
+        """An id taken and never handed out."""
+        ...
+
+
 class TransactionLookup(Protocol):
     """DescribeTransactions of one transactional id, asked of the node that owns its log
     partition now; None when no node answered."""
@@ -173,6 +189,7 @@ class TransactionCoordinatorService:
         transaction_lookup: TransactionLookup | None = None,
         concurrent_wait_ms: int = 0,
         partitions: PartitionCatalog | None = None,
+        producer_ids: ProducerIdSource | None = None,
     ) -> None:
         """`groups` is the group coordinator's service: the same partitions, the same
         routing (`partition_for`) and FindCoordinator; `log_topic` names the log in
@@ -180,9 +197,13 @@ class TransactionCoordinatorService:
         node coordinates (None: a node alone); `concurrent_wait_ms`: how long a request
         waits for its transactional id's previous transaction to end (see
         `_after_ending`); `partitions`: the data cluster's, which AddPartitionsToTxn checks
-        (None: any partition is taken)."""
+        (None: any partition is taken); `producer_ids`: where new producer ids come from
+        when the shards take them from the Kafka cluster (None: from their ranges)."""
         self._partitions = partitions
-        self._asking: set[asyncio.Future[set[tuple[str, int]]]] = set()
+        self._producer_ids = producer_ids
+        # What an answer waits on (a metadata check, a producer id), held until done: the
+        # loop keeps only a weak reference to a task.
+        self._asking: set[asyncio.Future[Any]] = set()
         self._runtime = runtime
         self._concurrent_wait_s = concurrent_wait_ms / 1000
         self._groups = groups
@@ -222,16 +243,17 @@ class TransactionCoordinatorService:
         self,
         name: str,
         outcome: WriteOutcome[T],
-        to_message: Callable[[T], Message],
+        to_message: Callable[[T], Reply],
         on_error: Callable[[ErrorCode, str | None], Message],
     ) -> Reply:
-        """The write's response as a wire message once committed, or its failure as Kafka
-        maps it."""
+        """The write's response as a wire message once committed (or what `to_message`
+        makes of it, which may itself be answered later), or its failure as Kafka maps
+        it."""
 
         def failed(error: BaseException) -> Message:
             return on_error(*map_operation_error(name, error))
 
-        def answered(response: T) -> Message:
+        def answered(response: T) -> Reply:
             try:
                 return to_message(response)
             except Exception as error:
@@ -251,7 +273,10 @@ class TransactionCoordinatorService:
                 reply.set_result(failed(asyncio.CancelledError()))
                 return
             error = f.exception()
-            reply.set_result(failed(error) if error is not None else answered(f.result()))
+            if error is not None:
+                reply.set_result(failed(error))
+            else:
+                _reply_with(reply, lambda: answered(f.result()))
 
         future.add_done_callback(done)
         return PendingReply(reply)
@@ -321,15 +346,22 @@ class TransactionCoordinatorService:
                 return error(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
             partition = self._groups.partition_for(transactional_id)
 
-        def to_message(result: InitProducerIdResult) -> Message:
-            self._submit(partition, result.completion)
-            return InitProducerIdResponse(
-                error_code=result.error,
-                producer_id=result.producer_id,
-                producer_epoch=result.producer_epoch,
-            )
+        source = self._producer_ids
 
-        def send() -> Reply:
+        def send_with(fresh: int | None) -> Reply:
+            def to_message(result: InitProducerIdResult) -> Reply:
+                if result.needs_producer_id:
+                    # A new id was needed and none was in hand: wait for the cluster's.
+                    return self._with_new_producer_id(send_with, error)
+                if fresh is not None and fresh != result.producer_id and source is not None:
+                    source.give_back(fresh)
+                self._submit(partition, result.completion)
+                return InitProducerIdResponse(
+                    error_code=result.error,
+                    producer_id=result.producer_id,
+                    producer_epoch=result.producer_epoch,
+                )
+
             outcome = self._runtime.write(
                 "init-producer-id",
                 partition,
@@ -338,13 +370,52 @@ class TransactionCoordinatorService:
                     request.transaction_timeout_ms,
                     request.producer_id,
                     request.producer_epoch,
+                    fresh,
                 ),
             )
             return self._answer("init-producer-id", outcome, to_message, error)
 
+        def send() -> Reply:
+            # An id in hand goes with every request: most need none and give it back, and
+            # one that needs it is not held up by a round trip to the cluster.
+            return send_with(None if source is None else source.take_now())
+
         if transactional_id is None:
             return send()
         return self._after_ending(transactional_id, send)
+
+    def _with_new_producer_id(
+        self,
+        send_with: Callable[[int | None], Reply],
+        error: Callable[[ErrorCode, str | None], Message],
+    ) -> Reply:
+        """`send_with(id)` once the cluster handed out a new producer id;
+        COORDINATOR_LOAD_IN_PROGRESS (retriable, as Kafka answers while its producer id
+        manager waits for a block) when it hands none out in time."""
+        source = self._producer_ids
+        if source is None:
+            return error(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "no producer id source")
+        reply: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+
+        def taken(done: asyncio.Future[int]) -> None:
+            if reply.done():
+                if not done.cancelled() and done.exception() is None:
+                    source.give_back(done.result())
+                return
+            failure = None if done.cancelled() else done.exception()
+            if done.cancelled() or failure is not None:
+                reply.set_result(
+                    error(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, f"no producer id yet: {failure}")
+                )
+                return
+            fresh = done.result()
+            _reply_with(reply, lambda: send_with(fresh))
+
+        taking = asyncio.ensure_future(source.take())
+        self._asking.add(taking)
+        taking.add_done_callback(self._asking.discard)
+        taking.add_done_callback(taken)
+        return PendingReply(reply)
 
     def _any_active_partition(self) -> int | None:
         for partition, state in sorted(self._runtime.partitions().items()):

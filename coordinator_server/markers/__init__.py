@@ -48,6 +48,7 @@ from coordinator_server.markers.writer import (
     KafkaTxnMarkerWriter,
     MarkerOutcome,
     MarkerWriterStopped,
+    ProducerIdRefused,
 )
 
 __all__ = [
@@ -57,5 +58,6 @@ __all__ = [
     "KafkaTxnMarkerWriter",
     "MarkerOutcome",
     "MarkerWriterStopped",
+    "ProducerIdRefused",
     "check_kafka_for_transactions",
 ]

@@ -11,14 +11,28 @@ partition it wrote to. Here those are of two kinds:
   offsets there (`complete_transaction_offsets`). A partition this node does not own goes
   to the node that owns it (`Peers`, WriteTxnMarkers between nodes).
 
-Both kinds are written at once, and only when every marker landed does the transaction's own
-partition get its CompleteCommit or CompleteAbort record. Each step is retried with back-off
-until it succeeds, the transaction is no longer this node's to end (asked before every
-marker: the node lost its lease or the partition, whose next owner finds the transaction
-prepared when it loads and ends it, or the transaction is no longer the one prepared there),
-or the markers are fenced (a newer coordinator epoch or producer epoch: someone else ends
-it). What is prepared is found again every `sweep_interval_s` on every active partition, so
-a transaction prepared by a timer (a timed-out abort), before a crash or on another node is
+Both kinds are written at once, and only when every marker landed or was refused for good
+does the transaction's own partition get its CompleteCommit or CompleteAbort record. Each
+step is retried with back-off until it succeeds, or the transaction is no longer this node's
+to end (asked before every marker: the node lost its lease or the partition, whose next
+owner finds the transaction prepared when it loads and ends it, or the transaction is no
+longer the one prepared there).
+
+A data marker is refused for good when its partition stays unknown to the cluster (its topic
+deleted) or the partition has a newer producer or coordinator epoch than the marker's
+(INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED) while this node still owns the
+transaction: no newer coordinator of ours exists, so another writer uses the producer id (a
+deployment with an overlapping producer id range, say). Kafka's coordinator takes a
+partition it cannot write a marker to out of the transaction (`removePartition`) and
+completes it; so does this one, the rest of the markers written, so that the transactional
+id can be used again. Nobody else would end it: left prepared, every request of its id would
+be answered CONCURRENT_TRANSACTIONS for good. Each such transaction is logged once as an
+ERROR, its markers counted (`TransactionMetrics.markers_refused`), the latest kept for
+`/status` (`refusals`), and the refused partitions kept in its record for
+DescribeTransactions.
+
+What is prepared is found again every `sweep_interval_s` on every active partition, so a
+transaction prepared by a timer (a timed-out abort), before a crash or on another node is
 ended too; one already under way is not started twice.
 """
 
@@ -27,10 +41,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
-from coordinator_server.markers.writer import KafkaTxnMarkerWriter
+from coordinator_server.markers.writer import DROPPED_ERRORS, FENCED_ERRORS, KafkaTxnMarkerWriter
 from coordinator_server.metrics import TransactionMetrics
 from coordinator_server.runtime.context import CoordinatorState
 from coordinator_server.runtime.runtime import CoordinatorRuntime
@@ -50,6 +65,13 @@ CoordinatorEpoch = Callable[[int], int]
 markers with (at least every earlier owner's)."""
 
 RETRY_BACKOFF_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
+
+RefusedMarkers = tuple[tuple[str, int, int], ...]
+"""(topic, partition, error code) of each data marker refused for good."""
+
+# Transactions with refused markers kept for /status, and partitions named per transaction.
+KEPT_REFUSALS = 20
+NAMED_PARTITIONS = 10
 
 
 class TxnCompletions:
@@ -82,6 +104,8 @@ class TxnCompletions:
         self._sweeper: asyncio.Task[None] | None = None
         self._stopped = False
         self.metrics = metrics or TransactionMetrics()
+        # The latest transactions completed without some of their markers, newest last.
+        self.refusals: deque[dict[str, object]] = deque(maxlen=KEPT_REFUSALS)
 
     @property
     def in_flight(self) -> int:
@@ -188,16 +212,17 @@ class TxnCompletions:
             # Every marker at once, as Kafka's coordinator sends them: the data partitions'
             # and the log partitions' (a transaction's outcome is its Prepare record's, so
             # none of them waits on another).
-            landed = await asyncio.gather(
+            data, *landed = await asyncio.gather(
                 self._data_markers(partition, completion, what),
                 *(
                     self._log_markers(partition, log_partition, completion, what)
                     for log_partition in completion.log_partitions
                 ),
             )
-            if not all(landed):
+            refused = cast("RefusedMarkers | None", data)
+            if refused is None or not all(landed):
                 return
-            await self._completed(partition, completion, what)
+            await self._completed(partition, completion, what, refused)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -207,14 +232,19 @@ class TxnCompletions:
         self.metrics.retries += 1
         await asyncio.sleep(RETRY_BACKOFF_S[min(attempt, len(RETRY_BACKOFF_S) - 1)])
 
-    async def _data_markers(self, partition: int, completion: TxnCompletion, what: str) -> bool:
+    async def _data_markers(
+        self, partition: int, completion: TxnCompletion, what: str
+    ) -> RefusedMarkers | None:
+        """The markers refused for good once every other one is written (empty: all were);
+        None when the transaction is not this node's to end."""
         if not completion.partitions:
-            return True
+            return ()
         writer = self._writer
         if writer is None:
             log.error("%s: no Kafka cluster to write its markers to; it stays prepared", what)
-            return False
+            return None
         partitions = {topic: list(indexes) for topic, indexes in completion.partitions}
+        refused: list[tuple[str, int, int]] = []
         attempt = 0
         while await self._still_ours(partition, completion):
             outcome = await writer.write(
@@ -224,28 +254,69 @@ class TxnCompletions:
                 completion.committed,
                 partitions,
             )
-            if outcome.fenced:
+            if outcome.fenced and not await self._still_ours(partition, completion):
                 self.metrics.fenced += 1
                 log.warning(
-                    "%s: its markers are fenced (%s): a newer coordinator or producer ends it",
+                    "%s: its markers are fenced (%s): a newer coordinator ends it",
                     what,
                     dict(outcome.errors),
                 )
-                return False
-            if outcome.complete:
-                if outcome.errors:
-                    log.warning(
-                        "%s: markers dropped as Kafka drops them: %s", what, dict(outcome.errors)
-                    )
-                return True
-            log.warning("%s: markers refused (%s); retrying", what, dict(outcome.errors))
-            # Only the partitions still owed.
+                return None
+            # Only the partitions still owed; fenced ones are refused for good, as the
+            # transaction is still this node's to end.
             partitions = {}
-            for topic, index in outcome.errors:
-                partitions.setdefault(topic, []).append(index)
+            for (topic, index), code in outcome.errors.items():
+                if code in FENCED_ERRORS or code in DROPPED_ERRORS:
+                    refused.append((topic, index, code))
+                else:
+                    partitions.setdefault(topic, []).append(index)
+            if not partitions:
+                if refused:
+                    self._refused(completion, tuple(sorted(refused)), what)
+                return tuple(sorted(refused))
+            if attempt == 0 or attempt % 20 == 0:
+                log.warning(
+                    "%s: markers refused (%s); retrying",
+                    what,
+                    {f"{t}-{p}": _name(c) for (t, p), c in outcome.errors.items()},
+                )
             await self._backoff(attempt)
             attempt += 1
-        return False
+        return None
+
+    def _refused(self, completion: TxnCompletion, refused: RefusedMarkers, what: str) -> None:
+        """Once per transaction: an ERROR, the counter, the latest kept for /status."""
+        self.metrics.markers_refused += len(refused)
+        by_error: dict[str, list[str]] = {}
+        for topic, index, code in refused:
+            by_error.setdefault(_name(code), []).append(f"{topic}-{index}")
+        named = {
+            error: names[:NAMED_PARTITIONS] + ([f"and {len(names) - NAMED_PARTITIONS} more"]
+                                               if len(names) > NAMED_PARTITIONS else [])
+            for error, names in by_error.items()
+        }  # fmt: skip
+        fenced = any(code in FENCED_ERRORS for _, _, code in refused)
+        log.error(
+            "%s: the brokers refused %d of its markers for good (%s); completed without them%s",
+            what,
+            len(refused),
+            "; ".join(f"{error}: {', '.join(names)}" for error, names in named.items()),
+            ": another writer uses producer id "
+            f"{completion.producer_id} (a deployment with an overlapping producer id range?)"
+            if fenced
+            else "",
+        )
+        self.refusals.append(
+            {
+                "transactional_id": completion.transactional_id,
+                "producer_id": completion.producer_id,
+                "producer_epoch": completion.producer_epoch,
+                "result": "commit" if completion.committed else "abort",
+                "time_ms": self._runtime.clock.now_ms(),
+                "refused": len(refused),
+                "partitions": named,
+            }
+        )
 
     async def _log_markers(
         self, partition: int, log_partition: int, completion: TxnCompletion, what: str
@@ -286,7 +357,9 @@ class TxnCompletions:
         )
         return await _code_of(outcome.future, outcome.error, "end-transaction-offsets")
 
-    async def _completed(self, partition: int, completion: TxnCompletion, what: str) -> None:
+    async def _completed(
+        self, partition: int, completion: TxnCompletion, what: str, refused: RefusedMarkers
+    ) -> None:
         attempt = 0
         while self._serving(partition):
             outcome = self._runtime.write(
@@ -298,6 +371,7 @@ class TxnCompletions:
                     completion.producer_epoch,
                     completion.committed,
                     completion.prepared_ms,
+                    refused,
                 ),
             )
             try:
@@ -328,6 +402,10 @@ class TxnCompletions:
             -1.0 if started_ms < 0 else max(0, self._runtime.clock.now_ms() - started_ms) / 1000
         )
         self.metrics.transaction_completed(completion.committed, completion.timed_out, seconds)
+
+
+def _name(code: int) -> str:
+    return ErrorCode(code).name if code in ErrorCode._value2member_map_ else str(code)
 
 
 async def _code_of(

@@ -17,8 +17,12 @@ completion handler's table:
   coordinator drops a partition its metadata cache does not have, but only once it has been
   unknown for `unknown_partition_timeout_ms`: our metadata comes from a broker, not from the
   controller's image, and a topic just created may not show everywhere yet.
-- INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED: the producer or the coordinator
-  moved on; the transaction's remaining markers are not sent (Kafka's `removeMarkersForTxn`).
+- INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED: the partition's producer state has
+  a newer producer or coordinator epoch; its marker is not sent again. The transaction's other
+  markers still are, unlike Kafka's `removeMarkersForTxn`: whether a newer coordinator ends
+  the transaction or nobody will (another writer uses the producer id) is for the caller to
+  tell, and in the second case the other partitions must still get their markers, or their
+  records would hold back their last stable offset for good.
 - UNSUPPORTED_FOR_MESSAGE_FORMAT, UNSUPPORTED_VERSION: the partition is dropped (the producer
   could not have written transactional records there).
 - Anything else (CORRUPT_MESSAGE, MESSAGE_TOO_LARGE...: Kafka's coordinator throws) is
@@ -42,6 +46,7 @@ from dataclasses import dataclass
 
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
+from aiokafka.protocol.transaction import InitProducerIdRequest
 
 from coordinator_server.kafka_metadata_request import forbid_auto_topic_creation
 from coordinator_server.markers.leaders import NO_LEADER, LeaderCache, LeaderLookupError
@@ -60,6 +65,7 @@ __all__ = [
     "KafkaTxnMarkerWriter",
     "MarkerOutcome",
     "MarkerWriterStopped",
+    "ProducerIdRefused",
 ]
 
 log = logging.getLogger(__name__)
@@ -93,7 +99,7 @@ _LEADER_MOVED = frozenset(
 FENCED_ERRORS = frozenset(
     (int(ErrorCode.INVALID_PRODUCER_EPOCH), int(ErrorCode.TRANSACTION_COORDINATOR_FENCED))
 )
-"""Answers that end the whole transaction's markers: it was fenced."""
+"""Answers that say a partition has a newer producer or coordinator epoch than the markers'."""
 DROPPED_ERRORS = frozenset(
     (
         _UNKNOWN_TOPIC,
@@ -110,19 +116,28 @@ class MarkerWriterStopped(Exception):
     """The writer stopped before the markers landed; their fate is unknown."""
 
 
+class ProducerIdRefused(Exception):
+    """The cluster did not hand out a producer id (its error, or no broker to ask)."""
+
+
+# InitProducerId's transaction timeout, which the brokers check even without a transactional
+# id (at most their transaction.max.timeout.ms): Kafka's producer default.
+_PRODUCER_ID_TIMEOUT_MS = 60_000
+
+
 @dataclass(frozen=True, slots=True)
 class MarkerOutcome:
     """What became of one transaction's markers."""
 
     written: frozenset[TopicPartition]
     errors: Mapping[TopicPartition, int]
-    """Every partition whose marker was not written, with the error it ended with (a fenced
-    transaction's partitions not yet written all carry the fencing error)."""
+    """Every partition whose marker was not written, with the error it ended with."""
 
     @property
     def fenced(self) -> bool:
-        """The producer epoch or the coordinator epoch is stale: the transaction belongs to
-        someone else now and must not be completed by this coordinator."""
+        """A partition has a newer producer or coordinator epoch than the markers': either
+        the transaction belongs to a newer coordinator, or another writer uses its producer
+        id."""
         return any(code in FENCED_ERRORS for code in self.errors.values())
 
     @property
@@ -351,6 +366,28 @@ class KafkaTxnMarkerWriter:
             unknown.update((topic, p) for p in partitions if p not in known)
         return unknown
 
+    async def new_producer_id(self) -> int:
+        """A producer id the cluster hands out (InitProducerId without a transactional id, as
+        an idempotent producer asks for one, to any broker: the brokers take their ids from
+        the controller's blocks, so no Kafka producer and no other deployment gets it).
+        Raises ProducerIdRefused with the broker's error, or KafkaError, OSError or
+        TimeoutError when no broker answers in time."""
+        client = self._client
+        if client is None:
+            raise ProducerIdRefused("the marker writer has not started")
+        node_id = client.get_random_node()
+        if node_id is None:
+            raise ProducerIdRefused("no broker is known")
+        response = await asyncio.wait_for(
+            client.send(node_id, InitProducerIdRequest(None, _PRODUCER_ID_TIMEOUT_MS)),
+            self._request_timeout_s,
+        )
+        if response.error_code != 0:
+            code = int(response.error_code)
+            name = ErrorCode(code).name if code in ErrorCode._value2member_map_ else str(code)
+            raise ProducerIdRefused(f"node {node_id} answered InitProducerId with {name}")
+        return int(response.producer_id)
+
     async def write(
         self,
         producer_id: int,
@@ -575,13 +612,12 @@ class KafkaTxnMarkerWriter:
                 self._retry(transaction, topic_partition)
             elif code in FENCED_ERRORS:
                 log.info(
-                    "%s: %s on %s-%d; the transaction's other markers are not sent",
+                    "%s: %s on %s-%d; not sent again",
                     transaction.describe(),
                     ErrorCode(code).name,
                     *topic_partition,
                 )
-                for pending in list(transaction.pending):
-                    self._finish(transaction, pending, code)
+                self._finish(transaction, topic_partition, code)
             else:
                 level = logging.INFO if code in DROPPED_ERRORS else logging.ERROR
                 log.log(

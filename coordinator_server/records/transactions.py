@@ -10,12 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-TRANSACTION_VALUE_VERSION = 0
+TRANSACTION_VALUE_VERSION = 1
 PRODUCER_ID_BLOCK_VALUE_VERSION = 0
 
 TopicPartitions = tuple[tuple[str, tuple[int, ...]], ...]
 """Kafka data partitions by topic: ((topic, (partition, ...)), ...), sorted, so that one set
 of partitions always encodes to the same bytes."""
+
+RefusedMarkers = tuple[tuple[str, int, int], ...]
+"""Data partitions whose marker the brokers refused for good, with the error each ended
+with: ((topic, partition, error code), ...), sorted."""
 
 
 @dataclass(slots=True, unsafe_hash=True)
@@ -40,6 +44,9 @@ class TransactionValue:
     log_partitions: tuple[int, ...]
     txn_start_timestamp_ms: int
     txn_last_update_timestamp_ms: int
+    # Version 1: the markers of the id's last completed transaction that the brokers refused
+    # for good (the transaction was completed without them).
+    refused_markers: RefusedMarkers = ()
 
 
 @dataclass(slots=True, unsafe_hash=True)
@@ -68,6 +75,7 @@ def transaction_value_fields(value: TransactionValue) -> tuple[Any, ...]:
         list(value.log_partitions),
         value.txn_start_timestamp_ms,
         value.txn_last_update_timestamp_ms,
+        [list(refused) for refused in value.refused_markers],
     )
 
 
@@ -94,6 +102,9 @@ def decode_transaction_value(fields: list[Any]) -> TransactionValue:
     ) = fields[:12]
     if not isinstance(partitions, list) or not isinstance(log_partitions, list):
         raise ValueError("partitions and log partitions are arrays")
+    refused = fields[12] if len(fields) > 12 else []
+    if not isinstance(refused, list):
+        raise ValueError("refused markers are an array")
     return TransactionValue(
         _int(producer_id),
         _int(previous_producer_id),
@@ -106,6 +117,7 @@ def decode_transaction_value(fields: list[Any]) -> TransactionValue:
         tuple(_int(p) for p in log_partitions),
         _int(start_ts),
         _int(last_update_ts),
+        tuple(_refused_marker(entry) for entry in refused),
     )
 
 
@@ -121,6 +133,12 @@ def _topic_partitions(entry: Any) -> tuple[str, tuple[int, ...]]:
     if not isinstance(topic, str):
         raise ValueError(f"expected a topic name, got {type(topic).__name__}")
     return topic, tuple(_int(p) for p in entry[1])
+
+
+def _refused_marker(entry: Any) -> tuple[str, int, int]:
+    if not isinstance(entry, list) or len(entry) < 3 or not isinstance(entry[0], str):
+        raise ValueError("a refused marker is an array [topic, partition, error code]")
+    return entry[0], _int(entry[1]), _int(entry[2])
 
 
 def _int(value: Any) -> int:

@@ -26,6 +26,7 @@ from collections.abc import Callable, Collection, Sequence
 
 from coordinator_server.records import (
     CoordinatorRecord,
+    RefusedMarkers,
     TransactionValue,
     new_transaction_record,
     new_transaction_tombstone_record,
@@ -77,6 +78,16 @@ NONE = int(ErrorCode.NONE)
 
 def _init_error(error: int) -> InitProducerIdResult:
     return InitProducerIdResult(error, NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
+
+
+# Kafka's answer while its producer id manager waits for a block (retriable), for a caller
+# that does not bring the id the request needs.
+_NEEDS_PRODUCER_ID = InitProducerIdResult(
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    NO_PRODUCER_ID,
+    NO_PRODUCER_EPOCH,
+    needs_producer_id=True,
+)
 
 
 class TransactionManager:
@@ -149,6 +160,22 @@ class TransactionManager:
             counts[name] = counts.get(name, 0) + 1
         return counts
 
+    def _new_producer_id(
+        self,
+        records: list[CoordinatorRecord],
+        updates: list[ProducerIdUpdate],
+        fresh_producer_id: int | None,
+    ) -> int | None:
+        """A producer id never handed out before: with ids from the Kafka cluster, the one
+        it handed out for this request (None when the request brought none); otherwise the
+        next of this partition's range (a block record added to `records` when one is
+        used up, the cursor's update to `updates`)."""
+        if self.config.producer_ids_from_cluster:
+            return fresh_producer_id
+        new_id, update = self.producer_ids.generate_producer_id(records)
+        updates.append(update)
+        return new_id
+
     # Handlers.
 
     def init_producer_id(
@@ -157,6 +184,7 @@ class TransactionManager:
         transaction_timeout_ms: int,
         producer_id: int = NO_PRODUCER_ID,
         producer_epoch: int = NO_PRODUCER_EPOCH,
+        fresh_producer_id: int | None = None,
     ) -> CoordinatorResult[InitProducerIdResult]:
         """Kafka's handleInitProducerId. Without a transactional id, a fresh producer id at
         epoch 0 (an idempotent producer). With one: its producer id at the next epoch (a
@@ -164,13 +192,16 @@ class TransactionManager:
         producer id and epoch, the same producer resumes (KIP-360). An Ongoing transaction
         is aborted first, and the caller retries (CONCURRENT_TRANSACTIONS)."""
         records: list[CoordinatorRecord] = []
+        updates: list[ProducerIdUpdate] = []
         if transactional_id is None:
             try:
-                new_id, update = self.producer_ids.generate_producer_id(records)
+                new_id = self._new_producer_id(records, updates, fresh_producer_id)
             except ProducerIdsExhaustedError:
                 return CoordinatorResult(response=_init_error(ErrorCode.UNKNOWN_SERVER_ERROR))
+            if new_id is None:
+                return CoordinatorResult(response=_NEEDS_PRODUCER_ID)
             return CoordinatorResult(
-                records, InitProducerIdResult(NONE, new_id, 0), updates=(update,)
+                records, InitProducerIdResult(NONE, new_id, 0), updates=updates
             )
         if not transactional_id:
             return CoordinatorResult(response=_init_error(ErrorCode.INVALID_REQUEST))
@@ -186,16 +217,16 @@ class TransactionManager:
             return CoordinatorResult(response=_init_error(ErrorCode.INVALID_TRANSACTION_TIMEOUT))
 
         now_ms = self._clock.now_ms()
-        updates: list[ProducerIdUpdate] = []
         txn = self._transactions.get(transactional_id)
         if txn is None:
             if self._id_count() >= self.config.max_transactional_ids:
                 return CoordinatorResult(response=_init_error(ErrorCode.POLICY_VIOLATION))
             try:
-                new_id, update = self.producer_ids.generate_producer_id(records)
+                new_id = self._new_producer_id(records, updates, fresh_producer_id)
             except ProducerIdsExhaustedError:
                 return CoordinatorResult(response=_init_error(ErrorCode.UNKNOWN_SERVER_ERROR))
-            updates.append(update)
+            if new_id is None:
+                return CoordinatorResult(response=_NEEDS_PRODUCER_ID)
             txn = TransactionMetadata.new(transactional_id, new_id, transaction_timeout_ms, now_ms)
 
         if expected is not None and not (
@@ -237,10 +268,11 @@ class TransactionManager:
             expected is None or expected[1] == txn.producer_epoch
         ):
             try:
-                rotated_id, update = self.producer_ids.generate_producer_id(records)
+                rotated_id = self._new_producer_id(records, updates, fresh_producer_id)
             except ProducerIdsExhaustedError:
                 return CoordinatorResult(response=_init_error(ErrorCode.UNKNOWN_SERVER_ERROR))
-            updates.append(update)
+            if rotated_id is None:
+                return CoordinatorResult(response=_NEEDS_PRODUCER_ID)
             target_or_none = txn.prepare_producer_id_rotation(
                 rotated_id, transaction_timeout_ms, now_ms, expected is not None
             )
@@ -385,9 +417,12 @@ class TransactionManager:
         producer_epoch: int,
         committed: bool,
         prepared_ms: int = -1,
+        refused_markers: RefusedMarkers = (),
     ) -> CoordinatorResult[CompleteTransactionResult]:
-        """Every marker of the transaction is written: CompleteCommit or CompleteAbort
-        (Kafka's completion in TransactionMarkerChannelManager). A completion the state has
+        """Every marker of the transaction is written, or refused for good
+        (`refused_markers`, kept in the record for DescribeTransactions): CompleteCommit or
+        CompleteAbort (Kafka's completion in TransactionMarkerChannelManager). A completion
+        the state has
         moved past is ignored, with the reason; one already written is NONE. `prepared_ms`
         (the completion's): with it, only the very transaction that was prepared then is
         completed, not a later one of the same producer id and epoch (under transaction
@@ -404,7 +439,7 @@ class TransactionManager:
         ):
             error = ErrorCode.INVALID_TXN_STATE
         else:
-            target = txn.prepare_complete(self._clock.now_ms())
+            target = txn.prepare_complete(self._clock.now_ms(), refused_markers)
             check_transition(txn, target)
             return CoordinatorResult(
                 [new_transaction_record(transactional_id, target.to_value())],
@@ -542,6 +577,7 @@ class TransactionManager:
                     txn.producer_epoch,
                     topic_partitions(txn.partitions),
                     tuple(sorted(txn.log_partitions)),
+                    txn.refused_markers,
                 )
             )
         return described

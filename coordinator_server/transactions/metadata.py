@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import IntEnum
 
-from coordinator_server.records import TransactionValue
+from coordinator_server.records import RefusedMarkers, TransactionValue
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -117,6 +117,9 @@ class TransactionMetadata:
     log_partitions: frozenset[int]
     txn_start_timestamp_ms: int
     txn_last_update_timestamp_ms: int
+    # The markers of the last completed transaction that the brokers refused for good (it
+    # was completed without them): kept until the next completion, for DescribeTransactions.
+    refused_markers: RefusedMarkers = ()
 
     @staticmethod
     def new(
@@ -158,6 +161,7 @@ class TransactionMetadata:
             frozenset(value.log_partitions),
             value.txn_start_timestamp_ms,
             value.txn_last_update_timestamp_ms,
+            value.refused_markers,
         )
 
     def to_value(self) -> TransactionValue:
@@ -173,6 +177,7 @@ class TransactionMetadata:
             tuple(sorted(self.log_partitions)),
             self.txn_start_timestamp_ms,
             self.txn_last_update_timestamp_ms,
+            self.refused_markers,
         )
 
     @property
@@ -282,15 +287,21 @@ class TransactionMetadata:
         assert state in (PREPARE_COMMIT, PREPARE_ABORT)
         return self._transition_to(state, txn_last_update_timestamp_ms=now_ms)
 
-    def prepare_complete(self, now_ms: int) -> TransactionMetadata:
-        """CompleteCommit or CompleteAbort once every marker is written."""
+    def prepare_complete(
+        self, now_ms: int, refused_markers: RefusedMarkers = ()
+    ) -> TransactionMetadata:
+        """CompleteCommit or CompleteAbort once every marker is written or refused for good
+        (`refused_markers`, kept until the next completion)."""
         state = COMPLETE_COMMIT if self.state is PREPARE_COMMIT else COMPLETE_ABORT
-        return self._transition_to(
-            state,
-            last_producer_epoch=self.producer_epoch,
-            partitions=frozenset(),
-            log_partitions=frozenset(),
-            txn_last_update_timestamp_ms=now_ms,
+        return replace(
+            self._transition_to(
+                state,
+                last_producer_epoch=self.producer_epoch,
+                partitions=frozenset(),
+                log_partitions=frozenset(),
+                txn_last_update_timestamp_ms=now_ms,
+            ),
+            refused_markers=tuple(sorted(refused_markers)),
         )
 
     def prepare_dead(self) -> TransactionMetadata:

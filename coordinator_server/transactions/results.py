@@ -28,6 +28,9 @@ class TransactionsConfig:
     remove_expired_interval_ms: int = defaults.TRANSACTION_REMOVE_EXPIRED_INTERVAL_MS
     producer_id_start: int = defaults.TRANSACTION_PRODUCER_ID_START
     producer_id_end: int = defaults.TRANSACTION_PRODUCER_ID_END
+    # True: a new producer id is the one the Kafka cluster handed out for the request (the
+    # range above is not used); False: the next of the partition's part of the range.
+    producer_ids_from_cluster: bool = False
     num_partitions: int = defaults.OFFSETS_TOPIC_PARTITIONS
     partition: int = 0
     # What clients may make one log partition hold: transactional ids, and data partitions
@@ -64,6 +67,9 @@ class InitProducerIdResult:
     producer_epoch: int
     # InitProducerId fencing an Ongoing transaction (CONCURRENT_TRANSACTIONS) aborts it.
     completion: TxnCompletion | None = None
+    # The request needs a new producer id and none came with it (ids from the Kafka
+    # cluster): nothing was written; asked again with one, it is answered.
+    needs_producer_id: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +118,8 @@ class TransactionDescription:
     # The log partitions holding its offsets (Kafka lists the __consumer_offsets partitions
     # of AddOffsetsToTxn among the topics; the service does the same with the log topic).
     log_partitions: tuple[int, ...] = ()
+    # The last completed transaction's markers the brokers refused for good.
+    refused_markers: tuple[tuple[str, int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

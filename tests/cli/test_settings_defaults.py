@@ -79,8 +79,6 @@ def test_each_listener_setting_defaults_to_what_the_listener_defaults_to(setting
             "transaction_remove_expired_transaction_cleanup_interval_ms",
             "remove_expired_interval_ms",
         ),
-        ("transaction_producer_id_start", "producer_id_start"),
-        ("transaction_producer_id_end", "producer_id_end"),
         ("max_transactional_ids", "max_transactional_ids"),
         ("max_partitions_per_transaction", "max_partitions_per_transaction"),
     ],
@@ -90,3 +88,19 @@ def test_each_transaction_setting_defaults_to_what_the_transactions_default_to(
 ) -> None:
     default = CoordinatorConfig.model_fields[setting].default
     assert default == getattr(TransactionsConfig(), field)
+
+
+def test_producer_ids_come_from_the_kafka_cluster_unless_a_range_is_set() -> None:
+    assert CoordinatorConfig.model_fields["transaction_producer_id_start"].default is None
+    assert CoordinatorConfig.model_fields["transaction_producer_id_end"].default is None
+    assert CoordinatorConfig().transaction_producer_id_range is None
+    # Either bound sets a range; the other is the transaction state machine's default.
+    shard = TransactionsConfig()
+    assert CoordinatorConfig(transaction_producer_id_start=2**50).transaction_producer_id_range == (
+        2**50,
+        shard.producer_id_end,
+    )
+    assert CoordinatorConfig(transaction_producer_id_end=2**60).transaction_producer_id_range == (
+        shard.producer_id_start,
+        2**60,
+    )

@@ -97,7 +97,7 @@ EXPORTED_METRICS: tuple[MetricFamily, ...] = (
     MetricFamily("coordinator_cluster_takeovers_total", "counter"),
     MetricFamily("coordinator_cluster_takeover_failures_total", "counter"),
     MetricFamily("coordinator_cluster_handovers_total", "counter"),
-    # The transaction coordinator (the last nine: samples only on a node serving them).
+    # The transaction coordinator (the last ten: samples only on a node serving them).
     MetricFamily("coordinator_transactions", "gauge", ("state",)),
     MetricFamily("coordinator_transactional_ids", "gauge"),
     MetricFamily("coordinator_pending_transactional_offsets", "gauge"),
@@ -105,6 +105,7 @@ EXPORTED_METRICS: tuple[MetricFamily, ...] = (
     MetricFamily("coordinator_transactions_timed_out_total", "counter"),
     MetricFamily("coordinator_transaction_duration_seconds", "histogram"),
     MetricFamily("coordinator_transaction_markers_fenced_total", "counter"),
+    MetricFamily("coordinator_transaction_markers_refused_total", "counter"),
     MetricFamily("coordinator_transaction_completion_retries_total", "counter"),
     MetricFamily("coordinator_transaction_completions_in_flight", "gauge"),
     MetricFamily("coordinator_transaction_markers_queued", "gauge"),

@@ -27,13 +27,33 @@ def test_transaction_golden_bytes_and_tombstone() -> None:
     )
     key, raw = encode_record(new_transaction_record("t", value))
     assert key == bytes.fromhex("93 04 00 a1 74")  # [4 (transaction), 0, "t"]
-    # [0, 5, -1, -1, 0, -1, 60000, 1 (Ongoing), [["orders", [0, 1]]], [3], ts, ts]
+    # [1, 5, -1, -1, 0, -1, 60000, 1 (Ongoing), [["orders", [0, 1]]], [3], ts, ts, []]
     assert raw == bytes.fromhex(
-        "9c 00 05 ff ff 00 ff cd ea 60 01 91 92 a6 6f 72 64 65 72 73 92 00 01 91 03"
-        " cf 00 00 01 9a b6 97 e8 00 cf 00 00 01 9a b6 97 e8 00"
+        "9d 01 05 ff ff 00 ff cd ea 60 01 91 92 a6 6f 72 64 65 72 73 92 00 01 91 03"
+        " cf 00 00 01 9a b6 97 e8 00 cf 00 00 01 9a b6 97 e8 00 90"
     )
     assert decode_record(key, raw) == CoordinatorRecord(TransactionKey("t"), value)
     assert encode_record(new_transaction_tombstone_record("t")) == (key, None)
+
+
+def test_a_completion_keeps_the_markers_refused_for_good() -> None:
+    value = TransactionValue(
+        5, -1, -1, 0, 0, 60000, 5, (), (), -1, 7, (("gone", 3, 3), ("orders", 0, 47))
+    )
+    key, raw = encode_record(new_transaction_record("t", value))
+    # ..., 5 (CompleteCommit), [], [], -1, 7, [["gone", 3, 3], ["orders", 0, 47]]]
+    assert raw.endswith(bytes.fromhex("92 93 a4 67 6f 6e 65 03 03 93 a6 6f 72 64 65 72 73 00 2f"))
+    assert decode_record(key, raw).value == value
+
+
+def test_values_of_version_0_have_no_refused_markers() -> None:
+    import msgpack
+
+    key = encode_key(TransactionKey("t"))
+    older = msgpack.packb([0, 5, -1, -1, 0, -1, 100, 0, [], [], -1, 7])
+    assert decode_record(key, older).value == TransactionValue(
+        5, -1, -1, 0, -1, 100, 0, (), (), -1, 7
+    )
 
 
 def test_producer_id_block_golden_bytes() -> None:
@@ -46,7 +66,7 @@ def test_newer_transaction_values_may_append_fields() -> None:
     import msgpack
 
     key = encode_key(TransactionKey("t"))
-    newer = msgpack.packb([1, 5, -1, -1, 0, -1, 100, 0, [], [], -1, 7, "from the future"])
+    newer = msgpack.packb([2, 5, -1, -1, 0, -1, 100, 0, [], [], -1, 7, [], "from the future"])
     assert decode_record(key, newer).value == TransactionValue(
         5, -1, -1, 0, -1, 100, 0, (), (), -1, 7
     )

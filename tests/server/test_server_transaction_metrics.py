@@ -33,6 +33,7 @@ SERVED_ONLY = (
     "coordinator_transactions_timed_out",
     "coordinator_transaction_duration_seconds",
     "coordinator_transaction_markers_fenced",
+    "coordinator_transaction_markers_refused",
     "coordinator_transaction_completion_retries",
     "coordinator_transaction_completions_in_flight",
     "coordinator_transaction_markers_queued",
