@@ -524,3 +524,66 @@ def test_a_completion_is_owed_only_while_its_transaction_is_the_one_prepared() -
     assert second is not None and second.prepared_ms != first.prepared_ms
     assert ctx.shard.is_prepared(second)
     assert not ctx.shard.is_prepared(first)
+
+
+# Producer ids from the Kafka cluster (no range set): the request brings the id.
+
+KAFKA_ID = 4242
+
+
+def test_ids_from_the_cluster_are_the_ones_the_request_brings() -> None:
+    ctx = txn_context(producer_ids_from_cluster=True)
+    assert ctx.write(
+        lambda s: s.init_producer_id(None, TIMEOUT_MS, fresh_producer_id=KAFKA_ID)
+    ) == (InitProducerIdResult(ErrorCode.NONE, KAFKA_ID, 0))
+    answer = ctx.write(lambda s: s.init_producer_id(TID, TIMEOUT_MS, fresh_producer_id=KAFKA_ID))
+    assert (answer.error, answer.producer_id, answer.producer_epoch) == (
+        ErrorCode.NONE,
+        KAFKA_ID,
+        0,
+    )
+    # No block of a range is reserved: the transaction's own record only.
+    assert [r.key for r in ctx.records_written()] == [TransactionKey(TID)]
+    # A known id needs no new producer id: the one brought is not used.
+    again = ctx.write(lambda s: s.init_producer_id(TID, TIMEOUT_MS, fresh_producer_id=7))
+    assert (again.producer_id, again.producer_epoch) == (KAFKA_ID, 1)
+
+
+def test_a_request_that_needs_a_new_id_and_brings_none_writes_nothing() -> None:
+    ctx = txn_context(producer_ids_from_cluster=True)
+    end = ctx.end_offset
+    for transactional_id in (None, TID):
+        answer = ctx.write(lambda s, tid=transactional_id: s.init_producer_id(tid, TIMEOUT_MS))
+        assert answer.needs_producer_id
+        assert answer.error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    assert ctx.end_offset == end
+    assert ctx.shard.transactions.transaction(TID) is None
+    # Exhausted epochs need a new id too.
+    seed(ctx, S.EMPTY, producer_epoch=MAX_EPOCH - 1)
+    assert ctx.write(lambda s: s.init_producer_id(TID, TIMEOUT_MS)).needs_producer_id
+    rotated = ctx.write(lambda s: s.init_producer_id(TID, TIMEOUT_MS, fresh_producer_id=KAFKA_ID))
+    assert (rotated.error, rotated.producer_id, rotated.producer_epoch) == (
+        ErrorCode.NONE,
+        KAFKA_ID,
+        0,
+    )
+
+
+def test_a_completion_keeps_the_refused_markers_until_the_next_one() -> None:
+    ctx = txn_context()
+    seed(ctx, S.ONGOING)
+    ctx.write(lambda s: s.end_txn(TID, PID, 5, True))
+    refused = (("orders", 0, ErrorCode.INVALID_PRODUCER_EPOCH),)
+    done = ctx.write(lambda s: s.complete_txn(TID, PID, 5, True, -1, refused))
+    assert done.written and txn(ctx).state is S.COMPLETE_COMMIT
+    assert txn(ctx).refused_markers == refused
+    (described,) = ctx.shard.describe_transactions([TID])
+    assert described.refused_markers == refused
+    # Replayed from the record as it was written (a load on another node).
+    assert ctx.records_written()[-1].value.refused_markers == refused
+    # The next transaction keeps them while it runs; its completion replaces them.
+    ctx.write(lambda s: s.add_partitions_to_txn(TID, PID, 5, [("orders", [1])]))
+    assert txn(ctx).refused_markers == refused
+    ctx.write(lambda s: s.end_txn(TID, PID, 5, False))
+    ctx.write(lambda s: s.complete_txn(TID, PID, 5, False))
+    assert txn(ctx).refused_markers == ()
