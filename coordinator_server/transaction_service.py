@@ -62,6 +62,7 @@ from protocol.transactions import (
     AddPartitionsToTxnResponseTopic,
     DescribeTransactionsRequest,
     DescribeTransactionsResponseState,
+    DescribeTransactionsV1Request,
     EndTxnRequest,
     EndTxnResponse,
     InitProducerIdRequest,
@@ -851,7 +852,9 @@ class TransactionCoordinatorService:
     # DescribeTransactions, ListTransactions (transaction_views.py).
 
     def describe_transactions(
-        self, request: DescribeTransactionsRequest, ctx: RequestContext
+        self,
+        request: DescribeTransactionsRequest | DescribeTransactionsV1Request,
+        ctx: RequestContext,
     ) -> Reply:
         return self._views.describe_transactions(request)
 

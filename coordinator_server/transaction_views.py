@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Callable, Sequence
+from typing import cast
 
 from coordinator_server.runtime.context import CoordinatorState
 from coordinator_server.runtime.runtime import CoordinatorRuntime
@@ -21,6 +22,10 @@ from protocol.transactions import (
     DescribeTransactionsResponse,
     DescribeTransactionsResponseState,
     DescribeTransactionsResponseTopic,
+    DescribeTransactionsV1Request,
+    DescribeTransactionsV1Response,
+    DescribeTransactionsV1ResponseRefusedMarker,
+    DescribeTransactionsV1ResponseState,
     ListTransactionsRequest,
     ListTransactionsResponse,
     ListTransactionsResponseState,
@@ -43,8 +48,29 @@ class TransactionViews:
         self._log_topic = log_topic
         self._refused = refused
 
-    def describe_transactions(self, request: DescribeTransactionsRequest) -> Reply:
+    def describe_transactions(
+        self, request: DescribeTransactionsRequest | DescribeTransactionsV1Request
+    ) -> Reply:
+        """Version 1 also answers the markers the id's last completed transaction was
+        completed without (refused for good by the brokers)."""
         loop = asyncio.get_running_loop()
+        version_1 = isinstance(request, DescribeTransactionsV1Request)
+        state_type: type[DescribeTransactionsResponseState] = (
+            DescribeTransactionsV1ResponseState if version_1 else DescribeTransactionsResponseState
+        )
+
+        def refused_markers(described: TransactionDescription) -> dict[str, object]:
+            if not version_1:
+                return {}
+            return {
+                "refused_markers": [
+                    DescribeTransactionsV1ResponseRefusedMarker(
+                        topic=topic, partition_index=partition, error_code=code
+                    )
+                    for topic, partition, code in described.refused_markers
+                ]
+            }
+
         reads: list[tuple[str, asyncio.Future[list[TransactionDescription]] | None]] = []
         for transactional_id in request.transactional_ids:
             if self._refused(transactional_id):
@@ -65,18 +91,16 @@ class TransactionViews:
             transactional_id: str, read: asyncio.Future[list[TransactionDescription]] | None
         ) -> DescribeTransactionsResponseState:
             if read is None:
-                return DescribeTransactionsResponseState(
+                return state_type(
                     error_code=ErrorCode.INVALID_REQUEST, transactional_id=transactional_id
                 )
             if read.cancelled() or read.exception() is not None:
                 code, _ = map_operation_error(
                     "describe-transactions", read.exception() or asyncio.CancelledError()
                 )
-                return DescribeTransactionsResponseState(
-                    error_code=code, transactional_id=transactional_id
-                )
+                return state_type(error_code=code, transactional_id=transactional_id)
             (described,) = read.result()
-            return DescribeTransactionsResponseState(
+            return state_type(
                 error_code=described.error,
                 transactional_id=transactional_id,
                 transaction_state=described.state,
@@ -99,12 +123,16 @@ class TransactionViews:
                     if described.log_partitions
                     else []
                 ),
+                **refused_markers(described),
             )
 
         def answer() -> Message:
-            return DescribeTransactionsResponse(
-                transaction_states=[state_of(tid, read) for tid, read in reads]
-            )
+            states = [state_of(tid, read) for tid, read in reads]
+            if version_1:
+                return DescribeTransactionsV1Response(
+                    transaction_states=cast("list[DescribeTransactionsV1ResponseState]", states)
+                )
+            return DescribeTransactionsResponse(transaction_states=states)
 
         futures = [read for _, read in reads if read is not None]
         if not futures:

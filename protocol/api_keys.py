@@ -67,7 +67,7 @@ SUPPORTED_VERSIONS: Final[Mapping[ApiKey, tuple[int, int]]] = MappingProxyType(
         ApiKey.DELETE_GROUPS: (0, 0),
         ApiKey.OFFSET_DELETE: (0, 0),
         ApiKey.DESCRIBE_CLUSTER: (0, 0),
-        ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
+        ApiKey.DESCRIBE_TRANSACTIONS: (0, 1),
         ApiKey.LIST_TRANSACTIONS: (0, 0),
     }
 )

@@ -41,6 +41,9 @@ class Message(msgspec.Struct, kw_only=True, gc=False):
 
     # Set on top-level requests and responses only (nested items have no API key).
     API_KEY: ClassVar[ApiKey]
+    # The api_version whose body this is: a changed body shape is a class of its own, of
+    # the next version (`protocol.messages` registers each pair under its version).
+    API_VERSION: ClassVar[int] = 0
 
     def to_body(self) -> dict[str, object]:
         """The wire map as plain values: every field present, None as nil, bytes as bytes,

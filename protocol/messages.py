@@ -568,13 +568,14 @@ _MESSAGE_PAIRS: Final = (
     *TRANSACTION_MESSAGE_PAIRS,
 )
 
-# Every API is at version 0 in v1 of the contract; a new body shape adds a new row here
-# (and a range in api_keys.SUPPORTED_VERSIONS) while the old one keeps being answered.
+# Every API started at version 0 in v1 of the contract; a new body shape adds a pair of its
+# version here (the classes' API_VERSION, and the range in api_keys.SUPPORTED_VERSIONS)
+# while the old one keeps being answered.
 REQUEST_TYPES: Final[Mapping[tuple[int, int], type[Message]]] = MappingProxyType(
-    {(request.API_KEY.value, 0): request for request, _ in _MESSAGE_PAIRS}
+    {(request.API_KEY.value, request.API_VERSION): request for request, _ in _MESSAGE_PAIRS}
 )
 RESPONSE_TYPES: Final[Mapping[tuple[int, int], type[Message]]] = MappingProxyType(
-    {(response.API_KEY.value, 0): response for _, response in _MESSAGE_PAIRS}
+    {(response.API_KEY.value, response.API_VERSION): response for _, response in _MESSAGE_PAIRS}
 )
 
 # One decoder per message type, built once: a decoder compiles its type's schema, so

@@ -49,6 +49,10 @@ __all__ = [
     "DescribeTransactionsResponse",
     "DescribeTransactionsResponseState",
     "DescribeTransactionsResponseTopic",
+    "DescribeTransactionsV1Request",
+    "DescribeTransactionsV1Response",
+    "DescribeTransactionsV1ResponseRefusedMarker",
+    "DescribeTransactionsV1ResponseState",
     "EndTxnRequest",
     "EndTxnResponse",
     "InitProducerIdRequest",
@@ -341,6 +345,42 @@ class DescribeTransactionsResponse(Message, kw_only=True):
     )
 
 
+# DescribeTransactions version 1 (the contract's own): each state also says which data
+# markers of the id's last completed transaction the brokers refused for good.
+
+
+class DescribeTransactionsV1Request(Message, kw_only=True):
+    API_KEY: ClassVar[ApiKey] = ApiKey.DESCRIBE_TRANSACTIONS
+    API_VERSION: ClassVar[int] = 1
+
+    transactional_ids: list[str]
+
+
+class DescribeTransactionsV1ResponseRefusedMarker(Message, kw_only=True):
+    topic: str = ""
+    partition_index: Int32 = 0
+    # The broker's error: UNKNOWN_TOPIC_OR_PARTITION (the partition stayed unknown, its topic
+    # deleted), INVALID_PRODUCER_EPOCH or TRANSACTION_COORDINATOR_FENCED (another writer of
+    # the producer id has a newer epoch there).
+    error_code: Int16 = 0
+
+
+class DescribeTransactionsV1ResponseState(DescribeTransactionsResponseState, kw_only=True):
+    # Kept until the id's next completion; empty when every marker landed.
+    refused_markers: list[DescribeTransactionsV1ResponseRefusedMarker] = msgspec.field(
+        default_factory=list
+    )
+
+
+class DescribeTransactionsV1Response(Message, kw_only=True):
+    API_KEY: ClassVar[ApiKey] = ApiKey.DESCRIBE_TRANSACTIONS
+    API_VERSION: ClassVar[int] = 1
+
+    transaction_states: list[DescribeTransactionsV1ResponseState] = msgspec.field(
+        default_factory=list
+    )
+
+
 # ListTransactions (66)
 
 
@@ -380,6 +420,7 @@ TRANSACTION_MESSAGE_PAIRS: Final = (
     (WriteTxnMarkersRequest, WriteTxnMarkersResponse),
     (TxnOffsetCommitRequest, TxnOffsetCommitResponse),
     (DescribeTransactionsRequest, DescribeTransactionsResponse),
+    (DescribeTransactionsV1Request, DescribeTransactionsV1Response),
     (ListTransactionsRequest, ListTransactionsResponse),
 )
 """(request, response) of each transaction API, which `protocol.messages` registers."""

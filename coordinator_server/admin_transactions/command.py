@@ -36,6 +36,7 @@ from protocol.errors import ApiError, ErrorCode
 from protocol.transactions import (
     DescribeTransactionsRequest,
     DescribeTransactionsResponseState,
+    DescribeTransactionsV1Request,
     InitProducerIdRequest,
     ListTransactionsRequest,
 )
@@ -274,12 +275,28 @@ def _partition_names(state: DescribeTransactionsResponseState) -> list[str]:
 
 async def _describe(tool: _Tool) -> None:
     transactional_id = tool.args.transactional_id
+    refused: list[str] = []
+    state: DescribeTransactionsResponseState
     async with tool.coordinator() as client:
-        response = await client.describe_transactions(
-            DescribeTransactionsRequest(transactional_ids=[transactional_id])
-        )
+        try:
+            described = await client.describe_transactions(
+                DescribeTransactionsV1Request(transactional_ids=[transactional_id])
+            )
+            (described_state,) = described.transaction_states
+            refused = [
+                f"{marker.topic}-{marker.partition_index}:{_code_name(marker.error_code)}"
+                for marker in described_state.refused_markers
+            ]
+            state = described_state
+        except ApiError as error:
+            if error.code != ErrorCode.UNSUPPORTED_VERSION:
+                raise
+            # A server of the contract's first version: no refused markers to tell.
+            response = await client.describe_transactions(
+                DescribeTransactionsRequest(transactional_ids=[transactional_id])
+            )
+            (state,) = response.transaction_states
         coordinator = await client.find_coordinator(transactional_id, key_type=1)
-    (state,) = response.transaction_states
     if state.error_code != ErrorCode.NONE:
         raise AdminError(
             f"Failed to describe transaction state of transactional-id `{transactional_id}`: "
@@ -305,8 +322,23 @@ async def _describe(tool: _Tool) -> None:
             "transaction_start_time_ms": start_ms if start_ms >= 0 else None,
             "transaction_duration_ms": duration_ms if duration_ms >= 0 else None,
             "topic_partitions": partitions,
+            "refused_markers": [
+                {"topic_partition": name, "error": error}
+                for name, _, error in (entry.rpartition(":") for entry in refused)
+            ],
         },
     )  # fmt: skip
+    if refused and not tool.args.json:
+        # Kafka's table as it is; what this coordinator adds comes after it.
+        print(
+            "The brokers refused these markers of the last completed transaction for good "
+            f"(it was completed without them): {','.join(refused)}",
+            file=tool.out,
+        )
+
+
+def _code_name(code: int) -> str:
+    return ErrorCode(code).name if code in ErrorCode._value2member_map_ else str(code)
 
 
 # describe-producers

@@ -32,8 +32,10 @@ completion handler's table:
 CompleteAbort: every partition written or dropped as Kafka would. Cancelling a `write` (the
 coordinator no longer owns the transaction) takes its markers out of the queues.
 
-Bounds, all from the constructor: markers waiting (a `write` waits for room), requests on
-the way per broker, partitions per request, cached topics' leaders.
+Bounds, all from the constructor: markers waiting (a `write` waits for room; a large one
+goes in parts of a quarter of the bound, and large parts together hold at most half of it,
+so that small transactions always find room), requests on the way per broker, partitions
+per request, cached topics' leaders.
 """
 
 from __future__ import annotations
@@ -110,6 +112,8 @@ DROPPED_ERRORS = frozenset(
 """Final errors of a partition that Kafka's coordinator takes out of the transaction and
 completes it without (UNKNOWN_TOPIC_OR_PARTITION only once past the writer's bound)."""
 _TOPIC_AUTHORIZATION_FAILED = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+# The partition number that stands for a whole topic the cluster does not know.
+_WHOLE_TOPIC = -1
 
 
 class MarkerWriterStopped(Exception):
@@ -157,12 +161,12 @@ class _Transaction:
         "coordinator_epoch",
         "done",
         "errors",
+        "large",
         "pending",
         "producer_epoch",
         "producer_id",
         "retries",
         "size",
-        "unknown_since",
         "written",
     )
 
@@ -174,8 +178,10 @@ class _Transaction:
         committed: bool,
         partitions: set[TopicPartition],
         done: asyncio.Future[MarkerOutcome],
+        large: bool = False,
     ) -> None:
         self.producer_id = producer_id
+        self.large = large
         self.producer_epoch = producer_epoch
         self.coordinator_epoch = coordinator_epoch
         self.committed = committed
@@ -184,7 +190,6 @@ class _Transaction:
         self.written: set[TopicPartition] = set()
         self.errors: dict[TopicPartition, int] = {}
         self.attempts: dict[TopicPartition, int] = {}
-        self.unknown_since: dict[TopicPartition, float] = {}
         self.retries: dict[TopicPartition, asyncio.TimerHandle] = {}
         self.done = done
         self.active = True
@@ -267,6 +272,13 @@ class KafkaTxnMarkerWriter:
         self._stopped = False
         self._transactions: set[_Transaction] = set()
         self._queued = 0
+        # The part of `_queued` that large writes hold (see `_admit`).
+        self._large_queued = 0
+        # Since when each partition, or whole topic (partition `_WHOLE_TOPIC`), has been
+        # unknown to the cluster, over every write: the other parts of a large transaction,
+        # or the next transaction, over a deleted topic do not wait their whole bound
+        # again. At most `max_queued_markers` of them.
+        self._unknown_since: dict[TopicPartition, float] = {}
         self._unrouted: dict[_Transaction, set[TopicPartition]] = {}
         self._brokers: dict[int, _BrokerQueue] = {}
         # At most max_inflight_requests_per_broker per broker of the cluster.
@@ -401,19 +413,65 @@ class KafkaTxnMarkerWriter:
         MarkerWriterStopped when the writer stops first."""
         if self._client is None or self._stopped:
             raise MarkerWriterStopped("the marker writer is not running")
-        wanted = {
-            (topic, partition) for topic, numbers in partitions.items() for partition in numbers
-        }
-        if not wanted:
-            return MarkerOutcome(frozenset(), {})
+        wanted = sorted(
+            {(topic, partition) for topic, numbers in partitions.items() for partition in numbers}
+        )
+        # A large transaction goes a share of the queue at a time, so that it cannot hold
+        # every other transaction's markers back (see `_admit`).
+        share = max(1, self._max_queued // 4)
+        outcomes = await asyncio.gather(
+            *(
+                self._write_part(
+                    producer_id,
+                    producer_epoch,
+                    coordinator_epoch,
+                    committed,
+                    set(wanted[start : start + share]),
+                )
+                for start in range(0, len(wanted), share)
+            )
+        )
+        written: set[TopicPartition] = set()
+        errors: dict[TopicPartition, int] = {}
+        for outcome in outcomes:
+            written |= outcome.written
+            errors.update(outcome.errors)
+        return MarkerOutcome(frozenset(written), errors)
+
+    async def _admit(self, size: int, large: bool) -> None:
+        """Wait for room for `size` markers. Every write shares the queue's bound (one alone
+        is let in whatever its size); large ones (over a sixteenth of it) share half of it
+        between them, so that the other half is always there for the small ones: a few
+        transactions over many partitions whose markers land slowly (partitions unknown
+        to the cluster until their bound) no longer hold every other transaction's end."""
+        large_room = self._max_queued // 2
         while not (
-            self._stopped or self._queued == 0 or self._queued + len(wanted) <= self._max_queued
+            self._stopped
+            or (
+                (self._queued == 0 or self._queued + size <= self._max_queued)
+                and (
+                    not large or self._large_queued == 0 or self._large_queued + size <= large_room
+                )
+            )
         ):
             self._room.clear()
             await self._room.wait()
         if self._stopped:
             raise MarkerWriterStopped("the marker writer stopped")
+
+    async def _write_part(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        committed: bool,
+        wanted: set[TopicPartition],
+    ) -> MarkerOutcome:
+        large = len(wanted) > self._max_queued // 16
+        await self._admit(len(wanted), large)
         self._queued += len(wanted)
+        if large:
+            self._large_queued += len(wanted)
         loop = asyncio.get_running_loop()
         transaction = _Transaction(
             producer_id,
@@ -422,6 +480,7 @@ class KafkaTxnMarkerWriter:
             committed,
             wanted,
             loop.create_future(),
+            large,
         )
         self._transactions.add(transaction)
         self._unrouted[transaction] = set(wanted)
@@ -476,8 +535,11 @@ class KafkaTxnMarkerWriter:
                 if entry.error_code == _TOPIC_AUTHORIZATION_FAILED:
                     self._finish(transaction, topic_partition, entry.error_code)
                     continue
-                if entry.unknown or (entry.error_code == 0 and partition not in entry.leaders):
-                    self._unknown(transaction, topic_partition, now)
+                if entry.unknown:
+                    self._unknown(transaction, topic_partition, now, (topic, _WHOLE_TOPIC))
+                    continue
+                if entry.error_code == 0 and partition not in entry.leaders:
+                    self._unknown(transaction, topic_partition, now, topic_partition)
                     continue
                 leader = entry.leaders.get(partition, NO_LEADER)
                 if leader == NO_LEADER or leader not in known_nodes:
@@ -486,7 +548,9 @@ class KafkaTxnMarkerWriter:
                         client.force_metadata_update()
                     self._retry(transaction, topic_partition)
                     continue
-                transaction.unknown_since.pop(topic_partition, None)
+                if self._unknown_since:
+                    self._unknown_since.pop(topic_partition, None)
+                    self._unknown_since.pop((topic, _WHOLE_TOPIC), None)
                 queue = self._brokers.get(leader)
                 if queue is None:
                     queue = self._brokers[leader] = _BrokerQueue()
@@ -605,7 +669,7 @@ class KafkaTxnMarkerWriter:
                 self._finish(transaction, topic_partition, 0)
             elif code == _UNKNOWN_TOPIC:
                 leaders.forget(topic_partition[0])
-                self._unknown(transaction, topic_partition, now)
+                self._unknown(transaction, topic_partition, now, topic_partition)
             elif code in RETRIABLE_ERRORS:
                 if code in _LEADER_MOVED:
                     leaders.forget(topic_partition[0])
@@ -630,13 +694,24 @@ class KafkaTxnMarkerWriter:
                 self._finish(transaction, topic_partition, code)
 
     def _unknown(
-        self, transaction: _Transaction, topic_partition: TopicPartition, now: float
+        self,
+        transaction: _Transaction,
+        topic_partition: TopicPartition,
+        now: float,
+        unknown: TopicPartition,
     ) -> None:
-        """The cluster does not know the partition: tried again until it has been unknown
-        for the bound, then dropped (its topic was deleted)."""
-        since = transaction.unknown_since.setdefault(topic_partition, now)
+        """The cluster does not know the partition (`unknown`: it, or its whole topic):
+        tried again until that has been unknown for the bound, then dropped (its topic was
+        deleted)."""
+        since = self._unknown_since.get(unknown)
+        if since is None:
+            since = self._unknown_since[unknown] = now
+            while len(self._unknown_since) > self._max_queued:
+                del self._unknown_since[next(iter(self._unknown_since))]
         if now - since >= self._unknown_timeout_s:
-            log.info(
+            # DEBUG: a deleted topic's every partition would say it; the transaction's end
+            # says it once (`TxnCompletions`).
+            log.debug(
                 "%s: %s-%d has been unknown to the cluster for %.1f s (deleted?); dropped",
                 transaction.describe(),
                 *topic_partition,
@@ -694,4 +769,6 @@ class KafkaTxnMarkerWriter:
             handle.cancel()
         transaction.retries.clear()
         self._queued -= transaction.size
+        if transaction.large:
+            self._large_queued -= transaction.size
         self._room.set()

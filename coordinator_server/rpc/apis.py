@@ -65,6 +65,8 @@ from protocol.transactions import (
     AddPartitionsToTxnResponse,
     DescribeTransactionsRequest,
     DescribeTransactionsResponse,
+    DescribeTransactionsV1Request,
+    DescribeTransactionsV1Response,
     EndTxnRequest,
     EndTxnResponse,
     InitProducerIdRequest,
@@ -86,6 +88,7 @@ __all__ = [
     "DESCRIBE_CLUSTER",
     "DESCRIBE_GROUPS",
     "DESCRIBE_TRANSACTIONS",
+    "DESCRIBE_TRANSACTIONS_V1",
     "END_TXN",
     "FIND_COORDINATOR",
     "HEARTBEAT",
@@ -504,6 +507,22 @@ DESCRIBE_TRANSACTIONS: Final = ApiHandler(
     item=lambda response: single(response.transaction_states, "DescribeTransactions"),
     join=lambda _, states: DescribeTransactionsResponse(transaction_states=states),
 )
+DESCRIBE_TRANSACTIONS_V1: Final = ApiHandler(
+    DescribeTransactionsV1Request,
+    DescribeTransactionsV1Response,
+    Lookup.COORDINATOR,
+    retry_code=lambda response: first_retriable(
+        state.error_code for state in response.transaction_states
+    ),
+    key_type=1,
+    split=lambda request: [
+        (transactional_id, DescribeTransactionsV1Request(transactional_ids=[transactional_id]))
+        for transactional_id in request.transactional_ids
+    ],
+    item=lambda response: single(response.transaction_states, "DescribeTransactions"),
+    join=lambda _, states: DescribeTransactionsV1Response(transaction_states=states),
+)
+"""Version 1: each state also names the markers refused for good."""
 LIST_TRANSACTIONS: Final = ApiHandler(
     ListTransactionsRequest,
     ListTransactionsResponse,

@@ -11,7 +11,7 @@ import asyncio
 import functools
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Final
+from typing import Final, overload
 
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
 
@@ -66,6 +66,8 @@ from protocol.transactions import (
     AddPartitionsToTxnResponse,
     DescribeTransactionsRequest,
     DescribeTransactionsResponse,
+    DescribeTransactionsV1Request,
+    DescribeTransactionsV1Response,
     EndTxnRequest,
     EndTxnResponse,
     InitProducerIdRequest,
@@ -344,11 +346,28 @@ class CoordinatorClient(RequestPath):
             what=f"{api.name}({node.host}:{node.port})",
         )
 
+    @overload
+    async def describe_transactions(
+        self, request: DescribeTransactionsV1Request, *, timeout_ms: int | None = None
+    ) -> DescribeTransactionsV1Response: ...
+
+    @overload
     async def describe_transactions(
         self, request: DescribeTransactionsRequest, *, timeout_ms: int | None = None
-    ) -> DescribeTransactionsResponse:
+    ) -> DescribeTransactionsResponse: ...
+
+    async def describe_transactions(
+        self,
+        request: DescribeTransactionsRequest | DescribeTransactionsV1Request,
+        *,
+        timeout_ms: int | None = None,
+    ) -> DescribeTransactionsResponse | DescribeTransactionsV1Response:
         """DescribeTransactions (65), each transactional id asked of its own transaction
-        coordinator; per-id errors (TRANSACTIONAL_ID_NOT_FOUND, ...) stay in the response."""
+        coordinator; per-id errors (TRANSACTIONAL_ID_NOT_FOUND, ...) stay in the response.
+        A version 1 request (`DescribeTransactionsV1Request`) is answered with the markers
+        each id's last transaction was completed without."""
+        if isinstance(request, DescribeTransactionsV1Request):
+            return await self._call(apis.DESCRIBE_TRANSACTIONS_V1, request, timeout_ms)
         return await self._call(apis.DESCRIBE_TRANSACTIONS, request, timeout_ms)
 
     async def list_transactions(

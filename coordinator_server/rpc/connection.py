@@ -182,14 +182,15 @@ class Connection:
         response_type: type[R],
         *,
         timeout_s: float,
-        api_version: int = 0,
+        api_version: int | None = None,
     ) -> R:
         """Send `request` and wait for its response.
 
         Args:
-            request: a request model (its class names its API key).
+            request: a request model (its class names its API key and version).
             response_type: the response model expected; the body is validated into it.
             timeout_s: how long to wait for a free slot and for the response.
+            api_version: the header's, when not the request class's own.
 
         Raises:
             ApiError: a top-level error the response schema has no place for
@@ -202,6 +203,8 @@ class Connection:
         """
         self._raise_if_closed()
         api_key = int(request.API_KEY)
+        if api_version is None:
+            api_version = request.API_VERSION
         loop = asyncio.get_running_loop()
         correlation_id: int | None = None
         try:

@@ -243,9 +243,10 @@ def test_registries_cover_every_supported_version() -> None:
     }
     assert set(REQUEST_TYPES) == expected
     assert set(RESPONSE_TYPES) == expected
-    for (api_key, _), request_type in REQUEST_TYPES.items():
+    for (api_key, version), request_type in REQUEST_TYPES.items():
         assert request_type.__name__.endswith("Request")
         assert api_key == request_type.API_KEY  # type: ignore[attr-defined]
+        assert version == request_type.API_VERSION
     for (api_key, version), response_type in RESPONSE_TYPES.items():
         request_name = REQUEST_TYPES[(api_key, version)].__name__
         assert response_type.__name__ == request_name.removesuffix("Request") + "Response"

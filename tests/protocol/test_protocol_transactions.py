@@ -124,6 +124,20 @@ CONTRACT_FIELDS: dict[str, list[str]] = {
         "topics",
     ],
     "DescribeTransactionsResponseTopic": ["topic", "partitions"],
+    "DescribeTransactionsV1Request": ["transactional_ids"],
+    "DescribeTransactionsV1Response": ["transaction_states"],
+    "DescribeTransactionsV1ResponseState": [
+        "error_code",
+        "transactional_id",
+        "transaction_state",
+        "transaction_timeout_ms",
+        "transaction_start_time_ms",
+        "producer_id",
+        "producer_epoch",
+        "topics",
+        "refused_markers",
+    ],
+    "DescribeTransactionsV1ResponseRefusedMarker": ["topic", "partition_index", "error_code"],
     "ListTransactionsRequest": [
         "state_filters",
         "producer_id_filters",
@@ -180,12 +194,16 @@ def test_responses_build_from_defaults_and_write_every_field(cls: type[Message])
     assert list(body) == CONTRACT_FIELDS[cls.__name__]
 
 
-def test_the_transaction_apis_have_kafkas_keys_and_version_0() -> None:
+def test_the_transaction_apis_have_kafkas_keys_and_their_versions() -> None:
+    newer = {ApiKey.DESCRIBE_TRANSACTIONS: 1}
     for api_key, name in TRANSACTION_KEYS.items():
         assert api_name(api_key) == name
-        assert SUPPORTED_VERSIONS[api_key] == (0, 0)
+        assert SUPPORTED_VERSIONS[api_key] == (0, newer.get(api_key, 0))
         assert REQUEST_TYPES[(api_key, 0)].__name__ == f"{name}Request"
         assert RESPONSE_TYPES[(api_key, 0)].__name__ == f"{name}Response"
+        for version in range(1, newer.get(api_key, 0) + 1):
+            assert REQUEST_TYPES[(api_key, version)].__name__ == f"{name}V{version}Request"
+            assert RESPONSE_TYPES[(api_key, version)].__name__ == f"{name}V{version}Response"
     assert {cls.API_KEY for cls in REQUEST_CLASSES} == set(TRANSACTION_KEYS)  # type: ignore[attr-defined]
 
 
@@ -214,8 +232,8 @@ def test_the_transaction_error_codes_are_kafkas(code: int, name: str, retriable:
 # Minimal bodies and what they parse to.
 
 
-def _header(api_key: ApiKey) -> RequestHeader:
-    return RequestHeader(api_key, 0, correlation_id=1, client_id="test")
+def _header(api_key: ApiKey, api_version: int = 0) -> RequestHeader:
+    return RequestHeader(api_key, api_version, correlation_id=1, client_id="test")
 
 
 def packb(value: object) -> bytes:
@@ -607,7 +625,7 @@ def test_a_top_level_error_of_a_response_with_one_is_kept() -> None:
 @given(data=st.data())
 def test_request_wire_round_trip(cls: type[Message], data: st.DataObject) -> None:
     request = data.draw(message_strategy(cls))
-    header = _header(cls.API_KEY)  # type: ignore[attr-defined]
+    header = _header(cls.API_KEY, cls.API_VERSION)  # type: ignore[attr-defined]
     payload = encode_request(header, request)
     assert payload == encode_request(header, request.to_body())
     decoded_header, body = split_request(payload)
@@ -624,7 +642,7 @@ def test_response_wire_round_trip(cls: type[Message], data: st.DataObject) -> No
     assert payload == encode_response(7, response.to_body())
     correlation_id, body = split_response(payload)
     assert correlation_id == 7
-    assert parse_response(cls.API_KEY, 0, body) == response  # type: ignore[attr-defined]
+    assert parse_response(cls.API_KEY, cls.API_VERSION, body) == response  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("cls", MESSAGE_CLASSES, ids=lambda cls: cls.__name__)
