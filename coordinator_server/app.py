@@ -18,6 +18,7 @@ from coordinator_server import __version__, defaults
 from coordinator_server.cluster.assignor import NO_GENERATION
 from coordinator_server.cluster.node import ClusterNode, ClusterSettings
 from coordinator_server.cluster.ownership import PartitionOwnership
+from coordinator_server.commit_partition_check import CommitPartitionCheck, DataPartitionCatalog
 from coordinator_server.config import CoordinatorConfig
 from coordinator_server.consumer_lag import CommittedOffset, ConsumerLag
 from coordinator_server.groups.store import GroupsConfig
@@ -185,6 +186,10 @@ class CoordinatorApp:
         self.cluster: ClusterNode | None = None
         # The transaction coordinator's markers and completions (None: no transactions).
         self.marker_writer: KafkaTxnMarkerWriter | None = None
+        # OffsetCommit's and TxnOffsetCommit's check of the data cluster's partitions (None:
+        # --offset-commit-check-partitions off).
+        self.partition_catalog: DataPartitionCatalog | None = None
+        self.commit_check: CommitPartitionCheck | None = None
         self.completions: TxnCompletions | None = None
         # New producer ids, from the Kafka cluster (None: from a range, or no transactions).
         self.producer_ids: ClusterProducerIds | None = None
@@ -304,6 +309,12 @@ class CoordinatorApp:
                 runtime, _nothing_to_acquire, _nothing_to_release, stopped=self._log_failure
             )
         ownership = self.ownership
+        limits = RequestLimits(
+            max_id_length=config.max_id_length,
+            max_member_metadata_bytes=config.max_member_metadata_bytes,
+            max_response_bytes=config.max_response_bytes,
+            max_frame_bytes=config.max_frame_bytes,
+        )
         self.service = service = GroupCoordinatorService(
             runtime,
             num_partitions,
@@ -312,15 +323,11 @@ class CoordinatorApp:
             cluster_id=config.cluster_name,
             cluster_nodes=None if self.cluster is None else self.cluster.nodes,
             server_version=__version__,
-            limits=RequestLimits(
-                max_id_length=config.max_id_length,
-                max_member_metadata_bytes=config.max_member_metadata_bytes,
-                max_response_bytes=config.max_response_bytes,
-                max_frame_bytes=config.max_frame_bytes,
-            ),
+            limits=limits,
         )
         try:
             await self._start_transactions(service, runtime, node)
+            await self._start_commit_check(service, limits)
         except StartAbandoned as abandoned:
             logger.info("%s", abandoned)
             return
@@ -549,6 +556,34 @@ class CoordinatorApp:
                 "--transaction-producer-id-start above them, or leave the range unset to take "
                 "every producer id from the cluster"
             )
+
+    async def _start_commit_check(
+        self, service: GroupCoordinatorService, limits: RequestLimits
+    ) -> None:
+        """OffsetCommit and TxnOffsetCommit checked against the data cluster's partitions
+        (`--offset-commit-check-partitions`), from the first request the server takes."""
+        config = self.config
+        if not config.offset_commit_check_partitions:
+            return
+        # The settings refuse the check without a data cluster.
+        assert config.data_cluster is not None
+        self.partition_catalog = catalog = DataPartitionCatalog(
+            config.data_cluster,
+            security=config.kafka_security,
+            request_timeout_ms=config.offsets_commit_timeout_ms,
+            metadata_max_age_ms=config.metadata_max_age_ms,
+        )
+        await start_with_retries(
+            f"the check of committed partitions against {config.data_cluster}",
+            catalog.start,
+            retriable=(TimeoutError, KafkaError, OSError),
+            stop=self._stop,
+            logger=logger,
+            backoff_s=_START_RETRY_BACKOFF_S,
+            backoff_max_s=_START_RETRY_BACKOFF_MAX_S,
+        )
+        self.commit_check = check = CommitPartitionCheck(catalog, limits)
+        check.guard(service.handlers)
 
     def _start_consumer_lag(self) -> None:
         config = self.config
@@ -919,6 +954,12 @@ class CoordinatorApp:
         if self.marker_writer is not None:
             await self.marker_writer.stop()
             self.marker_writer = None
+        if self.commit_check is not None:
+            await self.commit_check.stop()
+            self.commit_check = None
+        if self.partition_catalog is not None:
+            await self.partition_catalog.stop()
+            self.partition_catalog = None
         if self.runtime is not None:
             await self.runtime.flush_and_close()
             self.runtime = None

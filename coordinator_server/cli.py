@@ -37,6 +37,9 @@ def _add_config_options(parser: argparse.ArgumentParser) -> None:
         option = "--" + name.replace("_", "-")
         env = "COORDINATOR_" + name.upper()
         default = field.default
+        if isinstance(default, bool):
+            # A switch reads on or off (pydantic also takes true/false, yes/no, 1/0).
+            default = "on" if default else "off"
         groups[setting_group(field)].add_argument(
             option,
             dest=name,
@@ -61,6 +64,8 @@ def setting_metavar(name: str, field: FieldInfo) -> str:
         kind = next((k for k in get_args(kind) if k is not type(None)), kind)
     if get_origin(kind) is Literal:
         return "{" + ",".join(str(choice) for choice in get_args(kind)) + "}"
+    if kind is bool:
+        return "{on,off}"
     if name.endswith("bootstrap_servers"):
         return "HOST:PORT[,...]"
     if name.endswith(("host", "_host")):

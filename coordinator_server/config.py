@@ -134,8 +134,9 @@ class CoordinatorConfig(BaseSettings):
     )
     lag_bootstrap_servers: str | None = Field(
         None,
-        description="The Kafka cluster the consumers read from, for their lag (default: the "
-        "log's --bootstrap-servers; the --kafka-* security settings apply).",
+        description="The Kafka cluster the consumers read from, for their lag and "
+        "--offset-commit-check-partitions (default: the log's --bootstrap-servers; the "
+        "--kafka-* security settings apply).",
         json_schema_extra=_in("metrics"),
     )
     log_format: Literal["text", "json"] = Field(
@@ -521,6 +522,14 @@ class CoordinatorConfig(BaseSettings):
         description="offset.metadata.max.bytes: largest commit metadata.",
         json_schema_extra=_in("groups"),
     )
+    offset_commit_check_partitions: bool = Field(
+        False,
+        description="OffsetCommit and TxnOffsetCommit refuse, with UNKNOWN_TOPIC_OR_PARTITION, "
+        "each partition the Kafka cluster the consumers read from does not have, and commit "
+        "the rest (Kafka's check); off: offsets of any topic and partition are taken. Needs "
+        "that cluster: --lag-bootstrap-servers, or the log's --bootstrap-servers.",
+        json_schema_extra=_in("groups"),
+    )
     offsets_retention_minutes: int = Field(
         defaults.OFFSETS_RETENTION_MINUTES,
         ge=1,
@@ -634,6 +643,12 @@ class CoordinatorConfig(BaseSettings):
                 raise ValueError("transaction-producer-id-end must fit a producer id (2**63 - 1)")
         if self.tls_keyfile is not None and self.tls_certfile is None:
             raise ValueError("tls-keyfile needs tls-certfile")
+        if self.offset_commit_check_partitions and self.data_cluster is None:
+            # Not checking while asked to would commit what the check is there to refuse.
+            raise ValueError(
+                "offset-commit-check-partitions needs the Kafka cluster the consumers read "
+                "from: set --lag-bootstrap-servers, or the log's --bootstrap-servers"
+            )
         self._kafka_security = self._build_kafka_security()
         return self
 
@@ -680,6 +695,12 @@ class CoordinatorConfig(BaseSettings):
     def clustered(self) -> bool:
         """Whether this node shares its log with others (the Kafka log, cluster on)."""
         return bool(self.bootstrap_servers) and self.cluster == "on"
+
+    @property
+    def data_cluster(self) -> str | None:
+        """The Kafka cluster the consumers read from: --lag-bootstrap-servers, else the
+        log's (None: neither is set)."""
+        return self.lag_bootstrap_servers or self.bootstrap_servers or None
 
     @property
     def lag_cluster(self) -> str | None:

@@ -123,3 +123,19 @@ def test_a_connection_bound_over_the_servers_bound_is_refused_at_start() -> None
             response_buffer_max_bytes=64 * 1024 * 1024,
             response_buffer_total_bytes=32 * 1024 * 1024,
         )
+
+
+@pytest.mark.parametrize(("given", "checked"), [("on", True), ("off", False), ("true", True)])
+def test_the_partition_check_of_commits_is_a_switch(given: str, checked: bool) -> None:
+    config = load_config(
+        build_parser().parse_args(
+            [
+                "serve",
+                "--bootstrap-servers",
+                "kafka:9092",
+                "--offset-commit-check-partitions",
+                given,
+            ]
+        )
+    )
+    assert config.offset_commit_check_partitions is checked

@@ -47,6 +47,7 @@ def test_no_metavar_is_a_piece_of_the_settings_name() -> None:
     assert metavars["offsets_commit_timeout_ms"] == "MS"
     assert metavars["data_dir"] == "PATH"
     assert metavars["transactions"] == "{auto,on,off}"
+    assert metavars["offset_commit_check_partitions"] == "{on,off}"
 
 
 def test_the_help_shows_the_groups_in_order() -> None:

@@ -73,6 +73,15 @@ def test_an_invalid_value(args: list[str], named: str) -> None:
     assert len(result.stderr.splitlines()) == 1, result.stderr
 
 
+def test_the_commit_check_without_a_kafka_cluster() -> None:
+    """The embedded log has no Kafka cluster to check committed partitions against: the
+    start is refused, rather than every offset taken unchecked."""
+    result = serve("--port", "0", "--offset-commit-check-partitions", "on")
+    error = the_one_error(result)
+    assert "offset-commit-check-partitions needs the Kafka cluster" in error, error
+    assert "--lag-bootstrap-servers" in error and "--bootstrap-servers" in error, error
+
+
 def over_kafka(broker: KafkaBroker, topic: str, *extra: str) -> list[str]:
     """A node alone on its own log topic at `broker`."""
     return [

@@ -104,3 +104,22 @@ def test_producer_ids_come_from_the_kafka_cluster_unless_a_range_is_set() -> Non
         shard.producer_id_start,
         2**60,
     )
+
+
+def test_offsets_of_any_partition_are_taken_unless_the_check_is_on() -> None:
+    assert CoordinatorConfig.model_fields["offset_commit_check_partitions"].default is False
+    assert CoordinatorConfig().offset_commit_check_partitions is False
+    # The check reads the cluster the consumers read from: the lag's, else the log's.
+    on = {"offset_commit_check_partitions": True}
+    assert CoordinatorConfig(bootstrap_servers="log:9092", **on).data_cluster == "log:9092"
+    assert (
+        CoordinatorConfig(
+            bootstrap_servers="log:9092", lag_bootstrap_servers="data:9092", **on
+        ).data_cluster
+        == "data:9092"
+    )
+    assert CoordinatorConfig(lag_bootstrap_servers="data:9092", **on).data_cluster == "data:9092"
+    # With no Kafka cluster at all (the embedded log), the check would check nothing: the
+    # settings are refused rather than offsets committed unchecked.
+    with pytest.raises(ValueError, match="offset-commit-check-partitions needs the Kafka cluster"):
+        CoordinatorConfig(**on)
