@@ -8,7 +8,6 @@ import pytest
 
 from coordinator_server.rpc import apis
 from coordinator_server.rpc.apis import ApiHandler, Lookup
-from protocol.api_keys import ApiKey
 from protocol.errors import ApiError, ErrorCode
 from protocol.messages import (
     REQUEST_TYPES,
@@ -58,10 +57,13 @@ from protocol.transactions import (
 HANDLERS = [value for value in vars(apis).values() if isinstance(value, ApiHandler)]
 
 
-def test_every_api_of_the_contract_has_one_handler_with_its_message_types() -> None:
-    assert sorted(handler.request_type.API_KEY for handler in HANDLERS) == sorted(ApiKey)
+def test_every_version_of_the_contract_has_one_handler_with_its_message_types() -> None:
+    assert sorted(
+        (handler.request_type.API_KEY.value, handler.request_type.API_VERSION)
+        for handler in HANDLERS
+    ) == sorted(REQUEST_TYPES)
     for handler in HANDLERS:
-        key = (handler.request_type.API_KEY.value, 0)
+        key = (handler.request_type.API_KEY.value, handler.request_type.API_VERSION)
         assert handler.request_type is REQUEST_TYPES[key]
         assert handler.response_type is RESPONSE_TYPES[key]
         if handler.split is not None or handler.lookup is Lookup.EVERY_NODE:
