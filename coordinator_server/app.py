@@ -483,6 +483,7 @@ class CoordinatorApp:
             security=config.kafka_security,
             request_timeout_ms=config.offsets_commit_timeout_ms,
             max_queued_markers=config.transaction_max_queued_markers,
+            metadata_max_age_ms=config.metadata_max_age_ms,
         )
         await start_with_retries(
             "the transaction marker writer",

@@ -442,7 +442,8 @@ class CoordinatorConfig(BaseSettings):
         30000,
         ge=100,
         description="metadata.max.age.ms: how often the log topic's metadata is refreshed and "
-        "its partition count checked.",
+        "its partition count checked, and how long the data cluster's topic metadata is "
+        "trusted (the markers' leaders, the partition checks).",
         json_schema_extra=_in("log"),
     )
     append_failure_timeout_ms: int = Field(

@@ -345,18 +345,21 @@ class KafkaTxnMarkerWriter:
         self, topics: Sequence[tuple[str, Sequence[int]]]
     ) -> set[tuple[str, int]] | None:
         """Of `topics` (names and partition indexes), the partitions the cluster does not
-        have, from the metadata cached for the markers; None when a topic is not cached
-        (`unknown_partitions` asks the cluster)."""
+        have, from the metadata cached for the markers: an empty set when the cache has
+        every one; None when a topic is not cached or a partition is past a cached topic's
+        count (it may have grown since: `unknown_partitions` asks the cluster)."""
         leaders = self._leaders
         if leaders is None:
             return None
-        unknown: set[tuple[str, int]] = set()
         for topic, partitions in topics:
             entry = leaders.get(topic)
             if entry is None:
                 return None
-            unknown.update((topic, p) for p in partitions if p not in entry.leaders)
-        return unknown
+            known = entry.leaders
+            for p in partitions:
+                if p not in known:
+                    return None
+        return set()
 
     async def unknown_partitions(
         self, topics: Sequence[tuple[str, Sequence[int]]]
@@ -367,7 +370,12 @@ class KafkaTxnMarkerWriter:
         leaders = self._leaders
         if leaders is None:
             raise LeaderLookupError("the marker writer has not started")
-        missing = [topic for topic, _ in topics if leaders.get(topic) is None]
+        missing = [
+            topic
+            for topic, partitions in topics
+            if (entry := leaders.get(topic)) is None
+            or any(p not in entry.leaders for p in partitions)
+        ]
         fresh = await leaders.refresh(missing, self._request_timeout_s) if missing else {}
         unknown: set[tuple[str, int]] = set()
         for topic, partitions in topics:

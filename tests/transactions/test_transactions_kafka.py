@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from aiokafka.errors import ProducerFenced
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
 from apache_kafka import ApacheKafkaBroker
@@ -381,6 +381,15 @@ async def test_add_partitions_to_txn_refuses_what_the_cluster_lacks_as_kafka_doe
             (state,) = described.transaction_states
             assert (state.transaction_state, state.topics) == ("Empty", [])
             assert await add((out, [1])) == {(out, 1): ErrorCode.NONE}
+            # The topic grows: its new partition is taken at once, not once the metadata
+            # cached for the markers ages out.
+            admin = AIOKafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
+            await admin.start()
+            try:
+                await admin.create_partitions({out: NewPartitions(total_count=3)})
+            finally:
+                await admin.close()
+            assert await add((out, [2])) == {(out, 2): ErrorCode.NONE}
             started = asyncio.get_running_loop().time()
             ended = await client.end_txn(
                 EndTxnRequest(transactional_id=transactional_id, committed=True, **ids)
