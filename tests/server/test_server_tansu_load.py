@@ -7,12 +7,14 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 from aiokafka import AIOKafkaProducer
 from server_process import ServerProcess
 from tansu_broker import TansuBroker
-from wire_client import WireClient, fetch_body, fetched_offsets
+from wire_client import WireClient, commit_body, commit_errors, fetch_body, fetched_offsets
 
 from coordinator_server.records import encode_record, new_offset_commit_record
 from protocol.api_keys import ApiKey
@@ -88,3 +90,80 @@ async def test_a_long_history_loads_from_tansu(
             await client.close()
     finally:
         server.kill()
+
+
+RELOADED = re.compile(r"partition=(\d+) loaded (\d+) records .* \((\d+) records/s\)")
+
+
+def ready(server: ServerProcess) -> bool:
+    url = f"http://127.0.0.1:{server.metrics_port}/readyz"
+    try:
+        with urllib.request.urlopen(url, timeout=2) as reply:
+            return bool(reply.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+async def test_a_reload_after_a_broker_stall_finishes_on_tansu(
+    fresh_tansu_broker: TansuBroker, unique_topic: str
+) -> None:
+    """A 20 s stall of the broker under commits: every partition's appends fail for longer
+    than --append-failure-timeout-ms, so each leaves ACTIVE and is loaded again once the
+    log takes writes. Once the broker answers again, those loads finish over the whole
+    history, each logged with its records per second, and the groups commit again. They
+    stayed LOADING past 135 s when a load's fetches waited 1 ms."""
+    args = [
+        *server_args(fresh_tansu_broker, unique_topic),
+        "--offsets-commit-timeout-ms", "2000",
+        "--append-failure-timeout-ms", "5000",
+    ]  # fmt: skip
+    with ServerProcess(args):
+        pass
+    await write_history(fresh_tansu_broker, unique_topic)
+    # A group on each partition of the log.
+    groups = {partition_for(group, PARTITIONS): group for group in GROUPS}
+    assert len(groups) == PARTITIONS
+    with ServerProcess(args) as server:
+        client = await WireClient.connect(server.host, server.port)
+        try:
+            loop = asyncio.get_running_loop()
+            fresh_tansu_broker.pause()
+            try:
+                stall_ends = loop.time() + 20
+                offset = 0
+                while loop.time() < stall_ends:
+                    offset += 1
+                    await asyncio.gather(
+                        *(
+                            client.call(
+                                ApiKey.OFFSET_COMMIT,
+                                commit_body(group, {("orders", 0): offset}),
+                                timeout=30,
+                            )
+                            for group in groups.values()
+                        )
+                    )
+                    await asyncio.sleep(1)
+            finally:
+                fresh_tansu_broker.resume()
+            resumed = time.monotonic()
+            deadline = loop.time() + 60
+            while not await asyncio.to_thread(ready, server):
+                assert loop.time() < deadline, server.output()
+                await asyncio.sleep(0.2)
+            print(f"ready {time.monotonic() - resumed:.1f} s after the broker resumed")
+            reloaded = {
+                int(m[1]): (int(m[2]), int(m[3]))
+                for line in server.lines
+                if (m := RELOADED.search(line))
+            }
+            print("reloads (records, records/s):", reloaded)
+            assert set(reloaded) == set(groups), server.output()[-5000:]
+            assert all(records > 0 for records, _ in reloaded.values())
+            for group in groups.values():
+                committed = await client.call(
+                    ApiKey.OFFSET_COMMIT, commit_body(group, {("orders", 0): 10**6})
+                )
+                assert commit_errors(committed) == {("orders", 0): 0}
+        finally:
+            await client.close()
