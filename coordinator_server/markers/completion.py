@@ -42,7 +42,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
 
 from coordinator_server.markers.writer import DROPPED_ERRORS, FENCED_ERRORS, KafkaTxnMarkerWriter
@@ -259,7 +259,7 @@ class TxnCompletions:
                 log.warning(
                     "%s: its markers are fenced (%s): a newer coordinator ends it",
                     what,
-                    dict(outcome.errors),
+                    _some(outcome.errors),
                 )
                 return None
             # Only the partitions still owed; fenced ones are refused for good, as the
@@ -275,11 +275,7 @@ class TxnCompletions:
                     self._refused(completion, tuple(sorted(refused)), what)
                 return tuple(sorted(refused))
             if attempt == 0 or attempt % 20 == 0:
-                log.warning(
-                    "%s: markers refused (%s); retrying",
-                    what,
-                    {f"{t}-{p}": _name(c) for (t, p), c in outcome.errors.items()},
-                )
+                log.warning("%s: markers refused (%s); retrying", what, _some(outcome.errors))
             await self._backoff(attempt)
             attempt += 1
         return None
@@ -402,6 +398,13 @@ class TxnCompletions:
             -1.0 if started_ms < 0 else max(0, self._runtime.clock.now_ms() - started_ms) / 1000
         )
         self.metrics.transaction_completed(completion.committed, completion.timed_out, seconds)
+
+
+def _some(errors: Mapping[tuple[str, int], int]) -> str:
+    """A few partitions' errors, for a log line however many there are."""
+    named = [f"{topic}-{index}: {_name(code)}" for (topic, index), code in list(errors.items())[:5]]
+    more = len(errors) - len(named)
+    return ", ".join(named) + (f" and {more} more" if more > 0 else "")
 
 
 def _name(code: int) -> str:
