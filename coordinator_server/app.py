@@ -239,7 +239,10 @@ class CoordinatorApp:
                 ),
                 producer_id_start=producer_id_range[0],
                 producer_id_end=producer_id_range[1],
-                producer_ids_from_cluster=config.transaction_producer_id_range is None,
+                # Without a Kafka cluster (no transactions served, or a test's in-memory log),
+                # a range is all there is.
+                producer_ids_from_cluster=config.transaction_producer_id_range is None
+                and config.transactions_wanted,
                 num_partitions=num_partitions,
                 max_transactional_ids=config.max_transactional_ids,
                 max_partitions_per_transaction=config.max_partitions_per_transaction,
