@@ -533,6 +533,7 @@ class CoordinatorApp:
             concurrent_wait_ms=config.transaction_concurrent_wait_ms,
             partitions=writer,
             producer_ids=self.producer_ids,
+            max_partitions_per_transaction=config.max_partitions_per_transaction,
         )
         service.serve_transactions(transactions.handlers)
         completions.start()

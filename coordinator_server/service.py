@@ -199,6 +199,17 @@ class GroupCoordinatorService:
         """Requests answered in slices that are under way."""
         return len(self._sliced)
 
+    @property
+    def limits(self) -> RequestLimits:
+        """The limits requests keep to, which the transaction APIs share."""
+        return self._limits
+
+    @property
+    def sliced(self) -> SlicedRequests:
+        """What runs the requests answered in slices (the transaction APIs' too), so that
+        the shutdown stops every one of them."""
+        return self._sliced
+
     def serve_transactions(self, handlers: dict[int, Handler]) -> None:
         """Answer the transaction APIs too (the transaction coordinator's `handlers`), and
         FindCoordinator for transactional ids."""

@@ -123,6 +123,8 @@ class GroupCoordinatorShard:
         self.is_prepared = transactions.is_prepared
         self.describe_transactions = transactions.describe_transactions
         self.list_transactions = transactions.list_transactions
+        self.transactional_ids = transactions.transactional_ids
+        self.list_transactions_of = transactions.list_transactions_of
         # Transactional offsets: TxnOffsetCommit, and the end of a producer's transaction on
         # this log partition (our WriteTxnMarkers for our own log).
         self.transactional_offsets = transactional = TransactionalOffsetManager(

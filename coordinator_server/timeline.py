@@ -229,6 +229,24 @@ class TimelineDict(Generic[K, V]):
             if old is not MISSING:
                 yield key, cast(V, old)
 
+    def keys_at(self, offset: int) -> list[K]:
+        """The keys as of `offset`, in no particular order: a copy of the latest keys, set
+        right by the few changes made since."""
+        bound = 2 * offset
+        changed: dict[K, V | _Missing] = {}
+        for epoch, before in self._epochs:
+            if epoch >= bound:
+                for key, value in before.items():
+                    changed.setdefault(key, value)
+        if not changed:
+            return list(self._data)
+        data = self._data
+        added = {key for key, old in changed.items() if old is MISSING}
+        keys = [key for key in data if key not in added] if added else list(data)
+        # Keys deleted since `offset`.
+        keys.extend(key for key, old in changed.items() if old is not MISSING and key not in data)
+        return keys
+
     def is_empty_everywhere(self) -> bool:
         """Empty now and at every uncommitted point in the past."""
         return not self._data and not self._epochs

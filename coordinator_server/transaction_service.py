@@ -18,15 +18,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypeVar, cast
+from collections.abc import Callable, Generator, Iterator, Sequence
+from typing import Any, Final, Protocol, TypeVar, cast
 
+from coordinator_server import defaults
+from coordinator_server.groups.answer_sizes import ADDED_PARTITION_BYTES, added_topic_bytes
 from coordinator_server.offsets.transactional import (
     TransactionalCommit,
     TransactionalCommitAnswer,
     TransactionalCommitPartition,
     TransactionalCommitTopic,
 )
+from coordinator_server.request_limits import answer_too_large
 from coordinator_server.runtime.context import CoordinatorState
 from coordinator_server.runtime.events import WriteOutcome
 from coordinator_server.runtime.runtime import CoordinatorRuntime
@@ -36,14 +39,16 @@ from coordinator_server.service import (
     PendingReply,
     Reply,
     RequestContext,
+    _pending,
     _typed,
 )
 from coordinator_server.service_errors import map_operation_error
 from coordinator_server.shard import GroupCoordinatorShard
+from coordinator_server.slicing import PAUSE, SliceClock, Step, Steps
 from coordinator_server.transaction_views import TransactionViews
+from coordinator_server.transactions.metadata import TxnPartitions
 from coordinator_server.transactions.results import (
     AddOffsetsToTxnResult,
-    AddPartitionsToTxnResult,
     EndTxnResult,
     InitProducerIdResult,
     TxnCompletion,
@@ -68,6 +73,7 @@ from protocol.transactions import (
     InitProducerIdRequest,
     InitProducerIdResponse,
     ListTransactionsRequest,
+    ListTransactionsV1Request,
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
     TxnOffsetCommitResponsePartition,
@@ -82,6 +88,13 @@ from protocol.transactions import (
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+# AddPartitionsToTxn's items handled between two looks at the slice's clock: topics sized,
+# partitions counted or answered; and the partitions checked against the cluster's metadata
+# in one call.
+_TOPIC_CHUNK: Final = 1024
+_PARTITION_CHUNK: Final = 8192
+_CHECK_CHUNK: Final = 8192
 
 
 class Completions(Protocol):
@@ -191,6 +204,7 @@ class TransactionCoordinatorService:
         concurrent_wait_ms: int = 0,
         partitions: PartitionCatalog | None = None,
         producer_ids: ProducerIdSource | None = None,
+        max_partitions_per_transaction: int = defaults.MAX_PARTITIONS_PER_TRANSACTION,
     ) -> None:
         """`groups` is the group coordinator's service: the same partitions, the same
         routing (`partition_for`) and FindCoordinator; `log_topic` names the log in
@@ -199,8 +213,14 @@ class TransactionCoordinatorService:
         waits for its transactional id's previous transaction to end (see
         `_after_ending`); `partitions`: the data cluster's, which AddPartitionsToTxn checks
         (None: any partition is taken); `producer_ids`: where new producer ids come from
-        when the shards take them from the Kafka cluster (None: from their ranges)."""
+        when the shards take them from the Kafka cluster (None: from their ranges);
+        `max_partitions_per_transaction`: the shards' limit, which AddPartitionsToTxn
+        checks first against the request alone. The limits of requests and the running of
+        those answered in slices are the group coordinator's."""
         self._partitions = partitions
+        self._max_partitions_per_transaction = max_partitions_per_transaction
+        self._limits = groups.limits
+        self._sliced = groups.sliced
         self._producer_ids = producer_ids
         # What an answer waits on (a metadata check, a producer id), held until done: the
         # loop keeps only a weak reference to a task.
@@ -217,6 +237,8 @@ class TransactionCoordinatorService:
             groups.partition_for,
             log_topic=log_topic,
             refused=lambda transactional_id: self._refused_id(transactional_id) is not None,
+            limits=groups.limits,
+            sliced=groups.sliced,
         )
         self.handlers: dict[int, Handler] = {
             ApiKey.INIT_PRODUCER_ID: _typed(InitProducerIdRequest, self.init_producer_id),
@@ -429,126 +451,157 @@ class TransactionCoordinatorService:
     def add_partitions_to_txn(
         self, request: AddPartitionsToTxnRequest, ctx: RequestContext
     ) -> Reply:
-        def error(code: ErrorCode, message: str | None = None) -> AddPartitionsToTxnResponse:
-            # Every partition answered with the code, as Kafka's response does.
-            return AddPartitionsToTxnResponse(
-                error_code=code,
-                error_message=message,
-                results_by_topic=[
-                    AddPartitionsToTxnResponseTopic(
-                        name=topic.name,
-                        results_by_partition=[
-                            AddPartitionsToTxnResponsePartition(
-                                partition_index=p, partition_error_code=code
-                            )
-                            for p in topic.partitions
-                        ],
-                    )
-                    for topic in request.topics
-                ],
-            )
+        """The request's partitions join its transaction, with bounded work however many it
+        names: see `_add_partitions`."""
+        return _pending(self._sliced.run(lambda clock: self._add_partitions(request, clock)))
 
+    def _add_partitions(self, request: AddPartitionsToTxnRequest, clock: SliceClock) -> Steps:
+        """AddPartitionsToTxn in slices. What the request alone decides comes first, before
+        any work on the state or the cluster's metadata: an invalid transactional id, more
+        distinct partitions than a transaction may hold (POLICY_VIOLATION, as the shard
+        answers a transaction that would grow past it), an answer larger than
+        `max_response_bytes` (it names every partition as the request does). Then the
+        partitions are checked against the cluster's metadata a part at a time and written
+        as one set made beforehand, so that the write itself does little, and the answer is
+        built a part at a time."""
+        topics = request.topics
+        limits = self._limits
+        # What the answer takes, from the request alone.
+        size = 0
+        for start in range(0, len(topics), _TOPIC_CHUNK):
+            for topic in topics[start : start + _TOPIC_CHUNK]:
+                size += added_topic_bytes(topic.name) + len(topic.partitions) * (
+                    ADDED_PARTITION_BYTES
+                )
+            if clock.due():
+                yield PAUSE
+        fits = size <= limits.answer_items_bytes
         refusal = self._refused_id(request.transactional_id)
         if refusal is not None:
-            return error(ErrorCode.INVALID_REQUEST, refusal)
-
-        def to_message(result: AddPartitionsToTxnResult) -> Message:
-            return AddPartitionsToTxnResponse(
-                results_by_topic=[
-                    AddPartitionsToTxnResponseTopic(
-                        name=topic,
-                        results_by_partition=[
-                            AddPartitionsToTxnResponsePartition(
-                                partition_index=partition, partition_error_code=code
-                            )
-                            for partition, code in partitions
-                        ],
+            return (yield from _added(request, ErrorCode.INVALID_REQUEST, refusal, fits, clock))
+        # Each topic's partitions as a set: counted once however often they are named.
+        most = self._max_partitions_per_transaction
+        by_topic: dict[str, set[int]] = {}
+        distinct = 0
+        work = 0
+        for topic in topics:
+            indexes = by_topic.get(topic.name)
+            if indexes is None:
+                indexes = by_topic[topic.name] = set()
+            named = topic.partitions
+            for start in range(0, len(named), _PARTITION_CHUNK):
+                before = len(indexes)
+                chunk = named[start : start + _PARTITION_CHUNK]
+                indexes.update(chunk)
+                distinct += len(indexes) - before
+                if distinct > most:
+                    message = (
+                        f"the request names more than {most} distinct partitions, more than a "
+                        "transaction may hold (max_partitions_per_transaction)"
                     )
-                    for topic, partitions in result.topics
-                ]
-            )
-
-        topics = [(topic.name, topic.partitions) for topic in request.topics]
-
-        def send() -> Reply:
-            outcome = self._runtime.write(
-                "add-partitions-to-txn",
-                self._groups.partition_for(request.transactional_id),
-                lambda shard: shard.add_partitions_to_txn(
-                    request.transactional_id, request.producer_id, request.producer_epoch, topics
-                ),
-            )
-            return self._answer("add-partitions-to-txn", outcome, to_message, error)
-
-        def refused(unknown: set[tuple[str, int]]) -> Message:
-            # Kafka's answer: the partitions its metadata lacks, and nothing of the rest done.
-            return AddPartitionsToTxnResponse(
-                results_by_topic=[
-                    AddPartitionsToTxnResponseTopic(
-                        name=topic,
-                        results_by_partition=[
-                            AddPartitionsToTxnResponsePartition(
-                                partition_index=p,
-                                partition_error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                                if (topic, p) in unknown
-                                else ErrorCode.OPERATION_NOT_ATTEMPTED,
-                            )
-                            for p in partitions
-                        ],
+                    return (
+                        yield from _added(request, ErrorCode.POLICY_VIOLATION, message, fits, clock)
                     )
-                    for topic, partitions in topics
-                ]
-            )
-
-        def checked() -> Reply:
-            return self._after_ending(request.transactional_id, send)
+                work += len(chunk)
+                if work >= _PARTITION_CHUNK:
+                    work = 0
+                    if clock.due():
+                        yield PAUSE
+            work += 1
+            if work >= _PARTITION_CHUNK:
+                work = 0
+                if clock.due():
+                    yield PAUSE
+        if not fits:
+            code, message = answer_too_large(size, limits)
+            return AddPartitionsToTxnResponse(error_code=code, error_message=message)
+        # Each topic's set frozen and sorted once, here: the write then only joins sets.
+        frozen: dict[str, frozenset[int]] = {}
+        sorted_indexes: dict[str, tuple[int, ...]] = {}
+        work = 0
+        for name, indexes in by_topic.items():
+            if indexes:
+                frozen[name] = frozen_indexes = frozenset(indexes)
+                sorted_indexes[name] = tuple(sorted(frozen_indexes))
+            work += len(indexes) + 1
+            if work >= _PARTITION_CHUNK:
+                work = 0
+                if clock.due():
+                    yield PAUSE
+        del by_topic
+        partitions = TxnPartitions(frozen, sorted_indexes)
 
         catalog = self._partitions
-        if catalog is None:
-            return checked()
-        unknown = catalog.unknown_partitions_now(topics)
-        if unknown is None:
-            return self._after_asking(catalog, topics, refused, error, checked)
-        return refused(unknown) if unknown else checked()
-
-    def _after_asking(
-        self,
-        catalog: PartitionCatalog,
-        topics: Sequence[tuple[str, Sequence[int]]],
-        refused: Callable[[set[tuple[str, int]]], Message],
-        error: Callable[[ErrorCode, str | None], Message],
-        checked: Callable[[], Reply],
-    ) -> Reply:
-        """`checked()` once the cluster said that every partition of `topics` exists;
-        `refused` with those it lacks; COORDINATOR_NOT_AVAILABLE (retriable) when it does
-        not answer."""
-        loop = asyncio.get_running_loop()
-        reply: asyncio.Future[Message] = loop.create_future()
-
-        def asked(done: asyncio.Future[set[tuple[str, int]]]) -> None:
-            if reply.done():
-                return
-            failure = None if done.cancelled() else done.exception()
-            if done.cancelled() or failure is not None:
-                reply.set_result(
-                    error(
-                        ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                        f"the cluster's partitions cannot be read now: {failure!r}",
-                    )
-                )
-                return
-            unknown = done.result()
+        if catalog is not None:
+            unknown: set[tuple[str, int]] = set()
+            for piece in _pieces(sorted_indexes, _CHECK_CHUNK):
+                found = catalog.unknown_partitions_now(piece)
+                if found is None:
+                    asking = asyncio.ensure_future(catalog.unknown_partitions(piece))
+                    # Held until done: the loop keeps only a weak reference to a task.
+                    self._asking.add(asking)
+                    asking.add_done_callback(self._asking.discard)
+                    if not asking.done():
+                        yield [asking]
+                    failure = _failure(asking)
+                    if failure is not None:
+                        return (
+                            yield from _added(
+                                request,
+                                ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                f"the cluster's partitions cannot be read now: {failure!r}",
+                                True,
+                                clock,
+                            )
+                        )
+                    found = asking.result()
+                unknown |= found
+                if clock.due():
+                    yield PAUSE
             if unknown:
-                reply.set_result(refused(unknown))
-                return
-            _reply_with(reply, checked)
+                # Kafka's answer: the partitions its metadata lacks, and nothing of the rest
+                # done.
+                return (yield from _added(request, ErrorCode.NONE, None, True, clock, unknown))
 
-        asking = asyncio.ensure_future(catalog.unknown_partitions(topics))
-        # Held until done: the loop keeps only a weak reference to a task.
-        self._asking.add(asking)
-        asking.add_done_callback(self._asking.discard)
-        asking.add_done_callback(asked)
-        return PendingReply(reply)
+        # While the transactional id's previous transaction is being ended here, the write
+        # waits for that end, or `concurrent_wait_ms` (see `_after_ending`).
+        ending = self._completions.ending(request.transactional_id)
+        if ending is not None and self._concurrent_wait_s > 0:
+            loop = asyncio.get_running_loop()
+            waited: asyncio.Future[None] = loop.create_future()
+
+            def stop_waiting(_: object = None) -> None:
+                if not waited.done():
+                    waited.set_result(None)
+
+            timer = loop.call_later(self._concurrent_wait_s, stop_waiting)
+            ending.add_done_callback(stop_waiting)
+            try:
+                yield [waited]
+            finally:
+                timer.cancel()
+                ending.remove_done_callback(stop_waiting)
+
+        outcome = self._runtime.write(
+            "add-partitions-to-txn",
+            self._groups.partition_for(request.transactional_id),
+            lambda shard: shard.add_partitions_to_txn(
+                request.transactional_id, request.producer_id, request.producer_epoch, partitions
+            ),
+        )
+        result = outcome.response
+        error = outcome.error
+        future = outcome.future
+        if future is not None:
+            if not future.done():
+                yield [future]
+            error = _failure(future)
+            result = None if error is not None else future.result()
+        if error is not None:
+            code, why = map_operation_error("add-partitions-to-txn", error)
+            return (yield from _added(request, code, why, True, clock))
+        assert result is not None
+        return (yield from _added(request, ErrorCode.NONE, None, True, clock, each=result.error))
 
     def add_offsets_to_txn(self, request: AddOffsetsToTxnRequest, ctx: RequestContext) -> Reply:
         def error(code: ErrorCode, message: str | None = None) -> AddOffsetsToTxnResponse:
@@ -858,10 +911,97 @@ class TransactionCoordinatorService:
     ) -> Reply:
         return self._views.describe_transactions(request)
 
-    def list_transactions(self, request: ListTransactionsRequest, ctx: RequestContext) -> Reply:
+    def list_transactions(
+        self, request: ListTransactionsRequest | ListTransactionsV1Request, ctx: RequestContext
+    ) -> Reply:
         return self._views.list_transactions(request)
 
 
 def _settle(reply: asyncio.Future[Message], answer: Callable[[], Message]) -> None:
     if not reply.done():
         reply.set_result(answer())
+
+
+def _added(
+    request: AddPartitionsToTxnRequest,
+    error: ErrorCode,
+    message: str | None,
+    fits: bool,
+    clock: SliceClock,
+    unknown: set[tuple[str, int]] | None = None,
+    *,
+    each: int | None = None,
+) -> Generator[Step, None, AddPartitionsToTxnResponse]:
+    """AddPartitionsToTxn's answer, built a part at a time: `error` at the top (with
+    `message`), and every partition of the request answered `each` (by default `error`), as
+    Kafka's response does; with `unknown`, the partitions the cluster lacks answered
+    UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED. An answer that does
+    not fit (`fits` False) names no partition: it is the error at the top alone."""
+    if not fits:
+        return AddPartitionsToTxnResponse(error_code=error, error_message=message)
+    code = error if each is None else each
+    results: list[AddPartitionsToTxnResponseTopic] = []
+    work = 0
+    for topic in request.topics:
+        name = topic.name
+        indexes = topic.partitions
+        answered: list[AddPartitionsToTxnResponsePartition] = []
+        for start in range(0, len(indexes), _PARTITION_CHUNK):
+            chunk = indexes[start : start + _PARTITION_CHUNK]
+            if unknown is None:
+                answered.extend(
+                    [
+                        AddPartitionsToTxnResponsePartition(
+                            partition_index=p, partition_error_code=code
+                        )
+                        for p in chunk
+                    ]
+                )
+            else:
+                answered.extend(
+                    [
+                        AddPartitionsToTxnResponsePartition(
+                            partition_index=p,
+                            partition_error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                            if (name, p) in unknown
+                            else ErrorCode.OPERATION_NOT_ATTEMPTED,
+                        )
+                        for p in chunk
+                    ]
+                )
+            work += len(chunk)
+            if work >= _PARTITION_CHUNK:
+                work = 0
+                if clock.due():
+                    yield PAUSE
+        results.append(AddPartitionsToTxnResponseTopic(name=name, results_by_partition=answered))
+        work += 1
+    return AddPartitionsToTxnResponse(
+        error_code=error, error_message=message, results_by_topic=results
+    )
+
+
+def _pieces(
+    sorted_indexes: dict[str, tuple[int, ...]], size: int
+) -> Iterator[list[tuple[str, tuple[int, ...]]]]:
+    """The partitions of `sorted_indexes`, `size` at most in each piece: (topic, indexes)."""
+    piece: list[tuple[str, tuple[int, ...]]] = []
+    room = size
+    for name, indexes in sorted_indexes.items():
+        start = 0
+        while start < len(indexes):
+            part = indexes[start : start + room]
+            piece.append((name, part))
+            start += len(part)
+            room -= len(part)
+            if room == 0:
+                yield piece
+                piece, room = [], size
+    if piece:
+        yield piece
+
+
+def _failure(future: asyncio.Future[Any]) -> BaseException | None:
+    if future.cancelled():
+        return asyncio.CancelledError()
+    return future.exception()

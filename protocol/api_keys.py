@@ -68,7 +68,7 @@ SUPPORTED_VERSIONS: Final[Mapping[ApiKey, tuple[int, int]]] = MappingProxyType(
         ApiKey.OFFSET_DELETE: (0, 0),
         ApiKey.DESCRIBE_CLUSTER: (0, 0),
         ApiKey.DESCRIBE_TRANSACTIONS: (0, 1),
-        ApiKey.LIST_TRANSACTIONS: (0, 0),
+        ApiKey.LIST_TRANSACTIONS: (0, 1),
     }
 )
 """(min_version, max_version) per api key, both inclusive."""

@@ -20,6 +20,9 @@ Where the bodies leave Kafka's newest version (docs/PROTOCOL.md says the same):
   contract: the coordinator keeps offsets by topic name.
 - WriteTxnMarkers is between nodes: `topics[].name` is the name of the log topic and
   `partition_indexes` are partitions of that log.
+- DescribeTransactions version 1 (each state's markers refused for good) and
+  ListTransactions version 1 (the list in pages: `cursor`, `next_cursor`) are the contract's
+  own versions.
 
 A transactional id is routed like a group id: `protocol.hashing.partition_for` of it, found
 with FindCoordinator key_type 1.
@@ -60,6 +63,8 @@ __all__ = [
     "ListTransactionsRequest",
     "ListTransactionsResponse",
     "ListTransactionsResponseState",
+    "ListTransactionsV1Request",
+    "ListTransactionsV1Response",
     "TxnOffsetCommitRequest",
     "TxnOffsetCommitRequestPartition",
     "TxnOffsetCommitRequestTopic",
@@ -412,6 +417,28 @@ class ListTransactionsResponse(Message, kw_only=True):
     transaction_states: list[ListTransactionsResponseState] = msgspec.field(default_factory=list)
 
 
+# ListTransactions version 1 (the contract's own, after Kafka's DescribeTopicPartitions,
+# KIP-966): the list in pages. A node walks its transactional ids in one order (by the log
+# partition of the id, then the id), and answers as many as fit its largest answer.
+
+
+class ListTransactionsV1Request(ListTransactionsRequest, kw_only=True):
+    API_KEY: ClassVar[ApiKey] = ApiKey.LIST_TRANSACTIONS
+    API_VERSION: ClassVar[int] = 1
+
+    # Where the page starts: a transactional id (the `next_cursor` of the page before); None:
+    # at the beginning.
+    cursor: str | None = None
+
+
+class ListTransactionsV1Response(ListTransactionsResponse, kw_only=True):
+    API_KEY: ClassVar[ApiKey] = ApiKey.LIST_TRANSACTIONS
+    API_VERSION: ClassVar[int] = 1
+
+    # Where the next page starts (the cursor to send); None: the list is whole.
+    next_cursor: str | None = None
+
+
 TRANSACTION_MESSAGE_PAIRS: Final = (
     (InitProducerIdRequest, InitProducerIdResponse),
     (AddPartitionsToTxnRequest, AddPartitionsToTxnResponse),
@@ -422,5 +449,6 @@ TRANSACTION_MESSAGE_PAIRS: Final = (
     (DescribeTransactionsRequest, DescribeTransactionsResponse),
     (DescribeTransactionsV1Request, DescribeTransactionsV1Response),
     (ListTransactionsRequest, ListTransactionsResponse),
+    (ListTransactionsV1Request, ListTransactionsV1Response),
 )
 """(request, response) of each transaction API, which `protocol.messages` registers."""

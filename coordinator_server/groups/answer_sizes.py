@@ -7,12 +7,13 @@ what the server encodes (strings counted in UTF-8 bytes, every integer at its wi
 its value is not known yet), so that a sum of them bounds the encoded answer from above.
 
 Each part's size is the size of the part with every field empty, measured once by encoding
-it, plus what its variable fields add. Pure: used by the group and offset managers and by the
-service.
+it, plus what its variable fields add. Pure: used by the group and offset managers, by the
+service and by the transaction APIs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from typing import Final
 
 from protocol.envelope import encode_body
@@ -32,6 +33,15 @@ from protocol.messages import (
     OffsetFetchResponsePartition,
     OffsetFetchResponseTopic,
 )
+from protocol.transactions import (
+    AddPartitionsToTxnResponsePartition,
+    AddPartitionsToTxnResponseTopic,
+    DescribeTransactionsResponseState,
+    DescribeTransactionsResponseTopic,
+    DescribeTransactionsV1ResponseRefusedMarker,
+    DescribeTransactionsV1ResponseState,
+    ListTransactionsResponseState,
+)
 
 # What an answer's envelope adds to its body: the array of two, the correlation id at its
 # widest, and room for the frame's length.
@@ -41,6 +51,8 @@ ENVELOPE_BYTES: Final = 16
 # empty: int32 (5 bytes) and int64 (9 bytes).
 INT32_EXTRA: Final = 4
 INT64_EXTRA: Final = 8
+# An error code (int16) at its widest.
+INT16_EXTRA: Final = 2
 
 # What a list of items adds beyond the 1 byte it takes empty: array 32's header at most.
 ARRAY_EXTRA: Final = 4
@@ -101,6 +113,13 @@ _FETCHED_TOPIC: Final = _empty(OffsetFetchResponseTopic())
 _FETCHED_PARTITION: Final = _empty(OffsetFetchResponsePartition(committed_offset=0))
 _DELETED_OFFSETS_TOPIC: Final = _empty(OffsetDeleteResponseTopic())
 _DELETED_OFFSET: Final = _empty(OffsetDeleteResponsePartition())
+_ADDED_TOPIC: Final = _empty(AddPartitionsToTxnResponseTopic())
+_ADDED_PARTITION: Final = _empty(AddPartitionsToTxnResponsePartition())
+_DESCRIBED_TXN: Final = _empty(DescribeTransactionsResponseState())
+_DESCRIBED_TXN_V1: Final = _empty(DescribeTransactionsV1ResponseState())
+_DESCRIBED_TXN_TOPIC: Final = _empty(DescribeTransactionsResponseTopic())
+_REFUSED_MARKER: Final = _empty(DescribeTransactionsV1ResponseRefusedMarker())
+_LISTED_TXN: Final = _empty(ListTransactionsResponseState())
 
 # A top-level answer: a map of a few fields around the list of items, the widest error
 # message the server writes included.
@@ -119,6 +138,14 @@ FETCHED_PARTITION_BYTES: Final = _FETCHED_PARTITION + INT32_EXTRA + INT64_EXTRA 
 """A partition of an OffsetFetch answer, its metadata empty, its integers at their widest."""
 DELETED_OFFSETS_TOPIC_MIN_BYTES: Final = _DELETED_OFFSETS_TOPIC + ARRAY_EXTRA
 DELETED_OFFSET_BYTES: Final = _DELETED_OFFSET + INT32_EXTRA
+ADDED_PARTITION_BYTES: Final = _ADDED_PARTITION + INT32_EXTRA + INT16_EXTRA
+"""A partition of an AddPartitionsToTxn answer, its index and error code at their widest."""
+DESCRIBED_TRANSACTION_MIN_BYTES: Final = _DESCRIBED_TXN + INT16_EXTRA
+DESCRIBED_TRANSACTION_V1_MIN_BYTES: Final = _DESCRIBED_TXN_V1 + INT16_EXTRA
+"""A state of a DescribeTransactions answer (of version 0 or 1) with empty fields and its
+error code at its widest: what each transactional id named costs at least, besides the id."""
+LISTED_TRANSACTION_MIN_BYTES: Final = _LISTED_TXN + INT64_EXTRA
+"""A state of a ListTransactions answer, its producer id at its widest, id and state empty."""
 
 
 def described_group_bytes(group: DescribeGroupsResponseGroup) -> int:
@@ -205,3 +232,39 @@ def fetched_partition_bytes(metadata: str | None) -> int:
 
 def deleted_offsets_topic_bytes(name: str) -> int:
     return DELETED_OFFSETS_TOPIC_MIN_BYTES + str_extra(name)
+
+
+def added_topic_bytes(name: str) -> int:
+    """A topic of an AddPartitionsToTxn answer, without its partitions."""
+    return _ADDED_TOPIC + ARRAY_EXTRA + str_extra(name)
+
+
+def described_transaction_extra_bytes(
+    state: str,
+    topics: Iterable[tuple[str, Sequence[int]]],
+    refused_markers: Sequence[tuple[str, int, int]],
+) -> int:
+    """What a described transaction adds to the least its state costs: the state's name,
+    its integers at their widest, its topics and partitions, and (version 1) the markers
+    refused for good."""
+    size = str_extra(state) + INT32_EXTRA + 2 * INT64_EXTRA + INT16_EXTRA
+    first = True
+    for topic, partitions in topics:
+        if first:
+            size += ARRAY_EXTRA
+            first = False
+        size += (
+            _DESCRIBED_TXN_TOPIC
+            + str_extra(topic)
+            + ARRAY_EXTRA
+            + len(partitions) * (1 + INT32_EXTRA)
+        )
+    if refused_markers:
+        size += ARRAY_EXTRA + len(refused_markers) * (_REFUSED_MARKER + INT32_EXTRA + INT16_EXTRA)
+        for topic, _, _ in refused_markers:
+            size += str_extra(topic)
+    return size
+
+
+def listed_transaction_bytes(transactional_id: str, state: str) -> int:
+    return LISTED_TRANSACTION_MIN_BYTES + str_extra(transactional_id) + str_extra(state)

@@ -74,6 +74,8 @@ from protocol.transactions import (
     ListTransactionsRequest,
     ListTransactionsResponse,
     ListTransactionsResponseState,
+    ListTransactionsV1Request,
+    ListTransactionsV1Response,
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
     WriteTxnMarkersRequest,
@@ -97,6 +99,7 @@ __all__ = [
     "LEAVE_GROUP",
     "LIST_GROUPS",
     "LIST_TRANSACTIONS",
+    "LIST_TRANSACTIONS_V1",
     "OFFSET_COMMIT",
     "OFFSET_DELETE",
     "OFFSET_FETCH",
@@ -299,6 +302,27 @@ def _join_listed_transactions(
             seen.setdefault(state.transactional_id, state)
     return ListTransactionsResponse(
         unknown_state_filters=list(unknown), transaction_states=list(seen.values())
+    )
+
+
+def _join_listed_pages(
+    request: ListTransactionsV1Request, pages: list[ListTransactionsV1Response]
+) -> ListTransactionsV1Response:
+    # The nodes' lists joined as version 0's are, when each page is its node's whole list:
+    # a node's next pages are for `CoordinatorClient.list_transactions` to follow.
+    for page in pages:
+        if page.error_code != ErrorCode.NONE:
+            return page
+        if page.next_cursor is not None:
+            raise error_for_code(
+                ErrorCode.UNKNOWN_SERVER_ERROR,
+                "ListTransactions: a node's list has more pages (CoordinatorClient."
+                "list_transactions follows them)",
+            )
+    joined = _join_listed_transactions(request, list(pages))
+    return ListTransactionsV1Response(
+        unknown_state_filters=joined.unknown_state_filters,
+        transaction_states=joined.transaction_states,
     )
 
 
@@ -530,3 +554,12 @@ LIST_TRANSACTIONS: Final = ApiHandler(
     retry_code=_top_level_retry,
     join=_join_listed_transactions,
 )
+LIST_TRANSACTIONS_V1: Final = ApiHandler(
+    ListTransactionsV1Request,
+    ListTransactionsV1Response,
+    Lookup.EVERY_NODE,
+    retry_code=_top_level_retry,
+    join=_join_listed_pages,
+)
+"""Version 1: a page of one node's list (`CoordinatorClient.list_transactions` reads every
+page of every node, and joins them as LIST_TRANSACTIONS joins the nodes' lists)."""

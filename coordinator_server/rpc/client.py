@@ -19,7 +19,7 @@ from coordinator_server.rpc import apis
 from coordinator_server.rpc.apis import single
 from coordinator_server.rpc.errors import OffsetCommitError, OffsetDeleteError
 from coordinator_server.rpc.nodes import Node, build_ssl_context, parse_bootstrap
-from coordinator_server.rpc.request_path import RequestPath
+from coordinator_server.rpc.request_path import RequestPath, _gather_all
 from coordinator_server.rpc.requests import (
     commit_topics,
     delete_topics,
@@ -27,6 +27,7 @@ from coordinator_server.rpc.requests import (
     partition_errors,
     raise_for_code,
 )
+from protocol.errors import ErrorCode, error_for_code
 from protocol.messages import (
     ApiVersionsRequest,
     ApiVersionsResponse,
@@ -74,6 +75,9 @@ from protocol.transactions import (
     InitProducerIdResponse,
     ListTransactionsRequest,
     ListTransactionsResponse,
+    ListTransactionsResponseState,
+    ListTransactionsV1Request,
+    ListTransactionsV1Response,
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
     WriteTxnMarkersRequest,
@@ -380,18 +384,79 @@ class CoordinatorClient(RequestPath):
         """ListTransactions (66), asked of every node of the cluster and merged as
         `list_groups` is; a node's error answer is returned. With `node`, asked of that node
         alone: the transactions it coordinates (as Kafka's admin client lists them by
-        broker)."""
-        api = apis.LIST_TRANSACTIONS
+        broker).
+
+        A node's list is read in pages (version 1: each page's `next_cursor` sent back
+        until the list is whole, each page asked within `timeout_ms` of its own), so that a
+        node holding more transactions than one answer can take lists them all; a server
+        that does not serve version 1 (it answers UNSUPPORTED_VERSION) is asked version 0,
+        the whole list in one answer. A request of version 1 starts at its `cursor`."""
         request = request or ListTransactionsRequest()
-        if node is None:
-            return await self._call(api, request, timeout_ms)
+        if node is not None:
+            return await self._list_transactions_of(node.address, request, timeout_ms)
         deadline = asyncio.get_running_loop().time() + self._timeout_s(timeout_ms)
-        return await self._call_with_retries(
-            functools.partial(self._send, node.address, request, api.response_type),
-            api.retry_code,
-            deadline,
-            what=f"{api.name}({node.host}:{node.port})",
+        answers = await _gather_all(
+            self._list_transactions_of(address, request, timeout_ms)
+            for address in await self._every_node(deadline)
         )
+        join = apis.LIST_TRANSACTIONS.join
+        assert join is not None
+        return join(request, answers)
+
+    async def _list_transactions_of(
+        self, address: tuple[str, int], request: ListTransactionsRequest, timeout_ms: int | None
+    ) -> ListTransactionsResponse:
+        """Every page of one node's list, as one answer of version 0's shape."""
+        loop = asyncio.get_running_loop()
+        api = apis.LIST_TRANSACTIONS_V1
+        what = f"{api.name}({address[0]}:{address[1]})"
+        cursor = request.cursor if isinstance(request, ListTransactionsV1Request) else None
+        states: list[ListTransactionsResponseState] = []
+        while True:
+            page_request = ListTransactionsV1Request(
+                state_filters=request.state_filters,
+                producer_id_filters=request.producer_id_filters,
+                duration_filter=request.duration_filter,
+                transactional_id_pattern=request.transactional_id_pattern,
+                cursor=cursor,
+            )
+            page = await self._call_with_retries(
+                functools.partial(self._send, address, page_request, ListTransactionsV1Response),
+                api.retry_code,
+                loop.time() + self._timeout_s(timeout_ms),
+                what=what,
+            )
+            if page.error_code == ErrorCode.UNSUPPORTED_VERSION and not states:
+                # A server of the contract's first version: its list comes in one answer.
+                whole = ListTransactionsRequest(
+                    state_filters=request.state_filters,
+                    producer_id_filters=request.producer_id_filters,
+                    duration_filter=request.duration_filter,
+                    transactional_id_pattern=request.transactional_id_pattern,
+                )
+                return await self._call_with_retries(
+                    functools.partial(self._send, address, whole, ListTransactionsResponse),
+                    apis.LIST_TRANSACTIONS.retry_code,
+                    loop.time() + self._timeout_s(timeout_ms),
+                    what=f"{apis.LIST_TRANSACTIONS.name}({address[0]}:{address[1]})",
+                )
+            if page.error_code != ErrorCode.NONE:
+                return ListTransactionsResponse(
+                    error_code=page.error_code, error_message=page.error_message
+                )
+            states.extend(page.transaction_states)
+            if page.next_cursor is None:
+                return ListTransactionsResponse(
+                    unknown_state_filters=page.unknown_state_filters, transaction_states=states
+                )
+            if not page.transaction_states:
+                # Every page the server answers lists at least one transaction: one that does
+                # not would be asked again and again.
+                raise error_for_code(
+                    ErrorCode.UNKNOWN_SERVER_ERROR,
+                    f"{what}: a page of no transaction before {page.next_cursor!r}",
+                )
+            cursor = page.next_cursor
 
     # Helpers in Kafka's terms
 

@@ -22,7 +22,7 @@ transactions still owed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 
 from coordinator_server.records import (
     CoordinatorRecord,
@@ -37,6 +37,7 @@ from coordinator_server.transactions.metadata import (
     COMPLETE_ABORT,
     COMPLETE_COMMIT,
     DEAD,
+    NO_PARTITIONS,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     ONGOING,
@@ -44,12 +45,11 @@ from coordinator_server.transactions.metadata import (
     PREPARE_COMMIT,
     PREPARE_EPOCH_FENCE,
     IllegalTransitionError,
-    TopicPartition,
     TransactionMetadata,
     TransactionState,
+    TxnPartitions,
     check_transition,
     is_epoch_exhausted,
-    topic_partitions,
 )
 from coordinator_server.transactions.producer_ids import (
     ProducerIdManager,
@@ -296,23 +296,18 @@ class TransactionManager:
         transactional_id: str,
         producer_id: int,
         producer_epoch: int,
-        topics: Sequence[tuple[str, Sequence[int]]],
+        topics: TxnPartitions | Sequence[tuple[str, Sequence[int]]],
     ) -> CoordinatorResult[AddPartitionsToTxnResult]:
         """Kafka's handleAddPartitionsToTransaction: the partitions join the transaction,
-        which becomes Ongoing. One error for every partition, as Kafka answers."""
-        partitions = frozenset(
-            (topic, partition) for topic, indexes in topics for partition in indexes
-        )
+        which becomes Ongoing. One error for every partition, as Kafka answers. The
+        partitions may come as a `TxnPartitions` made beforehand: the work done here is
+        then a copy of the transaction's map of topics, and set operations on the topics
+        the request names."""
+        partitions = topics if isinstance(topics, TxnPartitions) else TxnPartitions.of(topics)
         error, records = self._add_to_transaction(
             transactional_id, producer_id, producer_epoch, partitions, frozenset()
         )
-        answer = AddPartitionsToTxnResult(
-            tuple(
-                (topic, tuple((partition, error) for partition in indexes))
-                for topic, indexes in topics
-            )
-        )
-        return CoordinatorResult(records, answer)
+        return CoordinatorResult(records, AddPartitionsToTxnResult(error))
 
     def add_offsets_to_txn(
         self,
@@ -331,7 +326,7 @@ class TransactionManager:
             transactional_id,
             producer_id,
             producer_epoch,
-            frozenset(),
+            NO_PARTITIONS,
             frozenset((group_log_partition,)),
         )
         return CoordinatorResult(records, AddOffsetsToTxnResult(error))
@@ -341,7 +336,7 @@ class TransactionManager:
         transactional_id: str,
         producer_id: int,
         producer_epoch: int,
-        partitions: frozenset[TopicPartition],
+        partitions: TxnPartitions,
         log_partitions: frozenset[int],
     ) -> tuple[int, list[CoordinatorRecord]]:
         if not transactional_id:
@@ -359,7 +354,8 @@ class TransactionManager:
             and log_partitions <= txn.log_partitions
         ):
             return NONE, []
-        if len(txn.partitions | partitions) > self.config.max_partitions_per_transaction:
+        most = self.config.max_partitions_per_transaction
+        if len(txn.partitions) + len(partitions) > most and len(txn.partitions | partitions) > most:
             return ErrorCode.POLICY_VIOLATION, []
         target = txn.prepare_add_partitions(partitions, log_partitions, self._clock.now_ms())
         check_transition(txn, target)
@@ -575,12 +571,48 @@ class TransactionManager:
                     txn.txn_start_timestamp_ms,
                     txn.producer_id,
                     txn.producer_epoch,
-                    topic_partitions(txn.partitions),
+                    txn.partitions.by_topic(),
                     tuple(sorted(txn.log_partitions)),
                     txn.refused_markers,
                 )
             )
         return described
+
+    def transactional_ids(self, committed_offset: int | None = None) -> list[str]:
+        """The transactional ids held now, or as of `committed_offset`, in no particular
+        order: what a listing walks, a part at a time (`list_transactions_of`)."""
+        if committed_offset is None:
+            return list(self._transactions)
+        return self._transactions.keys_at(committed_offset)
+
+    def list_transactions_of(
+        self,
+        transactional_ids: Iterable[str],
+        states: Collection[TransactionState] | None,
+        producer_id_filters: Collection[int],
+        duration_filter_ms: int = -1,
+        committed_offset: int | None = None,
+    ) -> list[ListedTransaction]:
+        """Of `transactional_ids`, in their order, those held and in one of `states` (None:
+        any), of one of `producer_id_filters` (empty: any), running longer than
+        `duration_filter_ms` (-1: any); an id no longer held is left out."""
+        now_ms = self._clock.now_ms()
+        listed: list[ListedTransaction] = []
+        for transactional_id in transactional_ids:
+            txn = self.transaction(transactional_id, committed_offset)
+            if (
+                txn is not None
+                and (not producer_id_filters or txn.producer_id in producer_id_filters)
+                and (states is None or txn.state in states)
+                and (
+                    duration_filter_ms < 0
+                    or now_ms - txn.txn_start_timestamp_ms > duration_filter_ms
+                )
+            ):
+                listed.append(
+                    ListedTransaction(transactional_id, txn.producer_id, txn.state.kafka_name)
+                )
+        return listed
 
     def list_transactions(
         self,
@@ -619,7 +651,7 @@ def _completion(txn: TransactionMetadata) -> TxnCompletion:
         txn.producer_id,
         txn.producer_epoch,
         committed,
-        topic_partitions(txn.partitions),
+        txn.partitions.by_topic(),
         tuple(sorted(txn.log_partitions)),
         prepared_ms,
         txn.txn_start_timestamp_ms,

@@ -18,10 +18,12 @@ transaction's start time after InitProducerId); here the record is the state.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from enum import IntEnum
 
 from coordinator_server.records import RefusedMarkers, TransactionValue
+from coordinator_server.transactions.results import TopicPartitions
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -29,6 +31,157 @@ NO_PRODUCER_EPOCH = -1
 MAX_PRODUCER_EPOCH = 32767
 
 TopicPartition = tuple[str, int]
+
+_NO_INDEXES: frozenset[int] = frozenset()
+
+
+class TxnPartitions:
+    """A transaction's data partitions: each topic's partition indexes, as a frozenset of
+    ints. Immutable, and cheap where a transaction of many partitions is touched again and
+    again: a union copies the map of topics and only the sets of the topics it adds to,
+    comparisons go topic by topic over sets of ints, and a topic's sorted indexes (what
+    records and answers hold, `by_topic`) are sorted once and shared by the unions that
+    leave the topic as it was. Iterating gives (topic, partition) pairs."""
+
+    __slots__ = ("_by_topic", "_count", "_sorted", "_sorted_indexes")
+
+    def __init__(
+        self,
+        by_topic: Mapping[str, frozenset[int]] | None = None,
+        sorted_indexes: dict[str, tuple[int, ...]] | None = None,
+        *,
+        sorted_form: TopicPartitions | None = None,
+    ) -> None:
+        """`by_topic` holds no empty set; `sorted_indexes` (the sorted indexes of some of its
+        topics) and `sorted_form` (`by_topic()`) may be given when known already."""
+        self._by_topic: Mapping[str, frozenset[int]] = by_topic or {}
+        self._count = sum(map(len, self._by_topic.values()))
+        self._sorted_indexes: dict[str, tuple[int, ...]] = sorted_indexes or {}
+        self._sorted = sorted_form
+
+    @staticmethod
+    def of(topics: Iterable[tuple[str, Iterable[int]]]) -> TxnPartitions:
+        """The partitions of (topic, indexes) pairs, a topic named twice or an index
+        repeated counted once."""
+        by_topic: dict[str, frozenset[int]] = {}
+        for topic, indexes in topics:
+            added = frozenset(indexes)
+            if not added:
+                continue
+            known = by_topic.get(topic)
+            by_topic[topic] = added if known is None else known | added
+        return TxnPartitions(by_topic)
+
+    @staticmethod
+    def from_sorted(topics: TopicPartitions) -> TxnPartitions:
+        """The partitions a record holds (topics sorted, each one's indexes sorted)."""
+        by_topic: dict[str, frozenset[int]] = {}
+        sorted_indexes: dict[str, tuple[int, ...]] = {}
+        canonical = True
+        previous: str | None = None
+        for topic, indexes in topics:
+            added = frozenset(indexes)
+            # A record this coordinator wrote: topics in order, no index twice.
+            canonical = (
+                canonical
+                and (previous is None or previous < topic)
+                and len(added) == len(indexes) > 0
+            )
+            previous = topic
+            if added:
+                known = by_topic.get(topic)
+                by_topic[topic] = added if known is None else known | added
+            if canonical:
+                sorted_indexes[topic] = indexes
+        if not canonical:
+            return TxnPartitions(by_topic)
+        return TxnPartitions(by_topic, sorted_indexes, sorted_form=topics)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __bool__(self) -> bool:
+        return self._count > 0
+
+    def __iter__(self) -> Iterator[TopicPartition]:
+        for topic, indexes in self._by_topic.items():
+            for index in indexes:
+                yield topic, index
+
+    def __contains__(self, item: object) -> bool:
+        if not isinstance(item, tuple) or len(item) != 2:
+            return False
+        topic, index = item
+        return index in self._by_topic.get(topic, _NO_INDEXES)
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if isinstance(other, TxnPartitions):
+            return self._count == other._count and self._by_topic == other._by_topic
+        if isinstance(other, (set, frozenset)):
+            return self._count == len(other) and all(item in self for item in other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self._by_topic.items()))
+
+    def __le__(self, other: TxnPartitions) -> bool:
+        """Every partition of this one is in `other`."""
+        if self._count > other._count:
+            return False
+        theirs = other._by_topic
+        return all(
+            indexes <= theirs.get(topic, _NO_INDEXES) for topic, indexes in self._by_topic.items()
+        )
+
+    def __or__(self, other: TxnPartitions) -> TxnPartitions:
+        if not other._count or other is self:
+            return self
+        if not self._count:
+            return other
+        by_topic = dict(self._by_topic)
+        sorted_indexes = dict(self._sorted_indexes)
+        for topic, indexes in other._by_topic.items():
+            known = by_topic.get(topic)
+            if known is None:
+                by_topic[topic] = indexes
+                theirs = other._sorted_indexes.get(topic)
+                if theirs is not None:
+                    sorted_indexes[topic] = theirs
+            elif not indexes <= known:
+                by_topic[topic] = known | indexes
+                sorted_indexes.pop(topic, None)
+        return TxnPartitions(by_topic, sorted_indexes)
+
+    def topics(self) -> Mapping[str, frozenset[int]]:
+        """Each topic's indexes."""
+        return self._by_topic
+
+    def sorted_indexes(self, topic: str) -> tuple[int, ...]:
+        """The topic's indexes, sorted (empty for a topic not in the transaction)."""
+        indexes = self._sorted_indexes.get(topic)
+        if indexes is None:
+            indexes = tuple(sorted(self._by_topic.get(topic, _NO_INDEXES)))
+            if indexes:
+                self._sorted_indexes[topic] = indexes
+        return indexes
+
+    def by_topic(self) -> TopicPartitions:
+        """Grouped by topic, sorted: the record's and the answers' shape."""
+        grouped = self._sorted
+        if grouped is None:
+            sorted_indexes = self.sorted_indexes
+            grouped = self._sorted = tuple(
+                (topic, sorted_indexes(topic)) for topic in sorted(self._by_topic)
+            )
+        return grouped
+
+    def __repr__(self) -> str:
+        return f"TxnPartitions({self.by_topic()!r})"
+
+
+NO_PARTITIONS = TxnPartitions()
 
 
 class TransactionState(IntEnum):
@@ -113,7 +266,7 @@ class TransactionMetadata:
     last_producer_epoch: int
     timeout_ms: int
     state: TransactionState
-    partitions: frozenset[TopicPartition]
+    partitions: TxnPartitions
     log_partitions: frozenset[int]
     txn_start_timestamp_ms: int
     txn_last_update_timestamp_ms: int
@@ -136,7 +289,7 @@ class TransactionMetadata:
             NO_PRODUCER_EPOCH,
             timeout_ms,
             EMPTY,
-            frozenset(),
+            NO_PARTITIONS,
             frozenset(),
             -1,
             now_ms,
@@ -153,11 +306,7 @@ class TransactionMetadata:
             value.last_producer_epoch,
             value.timeout_ms,
             TransactionState(value.state),
-            frozenset(
-                (topic, partition)
-                for topic, partitions in value.partitions
-                for partition in partitions
-            ),
+            TxnPartitions.from_sorted(value.partitions),
             frozenset(value.log_partitions),
             value.txn_start_timestamp_ms,
             value.txn_last_update_timestamp_ms,
@@ -173,7 +322,7 @@ class TransactionMetadata:
             self.last_producer_epoch,
             self.timeout_ms,
             int(self.state),
-            topic_partitions(self.partitions),
+            self.partitions.by_topic(),
             tuple(sorted(self.log_partitions)),
             self.txn_start_timestamp_ms,
             self.txn_last_update_timestamp_ms,
@@ -231,7 +380,7 @@ class TransactionMetadata:
             producer_epoch=epoch,
             last_producer_epoch=last_epoch,
             timeout_ms=timeout_ms,
-            partitions=frozenset(),
+            partitions=NO_PARTITIONS,
             log_partitions=frozenset(),
             txn_start_timestamp_ms=-1,
             txn_last_update_timestamp_ms=now_ms,
@@ -252,7 +401,7 @@ class TransactionMetadata:
             producer_epoch=0,
             last_producer_epoch=self.producer_epoch if record_last_epoch else NO_PRODUCER_EPOCH,
             timeout_ms=timeout_ms,
-            partitions=frozenset(),
+            partitions=NO_PARTITIONS,
             log_partitions=frozenset(),
             txn_start_timestamp_ms=-1,
             txn_last_update_timestamp_ms=now_ms,
@@ -261,7 +410,7 @@ class TransactionMetadata:
 
     def prepare_add_partitions(
         self,
-        partitions: frozenset[TopicPartition],
+        partitions: TxnPartitions,
         log_partitions: frozenset[int],
         now_ms: int,
     ) -> TransactionMetadata:
@@ -297,7 +446,7 @@ class TransactionMetadata:
             self._transition_to(
                 state,
                 last_producer_epoch=self.producer_epoch,
-                partitions=frozenset(),
+                partitions=NO_PARTITIONS,
                 log_partitions=frozenset(),
                 txn_last_update_timestamp_ms=now_ms,
             ),
@@ -306,7 +455,7 @@ class TransactionMetadata:
 
     def prepare_dead(self) -> TransactionMetadata:
         """The transactional id expires (its record is a tombstone)."""
-        return self._transition_to(DEAD, partitions=frozenset(), log_partitions=frozenset())
+        return self._transition_to(DEAD, partitions=NO_PARTITIONS, log_partitions=frozenset())
 
     def _transition_to(
         self,
@@ -316,7 +465,7 @@ class TransactionMetadata:
         producer_epoch: int | None = None,
         last_producer_epoch: int | None = None,
         timeout_ms: int | None = None,
-        partitions: frozenset[TopicPartition] | None = None,
+        partitions: TxnPartitions | None = None,
         log_partitions: frozenset[int] | None = None,
         txn_start_timestamp_ms: int | None = None,
         txn_last_update_timestamp_ms: int | None = None,
@@ -413,11 +562,6 @@ def check_transition(current: TransactionMetadata, target: TransactionMetadata) 
         )
 
 
-def topic_partitions(
-    partitions: frozenset[TopicPartition],
-) -> tuple[tuple[str, tuple[int, ...]], ...]:
+def topic_partitions(partitions: TxnPartitions) -> TopicPartitions:
     """Partitions grouped by topic, sorted: the record's and the answers' shape."""
-    by_topic: dict[str, list[int]] = {}
-    for topic, partition in partitions:
-        by_topic.setdefault(topic, []).append(partition)
-    return tuple((topic, tuple(sorted(by_topic[topic]))) for topic in sorted(by_topic))
+    return partitions.by_topic()

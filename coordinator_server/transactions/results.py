@@ -74,9 +74,10 @@ class InitProducerIdResult:
 
 @dataclass(frozen=True, slots=True)
 class AddPartitionsToTxnResult:
-    """Each partition's error code, by topic, in the request's order."""
+    """The error code of every partition of the request (Kafka answers one for all of them
+    when the transaction refuses them); the service answers each partition with it."""
 
-    topics: tuple[tuple[str, tuple[tuple[int, int], ...]], ...]
+    error: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,6 +44,8 @@ from protocol.transactions import (
     ListTransactionsRequest,
     ListTransactionsResponse,
     ListTransactionsResponseState,
+    ListTransactionsV1Request,
+    ListTransactionsV1Response,
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
     TxnOffsetCommitResponsePartition,
@@ -276,3 +278,21 @@ def test_listed_transactions_are_joined_once_each_and_an_error_answers_the_call(
     assert joined.unknown_state_filters == ["X"]
     failed = ListTransactionsResponse(error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
     assert join(ListTransactionsRequest(), [listed("a"), failed]) is failed
+
+
+def test_pages_of_listed_transactions_are_joined_only_when_each_is_whole() -> None:
+    join = apis.LIST_TRANSACTIONS_V1.join
+    assert join is not None
+
+    def page(*ids: str, next_cursor: str | None = None) -> ListTransactionsV1Response:
+        return ListTransactionsV1Response(
+            transaction_states=[ListTransactionsResponseState(transactional_id=i) for i in ids],
+            next_cursor=next_cursor,
+        )
+
+    joined = join(ListTransactionsV1Request(), [page("a", "b"), page("b", "c")])
+    assert [state.transactional_id for state in joined.transaction_states] == ["a", "b", "c"]
+    assert joined.next_cursor is None
+    # A node's next pages are the client's to follow (`CoordinatorClient.list_transactions`).
+    with pytest.raises(ApiError):
+        join(ListTransactionsV1Request(), [page("a", next_cursor="b"), page("c")])

@@ -63,7 +63,7 @@ def test_api_name(api_key: int, name: str) -> None:
 
 def test_every_api_is_at_version_0_but_those_with_a_newer_body() -> None:
     assert set(SUPPORTED_VERSIONS) == set(ApiKey)
-    newer = {ApiKey.DESCRIBE_TRANSACTIONS: 1}
+    newer = {ApiKey.DESCRIBE_TRANSACTIONS: 1, ApiKey.LIST_TRANSACTIONS: 1}
     assert {key: high for key, (_, high) in SUPPORTED_VERSIONS.items() if high} == newer
     assert all(low == 0 for low, _ in SUPPORTED_VERSIONS.values())
 

@@ -45,6 +45,8 @@ from protocol.transactions import (
     InitProducerIdRequest,
     InitProducerIdResponse,
     ListTransactionsRequest,
+    ListTransactionsV1Request,
+    ListTransactionsV1Response,
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
     TxnOffsetCommitResponsePartition,
@@ -151,6 +153,20 @@ CONTRACT_FIELDS: dict[str, list[str]] = {
         "transaction_states",
     ],
     "ListTransactionsResponseState": ["transactional_id", "producer_id", "transaction_state"],
+    "ListTransactionsV1Request": [
+        "state_filters",
+        "producer_id_filters",
+        "duration_filter",
+        "transactional_id_pattern",
+        "cursor",
+    ],
+    "ListTransactionsV1Response": [
+        "error_code",
+        "error_message",
+        "unknown_state_filters",
+        "transaction_states",
+        "next_cursor",
+    ],
 }
 
 MESSAGE_CLASSES: list[type[Message]] = [getattr(transactions, name) for name in CONTRACT_FIELDS]
@@ -195,7 +211,7 @@ def test_responses_build_from_defaults_and_write_every_field(cls: type[Message])
 
 
 def test_the_transaction_apis_have_kafkas_keys_and_their_versions() -> None:
-    newer = {ApiKey.DESCRIBE_TRANSACTIONS: 1}
+    newer = {ApiKey.DESCRIBE_TRANSACTIONS: 1, ApiKey.LIST_TRANSACTIONS: 1}
     for api_key, name in TRANSACTION_KEYS.items():
         assert api_name(api_key) == name
         assert SUPPORTED_VERSIONS[api_key] == (0, newer.get(api_key, 0))
@@ -364,6 +380,22 @@ def test_describe_and_list_transactions_minimal() -> None:
     assert request == DescribeTransactionsRequest(transactional_ids=["a", ""])
     assert _parse(ApiKey.LIST_TRANSACTIONS, {}) == ListTransactionsRequest(
         state_filters=[], producer_id_filters=[], duration_filter=-1, transactional_id_pattern=None
+    )
+
+
+def test_list_transactions_version_1_adds_a_cursor_and_the_next_one() -> None:
+    version_1 = _header(ApiKey.LIST_TRANSACTIONS, 1)
+    assert parse_request(version_1, packb({})) == ListTransactionsV1Request(cursor=None)
+    assert parse_request(version_1, packb({"cursor": "tx-7", "state_filters": ["Ongoing"]})) == (
+        ListTransactionsV1Request(cursor="tx-7", state_filters=["Ongoing"])
+    )
+    with pytest.raises(InvalidRequestError):
+        parse_request(version_1, packb({"cursor": 7}))
+    answer = parse_response(ApiKey.LIST_TRANSACTIONS, 1, packb({"next_cursor": "tx-9"}))
+    assert answer == ListTransactionsV1Response(next_cursor="tx-9")
+    # Version 0 knows no cursor: an unknown field, ignored.
+    assert parse_request(_header(ApiKey.LIST_TRANSACTIONS), packb({"cursor": "tx-7"})) == (
+        ListTransactionsRequest()
     )
 
 

@@ -151,6 +151,7 @@ class TimelineMachine(RuleBasedStateMachine):
                 expected = self.model_as_of(collection, offset)
                 assert dict(timeline.items_at(offset)) == expected
                 assert sorted(k for k, _ in timeline.items_at(offset)) == sorted(expected)
+                assert sorted(timeline.keys_at(offset)) == sorted(expected)
                 for key in KEYS:
                     assert timeline.get_at(key, offset) == expected.get(key)
 

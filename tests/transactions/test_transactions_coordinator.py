@@ -10,7 +10,7 @@ import pytest
 from txn_harness import PID, TID, TIMEOUT_MS, seed, txn, txn_context
 
 from coordinator_server.records import ProducerIdBlockKey, TransactionKey
-from coordinator_server.transactions.metadata import TransactionState
+from coordinator_server.transactions.metadata import TransactionState, TxnPartitions
 from coordinator_server.transactions.producer_ids import BLOCK_SIZE, partition_range
 from coordinator_server.transactions.results import (
     AddPartitionsToTxnResult,
@@ -32,7 +32,7 @@ def test_invalid_request_when_transactional_id_is_empty() -> None:
         ErrorCode.INVALID_REQUEST
     )
     answer = ctx.write(lambda s: s.add_partitions_to_txn("", 1, 0, [("t", [0])]))
-    assert answer == AddPartitionsToTxnResult((("t", ((0, ErrorCode.INVALID_REQUEST),)),))
+    assert answer == AddPartitionsToTxnResult(ErrorCode.INVALID_REQUEST)
 
 
 def test_null_transactional_id_gets_the_next_producer_id_of_the_partition_range() -> None:
@@ -95,7 +95,7 @@ def test_add_partitions_without_transactional_id_is_invalid_mapping() -> None:
     ctx = txn_context()
     answer = ctx.write(lambda s: s.add_partitions_to_txn(TID, PID, 5, [("t", [0, 1])]))
     code = ErrorCode.INVALID_PRODUCER_ID_MAPPING
-    assert answer == AddPartitionsToTxnResult((("t", ((0, code), (1, code))),))
+    assert answer == AddPartitionsToTxnResult(code)
 
 
 @pytest.mark.parametrize("state", [S.PREPARE_COMMIT, S.PREPARE_ABORT])
@@ -103,7 +103,7 @@ def test_concurrent_transactions_on_add_partitions_while_preparing(state: S) -> 
     ctx = txn_context()
     seed(ctx, state)
     answer = ctx.write(lambda s: s.add_partitions_to_txn(TID, PID, 5, [("t", [0])]))
-    assert answer.topics == (("t", ((0, ErrorCode.CONCURRENT_TRANSACTIONS),)),)
+    assert answer.error == ErrorCode.CONCURRENT_TRANSACTIONS
     assert ctx.write(lambda s: s.add_offsets_to_txn(TID, PID, 5, "g", 3)).error == (
         ErrorCode.CONCURRENT_TRANSACTIONS
     )
@@ -117,7 +117,7 @@ def test_add_partitions_of_another_producer(producer_id: int, epoch: int, code: 
     ctx = txn_context()
     seed(ctx, S.ONGOING)
     answer = ctx.write(lambda s: s.add_partitions_to_txn(TID, producer_id, epoch, [("t", [0])]))
-    assert answer.topics == (("t", ((0, code),)),)
+    assert answer.error == code
 
 
 @pytest.mark.parametrize("state", [S.EMPTY, S.ONGOING, S.COMPLETE_COMMIT, S.COMPLETE_ABORT])
@@ -127,10 +127,10 @@ def test_add_partitions_appends_ongoing_metadata(state: S) -> None:
     before = txn(ctx)
     ctx.clock.advance(10)
     answer = ctx.write(lambda s: s.add_partitions_to_txn(TID, PID, 5, [("t", [2])]))
-    assert answer.topics == (("t", ((2, ErrorCode.NONE),)),)
+    assert answer.error == ErrorCode.NONE
     after = txn(ctx)
     assert after.state is S.ONGOING
-    assert after.partitions == before.partitions | {("t", 2)}
+    assert set(after.partitions) == set(before.partitions) | {("t", 2)}
     # A transaction that was not Ongoing starts now.
     started = ctx.clock.now_ms() if state is not S.ONGOING else before.txn_start_timestamp_ms
     assert after.txn_start_timestamp_ms == started
@@ -142,7 +142,7 @@ def test_add_partitions_already_in_the_transaction_writes_nothing() -> None:
     seed(ctx, S.ONGOING)
     end = ctx.end_offset
     answer = ctx.write(lambda s: s.add_partitions_to_txn(TID, PID, 5, [("orders", [1])]))
-    assert answer.topics == (("orders", ((1, ErrorCode.NONE),)),)
+    assert answer.error == ErrorCode.NONE
     assert ctx.end_offset == end
 
 
@@ -160,7 +160,26 @@ def test_too_many_partitions_in_a_transaction_is_refused() -> None:
     ctx = txn_context(max_partitions_per_transaction=2)
     seed(ctx, S.EMPTY)
     answer = ctx.write(lambda s: s.add_partitions_to_txn(TID, PID, 5, [("t", [0, 1, 2])]))
-    assert answer.topics == (("t", tuple((p, ErrorCode.POLICY_VIOLATION) for p in range(3))),)
+    assert answer.error == ErrorCode.POLICY_VIOLATION
+
+
+def test_a_transactions_partitions_are_sets_by_topic_sorted_once() -> None:
+    made = TxnPartitions.of([("t", [2, 0, 2]), ("s", [5]), ("t", [1]), ("u", [])])
+    assert len(made) == 4
+    assert set(made) == {("t", 0), ("t", 1), ("t", 2), ("s", 5)}
+    assert made.by_topic() == (("s", (5,)), ("t", (0, 1, 2)))
+    assert TxnPartitions.of([("t", [0])]) <= made
+    assert not TxnPartitions.of([("t", [3])]) <= made
+    grown = made | TxnPartitions.of([("t", [3]), ("v", [0])])
+    assert grown.by_topic() == (("s", (5,)), ("t", (0, 1, 2, 3)), ("v", (0,)))
+    # A topic the union leaves as it was keeps its sorted indexes.
+    assert grown.sorted_indexes("s") is made.sorted_indexes("s")
+    assert made | TxnPartitions() is made
+    assert TxnPartitions.from_sorted(grown.by_topic()) == grown
+    # What a record holds out of order is read all the same, and written in order.
+    odd = TxnPartitions.from_sorted((("t", (3, 1)), ("s", (5,)), ("t", (1,))))
+    assert odd.by_topic() == (("s", (5,)), ("t", (1, 3)))
+    assert odd == {("t", 1), ("t", 3), ("s", 5)}
 
 
 def test_end_txn_unknown_id_or_other_producer_is_invalid_mapping() -> None:
@@ -251,7 +270,7 @@ def test_end_txn_prepares_and_completion_completes(committed: bool) -> None:
     assert (done.error, done.written) == (ErrorCode.NONE, True)
     completed = txn(ctx)
     assert completed.state is (S.COMPLETE_COMMIT if committed else S.COMPLETE_ABORT)
-    assert (completed.partitions, completed.log_partitions) == (frozenset(), frozenset())
+    assert (len(completed.partitions), completed.log_partitions) == (0, frozenset())
     assert completed.last_producer_epoch == 5
     end = ctx.end_offset
     # A completion repeated (a sweep that read the transaction prepared just before) writes
