@@ -516,35 +516,41 @@ WRITE_TXN_MARKERS: Final = ApiHandler(
 )
 """WriteTxnMarkers goes to the node that owns the log partitions it names, which the
 sender knows (`CoordinatorClient.write_txn_markers` takes that node); only nodes send it."""
-DESCRIBE_TRANSACTIONS: Final = ApiHandler(
-    DescribeTransactionsRequest,
-    DescribeTransactionsResponse,
-    Lookup.COORDINATOR,
-    retry_code=lambda response: first_retriable(
-        state.error_code for state in response.transaction_states
-    ),
-    key_type=1,
-    split=lambda request: [
-        (transactional_id, DescribeTransactionsRequest(transactional_ids=[transactional_id]))
-        for transactional_id in request.transactional_ids
-    ],
-    item=lambda response: single(response.transaction_states, "DescribeTransactions"),
-    join=lambda _, states: DescribeTransactionsResponse(transaction_states=states),
+DescribedRequest = TypeVar(
+    "DescribedRequest", DescribeTransactionsRequest, DescribeTransactionsV1Request
 )
-DESCRIBE_TRANSACTIONS_V1: Final = ApiHandler(
-    DescribeTransactionsV1Request,
-    DescribeTransactionsV1Response,
-    Lookup.COORDINATOR,
-    retry_code=lambda response: first_retriable(
-        state.error_code for state in response.transaction_states
-    ),
-    key_type=1,
-    split=lambda request: [
-        (transactional_id, DescribeTransactionsV1Request(transactional_ids=[transactional_id]))
-        for transactional_id in request.transactional_ids
-    ],
-    item=lambda response: single(response.transaction_states, "DescribeTransactions"),
-    join=lambda _, states: DescribeTransactionsV1Response(transaction_states=states),
+DescribedResponse = TypeVar(
+    "DescribedResponse", DescribeTransactionsResponse, DescribeTransactionsV1Response
+)
+
+
+def _describe_transactions(
+    request_type: type[DescribedRequest], response_type: type[DescribedResponse]
+) -> ApiHandler[DescribedRequest, DescribedResponse]:
+    """DescribeTransactions of one version: one request per transactional id, to its
+    coordinator."""
+    return ApiHandler(
+        request_type,
+        response_type,
+        Lookup.COORDINATOR,
+        retry_code=lambda response: first_retriable(
+            state.error_code for state in response.transaction_states
+        ),
+        key_type=1,
+        split=lambda request: [
+            (transactional_id, request_type(transactional_ids=[transactional_id]))
+            for transactional_id in request.transactional_ids
+        ],
+        item=lambda response: single(response.transaction_states, "DescribeTransactions"),
+        join=lambda _, states: response_type(transaction_states=states),
+    )
+
+
+DESCRIBE_TRANSACTIONS: Final = _describe_transactions(
+    DescribeTransactionsRequest, DescribeTransactionsResponse
+)
+DESCRIBE_TRANSACTIONS_V1: Final = _describe_transactions(
+    DescribeTransactionsV1Request, DescribeTransactionsV1Response
 )
 """Version 1: each state also names the markers refused for good."""
 LIST_TRANSACTIONS: Final = ApiHandler(
