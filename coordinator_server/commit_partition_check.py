@@ -111,8 +111,6 @@ class DataPartitionCatalog:
         self._client_id = client_id
         self._client: AIOKafkaClient | None = None
         self._leaders: LeaderCache | None = None
-        # Counters, for tests and the log.
-        self.requests_sent = 0
 
     async def start(self) -> None:
         if self._client is not None:
@@ -148,17 +146,7 @@ class DataPartitionCatalog:
         """Empty when the cache has every partition of `topics`; None otherwise (the cluster
         must be asked: `unknown_partitions`)."""
         leaders = self._leaders
-        if leaders is None:
-            return None
-        for topic, partitions in topics:
-            entry = leaders.get(topic)
-            if entry is None:
-                return None
-            known = entry.leaders
-            for partition in partitions:
-                if partition not in known:
-                    return None
-        return set()
+        return None if leaders is None else leaders.unknown_partitions_now(topics)
 
     async def unknown_partitions(self, topics: Topics) -> set[tuple[str, int]]:
         """The partitions of `topics` the cluster does not have, asking it (one request) about
@@ -167,23 +155,7 @@ class DataPartitionCatalog:
         leaders = self._leaders
         if leaders is None:
             raise LeaderLookupError("the data cluster's metadata is not read yet")
-        missing = []
-        for topic, partitions in topics:
-            entry = leaders.get(topic)
-            if entry is None or any(p not in entry.leaders for p in partitions):
-                missing.append(topic)
-        fresh = {}
-        if missing:
-            self.requests_sent += 1
-            fresh = await leaders.refresh(missing, self._request_timeout_s)
-        unknown: set[tuple[str, int]] = set()
-        for topic, partitions in topics:
-            entry = fresh.get(topic) or leaders.get(topic)
-            # A topic the answer does not name, or names with an error (unknown, being
-            # created, not ours to describe), has none of its partitions.
-            known = entry.leaders if entry is not None and entry.error_code == 0 else {}
-            unknown.update((topic, p) for p in partitions if p not in known)
-        return unknown
+        return await leaders.unknown_partitions(topics, self._request_timeout_s)
 
 
 class _Indexes(Sequence[int]):
@@ -378,7 +350,6 @@ class CommitPartitionCheck:
         # reference to a task.
         self._asking: set[asyncio.Future[set[tuple[str, int]]]] = set()
         self._warned_at = -_WARNING_INTERVAL_S
-        # Counters, for tests and the log.
         self.refused_partitions = 0
         self.unchecked_requests = 0
 

@@ -13,7 +13,7 @@ attempt; we are not in a broker, so we ask one).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from aiokafka.client import AIOKafkaClient
@@ -112,3 +112,41 @@ class LeaderCache:
         while len(self._topics) > self._max_topics:
             del self._topics[next(iter(self._topics))]
         return fresh
+
+    def unknown_partitions_now(
+        self, topics: Sequence[tuple[str, Sequence[int]]]
+    ) -> set[tuple[str, int]] | None:
+        """Of `topics` (names and partition indexes), the partitions the cluster lacks, from
+        the cache: an empty set when it has every one; None when a topic is not cached or a
+        partition is past a cached topic's count (it may have grown since:
+        `unknown_partitions` asks the cluster)."""
+        for topic, partitions in topics:
+            entry = self.get(topic)
+            if entry is None:
+                return None
+            known = entry.leaders
+            for partition in partitions:
+                if partition not in known:
+                    return None
+        return set()
+
+    async def unknown_partitions(
+        self, topics: Sequence[tuple[str, Sequence[int]]], timeout_s: float
+    ) -> set[tuple[str, int]]:
+        """As `unknown_partitions_now`, asking the cluster (one MetadataRequest, which never
+        creates a topic) about each topic the cache cannot vouch for. Raises
+        LeaderLookupError when no broker answers in `timeout_s`."""
+        missing = [
+            topic
+            for topic, partitions in topics
+            if (entry := self.get(topic)) is None or any(p not in entry.leaders for p in partitions)
+        ]
+        fresh = await self.refresh(missing, timeout_s) if missing else {}
+        unknown: set[tuple[str, int]] = set()
+        for topic, partitions in topics:
+            entry = fresh.get(topic) or self.get(topic)
+            # A topic the answer does not name, or names with an error (unknown, being
+            # created, not ours to describe), has none of its partitions.
+            known = entry.leaders if entry is not None and entry.error_code == 0 else {}
+            unknown.update((topic, p) for p in partitions if p not in known)
+        return unknown

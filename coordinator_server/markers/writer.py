@@ -344,47 +344,19 @@ class KafkaTxnMarkerWriter:
     def unknown_partitions_now(
         self, topics: Sequence[tuple[str, Sequence[int]]]
     ) -> set[tuple[str, int]] | None:
-        """Of `topics` (names and partition indexes), the partitions the cluster does not
-        have, from the metadata cached for the markers: an empty set when the cache has
-        every one; None when a topic is not cached or a partition is past a cached topic's
-        count (it may have grown since: `unknown_partitions` asks the cluster)."""
+        """The partitions of `topics` the cluster lacks, from the metadata cached for the
+        markers (`LeaderCache.unknown_partitions_now`)."""
         leaders = self._leaders
-        if leaders is None:
-            return None
-        for topic, partitions in topics:
-            entry = leaders.get(topic)
-            if entry is None:
-                return None
-            known = entry.leaders
-            for p in partitions:
-                if p not in known:
-                    return None
-        return set()
+        return None if leaders is None else leaders.unknown_partitions_now(topics)
 
     async def unknown_partitions(
         self, topics: Sequence[tuple[str, Sequence[int]]]
     ) -> set[tuple[str, int]]:
-        """As `unknown_partitions_now`, asking the cluster about the topics not cached (one
-        MetadataRequest, which never creates a topic). Raises LeaderLookupError when no
-        broker answers in time."""
+        """The same, asking the cluster (`LeaderCache.unknown_partitions`)."""
         leaders = self._leaders
         if leaders is None:
             raise LeaderLookupError("the marker writer has not started")
-        missing = [
-            topic
-            for topic, partitions in topics
-            if (entry := leaders.get(topic)) is None
-            or any(p not in entry.leaders for p in partitions)
-        ]
-        fresh = await leaders.refresh(missing, self._request_timeout_s) if missing else {}
-        unknown: set[tuple[str, int]] = set()
-        for topic, partitions in topics:
-            entry = fresh.get(topic) or leaders.get(topic)
-            # A topic the answer does not name, or names with an error (unknown, being
-            # created, not ours to describe), has none of its partitions for markers.
-            known = entry.leaders if entry is not None and entry.error_code == 0 else {}
-            unknown.update((topic, p) for p in partitions if p not in known)
-        return unknown
+        return await leaders.unknown_partitions(topics, self._request_timeout_s)
 
     async def new_producer_id(self) -> int:
         """A producer id the cluster hands out (InitProducerId without a transactional id, as
