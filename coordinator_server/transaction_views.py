@@ -23,6 +23,8 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from itertools import islice
 from typing import Any, Final, cast
 
+import msgspec
+
 from coordinator_server.bulk_requests import ErrorOnlyResponse
 from coordinator_server.groups.answer_sizes import (
     ARRAY_EXTRA,
@@ -230,22 +232,7 @@ class TransactionViews:
             return state_type(
                 error_code=described.error, transactional_id=described.transactional_id
             )
-        topics = [
-            DescribeTransactionsResponseTopic(topic=topic, partitions=list(partitions))
-            for topic, partitions in self._described_topics(described)
-        ]
-        if not version_1:
-            return DescribeTransactionsResponseState(
-                error_code=described.error,
-                transactional_id=described.transactional_id,
-                transaction_state=described.state,
-                transaction_timeout_ms=described.timeout_ms,
-                transaction_start_time_ms=described.start_time_ms,
-                producer_id=described.producer_id,
-                producer_epoch=described.producer_epoch,
-                topics=topics,
-            )
-        return DescribeTransactionsV1ResponseState(
+        state = DescribeTransactionsResponseState(
             error_code=described.error,
             transactional_id=described.transactional_id,
             transaction_state=described.state,
@@ -253,7 +240,16 @@ class TransactionViews:
             transaction_start_time_ms=described.start_time_ms,
             producer_id=described.producer_id,
             producer_epoch=described.producer_epoch,
-            topics=topics,
+            topics=[
+                DescribeTransactionsResponseTopic(topic=topic, partitions=list(partitions))
+                for topic, partitions in self._described_topics(described)
+            ],
+        )
+        if not version_1:
+            return state
+        # Version 1: the same fields, and the markers refused for good.
+        return DescribeTransactionsV1ResponseState(
+            **msgspec.structs.asdict(state),
             refused_markers=[
                 DescribeTransactionsV1ResponseRefusedMarker(
                     topic=topic, partition_index=partition, error_code=code
