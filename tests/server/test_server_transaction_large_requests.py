@@ -229,7 +229,8 @@ async def test_a_hundred_thousand_partitions_are_added_in_slices(
             )
             assert (added["error_code"], partition_codes(added)) == (0, {ErrorCode.NONE})
             assert [t["name"] for t in added["results_by_topic"]] == list(partitions)
-            assert len(slices.seconds) > 5, slices.seconds
+            # Split up (how many slices depends on the machine's speed), none of them long.
+            assert len(slices.seconds) > 1, slices.seconds
             # The slices are short, the write among them (a loaded machine gets room).
             assert max(slices.seconds) < 0.2, sorted(slices.seconds)[-5:]
             state = await described(client, "txn-wide")
