@@ -6,17 +6,27 @@
 # Every option of `coordinator-server serve` is also an environment variable
 # COORDINATOR_<OPTION>; see docs/CONFIGURATION.md and deploy/README.md.
 
-# Both stages use the very same base, pinned by tag: the venv built in the first stage links to
-# its interpreter, so the runtime stage must have the same Python at the same path. (Written
-# out twice rather than through an ARG, because hadolint checks a literal FROM only.)
+# Both stages start from the same Debian release and take Python from Debian's own packages
+# (bookworm's python3, kept patched by Debian's security updates): the venv built in the first
+# stage links to /usr/bin/python3, which the runtime stage installs from the same archive.
+# The base is plain Debian, so a machine without a registry can build it from Debian's
+# archive (deploy/images/debian-base.sh). (FROM is written out twice rather than through an
+# ARG, because hadolint checks a literal FROM only.)
 
 # --- builder: install the package and its dependencies (uvloop included) into a venv ------
-FROM python:3.11.13-slim-bookworm AS builder
+FROM debian:bookworm-slim AS builder
 
 # No self-update check: it would only add a network round trip and a warning to the build.
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1
 
-RUN python -m venv /opt/venv
+# The versions are the release's own, patched by Debian's security updates; pinning each
+# would break the build at the next security update.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3 python3-venv \
+    && rm -rf /var/lib/apt/lists/*
+
+RUN python3 -m venv /opt/venv
 WORKDIR /src
 
 # Only what `pip install .` reads: the build configuration, the readme it declares, the pinned
@@ -31,14 +41,20 @@ RUN /opt/venv/bin/pip install --no-cache-dir -c constraints.txt . \
     && /opt/venv/bin/python -c "import uvloop, coordinator_server.cli"
 
 # --- runtime: the venv on a clean slim base, no build tools, not root ---------------------
-FROM python:3.11.13-slim-bookworm AS runtime
+FROM debian:bookworm-slim AS runtime
 
 # A fixed numeric uid/gid: Kubernetes' runAsNonRoot can only verify a numeric USER, and the
 # manifests in deploy/kubernetes/ set the same ids.
 ARG UID=10001
 ARG GID=10001
 
-RUN groupadd --system --gid "${GID}" coordinator \
+# The interpreter only: no pip, no compilers, no package lists left behind. Not pinned, as
+# in the builder: the release's own version, the same one the venv was built against.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3 \
+    && rm -rf /var/lib/apt/lists/* \
+    && groupadd --system --gid "${GID}" coordinator \
     && useradd --system --uid "${UID}" --gid coordinator --no-create-home \
         --home-dir /var/lib/coordinator-server --shell /usr/sbin/nologin coordinator \
     && mkdir -p /var/lib/coordinator-server/data \

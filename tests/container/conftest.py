@@ -1,0 +1,32 @@
+"""Fixtures of the container tests: the run's private Docker daemon and the images it builds
+from the repository's own Dockerfiles (docker_daemon.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from docker_daemon import (
+    COORDINATOR_IMAGE,
+    REPO_ROOT,
+    DockerDaemon,
+    DockerUnavailable,
+    build_image,
+    shared_daemon,
+)
+
+
+@pytest.fixture(scope="session")
+def docker() -> Iterator[DockerDaemon]:
+    try:
+        with shared_daemon() as daemon:
+            yield daemon
+    except DockerUnavailable as reason:
+        pytest.skip(f"no Docker daemon can run on this machine: {reason}")
+
+
+@pytest.fixture(scope="session")
+def coordinator_image(docker: DockerDaemon) -> str:
+    """The project's Dockerfile, built as `docker build -t coordinator-server:0.1.0 .`."""
+    build_image(docker, COORDINATOR_IMAGE, REPO_ROOT)
+    return COORDINATOR_IMAGE
