@@ -21,12 +21,11 @@
 #   --rebuild                run debootstrap even when the cache has the tarball
 #
 # Environment: DOCKER (default: docker on PATH) and DOCKER_HOST choose the daemon;
-# COORDINATOR_IMAGE_CACHE overrides the cache directory (default: .cache/ at the repository
-# root). Needs root (debootstrap chroots) and debootstrap.
+# COORDINATOR_IMAGE_CACHE overrides the cache directory (default: coordinator-server/images
+# in the user's cache directory, so that every clone on a machine shares it). Needs root
+# (debootstrap chroots) and debootstrap.
 set -euo pipefail
 
-here="$(cd "$(dirname "$0")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
 docker="${DOCKER:-docker}"
 tag="debian:bookworm-slim" mirror="http://deb.debian.org/debian" trust_local="" rebuild=""
 while [ $# -gt 0 ]; do
@@ -53,7 +52,7 @@ key="$suite-slim-$arch"
 if [ ${#local_certificates[@]} -gt 0 ]; then
     key="$key-ca-$(cat "${local_certificates[@]}" | sha256sum | cut -c1-12)"
 fi
-cache="${COORDINATOR_IMAGE_CACHE:-$root/.cache}/images"
+cache="${COORDINATOR_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/coordinator-server/images}"
 tarball="$cache/debian-$key.tar"
 mkdir -p "$cache"
 
