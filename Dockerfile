@@ -36,9 +36,12 @@ COPY pyproject.toml README.md constraints.txt ./
 COPY protocol ./protocol
 COPY coordinator_server ./coordinator_server
 
-# The import proves, at build time, that the entry point and uvloop load on this base.
+# The import proves, at build time, that the entry point and uvloop load on this base. pip
+# and setuptools then leave the venv: the server needs neither, and the image carries only
+# what it runs.
 RUN /opt/venv/bin/pip install --no-cache-dir -c constraints.txt . \
-    && /opt/venv/bin/python -c "import uvloop, coordinator_server.cli"
+    && /opt/venv/bin/python -c "import uvloop, coordinator_server.cli" \
+    && /opt/venv/bin/pip uninstall --yes --quiet pip setuptools
 
 # --- runtime: the venv on a clean slim base, no build tools, not root ---------------------
 FROM debian:bookworm-slim AS runtime

@@ -8,6 +8,7 @@ Everything goes through the container's own doors: its HEALTHCHECK, /readyz, the
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import json
 import time
 import urllib.error
@@ -19,8 +20,10 @@ import pytest
 from aiokafka.structs import OffsetAndMetadata
 from aiokafka.structs import TopicPartition as TP
 from apache_kafka import ApacheKafkaBroker
-from docker_daemon import DockerDaemon
+from docker_daemon import REPO_ROOT, DockerDaemon
 from kafka_broker import free_port
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from coordinator_server.client import CoordinatorClient, GroupMember, RangeAssignor
 
@@ -312,3 +315,51 @@ def test_two_containers_are_a_cluster_and_one_survives_the_others_kill(
     # SIGKILL: no graceful exit, the case the fencing is for.
     assert nodes[0].state()["ExitCode"] == 137
     print(f"the survivor owned every partition {took_over_s:.1f} s after the kill")
+
+
+def runtime_closure() -> dict[str, str]:
+    """The distributions `pip install .` brings, by canonical name, with the versions this
+    environment has (installed from the same constraints file): the package's own
+    requirements and theirs, no extra."""
+    wanted: dict[str, str] = {}
+    pending = ["coordinator-server"]
+    while pending:
+        name = canonicalize_name(pending.pop())
+        if name in wanted:
+            continue
+        distribution = importlib.metadata.distribution(name)
+        wanted[name] = distribution.version
+        for line in distribution.requires or ():
+            requirement = Requirement(line)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                pending.append(requirement.name)
+    return wanted
+
+
+def test_the_image_carries_only_what_the_server_runs(
+    docker: DockerDaemon, coordinator_image: str
+) -> None:
+    """No compiler, no pip, no test or pipeline extra: the venv holds the server's own
+    requirements at the constraints file's versions, and nothing else."""
+    listed = docker.run(
+        "run", "--rm", "--entrypoint", "python", coordinator_image, "-c",
+        "import importlib.metadata as m, json; "
+        "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))",
+    ).stdout  # fmt: skip
+    installed = {canonicalize_name(name): version for name, version in json.loads(listed).items()}
+    assert installed == runtime_closure()
+    pins = {
+        canonicalize_name(requirement.name): str(requirement.specifier).removeprefix("==")
+        for line in (REPO_ROOT / "constraints.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+        for requirement in [Requirement(line)]
+    }
+    assert {name: pins.get(name) for name in installed if name != "coordinator-server"} == {
+        name: version for name, version in installed.items() if name != "coordinator-server"
+    }
+    tools = docker.run(
+        "run", "--rm", "--entrypoint", "sh", coordinator_image, "-c",
+        "for tool in gcc cc c++ make pip pip3 apt-get; do command -v $tool || true; done",
+    ).stdout.split()  # fmt: skip
+    # apt-get is Debian's own (the base's), not a build tool.
+    assert tools == ["/usr/bin/apt-get"], tools
