@@ -29,17 +29,21 @@ RUN apt-get update \
 RUN python3 -m venv /opt/venv
 WORKDIR /src
 
-# Only what `pip install .` reads: the build configuration, the readme it declares, the pinned
-# versions CI tests (constraints.txt) and the two packages it ships. .dockerignore keeps
-# everything else out of the build context.
-COPY pyproject.toml README.md constraints.txt ./
+# The dependencies first, in a layer of their own, from the project's list and the pinned
+# versions CI tests (constraints.txt): a change to the code alone reuses this layer, and the
+# rebuild only installs the package itself.
+COPY pyproject.toml constraints.txt ./
+RUN /opt/venv/bin/python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'], sep='\n')" > requirements.txt \
+    && /opt/venv/bin/pip install --no-cache-dir -c constraints.txt -r requirements.txt
+
+# Then the package: the readme it declares and the two packages it ships. .dockerignore keeps
+# everything else out of the build context. The import proves, at build time, that the entry
+# point and uvloop load on this base. pip and setuptools then leave the venv: the server
+# needs neither, and the image carries only what it runs.
+COPY README.md ./
 COPY protocol ./protocol
 COPY coordinator_server ./coordinator_server
-
-# The import proves, at build time, that the entry point and uvloop load on this base. pip
-# and setuptools then leave the venv: the server needs neither, and the image carries only
-# what it runs.
-RUN /opt/venv/bin/pip install --no-cache-dir -c constraints.txt . \
+RUN /opt/venv/bin/pip install --no-cache-dir --no-deps -c constraints.txt . \
     && /opt/venv/bin/python -c "import uvloop, coordinator_server.cli" \
     && /opt/venv/bin/pip uninstall --yes --quiet pip setuptools
 

@@ -196,6 +196,16 @@ def _stop(directory: Path) -> None:
     pid_file.unlink()
 
 
+def _unmount_under(directory: Path) -> None:
+    """What the daemon leaves mounted under its directories once stopped (its network
+    namespace handle, layers of a daemon that was killed), deepest first."""
+    prefix = f"{directory}/"
+    with open("/proc/self/mounts", encoding="utf-8") as mounts:
+        points = [line.split()[1] for line in mounts if line.split()[1].startswith(prefix)]
+    for point in sorted(points, key=len, reverse=True):
+        subprocess.run(["umount", "--lazy", point], capture_output=True, check=False)
+
+
 @contextlib.contextmanager
 def shared_daemon() -> Iterator[DockerDaemon]:
     """The run's daemon, started by the first process that asks and stopped by the last."""
@@ -221,8 +231,11 @@ def shared_daemon() -> Iterator[DockerDaemon]:
                 leftovers = daemon.run("ps", "--all", "--quiet", check=False).stdout.split()
                 daemon.remove_containers(*leftovers)
                 _stop(directory)
+                _unmount_under(directory)
                 shutil.rmtree(directory / "data", ignore_errors=True)
                 shutil.rmtree(directory / "exec", ignore_errors=True)
+        if count == 0:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 def ensure_base_image(daemon: DockerDaemon) -> None:
