@@ -5,7 +5,8 @@ apart by their `unique_topic`) and `fresh_kafka_broker` (a broker of the test's 
 start: only for tests that stop, pause or break it). tansu, a Kafka-protocol broker that is
 not Apache Kafka, serves a smaller compatibility set through `tansu_broker`,
 `fresh_tansu_broker` and `each_broker` (the test runs once on each broker). Tests are marked
-`kafka` or `tansu` by the brokers they use, so either set can be selected (`-m kafka`).
+`kafka` or `tansu` by the brokers they use, so either set can be selected (`-m kafka`), and
+`container` when they use the private Docker daemon (tests/container/).
 """
 
 from __future__ import annotations
@@ -107,6 +108,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.kafka)
         if fixtures & TANSU_FIXTURES:
             item.add_marker(pytest.mark.tansu)
+        if "docker" in fixtures:
+            item.add_marker(pytest.mark.container)
 
 
 @pytest.fixture
