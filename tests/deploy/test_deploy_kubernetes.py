@@ -4,18 +4,33 @@ between the manifests, the ConfigMap's settings and the image that the schemas c
 
 from __future__ import annotations
 
+import copy
 import re
 from typing import Any
 
 import kubernetes_validate
+import kubernetes_validate.utils
 import pytest
 from deploy_support import DOCKERFILE, KUBERNETES_DIR, load_yaml_documents, settings_from_env
 
 from coordinator_server.config import CoordinatorConfig
 
-# The Kubernetes version the manifests are checked against: a release kubernetes-validate
-# ships schemas for (pyproject's dev extra asks for a kubernetes-validate that has it).
-KUBERNETES_VERSION = "1.33"
+# The oldest Kubernetes the manifests claim (deploy/README.md says so). The schemas alone
+# would allow older: the manifests validate strictly against 1.25, the oldest that
+# kubernetes-validate ships. The floor is the pod-index label
+# (apps.kubernetes.io/pod-index) that each pod's node id comes from: the StatefulSet
+# controller sets it from 1.28, where the PodIndexLabel gate is beta and on by default (GA in
+# 1.32). A label is free-form, so no schema can see that. Every field the manifests use is GA
+# by 1.28 (policy/v1 PodDisruptionBudget 1.21, topologySpreadConstraints, seccompProfile and
+# startupProbe by 1.20, emptyDir sizeLimit enforced since LocalStorageCapacityIsolation went
+# GA in 1.25), so no beta gate that is off by default is involved.
+OLDEST_KUBERNETES = "1.28"
+# The newest Kubernetes the installed kubernetes-validate has schemas for, so that an API a
+# newer Kubernetes removed fails too. pyproject asks for kubernetes-validate>=1.33, which
+# ships 1.28 (1.33.0 ships 1.22 to 1.33; 1.37.0 ships 1.25 to 1.37); releases drop the oldest
+# schemas, which test_the_oldest_claim_has_its_own_schemas catches.
+NEWEST_KUBERNETES = kubernetes_validate.utils.major_minor(kubernetes_validate.latest_version())
+KUBERNETES_VERSIONS = [OLDEST_KUBERNETES, NEWEST_KUBERNETES]
 
 MANIFESTS = sorted(KUBERNETES_DIR.glob("*.yaml"))
 
@@ -66,13 +81,29 @@ def test_there_are_manifests() -> None:
     assert kinds == ["ConfigMap", "PodDisruptionBudget", "Service", "Service", "StatefulSet"]
 
 
+def test_the_oldest_claim_has_its_own_schemas() -> None:
+    """validate() silently falls back to the newest schemas not newer than the version asked
+    for, and fails only when there are none: the claim must be a version that is shipped."""
+    shipped = {
+        kubernetes_validate.utils.major_minor(v) for v in kubernetes_validate.utils.all_versions()
+    }
+    assert OLDEST_KUBERNETES in shipped, (
+        f"kubernetes-validate {kubernetes_validate.__version__} has no {OLDEST_KUBERNETES}"
+        " schemas: bound it in pyproject and constraints.txt, or raise the claim"
+    )
+    assert NEWEST_KUBERNETES != OLDEST_KUBERNETES
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
 @pytest.mark.parametrize(("where", "document"), documents(), ids=[w for w, _ in documents()])
-def test_manifest_is_valid(where: str, document: dict[str, Any]) -> None:
-    # SchemaNotFoundError (an unknown kind or apiVersion) fails the test too.
-    kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+def test_manifest_is_valid(where: str, document: dict[str, Any], version: str) -> None:
+    # SchemaNotFoundError (an unknown kind or apiVersion) fails the test too. The return value
+    # is the version whose schemas were used.
+    assert kubernetes_validate.validate(document, version, strict=True) == version
 
 
-def test_strict_validation_really_checks() -> None:
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_strict_validation_really_checks(version: str) -> None:
     """A control: a misspelt field fails the same call."""
     broken = {
         "apiVersion": "v1",
@@ -81,7 +112,19 @@ def test_strict_validation_really_checks() -> None:
         "dta": {"a": "b"},
     }
     with pytest.raises(kubernetes_validate.ValidationError):
-        kubernetes_validate.validate(broken, KUBERNETES_VERSION, strict=True)
+        kubernetes_validate.validate(broken, version, strict=True)
+
+
+def test_the_oldest_claim_rejects_a_newer_field() -> None:
+    """A control: the StatefulSet with the pod's appArmorProfile, a field added in 1.30 (an
+    annotation before), passes the newest schemas and fails the oldest claim's."""
+    newer = copy.deepcopy(one("StatefulSet"))
+    newer["spec"]["template"]["spec"]["securityContext"]["appArmorProfile"] = {
+        "type": "RuntimeDefault"
+    }
+    kubernetes_validate.validate(newer, NEWEST_KUBERNETES, strict=True)
+    with pytest.raises(kubernetes_validate.ValidationError, match="appArmorProfile"):
+        kubernetes_validate.validate(newer, OLDEST_KUBERNETES, strict=True)
 
 
 def headless_service() -> dict[str, Any]:
