@@ -24,11 +24,14 @@
 #                           and mechanisms of --sasl-ssl-port
 #   --sasl-user NAME        (default: coordinator)
 #   --sasl-password SECRET  (default: coordinator-secret)
+#   --cluster-id ID         the cluster id the first start formats the storage with
+#                           (default: a random one; Kafka's base64 UUID form)
 #   --heap SIZE             the JVM heap (default: 512m)
 #   --config KEY=VALUE      a broker setting, added to or replacing the defaults; repeatable
 #   --fetch-only            fetch Kafka's jars into the cache (unless there already) and exit
 #
-# The broker's own PID is written to DIR/broker.pid (to pause it, say).
+# The broker's own PID is written to DIR/broker.pid (to pause it, say); DIR/ready exists while
+# the started broker runs (a container's healthcheck tests it).
 #
 # Environment: COORDINATOR_KAFKA_CACHE overrides the cache directory (default: .cache/ at the
 # repository root); JAVA (default: java on PATH) and MVN (default: mvn on PATH).
@@ -40,7 +43,7 @@ java="${JAVA:-java}"
 mvn="${MVN:-mvn}"
 
 port="" dir="" controller_port="" sasl_ssl_port="" ssl_port="" sasl_plaintext_port=""
-sasl_user="coordinator" sasl_password="coordinator-secret" heap="512m" fetch_only=""
+sasl_user="coordinator" sasl_password="coordinator-secret" heap="512m" fetch_only="" cluster_id=""
 extra_config=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -52,6 +55,7 @@ while [ $# -gt 0 ]; do
         --sasl-plaintext-port) sasl_plaintext_port="$2"; shift 2 ;;
         --sasl-user) sasl_user="$2"; shift 2 ;;
         --sasl-password) sasl_password="$2"; shift 2 ;;
+        --cluster-id) cluster_id="$2"; shift 2 ;;
         --heap) heap="$2"; shift 2 ;;
         --config) extra_config+=("$2"); shift 2 ;;
         --fetch-only) fetch_only=1; shift ;;
@@ -258,17 +262,20 @@ if [ ! -f "$dir/data/meta.properties" ]; then
     fi
     # A cluster id as Kafka's `StorageTool random-uuid` makes one (16 random bytes, base64url
     # without padding, not starting with "-"), without a JVM start of its own for it.
-    cluster_id="$(python3 -c 'import base64, os
+    if [ -z "$cluster_id" ]; then
+        cluster_id="$(python3 -c 'import base64, os
 while True:
     uuid = base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
     if not uuid.startswith("-"):
         print(uuid)
         break')"
+    fi
     "$java" "${jvm[@]}" -cp "$classpath" kafka.tools.StorageTool format \
         --config "$properties" --cluster-id "$cluster_id" \
         "${scram[@]+"${scram[@]}"}" --ignore-formatted >&2
 fi
 
+rm -f "$dir/ready"
 # The broker's output goes on to stderr; the line saying it started becomes the ready line.
 tls_ports="$sasl_ssl_port$ssl_port"
 announce() {
@@ -276,6 +283,7 @@ announce() {
         printf '%s\n' "$line" >&2
         case "$line" in
             *"Kafka Server started"*)
+                touch "$dir/ready"
                 echo "kafka $version ready on 127.0.0.1:$port in $(elapsed) ms" \
                     "(controller 127.0.0.1:$controller_port${sasl_ssl_port:+, SASL_SSL 127.0.0.1:$sasl_ssl_port}${ssl_port:+, SSL 127.0.0.1:$ssl_port}${sasl_plaintext_port:+, SASL_PLAINTEXT 127.0.0.1:$sasl_plaintext_port}${tls_ports:+, CA $dir/tls/ca.pem})"
                 ;;
@@ -295,4 +303,5 @@ wait "$broker" || status=$?
 if kill -0 "$broker" 2>/dev/null; then
     wait "$broker" || status=$?
 fi
+rm -f "$dir/ready"
 exit "$status"

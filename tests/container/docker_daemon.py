@@ -279,3 +279,7 @@ def build_image(
             args += ["--build-arg", build_arg]
         daemon.run(*args, str(context), timeout=BUILD_TIMEOUT_S)
         return time.monotonic() - started
+
+
+KAFKA_IMAGE = "coordinator-server-kafka:4.4.0"
+KAFKA_CONTEXT = REPO_ROOT / "deploy" / "kafka"

@@ -53,8 +53,26 @@ def bind_mounts(service: dict[str, Any]) -> dict[str, Path]:
 
 
 def coordinators(services: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The coordinator nodes: the services built from the repository's Dockerfile."""
-    return {name: service for name, service in services.items() if "build" in service}
+    """The coordinator nodes: the services built from the repository's own Dockerfile."""
+    return {
+        name: service
+        for name, service in services.items()
+        if "build" in service
+        and (COMPOSE_FILE.parent / service["build"]["context"]).resolve() == REPO_ROOT
+    }
+
+
+def run_options(service: dict[str, Any]) -> dict[str, str]:
+    """deploy/kafka/run.sh's options of a service's command, `--config` ones by their key."""
+    command = service["command"]
+    options: dict[str, str] = {}
+    for flag, value in zip(command[::2], command[1::2], strict=True):
+        if flag == "--config":
+            key, _, setting = value.partition("=")
+            options[key] = setting
+        else:
+            options[flag] = value
+    return options
 
 
 def duration_seconds(text: str) -> float:
@@ -84,23 +102,44 @@ def test_images_are_pinned(services: dict[str, Any]) -> None:
         repository, _, tag = image.rpartition(":")
         assert repository and "/" not in tag, f"{name}: {image} has no tag"
         assert tag != "latest" and re.search(r"\d+\.\d+", tag), f"{name}: {image} is not pinned"
-    assert services["kafka"]["image"].startswith("apache/kafka:")
+    # Kafka is built here, from Maven Central's jars (deploy/kafka/Dockerfile).
+    assert services["kafka"]["image"].startswith("coordinator-server-kafka:")
     assert services["prometheus"]["image"].startswith("prom/prometheus:")
     assert services["grafana"]["image"].startswith("grafana/grafana:")
 
 
-def test_kafka_runs_single_node_kraft(services: dict[str, Any]) -> None:
+def test_kafka_is_built_from_its_dockerfile_and_listens_for_containers_and_the_host(
+    services: dict[str, Any],
+) -> None:
     kafka = services["kafka"]
-    env = environment(kafka)
-    assert set(env["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}
-    assert "ZOOKEEPER" not in " ".join(env)
-    voters = env["KAFKA_CONTROLLER_QUORUM_VOTERS"].split(",")
-    assert voters == [f"{env['KAFKA_NODE_ID']}@{kafka['hostname']}:29093"]
-    listeners = dict(item.split("://") for item in env["KAFKA_LISTENERS"].split(","))
-    assert env["KAFKA_CONTROLLER_LISTENER_NAMES"] in listeners
-    assert env["KAFKA_INTER_BROKER_LISTENER_NAME"] in listeners
-    assert env["CLUSTER_ID"]
-    assert "healthcheck" in kafka and kafka["healthcheck"]["test"][0] == "CMD"
+    context = (COMPOSE_FILE.parent / kafka["build"]["context"]).resolve()
+    assert (context / kafka["build"].get("dockerfile", "Dockerfile")).is_file()
+    assert (context / "run.sh").is_file() and (context / "pom.xml").is_file()
+    options = run_options(kafka)
+    assert options["--cluster-id"], "a fixed cluster id: nothing generates one in the image"
+    listeners = dict(item.split("://") for item in options["listeners"].split(","))
+    assert listeners["CONTROLLER"].endswith(f":{options['--controller-port']}")
+    assert options["inter.broker.listener.name"] in listeners
+    protocols = dict(
+        item.split(":") for item in options["listener.security.protocol.map"].split(",")
+    )
+    assert set(protocols) == set(listeners)
+    advertised = dict(item.split("://") for item in options["advertised.listeners"].split(","))
+    assert set(advertised) == set(listeners) - {"CONTROLLER"}
+    # The host's port is the published one.
+    published = {port.split(":")[0] for port in kafka["ports"]}
+    assert advertised["EXTERNAL"] == f"localhost:{listeners['EXTERNAL'].rsplit(':', 1)[1]}"
+    assert advertised["EXTERNAL"].rsplit(":", 1)[1] in published
+
+
+def test_monitoring_is_a_profile(services: dict[str, Any]) -> None:
+    """Prometheus and Grafana come from registries: the default `up` needs neither."""
+    for name, service in services.items():
+        if name in ("prometheus", "grafana"):
+            assert service["profiles"] == ["monitoring"], name
+        else:
+            assert "profiles" not in service, name
+            assert "build" in service, f"{name}: built here, not pulled"
 
 
 def test_coordinators_are_built_from_the_dockerfile_and_wait_for_kafka(
@@ -137,9 +176,8 @@ def test_coordinator_settings_reach_kafka_from_another_container(
     settings = settings_from_env(environment(services[node]))
     assert settings.offsets_topic_replication_factor == 1, "one broker: one replica"
     kafka = services["kafka"]
-    kafka_env = environment(kafka)
     advertised = {
-        address.split("://")[1] for address in kafka_env["KAFKA_ADVERTISED_LISTENERS"].split(",")
+        address.split("://")[1] for address in run_options(kafka)["advertised.listeners"].split(",")
     }
     assert settings.bootstrap_servers is not None
     for server in settings.bootstrap_servers.split(","):

