@@ -6,24 +6,33 @@
 # Every option of `coordinator-server serve` is also an environment variable
 # COORDINATOR_<OPTION>; see docs/CONFIGURATION.md and deploy/README.md.
 
-# Both stages start from the same Debian release and take Python from Debian's own packages
-# (bookworm's python3, kept patched by Debian's security updates): the venv built in the first
-# stage links to /usr/bin/python3, which the runtime stage installs from the same archive.
-# The base is plain Debian, so a machine without a registry can build it from Debian's
-# archive (deploy/images/debian-base.sh). (FROM is written out twice rather than through an
-# ARG, because hadolint checks a literal FROM only.)
+# Both stages start from one stage with Debian's own Python (bookworm's python3, kept patched
+# by Debian's security updates): the venv built in the builder links to /usr/bin/python3,
+# which the runtime stage has from the very same layer, installed once. The base is plain
+# Debian, so a machine without a registry can build it from Debian's archive
+# (deploy/images/debian-base.sh).
+
+# --- python-base: Debian's interpreter, the base of both stages below ----------------------
+FROM debian:bookworm-slim AS python-base
+
+# The interpreter only: no pip, no compilers, no package lists left behind. The version is
+# the release's own, patched by Debian's security updates; pinning it would break the build
+# at the next security update.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3 \
+    && rm -rf /var/lib/apt/lists/*
 
 # --- builder: install the package and its dependencies (uvloop included) into a venv ------
-FROM debian:bookworm-slim AS builder
+FROM python-base AS builder
 
 # No self-update check: it would only add a network round trip and a warning to the build.
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# The versions are the release's own, patched by Debian's security updates; pinning each
-# would break the build at the next security update.
+# venv's pip, for this stage only.
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends python3 python3-venv \
+    && apt-get install -y --no-install-recommends python3-venv \
     && rm -rf /var/lib/apt/lists/*
 
 RUN python3 -m venv /opt/venv
@@ -48,20 +57,14 @@ RUN /opt/venv/bin/pip install --no-cache-dir --no-deps -c constraints.txt . \
     && /opt/venv/bin/pip uninstall --yes --quiet pip setuptools
 
 # --- runtime: the venv on a clean slim base, no build tools, not root ---------------------
-FROM debian:bookworm-slim AS runtime
+FROM python-base AS runtime
 
 # A fixed numeric uid/gid: Kubernetes' runAsNonRoot can only verify a numeric USER, and the
 # manifests in deploy/kubernetes/ set the same ids.
 ARG UID=10001
 ARG GID=10001
 
-# The interpreter only: no pip, no compilers, no package lists left behind. Not pinned, as
-# in the builder: the release's own version, the same one the venv was built against.
-# hadolint ignore=DL3008
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends python3 \
-    && rm -rf /var/lib/apt/lists/* \
-    && groupadd --system --gid "${GID}" coordinator \
+RUN groupadd --system --gid "${GID}" coordinator \
     && useradd --system --uid "${UID}" --gid coordinator --no-create-home \
         --home-dir /var/lib/coordinator-server --shell /usr/sbin/nologin coordinator \
     && mkdir -p /var/lib/coordinator-server/data \

@@ -8,6 +8,8 @@ from collections.abc import Iterator
 import pytest
 from docker_daemon import (
     COORDINATOR_IMAGE,
+    KAFKA_CONTEXT,
+    KAFKA_IMAGE,
     REPO_ROOT,
     DockerDaemon,
     DockerUnavailable,
@@ -30,3 +32,10 @@ def coordinator_image(docker: DockerDaemon) -> str:
     """The project's Dockerfile, built as `docker build -t coordinator-server:0.1.0 .`."""
     build_image(docker, COORDINATOR_IMAGE, REPO_ROOT)
     return COORDINATOR_IMAGE
+
+
+@pytest.fixture(scope="session")
+def kafka_image(docker: DockerDaemon) -> str:
+    """deploy/kafka/Dockerfile, built as the compose file's `build:` does."""
+    build_image(docker, KAFKA_IMAGE, KAFKA_CONTEXT)
+    return KAFKA_IMAGE

@@ -4,7 +4,8 @@ The daemon (Debian's docker.io) runs only for the test run: its own socket, data
 directories under the temporary directory, no bridge of its own and no iptables rules, so
 nothing of the machine's own Docker (if any) or firewall is touched. The test processes of
 one run (pytest-xdist workers) share it: the first to need it starts it, each one counts
-itself in, and the last to finish stops it. Images are built once a run, under the same lock.
+itself in, and the last to finish stops it. Each image is built once a run, under a lock of
+its own, so that two processes build two images side by side.
 
 Where the machine cannot run a Docker daemon at all (no dockerd, or one that cannot start),
 the tests that need it skip with one line saying why.
@@ -242,7 +243,7 @@ def ensure_base_image(daemon: DockerDaemon) -> None:
     """debian:bookworm-slim in the daemon, built from Debian's archive (cached on the machine
     between runs by the script). The machine's own CA certificates go in, so that builds
     reach PyPI and Maven Central as the machine does."""
-    with locked(daemon.directory / "lock"):
+    with locked(daemon.directory / "base.lock"):
         if daemon.has_image(BASE_IMAGE):
             return
         result = subprocess.run(
@@ -268,7 +269,8 @@ def build_image(
     callers find the image); the seconds the build took, 0 when it was there already. Builds
     use the host's network: the daemon has no bridge to give them one."""
     ensure_base_image(daemon)
-    with locked(daemon.directory / "lock"):
+    # A lock for each image: two test processes build two images side by side.
+    with locked(daemon.directory / f"build-{tag.replace(':', '-').replace('/', '-')}.lock"):
         if daemon.has_image(tag):
             return 0.0
         started = time.monotonic()

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 import pytest
 from aiokafka.structs import TopicPartition as TP
-from docker_daemon import KAFKA_CONTEXT, KAFKA_IMAGE, REPO_ROOT, DockerDaemon, build_image
+from docker_daemon import REPO_ROOT, DockerDaemon
 
 from coordinator_server.client import CoordinatorClient
 
@@ -36,13 +36,6 @@ NODES = {
     "coordinator-3": (9294, 9295),
 }
 UP_WITHIN_S = 120
-
-
-@pytest.fixture(scope="module")
-def kafka_image(docker: DockerDaemon) -> str:
-    """deploy/kafka/Dockerfile, built as the compose file's `build:` does."""
-    build_image(docker, KAFKA_IMAGE, KAFKA_CONTEXT)
-    return KAFKA_IMAGE
 
 
 @pytest.fixture
@@ -92,8 +85,10 @@ def health(docker: DockerDaemon, project: str) -> dict[str, str]:
 
 
 def test_the_compose_stack_comes_up_and_its_coordinator_serves_a_client(
-    project: tuple[DockerDaemon, str], coordinator_image: str, kafka_image: str
+    project: tuple[DockerDaemon, str], kafka_image: str, coordinator_image: str
 ) -> None:
+    # Kafka's image first: a process running the image's tests builds the coordinator's
+    # meanwhile.
     docker, name = project
     started = time.monotonic()
     compose(docker, name, "up", "--detach", "--no-build")

@@ -149,14 +149,18 @@ def test_hadolint_ignores_are_justified(dockerfile: Path) -> None:
 
 def test_multi_stage_on_one_pinned_slim_base(instructions: list[Instruction]) -> None:
     froms = [i.args.split() for i in instructions if i.keyword == "FROM"]
-    assert len(froms) >= 2, "a builder stage and a runtime stage"
-    images = {words[0] for words in froms if not words[0].startswith("$")}
+    aliases = {words[-1].lower() for words in froms if len(words) == 3}
+    assert {"builder", "runtime"} <= aliases, "a builder stage and a runtime stage"
+    images = {words[0] for words in froms if words[0].lower() not in aliases}
     assert len(images) == 1, f"every stage on the same base (the venv links to it): {images}"
     (image,) = images
     # A Debian release by its name: Python comes from that release's packages, so the venv
     # built in one stage runs in the other, and deploy/images/debian-base.sh can build it.
     assert re.fullmatch(r"debian:[a-z]+-slim", image), f"{image}: a slim Debian release"
     assert [word.lower() for word in froms[-1][-2:]] == ["as", "runtime"]
+    # The builder and the runtime share the stage that installs Python: the same interpreter.
+    parents = {words[-1].lower(): words[0].lower() for words in froms if len(words) == 3}
+    assert parents["builder"] == parents["runtime"] != image, parents
 
 
 def test_runtime_stage_copies_the_venv_from_the_builder(runtime: list[Instruction]) -> None:
@@ -167,7 +171,10 @@ def test_runtime_stage_copies_the_venv_from_the_builder(runtime: list[Instructio
 
 
 def test_builder_installs_the_package_and_proves_uvloop(instructions: list[Instruction]) -> None:
-    builder_runs = " ".join(i.args for i in stages(instructions)[0] if i.keyword == "RUN")
+    (builder,) = [
+        stage for stage in stages(instructions) if stage[0].args.lower().endswith(" as builder")
+    ]
+    builder_runs = " ".join(i.args for i in builder if i.keyword == "RUN")
     assert "pip install" in builder_runs and " ." in builder_runs
     assert "import uvloop" in builder_runs
 
