@@ -19,6 +19,7 @@
 #                            PyPI or Maven Central through a TLS-inspecting proxy: installs
 #                            ca-certificates with them, and points pip at that bundle
 #   --rebuild                run debootstrap even when the cache has the tarball
+#   --no-import              only make sure the cache has the tarball (no Docker needed)
 #
 # Environment: DOCKER (default: docker on PATH) and DOCKER_HOST choose the daemon;
 # COORDINATOR_IMAGE_CACHE overrides the cache directory (default: coordinator-server/images
@@ -27,13 +28,14 @@
 set -euo pipefail
 
 docker="${DOCKER:-docker}"
-tag="debian:bookworm-slim" mirror="http://deb.debian.org/debian" trust_local="" rebuild=""
+tag="debian:bookworm-slim" mirror="http://deb.debian.org/debian" trust_local="" rebuild="" no_import=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --tag) tag="$2"; shift 2 ;;
         --mirror) mirror="$2"; shift 2 ;;
         --trust-local-certificates) trust_local=1; shift ;;
         --rebuild) rebuild=1; shift ;;
+        --no-import) no_import=1; shift ;;
         -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
         *) echo "debian-base.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -125,6 +127,10 @@ CFG
     trap - EXIT
     echo "debian-base.sh: built $tarball in $(elapsed) ms" >&2
 fi
-"$docker" import --change 'CMD ["bash"]' "$tarball" "$tag" >/dev/null
 exec 9>&-
+if [ -n "$no_import" ]; then
+    echo "$tarball ready in $(elapsed) ms"
+    exit 0
+fi
+"$docker" import --change 'CMD ["bash"]' "$tarball" "$tag" >/dev/null
 echo "$tag ready in $(elapsed) ms ($(du -m "$tarball" | cut -f1) MB)"

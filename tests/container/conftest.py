@@ -3,6 +3,7 @@ from the repository's own Dockerfiles (docker_daemon.py)."""
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 
 import pytest
@@ -14,8 +15,30 @@ from docker_daemon import (
     DockerDaemon,
     DockerUnavailable,
     build_image,
+    prefetch_base_image,
     shared_daemon,
 )
+
+_PREFETCH = pytest.StashKey[subprocess.Popen[bytes]]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if session.config.option.collectonly:
+        return
+    if any(item.get_closest_marker("container") for item in session.items):
+        prefetch = prefetch_base_image()
+        if prefetch is not None:
+            session.config.stash[_PREFETCH] = prefetch
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    prefetch = session.config.stash.get(_PREFETCH, None)
+    if prefetch is not None:
+        try:
+            prefetch.wait(timeout=600)
+        except subprocess.TimeoutExpired:
+            prefetch.kill()
+            prefetch.wait()
 
 
 @pytest.fixture(scope="session")

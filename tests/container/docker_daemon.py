@@ -239,6 +239,23 @@ def shared_daemon() -> Iterator[DockerDaemon]:
             shutil.rmtree(directory, ignore_errors=True)
 
 
+def prefetch_base_image() -> subprocess.Popen[bytes] | None:
+    """Start making the base's root filesystem in the background (debootstrap, the slow part
+    of a machine's first run), so that it overlaps other tests instead of holding up the
+    first container test. The script's own lock keeps it to one build; a failure here shows
+    again, with its output, when `ensure_base_image` runs the script itself."""
+    try:
+        _dockerd()
+    except DockerUnavailable:
+        return None
+    return subprocess.Popen(
+        ["bash", str(BASE_IMAGE_SCRIPT), "--trust-local-certificates", "--no-import"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
 def ensure_base_image(daemon: DockerDaemon) -> None:
     """debian:bookworm-slim in the daemon, built from Debian's archive (cached on the machine
     between runs by the script). The machine's own CA certificates go in, so that builds
