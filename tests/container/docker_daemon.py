@@ -31,6 +31,9 @@ BASE_IMAGE_SCRIPT = REPO_ROOT / "deploy" / "images" / "debian-base.sh"
 # The name the project's Dockerfile gives its image, and the base both stages start FROM.
 COORDINATOR_IMAGE = "coordinator-server:0.1.0"
 BASE_IMAGE = "debian:bookworm-slim"
+# The Kafka image deploy/docker-compose.yml builds, from its folder.
+KAFKA_IMAGE = "coordinator-server-kafka:4.4.0"
+KAFKA_CONTEXT = REPO_ROOT / "deploy" / "kafka"
 
 DAEMON_START_TIMEOUT_S = 60
 DAEMON_STOP_TIMEOUT_S = 30
@@ -298,7 +301,3 @@ def build_image(
             args += ["--build-arg", build_arg]
         daemon.run(*args, str(context), timeout=BUILD_TIMEOUT_S)
         return time.monotonic() - started
-
-
-KAFKA_IMAGE = "coordinator-server-kafka:4.4.0"
-KAFKA_CONTEXT = REPO_ROOT / "deploy" / "kafka"
