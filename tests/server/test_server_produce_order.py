@@ -1,5 +1,7 @@
 """The order of what the server writes around a ProduceRequest, in process, over a real
-Kafka broker the test pauses.
+Kafka broker the test pauses (the shared `pausable_kafka_broker`: a pause holds up only the
+tests that pause, which run one at a time in a test process, and the broker is resumed
+before the test ends, so no broker of the test's own is needed).
 
 The answers a produce response completes must leave before the next ProduceRequest does
 (see ANSWER_TURNS where the server is wired, in app.py): the commits the answered clients
@@ -109,20 +111,20 @@ async def two_rounds(
 
 
 async def test_the_answers_a_produce_response_completes_leave_before_the_next_request(
-    fresh_kafka_broker: KafkaBroker, unique_topic: str, monkeypatch: pytest.MonkeyPatch
+    pausable_kafka_broker: KafkaBroker, unique_topic: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    writes = await two_rounds(fresh_kafka_broker, unique_topic, monkeypatch)
+    writes = await two_rounds(pausable_kafka_broker, unique_topic, monkeypatch)
     a, b = partition_for("a", PARTITIONS), partition_for("b", PARTITIONS)
     assert writes == [("produce", [a]), ("answers", 1), ("produce", [b]), ("answers", 1)]
 
 
 async def test_one_turn_fewer_and_the_next_request_overtakes_the_answers(
-    fresh_kafka_broker: KafkaBroker, unique_topic: str, monkeypatch: pytest.MonkeyPatch
+    pausable_kafka_broker: KafkaBroker, unique_topic: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """ANSWER_TURNS is as many turns as the answers take, no more: if the way from a
     produce response to the clients' sockets grows a turn, the test above fails; if it
     loses one, this one does."""
     monkeypatch.setattr(wiring, "ANSWER_TURNS", wiring.ANSWER_TURNS - 1)
-    writes = await two_rounds(fresh_kafka_broker, unique_topic, monkeypatch)
+    writes = await two_rounds(pausable_kafka_broker, unique_topic, monkeypatch)
     b = partition_for("b", PARTITIONS)
     assert writes[1:3] == [("produce", [b]), ("answers", 1)]
