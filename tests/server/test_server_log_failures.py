@@ -201,10 +201,12 @@ STOPPED_LINES = {"off": "every append has failed", "on": "stops: "}
 
 @pytest.mark.parametrize("cluster", ["off", "on"])
 async def test_partitions_whose_appends_keep_failing_leave_active_and_come_back(
-    fresh_kafka_broker: KafkaBroker, unique_topic: str, cluster: str
+    pausable_kafka_broker: KafkaBroker, unique_topic: str, cluster: str
 ) -> None:
+    # The broker is only paused and resumed: the shared pausable one does, as no other
+    # test's broker is held up and everything here is named after the unique topic.
     args = server_args(
-        fresh_kafka_broker,
+        pausable_kafka_broker,
         unique_topic,
         "--offsets-commit-timeout-ms", "1000",
         "--append-failure-timeout-ms", "1500",
@@ -216,7 +218,7 @@ async def test_partitions_whose_appends_keep_failing_leave_active_and_come_back(
         assert len(acknowledged) == len(GROUPS)
         owned = {partition_for(group, PARTITIONS) for group in GROUPS}
 
-        fresh_kafka_broker.pause()
+        pausable_kafka_broker.pause()
         try:
             # Clients keep committing; every append fails (times out) until the partitions
             # give up being ACTIVE.
@@ -236,7 +238,7 @@ async def test_partitions_whose_appends_keep_failing_leave_active_and_come_back(
                 " ERROR " in line and STOPPED_LINES[cluster] in line for line in server.lines
             ), tail(server)
         finally:
-            fresh_kafka_broker.resume()
+            pausable_kafka_broker.resume()
 
         async def ready() -> bool:
             status, _ = await http_get(server.metrics_port, "/readyz")
