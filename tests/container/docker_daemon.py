@@ -25,6 +25,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BASE_IMAGE_SCRIPT = REPO_ROOT / "deploy" / "images" / "debian-base.sh"
@@ -106,7 +107,7 @@ class DockerDaemon:
             )
         return result
 
-    def inspect(self, name: str) -> dict[str, object]:
+    def inspect(self, name: str) -> dict[str, Any]:
         (found,) = json.loads(self.run("inspect", name).stdout)
         return dict(found)
 

@@ -14,7 +14,8 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from aiokafka.structs import OffsetAndMetadata
@@ -82,9 +83,8 @@ class Container:
         self.docker.run(*self.args)
         return self
 
-    def state(self) -> dict[str, object]:
-        state = self.docker.inspect(self.name)["State"]
-        assert isinstance(state, dict)
+    def state(self) -> dict[str, Any]:
+        state: dict[str, Any] = self.docker.inspect(self.name)["State"]
         return state
 
     def logs(self) -> str:
@@ -115,10 +115,22 @@ def http_status(port: int, path: str) -> int | None:
 
 
 @pytest.fixture
-def containers(docker: DockerDaemon) -> Iterator[list[Container]]:
-    """The test's containers, removed at its end whatever happened."""
+def start_container(
+    docker: DockerDaemon,
+    coordinator_image: str,
+    kafka_broker: ApacheKafkaBroker,
+    unique_topic: str,
+) -> Iterator[Callable[..., Container]]:
+    """Starts a container of the image on the run's broker and the test's own log topic,
+    with extra settings as keyword arguments; each is removed at the test's end."""
     started: list[Container] = []
-    yield started
+
+    def start(**env: str) -> Container:
+        container = Container(docker, coordinator_image, kafka_broker, unique_topic, **env)
+        started.append(container)
+        return container.start()
+
+    yield start
     for container in started:
         container.remove()
 
@@ -154,23 +166,16 @@ async def fetch(bootstrap: str, group: str) -> dict[TP, int]:
 
 
 def test_the_image_runs_beside_kafka_as_a_user_would(
-    docker: DockerDaemon,
-    coordinator_image: str,
-    kafka_broker: ApacheKafkaBroker,
-    unique_topic: str,
-    containers: list[Container],
+    docker: DockerDaemon, start_container: Callable[..., Container]
 ) -> None:
-    container = Container(
-        docker, coordinator_image, kafka_broker, unique_topic, COORDINATOR_LOG_FORMAT="json"
-    )
-    containers.append(container)
     started = time.monotonic()
-    container.start().wait_ready()
+    container = start_container(COORDINATOR_LOG_FORMAT="json")
+    container.wait_ready()
     ready_s = time.monotonic() - started
 
     # The image's own HEALTHCHECK (/healthz through the interpreter) turns healthy.
     deadline = time.monotonic() + HEALTHY_WITHIN_S
-    while (health := container.state()["Health"]["Status"]) != "healthy":  # type: ignore[index]
+    while (health := container.state()["Health"]["Status"]) != "healthy":
         assert health == "starting", f"{health}:\n{container.logs()}"
         assert time.monotonic() < deadline, f"not healthy in {HEALTHY_WITHIN_S} s"
         time.sleep(0.5)
@@ -185,7 +190,7 @@ def test_the_image_runs_beside_kafka_as_a_user_would(
     assert docker.run("exec", container.name, "id", "-u").stdout.strip() == "10001"
     refused = docker.run("exec", container.name, "touch", "/opt/venv/written", check=False)
     assert refused.returncode != 0 and "Read-only file system" in refused.stderr, refused
-    assert docker.inspect(container.name)["HostConfig"]["ReadonlyRootfs"] is True  # type: ignore[index]
+    assert docker.inspect(container.name)["HostConfig"]["ReadonlyRootfs"] is True
 
     # Logs are JSON, one object a line, as asked.
     lines = [line for line in container.logs().splitlines() if line.strip()]
@@ -197,18 +202,13 @@ def test_the_image_runs_beside_kafka_as_a_user_would(
 
 
 def test_docker_stop_is_graceful_and_loses_nothing_acknowledged(
-    docker: DockerDaemon,
-    coordinator_image: str,
-    kafka_broker: ApacheKafkaBroker,
-    unique_topic: str,
-    containers: list[Container],
+    docker: DockerDaemon, start_container: Callable[..., Container]
 ) -> None:
     """Commits run while `docker stop` is sent: the container exits by itself (SIGTERM
     reaches the server, status 0, before Docker's SIGKILL), and a new container on the same
     log has every commit that was acknowledged."""
-    first = Container(docker, coordinator_image, kafka_broker, unique_topic)
-    containers.append(first)
-    first.start().wait_ready()
+    first = start_container()
+    first.wait_ready()
     group = f"stop-{uuid.uuid4().hex[:8]}"
     acknowledged: list[int] = []
 
@@ -246,30 +246,19 @@ def test_docker_stop_is_graceful_and_loses_nothing_acknowledged(
     assert stopped_s < SHUTDOWN_TIMEOUT_MS / 1000, stopped_s
     assert "stopped" in first.logs()
 
-    second = Container(docker, coordinator_image, kafka_broker, unique_topic)
-    containers.append(second)
-    second.start().wait_ready()
+    second = start_container()
+    second.wait_ready()
     fetched = asyncio.run(fetch(second.bootstrap, group))
     assert fetched[TP(TOPIC, 0)] >= acknowledged[-1], (fetched, acknowledged[-1])
     print(f"{len(acknowledged)} commits acknowledged, docker stop took {stopped_s:.2f} s")
 
 
 def test_two_containers_are_a_cluster_and_one_survives_the_others_kill(
-    docker: DockerDaemon,
-    coordinator_image: str,
-    kafka_broker: ApacheKafkaBroker,
-    unique_topic: str,
-    containers: list[Container],
+    docker: DockerDaemon, start_container: Callable[..., Container]
 ) -> None:
     """Two containers of one cluster split the log's partitions; after `docker kill` of one
     (SIGKILL), the other serves every group, with every acknowledged commit."""
-    nodes = [
-        Container(docker, coordinator_image, kafka_broker, unique_topic, COORDINATOR_NODE_ID=str(n))
-        for n in (1, 2)
-    ]
-    containers.extend(nodes)
-    for node in nodes:
-        node.start()
+    nodes = [start_container(COORDINATOR_NODE_ID=str(n)) for n in (1, 2)]
     for node in nodes:
         node.wait_ready(timeout=90)
 
