@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import re
 import socket
 import ssl
+from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
-from apache_kafka import ApacheKafkaBroker
+from apache_kafka import ApacheKafkaBroker, fetch_apache_kafka
 
 from coordinator_server.bench import apache_kafka as apache_kafka_launcher
 from coordinator_server.bench.processes import free_port
@@ -65,9 +68,21 @@ async def topics_of(broker: ApacheKafkaBroker) -> set[str]:
         await admin.close()
 
 
-async def test_a_restart_keeps_the_data_and_an_empty_restart_forgets_it() -> None:
+async def test_a_restart_keeps_the_data_and_an_empty_restart_forgets_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A cache of its own, with the run's jars and no class-data archive yet.
+    fetch_apache_kafka()
+    cache = tmp_path / "cache" / kafka_cache().name
+    cache.mkdir(parents=True)
+    (cache / "lib").symlink_to(kafka_cache() / "lib")
+    (cache / "complete").touch()
+    monkeypatch.setenv("COORDINATOR_KAFKA_CACHE", str(cache.parent))
+
     with ApacheKafkaBroker() as broker:
         assert broker.startup_s > 0
+        # The first start dumps the classes it loaded as it stops.
+        assert any(o.startswith("-XX:ArchiveClassesAtExit=") for o in jvm_options(broker))
         port = broker.port
         producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap)
         await producer.start()
@@ -79,6 +94,10 @@ async def test_a_restart_keeps_the_data_and_an_empty_restart_forgets_it() -> Non
         broker.resume()
         broker.restart()
         assert "kept" in await topics_of(broker)
+        # Stopped cleanly, it left the archive, which every later start maps.
+        [archive] = (cache / "cds").glob("*.jsa")
+        assert f"-XX:SharedArchiveFile={archive}" in jvm_options(broker)
+        assert not any(o.startswith("-XX:ArchiveClassesAtExit=") for o in jvm_options(broker))
         broker.restart_empty()
         assert broker.port == port
         assert "kept" not in await topics_of(broker)
@@ -100,3 +119,18 @@ def test_a_port_taken_before_the_broker_binds_it_starts_it_on_others(
             assert broker.port != taken_port
             with socket.create_connection(("127.0.0.1", broker.port), timeout=5):
                 pass
+
+
+def kafka_cache() -> Path:
+    """The launcher's cache of this Kafka version's jars."""
+    root = Path(apache_kafka_launcher.launcher()).parents[2]
+    pom = (root / "deploy" / "kafka" / "pom.xml").read_text()
+    version = re.search(r"<kafka\.version>(.+)</kafka\.version>", pom)
+    assert version is not None
+    cache = Path(os.environ.get("COORDINATOR_KAFKA_CACHE", root / ".cache"))
+    return cache / f"kafka-{version[1]}"
+
+
+def jvm_options(broker: ApacheKafkaBroker) -> list[str]:
+    arguments = Path(f"/proc/{broker.pid}/cmdline").read_bytes().split(b"\0")
+    return [a.decode() for a in arguments if a.startswith(b"-XX:")]
