@@ -370,10 +370,12 @@ def _check_log(commits: Sequence[Op], log: Mapping[int, Sequence[LogEntry]]) -> 
                     (op.id,),
                 )
             )
-        for place in places:
-            if place.owner is not None:
-                epoch = (place.partition, place.owner.producer_id, place.owner.producer_epoch)
-                acknowledged_in[epoch].setdefault(op.node if op.node is not None else -1, op.id)
+        # A value retried on another node is in the log twice, once in each node's epoch;
+        # the acknowledging node wrote the one in its own.
+        for place in mine:
+            assert place.owner is not None
+            epoch = (place.partition, place.owner.producer_id, place.owner.producer_epoch)
+            acknowledged_in[epoch].setdefault(place.owner.node_id, op.id)
     for (partition, producer_id, epoch), by_node in sorted(acknowledged_in.items()):
         if len(by_node) > 1:
             violations.append(
