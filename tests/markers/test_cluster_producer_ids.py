@@ -51,12 +51,15 @@ async def test_an_id_given_back_is_handed_out_again_and_none_waits_for_the_clust
 async def test_a_cluster_that_hands_out_none_is_said_in_time() -> None:
     cluster = Cluster()
     cluster.refusing = RuntimeError("COORDINATOR_LOAD_IN_PROGRESS")
-    pool = ClusterProducerIds(cluster.ask, ready=2, timeout_s=0.3, backoff_s=0.01)
+    pool = ClusterProducerIds(
+        cluster.ask, ready=2, timeout_s=0.3, backoff_s=0.01, backoff_max_s=0.05
+    )
     started = asyncio.get_running_loop().time()
     with pytest.raises(ProducerIdsUnavailable, match="COORDINATOR_LOAD_IN_PROGRESS"):
         await pool.take()
     assert asyncio.get_running_loop().time() - started < 1
-    # Once it answers again, the pool fills without being asked.
+    # Once it answers again, the pool fills without being asked (its retries come at most
+    # 0.05 s apart, well inside the next take's 0.3 s however long the refusals went on).
     cluster.refusing = None
     assert await pool.take() == 100
     await pool.stop()
