@@ -15,6 +15,8 @@ from coordinator_server.bench.stats import latency_summary_ms
 from coordinator_server.bench.targets import (
     ILLEGAL_GENERATION,
     MEMBER_ID_REQUIRED,
+    NOT_READY,
+    READY_RETRY_S,
     REBALANCE_IN_PROGRESS,
     TOPIC,
     UNKNOWN_MEMBER_ID,
@@ -121,6 +123,11 @@ async def run_member(target: Target, group: str, member: Member, timeouts: Timeo
             continue
         if code == REBALANCE_IN_PROGRESS:
             continue
+        if code in NOT_READY:
+            # The coordinator is still loading the group's partition (Kafka's own, under a
+            # busy core, as much as ours): retriable, after a pause, as clients retry it.
+            await asyncio.sleep(READY_RETRY_S)
+            continue
         if code:
             raise BenchError(f"{target.name}: JoinGroup of {group} failed with error {code}")
         member.member_id = joined.member_id
@@ -132,6 +139,9 @@ async def run_member(target: Target, group: str, member: Member, timeouts: Timeo
             member.index, group, joined.generation_id, member.member_id, assignments
         )
         if code in (REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION):
+            continue
+        if code in NOT_READY:
+            await asyncio.sleep(READY_RETRY_S)
             continue
         if code == UNKNOWN_MEMBER_ID:
             member.member_id = ""
