@@ -43,12 +43,16 @@ def latency_summary_ms(latencies: list[float]) -> dict[str, float]:
 
 
 def median_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Each numeric field's median over repeated runs (other fields from the first run), and
-    the request rate of every run (`requests_per_s_runs`)."""
+    """Each numeric field's median over the repeated runs that have it (other fields from the
+    first run that has them), and the request rate of every run (`requests_per_s_runs`). A
+    run that served nothing has no CPU per request: the others' still count."""
     if len(rows) == 1:
         return rows[0]
-    merged = dict(rows[0])
-    for key, value in rows[0].items():
+    merged: dict[str, Any] = {}
+    for row in rows:
+        for key, value in row.items():
+            merged.setdefault(key, value)
+    for key, value in list(merged.items()):
         if isinstance(value, int | float) and not isinstance(value, bool):
             values = [row[key] for row in rows if isinstance(row.get(key), int | float)]
             median = statistics.median(values)

@@ -220,6 +220,15 @@ def test_repeated_runs_report_the_median_of_each_nodes_share() -> None:
     assert merged["node_cpu"] == {"1": 0.2, "2": 0.1}
 
 
+def test_a_run_that_served_nothing_leaves_the_others_cpu_per_request() -> None:
+    from coordinator_server.bench.stats import median_row
+
+    served = {"requests": 10, "broker_cpu_us": 40.0, "server_cpu_us": 50.0}
+    merged = median_row([{"requests": 0}, served, {**served, "broker_cpu_us": 60.0}])
+    assert merged["requests"] == 10
+    assert (merged["broker_cpu_us"], merged["server_cpu_us"]) == (50.0, 50.0)
+
+
 # Three threads besides the main one, each a task of its own with its own affinity.
 THREADS = (
     "import threading, time\n"
