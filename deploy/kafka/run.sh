@@ -34,7 +34,8 @@
 # the started broker runs (a container's healthcheck tests it).
 #
 # Environment: COORDINATOR_KAFKA_CACHE overrides the cache directory (default: .cache/ at the
-# repository root); JAVA (default: java on PATH) and MVN (default: mvn on PATH).
+# repository root); JAVA (default: java on PATH) and MVN (default: mvn on PATH); KAFKA_OPTS,
+# more options for the JVMs, as Kafka's own scripts take them.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -254,6 +255,10 @@ jvm=(
     -XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true
     "-Dlog4j2.configurationFile=$dir/log4j2.yaml"
 )
+if [ -n "${KAFKA_OPTS:-}" ]; then
+    read -r -a kafka_opts <<< "$KAFKA_OPTS"
+    jvm+=("${kafka_opts[@]}")
+fi
 
 # Application class-data sharing (JDK 13+): the classes a broker loaded, parsed and verified
 # once, mapped by every later start of this Kafka on this JVM. A start then takes 3.2 s

@@ -78,9 +78,14 @@ async def test_a_restart_keeps_the_data_and_an_empty_restart_forgets_it(
     (cache / "lib").symlink_to(kafka_cache() / "lib")
     (cache / "complete").touch()
     monkeypatch.setenv("COORDINATOR_KAFKA_CACHE", str(cache.parent))
+    monkeypatch.setenv("KAFKA_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseStringDeduplication")
 
     with ApacheKafkaBroker() as broker:
         assert broker.startup_s > 0
+        # KAFKA_OPTS, as Kafka's own scripts take it.
+        assert {"-XX:TieredStopAtLevel=1", "-XX:+UseStringDeduplication"} <= set(
+            jvm_options(broker)
+        )
         # The first start dumps the classes it loaded as it stops.
         assert any(o.startswith("-XX:ArchiveClassesAtExit=") for o in jvm_options(broker))
         port = broker.port
