@@ -3,7 +3,7 @@ from the repository's own Dockerfiles (docker_daemon.py)."""
 
 from __future__ import annotations
 
-import subprocess
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -14,31 +14,29 @@ from docker_daemon import (
     REPO_ROOT,
     DockerDaemon,
     DockerUnavailable,
+    ImagesInBackground,
     build_image,
-    prefetch_base_image,
     shared_daemon,
 )
 
-_PREFETCH = pytest.StashKey[subprocess.Popen[bytes]]()
+_IMAGES = pytest.StashKey[ImagesInBackground]()
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     if session.config.option.collectonly:
         return
     if any(item.get_closest_marker("container") for item in session.items):
-        prefetch = prefetch_base_image()
-        if prefetch is not None:
-            session.config.stash[_PREFETCH] = prefetch
+        images = [(COORDINATOR_IMAGE, REPO_ROOT), (KAFKA_IMAGE, KAFKA_CONTEXT)]
+        # Two test processes build the two images side by side, one each first.
+        if os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":
+            images.reverse()
+        session.config.stash[_IMAGES] = ImagesInBackground(images).start()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    prefetch = session.config.stash.get(_PREFETCH, None)
-    if prefetch is not None:
-        try:
-            prefetch.wait(timeout=600)
-        except subprocess.TimeoutExpired:
-            prefetch.kill()
-            prefetch.wait()
+    images = session.config.stash.get(_IMAGES, None)
+    if images is not None:
+        images.finish()
 
 
 @pytest.fixture(scope="session")

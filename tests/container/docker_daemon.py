@@ -21,6 +21,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -243,23 +244,6 @@ def shared_daemon() -> Iterator[DockerDaemon]:
             shutil.rmtree(directory, ignore_errors=True)
 
 
-def prefetch_base_image() -> subprocess.Popen[bytes] | None:
-    """Start making the base's root filesystem in the background (debootstrap, the slow part
-    of a machine's first run), so that it overlaps other tests instead of holding up the
-    first container test. The script's own lock keeps it to one build; a failure here shows
-    again, with its output, when `ensure_base_image` runs the script itself."""
-    try:
-        _dockerd()
-    except DockerUnavailable:
-        return None
-    return subprocess.Popen(
-        ["bash", str(BASE_IMAGE_SCRIPT), "--trust-local-certificates", "--no-import"],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-
 def ensure_base_image(daemon: DockerDaemon) -> None:
     """debian:bookworm-slim in the daemon, built from Debian's archive (cached on the machine
     between runs by the script). The machine's own CA certificates go in, so that builds
@@ -302,3 +286,39 @@ def build_image(
             args += ["--build-arg", build_arg]
         daemon.run(*args, str(context), timeout=BUILD_TIMEOUT_S)
         return time.monotonic() - started
+
+
+class ImagesInBackground:
+    """From collection on, a thread of the test process starts (joins) the run's daemon and
+    builds the images, so that a machine's first base (debootstrap) and the builds overlap
+    other tests instead of holding up the first container test. The fixtures build each
+    image as before: they find it built, or wait on its lock for the build under way, or
+    build it themselves where the thread failed (and then say why)."""
+
+    def __init__(self, images: Sequence[tuple[str, Path]]) -> None:
+        self._images = list(images)
+        self._daemon: contextlib.AbstractContextManager[DockerDaemon] | None = None
+        self._thread = threading.Thread(target=self._prepare, name="docker-images", daemon=True)
+
+    def start(self) -> ImagesInBackground:
+        self._thread.start()
+        return self
+
+    def _prepare(self) -> None:
+        try:
+            _dockerd()
+            daemon_context = shared_daemon()
+            daemon = daemon_context.__enter__()
+        except DockerUnavailable:
+            return
+        self._daemon = daemon_context
+        for tag, context in self._images:
+            with contextlib.suppress(Exception):
+                build_image(daemon, tag, context)
+
+    def finish(self, timeout_s: float = BUILD_TIMEOUT_S) -> None:
+        """Wait for the builds, then count this thread out of the daemon's users."""
+        self._thread.join(timeout_s)
+        daemon_context, self._daemon = self._daemon, None
+        if daemon_context is not None:
+            daemon_context.__exit__(None, None, None)
