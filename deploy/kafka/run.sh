@@ -275,6 +275,8 @@ if [ -f "$archive" ]; then
 elif mkdir -p "$cache/cds" 2>/dev/null && [ -w "$cache/cds" ]; then
     exec 8>"$archive.lock"
     if flock -n 8; then
+        # What a launcher killed while its broker wrote would have left behind.
+        rm -f "$archive".[0-9]*
         archive_pending="$archive.$$"
     else
         exec 8>&-
