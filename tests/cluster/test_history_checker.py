@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
 from checker import (
     Commit,
     GroupSpec,
@@ -203,18 +204,6 @@ def test_a_write_acknowledged_by_a_node_that_did_not_own_the_epoch_is_flagged() 
     assert kinds == ["ack-by-non-owner", "foreign-write"]
 
 
-def test_a_value_in_two_epochs_counts_for_the_epoch_of_the_node_that_acknowledged_it() -> None:
-    # Value 2 timed out on node 1 but was written, then was retried on node 2, the new owner;
-    # node 1 acknowledged value 1 in the same epoch.
-    h = History()
-    h.commit(1, 1, 2, node=1)
-    h.commit(2, 3, 4, INFO, node=1, error="timeout")
-    h.commit(2, 5, 6, node=2)
-    h.final(2, node=2)
-    log = {0: [*owned_by(1, 1, 1, 2), *owned_by(2, 2, 2, offset=3)]}
-    assert run(h, log) == []
-
-
 def test_a_value_written_in_the_epoch_of_a_node_it_was_not_sent_to_is_flagged() -> None:
     h = History()
     h.commit(1, 1, 2, node=1)
@@ -223,13 +212,23 @@ def test_a_value_written_in_the_epoch_of_a_node_it_was_not_sent_to_is_flagged() 
     assert run(h, {0: owned_by(1, 1, 1, 2)}) == ["foreign-write"]
 
 
-def test_a_value_retried_on_the_new_owner_is_that_owners_write() -> None:
+@pytest.mark.parametrize(
+    ("outcome", "error", "old_owner_wrote"),
+    [(FAIL, "NOT_COORDINATOR", False), (INFO, "timeout", True)],
+    ids=["refused", "timed out but written"],
+)
+def test_a_value_retried_on_the_new_owner_is_that_owners_write(
+    outcome: str, error: str, old_owner_wrote: bool
+) -> None:
+    # Value 2 went to node 1 first; node 1 acknowledged value 1 in the same epoch. Written
+    # by both, value 2 counts for the epoch of node 2, which acknowledged it.
     h = History()
     h.commit(1, 1, 2, node=1)
-    h.commit(2, 3, 4, FAIL, node=1, error="NOT_COORDINATOR")
-    h.commit(2, 4, 5, node=2)
+    h.commit(2, 3, 4, outcome, node=1, error=error)
+    h.commit(2, 5, 6, node=2)
     h.final(2, node=2)
-    assert run(h, {0: [*owned_by(1, 1, 1), *owned_by(2, 2, 2, offset=2)]}) == []
+    old = owned_by(1, 1, 1, 2) if old_owner_wrote else owned_by(1, 1, 1)
+    assert run(h, {0: [*old, *owned_by(2, 2, 2, offset=len(old))]}) == []
 
 
 def test_an_acknowledged_commit_missing_from_the_log_is_flagged() -> None:
