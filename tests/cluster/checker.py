@@ -374,8 +374,8 @@ def _check_log(commits: Sequence[Op], log: Mapping[int, Sequence[LogEntry]]) -> 
         # the acknowledging node wrote the one in its own.
         for place in mine:
             assert place.owner is not None
-            epoch = (place.partition, place.owner.producer_id, place.owner.producer_epoch)
-            acknowledged_in[epoch].setdefault(place.owner.node_id, op.id)
+            owned = (place.partition, place.owner.producer_id, place.owner.producer_epoch)
+            acknowledged_in[owned].setdefault(place.owner.node_id, op.id)
     for (partition, producer_id, epoch), by_node in sorted(acknowledged_in.items()):
         if len(by_node) > 1:
             violations.append(
