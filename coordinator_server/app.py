@@ -44,7 +44,6 @@ from coordinator_server.metrics import (
 )
 from coordinator_server.offsets.manager import OffsetsConfig
 from coordinator_server.prometheus import CoordinatorCollector, Snapshot, lag_exposition
-from coordinator_server.request_limits import RequestLimits
 from coordinator_server.runtime.batch import BATCH_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES
 from coordinator_server.runtime.clock import RuntimeClock, SystemClock
 from coordinator_server.runtime.config import RuntimeConfig
@@ -53,7 +52,9 @@ from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.server.http import OperatorHttpServer, Probe
 from coordinator_server.server.listener import CoordinatorServer, bind
 from coordinator_server.server.state import ServerConfig, ServerState
-from coordinator_server.service import GroupCoordinatorService, NodeAddress
+from coordinator_server.service.group_service import GroupCoordinatorService, NodeAddress
+from coordinator_server.service.limits import RequestLimits
+from coordinator_server.service.transaction_service import TransactionCoordinatorService
 from coordinator_server.shard import GroupCoordinatorShard, ShardConfig
 from coordinator_server.starting import StartAbandoned, StartError, start_with_retries
 from coordinator_server.storage.api import CoordinatorLog
@@ -62,7 +63,6 @@ from coordinator_server.storage.kafka_idempotence import ProducerIdError
 from coordinator_server.storage.kafka_metadata import TopicMetadataError
 from coordinator_server.storage.kafka_topic import KafkaLogError
 from coordinator_server.storage.sqlite import SqliteLogError
-from coordinator_server.transaction_service import TransactionCoordinatorService
 from coordinator_server.transactions.results import TransactionsConfig
 from protocol.errors import NotCoordinatorError
 

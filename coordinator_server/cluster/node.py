@@ -21,7 +21,7 @@ from coordinator_server.cluster.takeover import FencedLog, Takeover
 from coordinator_server.cluster.view import OwnershipView
 from coordinator_server.metrics import ClusterGauges, ClusterMetrics
 from coordinator_server.runtime.context import CoordinatorState, PartitionStats
-from coordinator_server.service import NodeAddress
+from coordinator_server.service.group_service import NodeAddress
 from coordinator_server.storage.kafka_security import KafkaSecurity
 from protocol.errors import NotCoordinatorError
 

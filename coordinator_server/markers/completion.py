@@ -49,7 +49,7 @@ from coordinator_server.markers.writer import DROPPED_ERRORS, FENCED_ERRORS, Kaf
 from coordinator_server.metrics import TransactionMetrics
 from coordinator_server.runtime.context import CoordinatorState
 from coordinator_server.runtime.runtime import CoordinatorRuntime
-from coordinator_server.service_errors import map_operation_error
+from coordinator_server.service.errors import map_operation_error
 from coordinator_server.shard import GroupCoordinatorShard
 from coordinator_server.transactions.results import TxnCompletion
 from protocol.errors import ErrorCode

@@ -45,7 +45,7 @@ CLUSTER_AUTHORIZATION_FAILED: Final = int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED
 KAFKA_STORAGE_ERROR: Final = int(ErrorCode.KAFKA_STORAGE_ERROR)
 SASL_AUTHENTICATION_FAILED: Final = int(ErrorCode.SASL_AUTHENTICATION_FAILED)
 # In the table for the transaction APIs; an append that fails with one still answers a group's
-# client UNKNOWN_SERVER_ERROR (service_errors maps them).
+# client UNKNOWN_SERVER_ERROR (service/errors.py maps them).
 UNKNOWN_PRODUCER_ID: Final = int(ErrorCode.UNKNOWN_PRODUCER_ID)
 PRODUCER_FENCED: Final = int(ErrorCode.PRODUCER_FENCED)
 

@@ -32,7 +32,7 @@ OFFSET_OPERATIONS = (
     "fetch_all_offsets",
 )
 # The modules above the shard: the service, its bulk requests and the wiring.
-ABOVE_THE_SHARD = ("service.py", "bulk_requests.py", "app.py")
+ABOVE_THE_SHARD = ("service/group_service.py", "service/bulk_requests.py", "app.py")
 
 
 @pytest.mark.parametrize("name", sorted(GROUP_OPERATIONS))

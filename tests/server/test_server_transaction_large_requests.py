@@ -22,7 +22,6 @@ from typing import Any
 import pytest
 from wire_client import WireClient
 
-from coordinator_server import slicing
 from coordinator_server.app import CoordinatorApp
 from coordinator_server.cli import main
 from coordinator_server.config import CoordinatorConfig
@@ -30,9 +29,10 @@ from coordinator_server.markers.completion import TxnCompletions
 from coordinator_server.records import TransactionValue, new_transaction_record
 from coordinator_server.rpc.client import CoordinatorClient
 from coordinator_server.runtime.api import CoordinatorResult
+from coordinator_server.service import slicing
+from coordinator_server.service.transaction_service import TransactionCoordinatorService
 from coordinator_server.shard import GroupCoordinatorShard
 from coordinator_server.storage.memory import InMemoryLog
-from coordinator_server.transaction_service import TransactionCoordinatorService
 from protocol import messages
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode

@@ -17,8 +17,11 @@ from coordinator_server.app import CoordinatorApp
 from coordinator_server.config import CoordinatorConfig
 from coordinator_server.defaults import TRANSACTION_PRODUCER_ID_START
 from coordinator_server.markers.completion import TxnCompletions
+from coordinator_server.service.transaction_service import (
+    TransactionCoordinatorService,
+    remote_verdict,
+)
 from coordinator_server.storage.memory import InMemoryLog
-from coordinator_server.transaction_service import TransactionCoordinatorService, remote_verdict
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.transactions import (

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator_server.service_errors import map_operation_error
+from coordinator_server.service.errors import map_operation_error
 from coordinator_server.storage import error_codes
 from coordinator_server.storage.api import AppendError
 from protocol.errors import ErrorCode

@@ -25,7 +25,6 @@ from typing import Any, Final, cast
 
 import msgspec
 
-from coordinator_server.bulk_requests import ErrorOnlyResponse
 from coordinator_server.groups.answer_sizes import (
     ARRAY_EXTRA,
     DESCRIBED_TRANSACTION_MIN_BYTES,
@@ -35,13 +34,14 @@ from coordinator_server.groups.answer_sizes import (
     str_bytes,
     str_extra,
 )
-from coordinator_server.request_limits import RequestLimits, answer_too_large, too_long
 from coordinator_server.runtime.context import CoordinatorState
 from coordinator_server.runtime.runtime import CoordinatorRuntime
-from coordinator_server.service import Reply, _pending
-from coordinator_server.service_errors import NO_OWNERSHIP, map_operation_error
+from coordinator_server.service.bulk_requests import ErrorOnlyResponse
+from coordinator_server.service.errors import NO_OWNERSHIP, map_operation_error
+from coordinator_server.service.group_service import Reply, _pending
+from coordinator_server.service.limits import RequestLimits, answer_too_large, too_long
+from coordinator_server.service.slicing import PAUSE, SliceClock, SlicedRequests, Step, Steps
 from coordinator_server.shard import GroupCoordinatorShard
-from coordinator_server.slicing import PAUSE, SliceClock, SlicedRequests, Step, Steps
 from coordinator_server.transactions.metadata import TransactionState
 from coordinator_server.transactions.results import ListedTransaction, TransactionDescription
 from protocol.errors import ErrorCode

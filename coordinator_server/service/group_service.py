@@ -13,10 +13,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar, cast
 
-from coordinator_server.bulk_requests import BulkRequests, ErrorOnlyResponse
 from coordinator_server.groups.store import RequestContext as RequestContext
 from coordinator_server.offsets.manager import commit_error_response
-from coordinator_server.request_limits import (
+from coordinator_server.runtime.events import WriteOutcome
+from coordinator_server.runtime.runtime import CoordinatorRuntime
+from coordinator_server.service.bulk_requests import BulkRequests, ErrorOnlyResponse
+from coordinator_server.service.errors import map_operation_error as map_operation_error
+from coordinator_server.service.limits import (
     RequestLimits,
     commit_answer_refusal,
     group_id_refusal,
@@ -25,11 +28,8 @@ from coordinator_server.request_limits import (
     offset_delete_refusal,
     sync_group_refusal,
 )
-from coordinator_server.runtime.events import WriteOutcome
-from coordinator_server.runtime.runtime import CoordinatorRuntime
-from coordinator_server.service_errors import map_operation_error as map_operation_error
+from coordinator_server.service.slicing import SlicedAnswer, SlicedRequests
 from coordinator_server.shard import GroupCoordinatorShard
-from coordinator_server.slicing import SlicedAnswer, SlicedRequests
 from protocol.api_keys import SUPPORTED_VERSIONS, ApiKey
 from protocol.errors import ErrorCode
 from protocol.hashing import partition_for

@@ -29,11 +29,11 @@ from coordinator_server.offsets.transactional import (
     TransactionalCommitPartition,
     TransactionalCommitTopic,
 )
-from coordinator_server.request_limits import answer_too_large
 from coordinator_server.runtime.context import CoordinatorState
 from coordinator_server.runtime.events import WriteOutcome
 from coordinator_server.runtime.runtime import CoordinatorRuntime
-from coordinator_server.service import (
+from coordinator_server.service.errors import map_operation_error
+from coordinator_server.service.group_service import (
     GroupCoordinatorService,
     Handler,
     PendingReply,
@@ -42,10 +42,10 @@ from coordinator_server.service import (
     _pending,
     _typed,
 )
-from coordinator_server.service_errors import map_operation_error
+from coordinator_server.service.limits import answer_too_large
+from coordinator_server.service.slicing import PAUSE, SliceClock, Step, Steps
+from coordinator_server.service.transaction_views import TransactionViews
 from coordinator_server.shard import GroupCoordinatorShard
-from coordinator_server.slicing import PAUSE, SliceClock, Step, Steps
-from coordinator_server.transaction_views import TransactionViews
 from coordinator_server.transactions.metadata import TxnPartitions
 from coordinator_server.transactions.results import (
     AddOffsetsToTxnResult,

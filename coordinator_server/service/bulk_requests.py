@@ -34,12 +34,11 @@ from coordinator_server.groups.answer_sizes import (
     fetched_topic_bytes,
     str_extra,
 )
-from coordinator_server.request_limits import RequestLimits, answer_too_large, too_long
 from coordinator_server.runtime.api import CoordinatorResult
 from coordinator_server.runtime.runtime import CoordinatorRuntime
-from coordinator_server.service_errors import NO_OWNERSHIP, map_operation_error
-from coordinator_server.shard import GroupCoordinatorShard
-from coordinator_server.slicing import (
+from coordinator_server.service.errors import NO_OWNERSHIP, map_operation_error
+from coordinator_server.service.limits import RequestLimits, answer_too_large, too_long
+from coordinator_server.service.slicing import (
     PAUSE,
     SliceClock,
     SlicedAnswer,
@@ -47,6 +46,7 @@ from coordinator_server.slicing import (
     Step,
     Steps,
 )
+from coordinator_server.shard import GroupCoordinatorShard
 from protocol.errors import ErrorCode
 from protocol.messages import (
     DeleteGroupsRequest,
