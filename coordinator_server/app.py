@@ -42,6 +42,7 @@ from coordinator_server.metrics import (
     TransactionFigures,
     TransactionMetrics,
 )
+from coordinator_server.node_address import NodeAddress
 from coordinator_server.offsets.manager import OffsetsConfig
 from coordinator_server.prometheus import CoordinatorCollector, Snapshot, lag_exposition
 from coordinator_server.runtime.batch import BATCH_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES
@@ -52,7 +53,7 @@ from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.server.http import OperatorHttpServer, Probe
 from coordinator_server.server.listener import CoordinatorServer, bind
 from coordinator_server.server.state import ServerConfig, ServerState
-from coordinator_server.service.group_service import GroupCoordinatorService, NodeAddress
+from coordinator_server.service.group_service import GroupCoordinatorService
 from coordinator_server.service.limits import RequestLimits
 from coordinator_server.service.transaction_service import TransactionCoordinatorService
 from coordinator_server.shard import GroupCoordinatorShard, ShardConfig

@@ -20,8 +20,8 @@ from coordinator_server.cluster.standby import StandbyPartitions, StandbyRuntime
 from coordinator_server.cluster.takeover import FencedLog, Takeover
 from coordinator_server.cluster.view import OwnershipView
 from coordinator_server.metrics import ClusterGauges, ClusterMetrics
+from coordinator_server.node_address import NodeAddress
 from coordinator_server.runtime.context import CoordinatorState, PartitionStats
-from coordinator_server.service.group_service import NodeAddress
 from coordinator_server.storage.kafka_security import KafkaSecurity
 from protocol.errors import NotCoordinatorError
 

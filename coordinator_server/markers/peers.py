@@ -21,7 +21,7 @@ import ssl
 import struct
 from collections.abc import Callable
 
-from coordinator_server.service.group_service import NodeAddress
+from coordinator_server.node_address import NodeAddress
 from protocol.api_keys import ApiKey
 from protocol.envelope import RequestHeader, encode_request, split_response
 from protocol.errors import ApiError, ErrorCode

@@ -9,11 +9,11 @@ server needs no task per request.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, TypeAlias, TypeVar, cast
 
 from coordinator_server.groups.store import RequestContext as RequestContext
+from coordinator_server.node_address import ClusterNodes, NodeAddress, Placement
 from coordinator_server.offsets.manager import commit_error_response
 from coordinator_server.runtime.events import WriteOutcome
 from coordinator_server.runtime.runtime import CoordinatorRuntime
@@ -99,20 +99,6 @@ _PARTITION_CACHE_SIZE = 100_000
 # bound only guards against addresses that keep changing).
 _MAX_NODE_ANSWERS = 1024
 
-
-@dataclass(frozen=True, slots=True)
-class NodeAddress:
-    node_id: int
-    host: str
-    port: int
-
-
-Placement = Callable[[int], "NodeAddress | None"]
-"""The node that owns a log partition now, or None while no node does (a cluster between
-two assignments)."""
-
-ClusterNodes = Callable[[], Sequence[NodeAddress]]
-"""Every node of the cluster as this node knows it now (empty before its first assignment)."""
 
 _NO_COORDINATOR = FindCoordinatorResponseCoordinator(
     node_id=-1,

@@ -11,8 +11,8 @@ import pytest
 from coordinator_server.cluster.node import ClusterNode, ClusterSettings
 from coordinator_server.cluster.takeover import NotOwnerError
 from coordinator_server.metrics import ClusterMetrics
+from coordinator_server.node_address import NodeAddress
 from coordinator_server.runtime.context import CoordinatorState
-from coordinator_server.service.group_service import NodeAddress
 from coordinator_server.storage.kafka_security import KafkaSecurity
 
 
