@@ -17,12 +17,11 @@ from coordinator_server.groups.rebalance import ClassicRebalance
 from coordinator_server.groups.store import (
     Effects,
     GroupStore,
-    RequestContext,
     group_result,
     sync_error,
 )
 from coordinator_server.records import new_group_metadata_record
-from coordinator_server.runtime.api import CoordinatorResult, ResponseHandle
+from coordinator_server.runtime.api import CoordinatorResult, RequestContext, ResponseHandle
 from protocol.errors import ErrorCode, NotCoordinatorError
 from protocol.messages import (
     HeartbeatRequest,

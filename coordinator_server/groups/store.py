@@ -81,15 +81,6 @@ a manager sees only its own partition's groups."""
 
 
 @dataclass(frozen=True, slots=True)
-class RequestContext:
-    """Who sent a request: the header's client id and the peer's address as Kafka writes
-    it ("/1.2.3.4")."""
-
-    client_id: str
-    client_host: str
-
-
-@dataclass(frozen=True, slots=True)
 class ClassicGroupUpdate:
     """The next snapshot of a group (None: the group is gone); an in-memory update."""
 

@@ -21,7 +21,6 @@ from coordinator_server.groups.answer_sizes import (
 )
 from coordinator_server.groups.classic import ClassicGroupState
 from coordinator_server.groups.manager import GroupMetadataManager
-from coordinator_server.groups.store import RequestContext
 from coordinator_server.offsets.pending import PendingTransactionalOffsets
 from coordinator_server.records import (
     CoordinatorRecord,
@@ -31,7 +30,13 @@ from coordinator_server.records import (
     new_offset_commit_tombstone_record,
     new_transactional_offset_tombstone_record,
 )
-from coordinator_server.runtime.api import Clock, CoordinatorResult, EncodedRecord, RecordRun
+from coordinator_server.runtime.api import (
+    Clock,
+    CoordinatorResult,
+    EncodedRecord,
+    RecordRun,
+    RequestContext,
+)
 from coordinator_server.timeline import SnapshotRegistry, TimelineDict
 from protocol.errors import ErrorCode
 from protocol.messages import (

@@ -19,6 +19,15 @@ T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 
 
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """Who sent a request: the header's client id and the peer's address as Kafka writes
+    it ("/1.2.3.4")."""
+
+    client_id: str
+    client_host: str
+
+
 class ResponseHandle:
     """A caller whose response comes later, from another operation.
 

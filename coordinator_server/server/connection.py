@@ -38,8 +38,8 @@ from functools import partial
 from time import monotonic, perf_counter
 from typing import TYPE_CHECKING, cast
 
+from coordinator_server.runtime.api import RequestContext
 from coordinator_server.server.connection_events import RefusalReason, ServerCloseReason
-from coordinator_server.service.group_service import RequestContext
 from coordinator_server.service.slicing import BuildSlot
 from protocol.api_keys import ApiKey
 from protocol.envelope import (

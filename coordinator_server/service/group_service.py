@@ -12,9 +12,9 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, TypeAlias, TypeVar, cast
 
-from coordinator_server.groups.store import RequestContext as RequestContext
 from coordinator_server.node_address import ClusterNodes, NodeAddress, Placement
 from coordinator_server.offsets.manager import commit_error_response
+from coordinator_server.runtime.api import RequestContext
 from coordinator_server.runtime.events import WriteOutcome
 from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.service.bulk_requests import BulkRequests, ErrorOnlyResponse

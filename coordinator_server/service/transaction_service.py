@@ -29,6 +29,7 @@ from coordinator_server.offsets.transactional import (
     TransactionalCommitPartition,
     TransactionalCommitTopic,
 )
+from coordinator_server.runtime.api import RequestContext
 from coordinator_server.runtime.context import CoordinatorState
 from coordinator_server.runtime.events import WriteOutcome
 from coordinator_server.runtime.runtime import CoordinatorRuntime
@@ -38,7 +39,6 @@ from coordinator_server.service.group_service import (
     Handler,
     PendingReply,
     Reply,
-    RequestContext,
     _pending,
     _typed,
 )

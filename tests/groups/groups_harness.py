@@ -8,9 +8,10 @@ from typing import Any
 from shard_context import Parked, ShardTestContext
 
 from coordinator_server.groups.classic import ClassicGroup, ClassicGroupState
-from coordinator_server.groups.store import GroupsConfig, RequestContext
+from coordinator_server.groups.store import GroupsConfig
 from coordinator_server.offsets.manager import OffsetsConfig
 from coordinator_server.records import GroupMetadataKey, GroupMetadataValue
+from coordinator_server.runtime.api import RequestContext
 from coordinator_server.shard import ShardConfig
 from protocol.consumer import (
     ConsumerProtocolAssignment,

@@ -34,13 +34,13 @@ sys.path[:0] = [str(TESTS.parent)]
 
 from coordinator_server.app import CoordinatorApp  # noqa: E402
 from coordinator_server.config import CoordinatorConfig  # noqa: E402
-from coordinator_server.groups.store import RequestContext  # noqa: E402
 from coordinator_server.records import (  # noqa: E402
     GroupMetadataValue,
     encode_record,
     new_group_metadata_record,
     new_offset_commit_record,
 )
+from coordinator_server.runtime.api import RequestContext  # noqa: E402
 from coordinator_server.runtime.clock import SystemClock  # noqa: E402
 from coordinator_server.runtime.runtime import CoordinatorRuntime  # noqa: E402
 from coordinator_server.service.group_service import PendingReply  # noqa: E402

@@ -23,9 +23,9 @@ from apache_kafka import ApacheKafkaBroker
 from server_process import ServerProcess
 
 from coordinator_server.commit_partition_check import CommitPartitionCheck
-from coordinator_server.groups.store import RequestContext
 from coordinator_server.markers.leaders import LeaderLookupError
 from coordinator_server.rpc.client import CoordinatorClient
+from coordinator_server.runtime.api import RequestContext
 from coordinator_server.service.group_service import Handler, PendingReply
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
