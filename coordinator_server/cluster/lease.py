@@ -16,17 +16,16 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["HEARTBEAT", "JOIN_GROUP", "LEAVE_GROUP", "SYNC_GROUP", "MembershipLease"]
+from protocol.api_keys import ApiKey
+from protocol.errors import ErrorCode
 
-# Kafka's api keys of the group's requests.
-JOIN_GROUP: Final = 11
-HEARTBEAT: Final = 12
-LEAVE_GROUP: Final = 13
-SYNC_GROUP: Final = 14
+__all__ = ["MembershipLease"]
 
-_PROVES_MEMBERSHIP: Final = frozenset({HEARTBEAT, SYNC_GROUP})
-# Kafka's UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID.
-_NOT_A_MEMBER: Final = frozenset({25, 22, 82})
+_PROVES_MEMBERSHIP: Final = frozenset({ApiKey.HEARTBEAT, ApiKey.SYNC_GROUP})
+_ASKS_MEMBERSHIP: Final = frozenset({ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT, ApiKey.SYNC_GROUP})
+_NOT_A_MEMBER: Final = frozenset(
+    {ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION, ErrorCode.FENCED_INSTANCE_ID}
+)
 
 
 class MembershipLease:
@@ -67,7 +66,7 @@ class MembershipLease:
         """A group request sent at `sent` was answered with `error_code`."""
         if self._ended:
             return
-        if error_code == 0 and api_key in _PROVES_MEMBERSHIP:
+        if error_code == ErrorCode.NONE and api_key in _PROVES_MEMBERSHIP:
             previous = self._from
             if previous is None:
                 # The first lease, or one after an answer that said the node is no member.
@@ -78,7 +77,7 @@ class MembershipLease:
             if previous is None or sent > previous:
                 self._from = sent
             self._ever = True
-        elif error_code in _NOT_A_MEMBER and api_key in (JOIN_GROUP, HEARTBEAT, SYNC_GROUP):
+        elif error_code in _NOT_A_MEMBER and api_key in _ASKS_MEMBERSHIP:
             self._from = None
 
     def end(self) -> None:

@@ -21,6 +21,7 @@ from coordinator_server.markers.request import (
     WRITE_TXN_MARKERS_VERSION,
 )
 from coordinator_server.storage.kafka_security import KafkaSecurity
+from protocol.errors import ErrorCode
 
 __all__ = [
     "VERIFICATION_SETTING",
@@ -127,7 +128,7 @@ def _setting_values(responses: list[Any]) -> dict[str, str | None]:
     values: dict[str, str | None] = {}
     for response in responses:
         for error_code, error_message, _type, name, entries in response.resources:
-            if error_code != 0:
+            if error_code != ErrorCode.NONE:
                 raise KafkaTransactionsCheckError(
                     f"DescribeConfigs of broker {name} answered error {error_code}: {error_message}"
                 )

@@ -101,11 +101,13 @@ class LeaderCache:
             client.force_metadata_update()
         fresh: dict[str, TopicLeaders] = {}
         for error_code, name, _internal, partitions in response.topics:
-            leaders = {int(p[1]): int(p[2]) for p in partitions} if error_code == 0 else {}
+            leaders = (
+                {int(p[1]): int(p[2]) for p in partitions} if error_code == ErrorCode.NONE else {}
+            )
             fresh[str(name)] = TopicLeaders(int(error_code), leaders, now)
         for name, entry in fresh.items():
             self._topics.pop(name, None)
-            if entry.error_code == 0:
+            if entry.error_code == ErrorCode.NONE:
                 # Only answers that name leaders are worth keeping; an unknown topic is
                 # asked about again on its next attempt.
                 self._topics[name] = entry
@@ -147,6 +149,8 @@ class LeaderCache:
             entry = fresh.get(topic) or self.get(topic)
             # A topic the answer does not name, or names with an error (unknown, being
             # created, not ours to describe), has none of its partitions.
-            known = entry.leaders if entry is not None and entry.error_code == 0 else {}
+            known = (
+                entry.leaders if entry is not None and entry.error_code == ErrorCode.NONE else {}
+            )
             unknown.update((topic, p) for p in partitions if p not in known)
         return unknown

@@ -10,7 +10,7 @@ speaks Produce v11 or older writes records for (see `coordinator_server.markers`
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, Final, TypeAlias
 
 from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import (
@@ -24,6 +24,8 @@ from aiokafka.protocol.types import (
     TaggedFields,
 )
 
+from protocol.api_keys import ApiKey
+
 __all__ = [
     "WRITE_TXN_MARKERS_API_KEY",
     "WRITE_TXN_MARKERS_VERSION",
@@ -32,8 +34,9 @@ __all__ = [
     "read_marker_results",
 ]
 
-WRITE_TXN_MARKERS_API_KEY = 27
-WRITE_TXN_MARKERS_VERSION = 1
+WRITE_TXN_MARKERS_API_KEY: Final = int(ApiKey.WRITE_TXN_MARKERS)
+# The version we send (see above for why not 2).
+WRITE_TXN_MARKERS_VERSION: Final = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +52,7 @@ class MarkerEntry:
 
 class WriteTxnMarkersResponse_v1(Response):  # type: ignore[misc]
     API_KEY = WRITE_TXN_MARKERS_API_KEY
-    API_VERSION = 1
+    API_VERSION = WRITE_TXN_MARKERS_VERSION
     SCHEMA = Schema(
         (
             "markers",
@@ -80,7 +83,7 @@ class WriteTxnMarkersResponse_v1(Response):  # type: ignore[misc]
 class WriteTxnMarkersRequest_v1(RequestStruct):  # type: ignore[misc]
     FLEXIBLE_VERSION = True
     API_KEY = WRITE_TXN_MARKERS_API_KEY
-    API_VERSION = 1
+    API_VERSION = WRITE_TXN_MARKERS_VERSION
     RESPONSE_TYPE = WriteTxnMarkersResponse_v1
     SCHEMA = Schema(
         (

@@ -374,7 +374,7 @@ class KafkaTxnMarkerWriter:
             client.send(node_id, InitProducerIdRequest(None, _PRODUCER_ID_TIMEOUT_MS)),
             self._request_timeout_s,
         )
-        if response.error_code != 0:
+        if response.error_code != ErrorCode.NONE:
             code = int(response.error_code)
             name = ErrorCode(code).name if code in ErrorCode._value2member_map_ else str(code)
             raise ProducerIdRefused(f"node {node_id} answered InitProducerId with {name}")
@@ -518,7 +518,7 @@ class KafkaTxnMarkerWriter:
                 if entry.unknown:
                     self._unknown(transaction, topic_partition, now, (topic, _WHOLE_TOPIC))
                     continue
-                if entry.error_code == 0 and partition not in entry.leaders:
+                if entry.error_code == ErrorCode.NONE and partition not in entry.leaders:
                     self._unknown(transaction, topic_partition, now, topic_partition)
                     continue
                 leader = entry.leaders.get(partition, NO_LEADER)
@@ -645,7 +645,7 @@ class KafkaTxnMarkerWriter:
             if code is None:
                 # The answer does not mention it: as if it had been lost.
                 self._retry(transaction, topic_partition)
-            elif code == 0:
+            elif code == ErrorCode.NONE:
                 self._finish(transaction, topic_partition, 0)
             elif code == _UNKNOWN_TOPIC:
                 leaders.forget(topic_partition[0])
@@ -724,7 +724,7 @@ class KafkaTxnMarkerWriter:
         if topic_partition not in transaction.pending:
             return
         transaction.pending.discard(topic_partition)
-        if code == 0:
+        if code == ErrorCode.NONE:
             transaction.written.add(topic_partition)
         else:
             transaction.errors[topic_partition] = code

@@ -28,6 +28,7 @@ from coordinator_server.kafka_metadata_request import (
     MetadataRequestWithoutAutoCreation,
     forbid_auto_topic_creation,
 )
+from protocol.errors import ErrorCode
 
 __all__ = ["KafkaLogReader", "stop_consumer"]
 
@@ -142,7 +143,7 @@ class KafkaLogReader:
             )
         counts = {}
         for error_code, name, _internal, partitions in response.topics:
-            if error_code == 0 and partitions:
+            if error_code == ErrorCode.NONE and partitions:
                 counts[str(name)] = len(partitions)
         return counts
 

@@ -66,6 +66,7 @@ from coordinator_server.storage.error_codes import (
     REQUEST_TIMED_OUT,
     UNKNOWN_PRODUCER_ID,
 )
+from protocol.errors import ErrorCode
 
 __all__ = [
     "NEW_EPOCH_ERRORS",
@@ -368,7 +369,7 @@ async def init_producer_id(
                 problem = f"no InitProducerId answer from node {node_id}: {error!r}"
             else:
                 error_code = int(response.error_code)
-                if error_code == 0:
+                if error_code == ErrorCode.NONE:
                     return ProducerIdAndEpoch(
                         int(response.producer_id), int(response.producer_epoch)
                     )

@@ -31,6 +31,7 @@ from coordinator_server.kafka_metadata_request import MetadataRequestWithoutAuto
 from coordinator_server.storage.api import LoadError
 from coordinator_server.storage.error_codes import UNKNOWN_TOPIC_OR_PARTITION
 from coordinator_server.storage.kafka_produce import Leader
+from protocol.errors import ErrorCode
 
 __all__ = [
     "TopicLostError",
@@ -108,7 +109,7 @@ async def fetch_topic_metadata(
     for error_code, name, _internal, partitions in response.topics:
         if name != topic:
             continue
-        leaders = {int(p[1]): int(p[2]) for p in partitions} if error_code == 0 else {}
+        leaders = {int(p[1]): int(p[2]) for p in partitions} if error_code == ErrorCode.NONE else {}
         return TopicMetadata(topic, int(error_code), leaders, brokers)
     raise TopicMetadataError(f"the metadata response does not mention topic {topic}")
 

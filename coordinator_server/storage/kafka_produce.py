@@ -61,6 +61,7 @@ from coordinator_server.storage.kafka_produce_request import (
 )
 from coordinator_server.storage.kafka_producer_fencing import FENCED_ERRORS, PartitionProducers
 from coordinator_server.storage.kafka_security import KafkaSecurityError
+from protocol.errors import ErrorCode
 
 __all__ = ["Leader", "ProduceSender"]
 
@@ -533,7 +534,7 @@ class ProduceSender:
             append = appends.pop(partition, None)
             if append is None:
                 continue
-            if error_code == 0 or (
+            if error_code == ErrorCode.NONE or (
                 error_code == DUPLICATE_SEQUENCE_NUMBER and base_offset >= 0 and append.assigned
             ):
                 # A duplicate is a copy of a batch the broker has, at that offset.

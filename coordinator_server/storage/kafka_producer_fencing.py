@@ -80,6 +80,7 @@ from coordinator_server.storage.kafka_idempotence import (
     restamp,
     stamp_of,
 )
+from protocol.errors import ErrorCode
 
 __all__ = [
     "FENCED_ERRORS",
@@ -160,7 +161,7 @@ async def init_transactional_producer_id(
                     )
                     error_code = int(found.error_code)
                     problem = f"FindCoordinator answered error {error_code}"
-                    if error_code == 0:
+                    if error_code == ErrorCode.NONE:
                         coordinator = int(found.coordinator_id)
             if coordinator is not None:
                 node_id = coordinator
@@ -173,7 +174,7 @@ async def init_transactional_producer_id(
                     max(deadline - loop.time(), 0.001),
                 )
                 error_code = int(response.error_code)
-                if error_code == 0:
+                if error_code == ErrorCode.NONE:
                     return ProducerIdAndEpoch(
                         int(response.producer_id), int(response.producer_epoch)
                     )

@@ -32,6 +32,7 @@ from coordinator_server.storage.error_codes import (
     UNSUPPORTED_SASL_MECHANISM,
 )
 from coordinator_server.storage.kafka_security import KafkaSecurity, KafkaSecurityError
+from protocol.errors import ErrorCode
 
 __all__ = ["KafkaConnector", "ScramClient", "bootstrap_addresses"]
 
@@ -160,7 +161,7 @@ class KafkaConnector:
                 f"{where} does not take SASL on that listener: is it a PLAINTEXT or SSL "
                 f"listener? (kafka-security-protocol is {security.security_protocol})"
             )
-        if error_code != 0:
+        if error_code != ErrorCode.NONE:
             raise KafkaSecurityError(f"{where} refused the SASL handshake: error {error_code}")
         if mechanism == "PLAIN":
             steps: _Steps = _plain(username, password.reveal())
@@ -188,7 +189,7 @@ class KafkaConnector:
                     f"{where} refused SASL authentication of user {username!r} with "
                     f"{mechanism}: {message or 'wrong user name or password'}"
                 )
-            if error_code != 0:
+            if error_code != ErrorCode.NONE:
                 raise KafkaSecurityError(
                     f"{where} refused SASL authentication of user {username!r} with "
                     f"{mechanism}: error {error_code} {message or ''}".rstrip()

@@ -18,6 +18,7 @@ from aiokafka.errors import KafkaError
 from coordinator_server.kafka_metadata_request import forbid_auto_topic_creation
 from coordinator_server.storage.error_codes import TOPIC_ALREADY_EXISTS
 from coordinator_server.storage.kafka_metadata import TopicMetadata, TopicMetadataError
+from protocol.errors import ErrorCode
 
 log = logging.getLogger("coordinator_server.storage.kafka")
 
@@ -107,7 +108,7 @@ async def _create_topic(topic: OffsetsTopic) -> None:
         await admin.close()
     for topic_error in response.topic_errors:
         error_code = topic_error[1]
-        if error_code == 0:
+        if error_code == ErrorCode.NONE:
             log.info("created topic %s with %d partitions", topic.name, topic.partitions)
         elif error_code == TOPIC_ALREADY_EXISTS:
             # Another server created it between our look and our request.
@@ -140,7 +141,7 @@ async def _await_partition_count(
             unanswered = None
         if metadata is not None:
             leaders = metadata.leaders
-            if metadata.error_code == 0 and leaders and min(leaders.values()) >= 0:
+            if metadata.error_code == ErrorCode.NONE and leaders and min(leaders.values()) >= 0:
                 problem = await _unreadable_now(unreadable, leaders)
                 if not problem:
                     return len(leaders)

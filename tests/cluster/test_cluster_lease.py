@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
-from coordinator_server.cluster.lease import (
-    HEARTBEAT,
-    JOIN_GROUP,
-    LEAVE_GROUP,
-    SYNC_GROUP,
-    MembershipLease,
-)
+from coordinator_server.cluster.lease import MembershipLease
+from protocol.api_keys import ApiKey
+from protocol.errors import ErrorCode
 
-NONE, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID = 0, 22, 27, 25
+HEARTBEAT, JOIN_GROUP, LEAVE_GROUP, SYNC_GROUP = (
+    ApiKey.HEARTBEAT,
+    ApiKey.JOIN_GROUP,
+    ApiKey.LEAVE_GROUP,
+    ApiKey.SYNC_GROUP,
+)
+NONE, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID = (
+    ErrorCode.NONE,
+    ErrorCode.ILLEGAL_GENERATION,
+    ErrorCode.REBALANCE_IN_PROGRESS,
+    ErrorCode.UNKNOWN_MEMBER_ID,
+)
 
 
 def test_no_lease_before_the_first_proof() -> None:
