@@ -3,7 +3,7 @@
 It calls a handler on a real shard, replays the records it returns at the next log offsets
 through the shard's one `replay` and applies its in-memory updates (as the runtime does),
 keeps every record written as the "log", delivers completions to parked callers' handles,
-moves a fake clock that fires timers as write operations, and can commit, fail an append
+moves the runtime's ManualClock, firing timers as write operations, and can commit, fail an append
 (revert), or throw the shard away and rebuild it from the log.
 """
 
@@ -23,22 +23,11 @@ from coordinator_server.runtime.api import (
     encode_records,
     replay_records,
 )
+from coordinator_server.runtime.clock import ManualClock
 from coordinator_server.shard import GroupCoordinatorShard, ShardConfig
 from coordinator_server.timeline import SnapshotRegistry
 
 T = TypeVar("T")
-
-
-class FakeClock:
-    def __init__(self, now_ms: int = 1_700_000_000_000) -> None:
-        self._now_ms = now_ms
-
-    def now_ms(self) -> int:
-        return self._now_ms
-
-    def advance(self, ms: int) -> None:
-        assert ms >= 0
-        self._now_ms += ms
 
 
 @dataclass(order=True)
@@ -52,7 +41,7 @@ class _Timeout:
 class MockTimer:
     """Timers that fire only when the test context moves the clock."""
 
-    def __init__(self, clock: FakeClock) -> None:
+    def __init__(self, clock: ManualClock) -> None:
         self._clock = clock
         self._timeouts: dict[str, _Timeout] = {}
         self._seq = 0
@@ -137,7 +126,7 @@ def parked_of(handle: ResponseHandle) -> Parked:
 class ShardTestContext:
     def __init__(self, config: ShardConfig | None = None) -> None:
         self.config = config or ShardConfig()
-        self.clock = FakeClock()
+        self.clock = ManualClock(start_ms=1_700_000_000_000)
         self.log: list[tuple[bytes, bytes | None]] = []
         self._build()
 
