@@ -52,8 +52,8 @@ from coordinator_server.kafka_metadata_request import forbid_auto_topic_creation
 from coordinator_server.markers.leaders import LeaderCache, LeaderLookupError
 from coordinator_server.runtime.api import RequestContext
 from coordinator_server.service.bulk_requests import ErrorOnlyResponse
-from coordinator_server.service.group_service import Handler, PendingReply, Reply
 from coordinator_server.service.limits import RequestLimits, commit_answer_refusal
+from coordinator_server.service.replies import Handler, PendingReply, Reply
 from coordinator_server.service.transaction_service import PartitionCatalog
 from coordinator_server.storage.kafka_security import KafkaSecurity
 from protocol.api_keys import ApiKey

@@ -15,7 +15,7 @@ from coordinator_server import defaults
 from coordinator_server.metrics import ServerMetrics
 from coordinator_server.server.connection_events import ConnectionEventLog
 from coordinator_server.server.connection_limits import ConnectionQuotas, LimitedConnection
-from coordinator_server.service.group_service import Handler
+from coordinator_server.service.replies import Handler
 from protocol.errors import ErrorCode
 
 

@@ -8,17 +8,14 @@ server needs no task per request.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
-from typing import Any, TypeAlias, TypeVar, cast
 
 from coordinator_server.node_address import ClusterNodes, NodeAddress, Placement
 from coordinator_server.offsets.manager import commit_error_response
 from coordinator_server.runtime.api import RequestContext
-from coordinator_server.runtime.events import WriteOutcome
 from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.service.bulk_requests import BulkRequests, ErrorOnlyResponse
-from coordinator_server.service.errors import map_operation_error as map_operation_error
+from coordinator_server.service.errors import map_operation_error
 from coordinator_server.service.limits import (
     RequestLimits,
     commit_answer_refusal,
@@ -28,7 +25,14 @@ from coordinator_server.service.limits import (
     offset_delete_refusal,
     sync_group_refusal,
 )
-from coordinator_server.service.slicing import SlicedAnswer, SlicedRequests
+from coordinator_server.service.replies import (
+    Handler,
+    Reply,
+    reply_to,
+    sliced_reply,
+    typed_handler,
+)
+from coordinator_server.service.slicing import SlicedRequests
 from coordinator_server.shard import GroupCoordinatorShard
 from protocol.api_keys import SUPPORTED_VERSIONS, ApiKey
 from protocol.errors import ErrorCode
@@ -62,35 +66,6 @@ from protocol.messages import (
     SyncGroupResponse,
 )
 
-M = TypeVar("M", bound=Message)
-
-
-class PendingReply:
-    """A response still to come: `future`'s result, or where the future fails,
-    `on_error(exc)` (None: the connection answers UNKNOWN_SERVER_ERROR). The connection
-    waits on the runtime's own future this way, with no second future per request to turn
-    a failure into an error response.
-
-    `sliced`: the answer is being built a slice at a time (see `slicing`), and may be large;
-    the connection has it built in its BuildSlot, one such answer at a time."""
-
-    __slots__ = ("future", "on_error", "sliced")
-
-    def __init__(
-        self,
-        future: asyncio.Future[Any],
-        on_error: Callable[[BaseException], Message] | None = None,
-        *,
-        sliced: SlicedAnswer | None = None,
-    ) -> None:
-        self.future = future
-        self.on_error = on_error
-        self.sliced = sliced
-
-
-Reply: TypeAlias = "Message | PendingReply"
-Handler: TypeAlias = Callable[[Message, RequestContext], Reply]
-
 SERVER_NAME = "coordinator-server"
 
 # Group ids whose partition is remembered; past it the memory starts over.
@@ -107,22 +82,6 @@ _NO_COORDINATOR = FindCoordinatorResponseCoordinator(
     error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
     error_message="no node owns the group's partition yet",
 )
-
-
-def _chain(outcome: WriteOutcome[M], on_error: Callable[[BaseException], Message]) -> Reply:
-    """The response, or the future of it with `on_error` for its failure. A write that was
-    over before the runtime returned (it runs one at once when its partition is idle) is
-    answered without a future at all."""
-    future = outcome.future
-    if future is None:
-        error = outcome.error
-        return cast(Message, outcome.response) if error is None else on_error(error)
-    if future.done():
-        if future.cancelled():
-            return on_error(asyncio.CancelledError())
-        error = future.exception()
-        return future.result() if error is None else on_error(error)
-    return PendingReply(future, on_error)
 
 
 class GroupCoordinatorService:
@@ -161,19 +120,19 @@ class GroupCoordinatorService:
             self._sliced,
         )
         self.handlers: dict[int, Handler] = {
-            ApiKey.API_VERSIONS: _typed(ApiVersionsRequest, self.api_versions),
-            ApiKey.FIND_COORDINATOR: _typed(FindCoordinatorRequest, self.find_coordinator),
-            ApiKey.JOIN_GROUP: _typed(JoinGroupRequest, self.join_group),
-            ApiKey.SYNC_GROUP: _typed(SyncGroupRequest, self.sync_group),
-            ApiKey.HEARTBEAT: _typed(HeartbeatRequest, self.heartbeat),
-            ApiKey.LEAVE_GROUP: _typed(LeaveGroupRequest, self.leave_group),
-            ApiKey.OFFSET_COMMIT: _typed(OffsetCommitRequest, self.offset_commit),
-            ApiKey.OFFSET_FETCH: _typed(OffsetFetchRequest, self.offset_fetch),
-            ApiKey.DESCRIBE_GROUPS: _typed(DescribeGroupsRequest, self.describe_groups),
-            ApiKey.LIST_GROUPS: _typed(ListGroupsRequest, self.list_groups),
-            ApiKey.DELETE_GROUPS: _typed(DeleteGroupsRequest, self.delete_groups),
-            ApiKey.OFFSET_DELETE: _typed(OffsetDeleteRequest, self.offset_delete),
-            ApiKey.DESCRIBE_CLUSTER: _typed(DescribeClusterRequest, self.describe_cluster),
+            ApiKey.API_VERSIONS: typed_handler(ApiVersionsRequest, self.api_versions),
+            ApiKey.FIND_COORDINATOR: typed_handler(FindCoordinatorRequest, self.find_coordinator),
+            ApiKey.JOIN_GROUP: typed_handler(JoinGroupRequest, self.join_group),
+            ApiKey.SYNC_GROUP: typed_handler(SyncGroupRequest, self.sync_group),
+            ApiKey.HEARTBEAT: typed_handler(HeartbeatRequest, self.heartbeat),
+            ApiKey.LEAVE_GROUP: typed_handler(LeaveGroupRequest, self.leave_group),
+            ApiKey.OFFSET_COMMIT: typed_handler(OffsetCommitRequest, self.offset_commit),
+            ApiKey.OFFSET_FETCH: typed_handler(OffsetFetchRequest, self.offset_fetch),
+            ApiKey.DESCRIBE_GROUPS: typed_handler(DescribeGroupsRequest, self.describe_groups),
+            ApiKey.LIST_GROUPS: typed_handler(ListGroupsRequest, self.list_groups),
+            ApiKey.DELETE_GROUPS: typed_handler(DeleteGroupsRequest, self.delete_groups),
+            ApiKey.OFFSET_DELETE: typed_handler(OffsetDeleteRequest, self.offset_delete),
+            ApiKey.DESCRIBE_CLUSTER: typed_handler(DescribeClusterRequest, self.describe_cluster),
         }
 
     @property
@@ -273,7 +232,7 @@ class GroupCoordinatorService:
         )
 
     def find_coordinator(self, request: FindCoordinatorRequest, ctx: RequestContext) -> Reply:
-        return _pending(self._bulk.find_coordinator(request))
+        return sliced_reply(self._bulk.find_coordinator(request))
 
     def describe_cluster(self, request: DescribeClusterRequest, ctx: RequestContext) -> Reply:
         """The nodes of the cluster, so that a client can ask each of them (ListGroups);
@@ -322,7 +281,7 @@ class GroupCoordinatorService:
             self.partition_for(request.group_id),
             lambda shard, handle: shard.join_group(ctx, request, handle),
         )
-        return _chain(outcome, lambda exc: error(*map_operation_error("join-group", exc)))
+        return reply_to(outcome, lambda exc: error(*map_operation_error("join-group", exc)))
 
     def sync_group(self, request: SyncGroupRequest, ctx: RequestContext) -> Reply:
         def error(code: ErrorCode, message: str | None = None) -> SyncGroupResponse:
@@ -338,7 +297,7 @@ class GroupCoordinatorService:
             self.partition_for(request.group_id),
             lambda shard, handle: shard.sync_group(ctx, request, handle),
         )
-        return _chain(outcome, lambda exc: error(*map_operation_error("sync-group", exc)))
+        return reply_to(outcome, lambda exc: error(*map_operation_error("sync-group", exc)))
 
     def heartbeat(self, request: HeartbeatRequest, ctx: RequestContext) -> Reply:
         group_id = request.group_id
@@ -354,7 +313,7 @@ class GroupCoordinatorService:
             self.partition_for(group_id),
             lambda shard: shard.heartbeat(ctx, request),
         )
-        return _chain(outcome, _heartbeat_error)
+        return reply_to(outcome, _heartbeat_error)
 
     def leave_group(self, request: LeaveGroupRequest, ctx: RequestContext) -> Reply:
         if not request.group_id:
@@ -373,7 +332,7 @@ class GroupCoordinatorService:
             self.partition_for(request.group_id),
             lambda shard: shard.leave_group(ctx, request),
         )
-        return _chain(outcome, on_error)
+        return reply_to(outcome, on_error)
 
     # Offsets.
 
@@ -401,10 +360,10 @@ class GroupCoordinatorService:
             self.partition_for(group_id),
             lambda shard: shard.commit_offset(request, ctx),
         )
-        return _chain(outcome, on_error)
+        return reply_to(outcome, on_error)
 
     def offset_fetch(self, request: OffsetFetchRequest, ctx: RequestContext) -> Reply:
-        return _pending(self._bulk.offset_fetch(request))
+        return sliced_reply(self._bulk.offset_fetch(request))
 
     def offset_delete(self, request: OffsetDeleteRequest, ctx: RequestContext) -> Reply:
         if not request.group_id:
@@ -423,18 +382,18 @@ class GroupCoordinatorService:
             self.partition_for(request.group_id),
             lambda shard: shard.delete_offsets(request),
         )
-        return _chain(outcome, on_error)
+        return reply_to(outcome, on_error)
 
     # Admin APIs (see bulk_requests).
 
     def describe_groups(self, request: DescribeGroupsRequest, ctx: RequestContext) -> Reply:
-        return _pending(self._bulk.describe_groups(request))
+        return sliced_reply(self._bulk.describe_groups(request))
 
     def delete_groups(self, request: DeleteGroupsRequest, ctx: RequestContext) -> Reply:
-        return _pending(self._bulk.delete_groups(request))
+        return sliced_reply(self._bulk.delete_groups(request))
 
     def list_groups(self, request: ListGroupsRequest, ctx: RequestContext) -> Reply:
-        return _pending(self._bulk.list_groups(request))
+        return sliced_reply(self._bulk.list_groups(request))
 
 
 def _heartbeat_error(exc: BaseException) -> Message:
@@ -444,15 +403,3 @@ def _heartbeat_error(exc: BaseException) -> Message:
         # session and the group is rebuilt once loaded.
         code, message = ErrorCode.NONE, None
     return HeartbeatResponse(error_code=code, error_message=message)
-
-
-def _typed(request_type: type[M], method: Callable[[M, RequestContext], Reply]) -> Handler:
-    """`method` as a handler of any message. The server gives it only `request_type`'s
-    (parse_request builds the type registered for the handler's api key), so no wrapper
-    checks the type again on every request; `request_type` documents the pairing."""
-    return cast(Handler, method)
-
-
-def _pending(answer: Message | SlicedAnswer) -> Reply:
-    """A bulk request's answer: at once, or still being built in slices."""
-    return answer if isinstance(answer, Message) else PendingReply(answer.result, sliced=answer)

@@ -34,15 +34,15 @@ from coordinator_server.runtime.context import CoordinatorState
 from coordinator_server.runtime.events import WriteOutcome
 from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.service.errors import map_operation_error
-from coordinator_server.service.group_service import (
-    GroupCoordinatorService,
+from coordinator_server.service.group_service import GroupCoordinatorService
+from coordinator_server.service.limits import answer_too_large
+from coordinator_server.service.replies import (
     Handler,
     PendingReply,
     Reply,
-    _pending,
-    _typed,
+    sliced_reply,
+    typed_handler,
 )
-from coordinator_server.service.limits import answer_too_large
 from coordinator_server.service.slicing import PAUSE, SliceClock, Step, Steps
 from coordinator_server.service.transaction_views import TransactionViews
 from coordinator_server.shard import GroupCoordinatorShard
@@ -241,18 +241,22 @@ class TransactionCoordinatorService:
             sliced=groups.sliced,
         )
         self.handlers: dict[int, Handler] = {
-            ApiKey.INIT_PRODUCER_ID: _typed(InitProducerIdRequest, self.init_producer_id),
-            ApiKey.ADD_PARTITIONS_TO_TXN: _typed(
+            ApiKey.INIT_PRODUCER_ID: typed_handler(InitProducerIdRequest, self.init_producer_id),
+            ApiKey.ADD_PARTITIONS_TO_TXN: typed_handler(
                 AddPartitionsToTxnRequest, self.add_partitions_to_txn
             ),
-            ApiKey.ADD_OFFSETS_TO_TXN: _typed(AddOffsetsToTxnRequest, self.add_offsets_to_txn),
-            ApiKey.END_TXN: _typed(EndTxnRequest, self.end_txn),
-            ApiKey.WRITE_TXN_MARKERS: _typed(WriteTxnMarkersRequest, self.write_txn_markers),
-            ApiKey.TXN_OFFSET_COMMIT: _typed(TxnOffsetCommitRequest, self.txn_offset_commit),
-            ApiKey.DESCRIBE_TRANSACTIONS: _typed(
+            ApiKey.ADD_OFFSETS_TO_TXN: typed_handler(
+                AddOffsetsToTxnRequest, self.add_offsets_to_txn
+            ),
+            ApiKey.END_TXN: typed_handler(EndTxnRequest, self.end_txn),
+            ApiKey.WRITE_TXN_MARKERS: typed_handler(WriteTxnMarkersRequest, self.write_txn_markers),
+            ApiKey.TXN_OFFSET_COMMIT: typed_handler(TxnOffsetCommitRequest, self.txn_offset_commit),
+            ApiKey.DESCRIBE_TRANSACTIONS: typed_handler(
                 DescribeTransactionsRequest, self.describe_transactions
             ),
-            ApiKey.LIST_TRANSACTIONS: _typed(ListTransactionsRequest, self.list_transactions),
+            ApiKey.LIST_TRANSACTIONS: typed_handler(
+                ListTransactionsRequest, self.list_transactions
+            ),
         }
 
     def _refused_id(self, transactional_id: str | None) -> str | None:
@@ -453,7 +457,7 @@ class TransactionCoordinatorService:
     ) -> Reply:
         """The request's partitions join its transaction, with bounded work however many it
         names: see `_add_partitions`."""
-        return _pending(self._sliced.run(lambda clock: self._add_partitions(request, clock)))
+        return sliced_reply(self._sliced.run(lambda clock: self._add_partitions(request, clock)))
 
     def _add_partitions(self, request: AddPartitionsToTxnRequest, clock: SliceClock) -> Steps:
         """AddPartitionsToTxn in slices. What the request alone decides comes first, before

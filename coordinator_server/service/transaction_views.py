@@ -38,8 +38,8 @@ from coordinator_server.runtime.context import CoordinatorState
 from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.service.bulk_requests import ErrorOnlyResponse
 from coordinator_server.service.errors import NO_OWNERSHIP, map_operation_error
-from coordinator_server.service.group_service import Reply, _pending
 from coordinator_server.service.limits import RequestLimits, answer_too_large, too_long
+from coordinator_server.service.replies import Reply, sliced_reply
 from coordinator_server.service.slicing import PAUSE, SliceClock, SlicedRequests, Step, Steps
 from coordinator_server.shard import GroupCoordinatorShard
 from coordinator_server.transactions.metadata import TransactionState
@@ -128,7 +128,7 @@ class TransactionViews:
         # answered before any work.
         if len(ids) * least_each > self._limits.answer_items_bytes:
             return self._too_large(len(ids) * least_each)
-        return _pending(
+        return sliced_reply(
             self._sliced.run(lambda clock: self._describe(ids, version_1, least_each, clock))
         )
 
@@ -284,7 +284,7 @@ class TransactionViews:
         refusal = too_long("the cursor", cursor, self._limits.max_id_length)
         if refusal is not None:
             return answer_type(error_code=ErrorCode.INVALID_REQUEST, error_message=refusal)
-        return _pending(self._sliced.run(lambda clock: self._list(request, cursor, clock)))
+        return sliced_reply(self._sliced.run(lambda clock: self._list(request, cursor, clock)))
 
     def _list(
         self,

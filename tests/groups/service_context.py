@@ -33,7 +33,7 @@ from coordinator_server.groups.classic import ClassicGroup
 from coordinator_server.records import CoordinatorRecord, decode_record
 from coordinator_server.runtime.clock import ManualClock
 from coordinator_server.runtime.runtime import CoordinatorRuntime
-from coordinator_server.service.group_service import PendingReply
+from coordinator_server.service.replies import PendingReply
 from coordinator_server.shard import GroupCoordinatorShard
 from coordinator_server.storage.memory import InMemoryLog
 from protocol.api_keys import ApiKey

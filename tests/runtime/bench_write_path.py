@@ -43,7 +43,7 @@ from coordinator_server.records import (  # noqa: E402
 from coordinator_server.runtime.api import RequestContext  # noqa: E402
 from coordinator_server.runtime.clock import SystemClock  # noqa: E402
 from coordinator_server.runtime.runtime import CoordinatorRuntime  # noqa: E402
-from coordinator_server.service.group_service import PendingReply  # noqa: E402
+from coordinator_server.service.replies import PendingReply  # noqa: E402
 from coordinator_server.shard import GroupCoordinatorShard, ShardConfig  # noqa: E402
 from coordinator_server.storage.memory import InMemoryLog  # noqa: E402
 from protocol.api_keys import ApiKey  # noqa: E402

@@ -26,7 +26,7 @@ from coordinator_server.commit_partition_check import CommitPartitionCheck
 from coordinator_server.markers.leaders import LeaderLookupError
 from coordinator_server.rpc.client import CoordinatorClient
 from coordinator_server.runtime.api import RequestContext
-from coordinator_server.service.group_service import Handler, PendingReply
+from coordinator_server.service.replies import Handler, PendingReply
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.messages import (
