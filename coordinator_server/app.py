@@ -53,6 +53,7 @@ from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.server.http import OperatorHttpServer, Probe
 from coordinator_server.server.listener import CoordinatorServer, bind
 from coordinator_server.server.state import ServerConfig, ServerState
+from coordinator_server.service.dispatch import RequestDispatch
 from coordinator_server.service.group_service import GroupCoordinatorService
 from coordinator_server.service.limits import RequestLimits
 from coordinator_server.service.transaction_service import TransactionCoordinatorService
@@ -166,6 +167,7 @@ class CoordinatorApp:
         self.log: CoordinatorLog | None = log
         self.runtime: CoordinatorRuntime[GroupCoordinatorShard] | None = None
         self.service: GroupCoordinatorService | None = None
+        self.dispatch: RequestDispatch | None = None
         self.server: CoordinatorServer | None = None
         self.address: tuple[str, int] | None = None
         self.metrics_port: int | None = None
@@ -326,19 +328,19 @@ class CoordinatorApp:
             placement=None if self.cluster is None else self.cluster.placement,
             cluster_id=config.cluster_name,
             cluster_nodes=None if self.cluster is None else self.cluster.nodes,
-            server_version=__version__,
             limits=limits,
         )
+        self.dispatch = dispatch = RequestDispatch(service, server_version=__version__)
         try:
-            await self._start_transactions(service, runtime, node)
-            await self._start_commit_check(service, limits)
+            await self._start_transactions(service, dispatch, runtime, node)
+            await self._start_commit_check(dispatch, limits)
         except StartAbandoned as abandoned:
             logger.info("%s", abandoned)
             return
         state = ServerState(
             server_config,
-            service.handlers,
-            lambda code, message: service.api_versions_response(code, message).to_body(),
+            dispatch.handlers,
+            lambda code, message: dispatch.api_versions_response(code, message).to_body(),
             self.server_metrics,
         )
         self.server = server = CoordinatorServer(state)
@@ -440,6 +442,7 @@ class CoordinatorApp:
     async def _start_transactions(
         self,
         service: GroupCoordinatorService,
+        dispatch: RequestDispatch,
         runtime: CoordinatorRuntime[GroupCoordinatorShard],
         node: NodeAddress,
     ) -> None:
@@ -536,7 +539,7 @@ class CoordinatorApp:
             producer_ids=self.producer_ids,
             max_partitions_per_transaction=config.max_partitions_per_transaction,
         )
-        service.serve_transactions(transactions.handlers)
+        dispatch.serve_transactions(transactions)
         completions.start()
 
     async def _check_producer_id_range(
@@ -563,9 +566,7 @@ class CoordinatorApp:
                 "every producer id from the cluster"
             )
 
-    async def _start_commit_check(
-        self, service: GroupCoordinatorService, limits: RequestLimits
-    ) -> None:
+    async def _start_commit_check(self, dispatch: RequestDispatch, limits: RequestLimits) -> None:
         """OffsetCommit and TxnOffsetCommit checked against the data cluster's partitions
         (`--offset-commit-check-partitions`), from the first request the server takes."""
         config = self.config
@@ -589,7 +590,7 @@ class CoordinatorApp:
             backoff_max_s=_START_RETRY_BACKOFF_MAX_S,
         )
         self.commit_check = check = CommitPartitionCheck(catalog, limits)
-        check.guard(service.handlers)
+        check.guard(dispatch)
 
     def _start_consumer_lag(self) -> None:
         config = self.config

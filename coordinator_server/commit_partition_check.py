@@ -39,11 +39,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, overload
+from typing import Any, Protocol, overload
 
 import msgspec
 from aiokafka.client import AIOKafkaClient
@@ -336,6 +337,12 @@ def _merging(answer: Reply, merge: Callable[[Message], Message]) -> Reply:
     return PendingReply(reply)
 
 
+class HandlerTable(Protocol):
+    """Where handlers are looked up by api key (`service.dispatch.RequestDispatch`)."""
+
+    def guard(self, api_key: ApiKey, wrap: Callable[[Handler], Handler]) -> bool: ...
+
+
 class CommitPartitionCheck:
     """The check in front of OffsetCommit and TxnOffsetCommit (`guard`), against `catalog`,
     the data cluster's partitions. `limits`: the server's, whose answer-size bound an
@@ -354,13 +361,11 @@ class CommitPartitionCheck:
         self.refused_partitions = 0
         self.unchecked_requests = 0
 
-    def guard(self, handlers: dict[int, Handler]) -> None:
-        """Put the check in front of the OffsetCommit and TxnOffsetCommit handlers among
-        `handlers` (those it has)."""
+    def guard(self, table: HandlerTable) -> None:
+        """Put the check in front of the OffsetCommit and TxnOffsetCommit handlers of
+        `table` (the dispatch's; those it has)."""
         for api in (_OFFSET_COMMIT, _TXN_OFFSET_COMMIT):
-            handler = handlers.get(api.key)
-            if handler is not None:
-                handlers[api.key] = self._checked(api, handler)
+            table.guard(api.key, functools.partial(self._checked, api))
 
     def _checked(self, api: _Api, handler: Handler) -> Handler:
         limits = self._limits

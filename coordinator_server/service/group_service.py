@@ -34,15 +34,12 @@ from coordinator_server.service.replies import (
 )
 from coordinator_server.service.slicing import SlicedRequests
 from coordinator_server.shard import GroupCoordinatorShard
-from protocol.api_keys import SUPPORTED_VERSIONS, ApiKey
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.hashing import partition_for
 from protocol.messages import (
     ENDPOINT_TYPE_BROKERS,
     ENDPOINT_TYPE_CONTROLLERS,
-    ApiVersionsRequest,
-    ApiVersionsResponse,
-    ApiVersionsResponseKey,
     DeleteGroupsRequest,
     DescribeClusterRequest,
     DescribeClusterResponse,
@@ -65,8 +62,6 @@ from protocol.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-
-SERVER_NAME = "coordinator-server"
 
 # Group ids whose partition is remembered; past it the memory starts over.
 _PARTITION_CACHE_SIZE = 100_000
@@ -91,7 +86,6 @@ class GroupCoordinatorService:
         num_partitions: int,
         node: NodeAddress,
         *,
-        server_version: str,
         limits: RequestLimits | None = None,
         placement: Placement | None = None,
         cluster_id: str = "",
@@ -105,7 +99,6 @@ class GroupCoordinatorService:
         self._node = node
         self._cluster_id = cluster_id
         self._cluster_nodes = cluster_nodes
-        self._server_version = server_version
         self._limits = limits = limits or RequestLimits()
         self._max_id_length = limits.max_id_length
         self._commit_answer_may_not_fit = limits.commit_answer_may_not_fit
@@ -120,7 +113,6 @@ class GroupCoordinatorService:
             self._sliced,
         )
         self.handlers: dict[int, Handler] = {
-            ApiKey.API_VERSIONS: typed_handler(ApiVersionsRequest, self.api_versions),
             ApiKey.FIND_COORDINATOR: typed_handler(FindCoordinatorRequest, self.find_coordinator),
             ApiKey.JOIN_GROUP: typed_handler(JoinGroupRequest, self.join_group),
             ApiKey.SYNC_GROUP: typed_handler(SyncGroupRequest, self.sync_group),
@@ -155,10 +147,8 @@ class GroupCoordinatorService:
         the shutdown stops every one of them."""
         return self._sliced
 
-    def serve_transactions(self, handlers: dict[int, Handler]) -> None:
-        """Answer the transaction APIs too (the transaction coordinator's `handlers`), and
-        FindCoordinator for transactional ids."""
-        self.handlers.update(handlers)
+    def serve_transactions(self) -> None:
+        """Answer FindCoordinator for transactional ids (the dispatch serves their APIs)."""
         self._bulk.transactions_refusal = None
 
     def refuse_transactions(self, why: str) -> None:
@@ -213,23 +203,7 @@ class GroupCoordinatorService:
             partition = partitions[group_id] = partition_for(group_id, self._num_partitions)
         return partition
 
-    # ApiVersions and FindCoordinator answer at once, even while partitions load.
-
-    def api_versions(self, request: ApiVersionsRequest, ctx: RequestContext) -> Reply:
-        return self.api_versions_response(ErrorCode.NONE, None)
-
-    def api_versions_response(self, code: ErrorCode, message: str | None) -> ApiVersionsResponse:
-        return ApiVersionsResponse(
-            error_code=code,
-            error_message=message,
-            api_keys=[
-                ApiVersionsResponseKey(api_key=key, min_version=low, max_version=high)
-                for key, (low, high) in sorted(SUPPORTED_VERSIONS.items())
-                if key in self.handlers
-            ],
-            server_name=SERVER_NAME,
-            server_version=self._server_version,
-        )
+    # FindCoordinator answers at once, even while partitions load.
 
     def find_coordinator(self, request: FindCoordinatorRequest, ctx: RequestContext) -> Reply:
         return sliced_reply(self._bulk.find_coordinator(request))

@@ -242,9 +242,9 @@ class ServiceGroupsContext:
 
     def _call(self, api_key: ApiKey, request: Message) -> Answer:
         async def call() -> Answer:
-            service = self.app.service
-            assert service is not None
-            answer = Answer(service.handlers[api_key](request, RC))
+            dispatch = self.app.dispatch
+            assert dispatch is not None
+            answer = Answer(dispatch.handlers[api_key](request, RC))
             await self._settle()
             return answer
 

@@ -110,9 +110,9 @@ class Bench:
         await self.app.shutdown()
 
     def call(self, api_key: ApiKey, request: Message) -> Any:
-        service = self.app.service
-        assert service is not None
-        return service.handlers[api_key](request, RC)
+        dispatch = self.app.dispatch
+        assert dispatch is not None
+        return dispatch.handlers[api_key](request, RC)
 
     async def answer(self, reply: Any) -> Any:
         return await reply.future if isinstance(reply, PendingReply) else reply

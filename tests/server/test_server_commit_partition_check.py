@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -438,11 +438,20 @@ def txn_offset_commit(group: str, *topics: tuple[str, list[int]]) -> TxnOffsetCo
     )
 
 
-def guarded(catalog: Catalog, coordinator: Coordinator) -> dict[int, Handler]:
-    handlers: dict[int, Handler] = {
-        ApiKey.OFFSET_COMMIT: coordinator.handle,
-        ApiKey.TXN_OFFSET_COMMIT: coordinator.handle,
-    }
+class Table(dict[int, Handler]):
+    """A dispatch table of its own (the server's is `RequestDispatch`)."""
+
+    def guard(self, api_key: ApiKey, wrap: Callable[[Handler], Handler]) -> bool:
+        if api_key not in self:
+            return False
+        self[api_key] = wrap(self[api_key])
+        return True
+
+
+def guarded(catalog: Catalog, coordinator: Coordinator) -> Table:
+    handlers = Table(
+        {ApiKey.OFFSET_COMMIT: coordinator.handle, ApiKey.TXN_OFFSET_COMMIT: coordinator.handle}
+    )
     CommitPartitionCheck(catalog).guard(handlers)
     return handlers
 
@@ -582,7 +591,7 @@ async def test_the_coordinators_later_answer_is_merged_and_its_failure_mapped() 
             ),
         )
 
-    handlers = {ApiKey.OFFSET_COMMIT: failing}
+    handlers = Table({ApiKey.OFFSET_COMMIT: failing})
     CommitPartitionCheck(catalog).guard(handlers)
     reply = handlers[ApiKey.OFFSET_COMMIT](offset_commit("g", ("a", [0, 1])), CTX)
     assert isinstance(reply, PendingReply)

@@ -69,7 +69,7 @@ async def served(**settings: Any) -> AsyncIterator[CoordinatorApp]:
         max_id_length=config.max_id_length,
         max_partitions_per_transaction=config.max_partitions_per_transaction,
     )
-    app.service.serve_transactions(service.handlers)
+    app.dispatch.serve_transactions(service)
     completions.start()
     try:
         yield app

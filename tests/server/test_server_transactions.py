@@ -62,7 +62,7 @@ async def served(app: CoordinatorApp) -> AsyncIterator[CoordinatorApp]:
         completions=completions,
         max_id_length=app.config.max_id_length,
     )
-    app.service.serve_transactions(service.handlers)
+    app.dispatch.serve_transactions(service)
     completions.start()
     yield app
     await completions.stop()
@@ -397,7 +397,7 @@ async def held_service(app: CoordinatorApp, wait_ms: int) -> AsyncIterator[HeldC
         max_id_length=app.config.max_id_length,
         concurrent_wait_ms=wait_ms,
     )
-    app.service.serve_transactions(service.handlers)
+    app.dispatch.serve_transactions(service)
     inner.start()
     try:
         yield held
