@@ -529,7 +529,9 @@ class CoordinatorApp:
         )
         transactions = TransactionCoordinatorService(
             runtime,
-            service,
+            service.routing,
+            limits=service.limits,
+            sliced=service.sliced,
             log_topic=config.offsets_topic,
             completions=completions,
             max_id_length=config.max_id_length,

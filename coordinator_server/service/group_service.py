@@ -8,8 +8,6 @@ server needs no task per request.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from coordinator_server.node_address import ClusterNodes, NodeAddress, Placement
 from coordinator_server.offsets.manager import commit_error_response
 from coordinator_server.runtime.api import RequestContext
@@ -32,11 +30,11 @@ from coordinator_server.service.replies import (
     sliced_reply,
     typed_handler,
 )
+from coordinator_server.service.routing import Routing
 from coordinator_server.service.slicing import SlicedRequests
 from coordinator_server.shard import GroupCoordinatorShard
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
-from protocol.hashing import partition_for
 from protocol.messages import (
     ENDPOINT_TYPE_BROKERS,
     ENDPOINT_TYPE_CONTROLLERS,
@@ -46,7 +44,6 @@ from protocol.messages import (
     DescribeClusterResponseBroker,
     DescribeGroupsRequest,
     FindCoordinatorRequest,
-    FindCoordinatorResponseCoordinator,
     HeartbeatRequest,
     HeartbeatResponse,
     JoinGroupRequest,
@@ -61,21 +58,6 @@ from protocol.messages import (
     OffsetFetchRequest,
     SyncGroupRequest,
     SyncGroupResponse,
-)
-
-# Group ids whose partition is remembered; past it the memory starts over.
-_PARTITION_CACHE_SIZE = 100_000
-# Node addresses whose FindCoordinator answer is remembered (a cluster has a few nodes; the
-# bound only guards against addresses that keep changing).
-_MAX_NODE_ANSWERS = 1024
-
-
-_NO_COORDINATOR = FindCoordinatorResponseCoordinator(
-    node_id=-1,
-    host="",
-    port=-1,
-    error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    error_message="no node owns the group's partition yet",
 )
 
 
@@ -97,18 +79,19 @@ class GroupCoordinatorService:
         self._runtime = runtime
         self._num_partitions = num_partitions
         self._node = node
+        self.routing = routing = Routing(num_partitions, node, placement)
+        self.partition_for = routing.partition_for
         self._cluster_id = cluster_id
         self._cluster_nodes = cluster_nodes
         self._limits = limits = limits or RequestLimits()
         self._max_id_length = limits.max_id_length
         self._commit_answer_may_not_fit = limits.commit_answer_may_not_fit
-        self._partitions: dict[str, int] = {}
         self._sliced = SlicedRequests()
         self._bulk = BulkRequests(
             runtime,
-            self.partition_for,
+            routing.partition_for,
             num_partitions,
-            self._coordinator_of(node, placement),
+            routing.coordinator_of,
             limits,
             self._sliced,
         )
@@ -159,49 +142,6 @@ class GroupCoordinatorService:
         """Shutdown: large requests still under way stop between two slices, answered
         COORDINATOR_NOT_AVAILABLE (retriable), so that they do not hold the shutdown up."""
         self._sliced.cancel_all()
-
-    @staticmethod
-    def _coordinator_of(
-        node: NodeAddress, placement: Placement | None
-    ) -> Callable[[int], FindCoordinatorResponseCoordinator]:
-        def answer(address: NodeAddress) -> FindCoordinatorResponseCoordinator:
-            return FindCoordinatorResponseCoordinator(
-                node_id=address.node_id,
-                host=address.host,
-                port=address.port,
-                error_code=ErrorCode.NONE,
-            )
-
-        this_node = answer(node)
-        if placement is None:
-            return lambda partition: this_node
-        # One answer per node, built once: FindCoordinator is asked for every group.
-        answers: dict[NodeAddress, FindCoordinatorResponseCoordinator] = {node: this_node}
-
-        def coordinator_of(partition: int) -> FindCoordinatorResponseCoordinator:
-            owner = placement(partition)
-            if owner is None:
-                return _NO_COORDINATOR
-            found = answers.get(owner)
-            if found is None:
-                if len(answers) > _MAX_NODE_ANSWERS:
-                    answers.clear()
-                found = answers[owner] = answer(owner)
-            return found
-
-        return coordinator_of
-
-    def partition_for(self, group_id: str) -> int:
-        # Java's string hash runs in Python, a character at a time, and the same groups come
-        # back with every heartbeat and commit: remember the answers (of group ids no longer
-        # than max_id_length: the callers check first).
-        partitions = self._partitions
-        partition = partitions.get(group_id)
-        if partition is None:
-            if len(partitions) >= _PARTITION_CACHE_SIZE:
-                partitions.clear()
-            partition = partitions[group_id] = partition_for(group_id, self._num_partitions)
-        return partition
 
     # FindCoordinator answers at once, even while partitions load.
 

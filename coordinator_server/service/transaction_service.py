@@ -34,8 +34,7 @@ from coordinator_server.runtime.context import CoordinatorState
 from coordinator_server.runtime.events import WriteOutcome
 from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.service.errors import map_operation_error
-from coordinator_server.service.group_service import GroupCoordinatorService
-from coordinator_server.service.limits import answer_too_large
+from coordinator_server.service.limits import RequestLimits, answer_too_large
 from coordinator_server.service.replies import (
     Handler,
     PendingReply,
@@ -43,7 +42,8 @@ from coordinator_server.service.replies import (
     sliced_reply,
     typed_handler,
 )
-from coordinator_server.service.slicing import PAUSE, SliceClock, Step, Steps
+from coordinator_server.service.routing import Routing
+from coordinator_server.service.slicing import PAUSE, SliceClock, SlicedRequests, Step, Steps
 from coordinator_server.service.transaction_views import TransactionViews
 from coordinator_server.shard import GroupCoordinatorShard
 from coordinator_server.transactions.metadata import TxnPartitions
@@ -195,8 +195,10 @@ class TransactionCoordinatorService:
     def __init__(
         self,
         runtime: CoordinatorRuntime[GroupCoordinatorShard],
-        groups: GroupCoordinatorService,
+        routing: Routing,
         *,
+        limits: RequestLimits,
+        sliced: SlicedRequests,
         log_topic: str,
         completions: Completions,
         max_id_length: int,
@@ -206,8 +208,8 @@ class TransactionCoordinatorService:
         producer_ids: ProducerIdSource | None = None,
         max_partitions_per_transaction: int = defaults.MAX_PARTITIONS_PER_TRANSACTION,
     ) -> None:
-        """`groups` is the group coordinator's service: the same partitions, the same
-        routing (`partition_for`) and FindCoordinator; `log_topic` names the log in
+        """`routing` is the group coordinator's: the same partitions, the same
+        `partition_for` and FindCoordinator; `log_topic` names the log in
         WriteTxnMarkers between nodes; `transaction_lookup` describes a transaction another
         node coordinates (None: a node alone); `concurrent_wait_ms`: how long a request
         waits for its transactional id's previous transaction to end (see
@@ -215,30 +217,30 @@ class TransactionCoordinatorService:
         (None: any partition is taken); `producer_ids`: where new producer ids come from
         when the shards take them from the Kafka cluster (None: from their ranges);
         `max_partitions_per_transaction`: the shards' limit, which AddPartitionsToTxn
-        checks first against the request alone. The limits of requests and the running of
-        those answered in slices are the group coordinator's."""
+        checks first against the request alone. `limits` (of requests) and `sliced` (what runs
+        those answered in slices) are the group coordinator's too."""
         self._partitions = partitions
         self._max_partitions_per_transaction = max_partitions_per_transaction
-        self._limits = groups.limits
-        self._sliced = groups.sliced
+        self._limits = limits
+        self._sliced = sliced
         self._producer_ids = producer_ids
         # What an answer waits on (a metadata check, a producer id), held until done: the
         # loop keeps only a weak reference to a task.
         self._asking: set[asyncio.Future[Any]] = set()
         self._runtime = runtime
         self._concurrent_wait_s = concurrent_wait_ms / 1000
-        self._groups = groups
+        self._routing = routing
         self._log_topic = log_topic
         self._completions = completions
         self._max_id_length = max_id_length
         self._transaction_lookup = transaction_lookup
         self._views = TransactionViews(
             runtime,
-            groups.partition_for,
+            routing.partition_for,
             log_topic=log_topic,
             refused=lambda transactional_id: self._refused_id(transactional_id) is not None,
-            limits=groups.limits,
-            sliced=groups.sliced,
+            limits=limits,
+            sliced=sliced,
         )
         self.handlers: dict[int, Handler] = {
             ApiKey.INIT_PRODUCER_ID: typed_handler(InitProducerIdRequest, self.init_producer_id),
@@ -371,7 +373,7 @@ class TransactionCoordinatorService:
                 return error(ErrorCode.INVALID_REQUEST, refusal)
             if request.transaction_timeout_ms <= 0:
                 return error(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
-            partition = self._groups.partition_for(transactional_id)
+            partition = self._routing.partition_for(transactional_id)
 
         source = self._producer_ids
 
@@ -588,7 +590,7 @@ class TransactionCoordinatorService:
 
         outcome = self._runtime.write(
             "add-partitions-to-txn",
-            self._groups.partition_for(request.transactional_id),
+            self._routing.partition_for(request.transactional_id),
             lambda shard: shard.add_partitions_to_txn(
                 request.transactional_id, request.producer_id, request.producer_epoch, partitions
             ),
@@ -617,7 +619,7 @@ class TransactionCoordinatorService:
         group_id = request.group_id
         if not group_id or len(group_id) > self._max_id_length:
             return error(ErrorCode.INVALID_GROUP_ID)
-        group_partition = self._groups.partition_for(group_id)
+        group_partition = self._routing.partition_for(group_id)
 
         def to_message(result: AddOffsetsToTxnResult) -> Message:
             return AddOffsetsToTxnResponse(error_code=result.error)
@@ -625,7 +627,7 @@ class TransactionCoordinatorService:
         def send() -> Reply:
             outcome = self._runtime.write(
                 "add-offsets-to-txn",
-                self._groups.partition_for(request.transactional_id),
+                self._routing.partition_for(request.transactional_id),
                 lambda shard: shard.add_offsets_to_txn(
                     request.transactional_id,
                     request.producer_id,
@@ -645,7 +647,7 @@ class TransactionCoordinatorService:
         refusal = self._refused_id(request.transactional_id)
         if refusal is not None:
             return error(ErrorCode.INVALID_REQUEST, refusal)
-        partition = self._groups.partition_for(request.transactional_id)
+        partition = self._routing.partition_for(request.transactional_id)
 
         def to_message(result: EndTxnResult) -> Message:
             self._submit(partition, result.completion)
@@ -695,7 +697,7 @@ class TransactionCoordinatorService:
         refusal = self._refused_id(request.transactional_id)
         if refusal is not None:
             return error(ErrorCode.INVALID_REQUEST, refusal)
-        group_partition = self._groups.partition_for(group_id)
+        group_partition = self._routing.partition_for(group_id)
         commit = TransactionalCommit(
             group_id=group_id,
             transactional_id=request.transactional_id,
@@ -788,7 +790,7 @@ class TransactionCoordinatorService:
     ) -> asyncio.Future[int]:
         """Whether the producer's ongoing transaction added `log_partition`: NONE or the error
         a TxnOffsetCommit answers (the future fails when no answer could be had)."""
-        txn_partition = self._groups.partition_for(transactional_id)
+        txn_partition = self._routing.partition_for(transactional_id)
         lookup = self._transaction_lookup
         if (
             self._runtime.partition_state(txn_partition) is CoordinatorState.ACTIVE
@@ -828,7 +830,7 @@ class TransactionCoordinatorService:
                     result: asyncio.Future[int] = loop.create_future()
                     slots.append((index, topic.name, partition, result))
                     if topic.name != self._log_topic or not (
-                        0 <= partition < self._groups.num_partitions
+                        0 <= partition < self._routing.num_partitions
                     ):
                         result.set_result(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                         continue

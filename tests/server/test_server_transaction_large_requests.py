@@ -63,7 +63,9 @@ async def served(**settings: Any) -> AsyncIterator[CoordinatorApp]:
     completions = TxnCompletions(app.runtime, None, coordinator_epoch=lambda _: 0)
     service = TransactionCoordinatorService(
         app.runtime,
-        app.service,
+        app.service.routing,
+        limits=app.service.limits,
+        sliced=app.service.sliced,
         log_topic=LOG_TOPIC,
         completions=completions,
         max_id_length=config.max_id_length,

@@ -57,7 +57,9 @@ async def served(app: CoordinatorApp) -> AsyncIterator[CoordinatorApp]:
     completions = TxnCompletions(app.runtime, None, coordinator_epoch=lambda _: 0)
     service = TransactionCoordinatorService(
         app.runtime,
-        app.service,
+        app.service.routing,
+        limits=app.service.limits,
+        sliced=app.service.sliced,
         log_topic=LOG_TOPIC,
         completions=completions,
         max_id_length=app.config.max_id_length,
@@ -391,7 +393,9 @@ async def held_service(app: CoordinatorApp, wait_ms: int) -> AsyncIterator[HeldC
     held = HeldCompletions(inner)
     service = TransactionCoordinatorService(
         app.runtime,
-        app.service,
+        app.service.routing,
+        limits=app.service.limits,
+        sliced=app.service.sliced,
         log_topic=LOG_TOPIC,
         completions=held,
         max_id_length=app.config.max_id_length,
