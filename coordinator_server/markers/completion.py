@@ -43,13 +43,14 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, cast
+from typing import cast
 
 from coordinator_server.markers.writer import DROPPED_ERRORS, FENCED_ERRORS, KafkaTxnMarkerWriter
 from coordinator_server.metrics import TransactionMetrics
+from coordinator_server.records import RefusedMarkers
 from coordinator_server.runtime.context import CoordinatorState
 from coordinator_server.runtime.runtime import CoordinatorRuntime
-from coordinator_server.service.errors import map_operation_error
+from coordinator_server.service.transaction_ends import TransactionEnds
 from coordinator_server.shard import GroupCoordinatorShard
 from coordinator_server.transactions.results import TxnCompletion
 from protocol.errors import ErrorCode
@@ -66,7 +67,6 @@ markers with (at least every earlier owner's)."""
 
 RETRY_BACKOFF_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
 
-RefusedMarkers = tuple[tuple[str, int, int], ...]
 """(topic, partition, error code) of each data marker refused for good."""
 
 # Transactions with refused markers kept for /status, and partitions named per transaction.
@@ -93,6 +93,7 @@ class TxnCompletions:
         ended at once; past it, submissions wait for the next sweep. `metrics` counts the
         transactions ended here."""
         self._runtime = runtime
+        self._ends = TransactionEnds(runtime)
         self._writer = writer
         self._coordinator_epoch = coordinator_epoch
         self._peers = peers
@@ -344,44 +345,18 @@ class TxnCompletions:
                 completion.producer_epoch,
                 completion.committed,
             )
-        outcome = self._runtime.write(
-            "end-transaction-offsets",
-            log_partition,
-            lambda shard: shard.complete_transaction_offsets(
-                completion.producer_id, completion.producer_epoch, completion.committed
-            ),
+        return await self._ends.end_offsets(
+            log_partition, completion.producer_id, completion.producer_epoch, completion.committed
         )
-        return await _code_of(outcome.future, outcome.error, "end-transaction-offsets")
 
     async def _completed(
         self, partition: int, completion: TxnCompletion, what: str, refused: RefusedMarkers
     ) -> None:
         attempt = 0
         while self._serving(partition):
-            outcome = self._runtime.write(
-                "complete-transaction",
-                partition,
-                lambda shard: shard.complete_txn(
-                    completion.transactional_id,
-                    completion.producer_id,
-                    completion.producer_epoch,
-                    completion.committed,
-                    completion.prepared_ms,
-                    refused,
-                ),
-            )
-            try:
-                if outcome.future is None:
-                    if outcome.error is not None:
-                        raise outcome.error
-                    result: Any = outcome.response
-                else:
-                    result = await outcome.future
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:
-                code, _ = map_operation_error("complete-transaction", error)
-                log.warning("%s: its completion failed (%s); retrying", what, code.name)
+            result = await self._ends.complete(partition, completion, refused)
+            if isinstance(result, ErrorCode):
+                log.warning("%s: its completion failed (%s); retrying", what, result.name)
                 await self._backoff(attempt)
                 attempt += 1
                 continue
@@ -409,18 +384,3 @@ def _some(errors: Mapping[tuple[str, int], int]) -> str:
 
 def _name(code: int) -> str:
     return ErrorCode(code).name if code in ErrorCode._value2member_map_ else str(code)
-
-
-async def _code_of(
-    future: asyncio.Future[Any] | None, error: BaseException | None, name: str
-) -> int:
-    try:
-        if future is not None:
-            await future
-        elif error is not None:
-            raise error
-    except asyncio.CancelledError:
-        raise
-    except Exception as failure:
-        return map_operation_error(name, failure)[0]
-    return ErrorCode.NONE

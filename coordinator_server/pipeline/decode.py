@@ -43,10 +43,10 @@ from coordinator_server.records import (
     TransactionalOffsetKey,
     TransactionalOffsetValue,
     TransactionKey,
+    TransactionState,
     TransactionValue,
     decode_record,
 )
-from coordinator_server.transactions.metadata import TransactionState
 from protocol.consumer import (
     ConsumerProtocolAssignment,
     ConsumerProtocolSubscription,

@@ -8,6 +8,7 @@ dispatch to them, so that msgpack and the format's errors stay in one place.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import Any
 
 TRANSACTION_VALUE_VERSION = 1
@@ -20,6 +21,48 @@ of partitions always encodes to the same bytes."""
 RefusedMarkers = tuple[tuple[str, int, int], ...]
 """Data partitions whose marker the brokers refused for good, with the error each ended
 with: ((topic, partition, error code), ...), sorted."""
+
+
+class TransactionState(IntEnum):
+    """Kafka's TransactionState, by the ids its log writes."""
+
+    EMPTY = 0
+    ONGOING = 1
+    PREPARE_COMMIT = 2
+    PREPARE_ABORT = 3
+    COMPLETE_COMMIT = 4
+    COMPLETE_ABORT = 5
+    DEAD = 6
+    PREPARE_EPOCH_FENCE = 7
+
+    @property
+    def kafka_name(self) -> str:
+        """The name DescribeTransactions and ListTransactions use ("PrepareCommit")."""
+        return _NAMES[self]
+
+    @staticmethod
+    def from_name(name: str) -> TransactionState | None:
+        return _BY_NAME.get(name)
+
+    @property
+    def is_expiration_allowed(self) -> bool:
+        return self in _EXPIRABLE
+
+
+_NAMES = {
+    TransactionState.EMPTY: "Empty",
+    TransactionState.ONGOING: "Ongoing",
+    TransactionState.PREPARE_COMMIT: "PrepareCommit",
+    TransactionState.PREPARE_ABORT: "PrepareAbort",
+    TransactionState.COMPLETE_COMMIT: "CompleteCommit",
+    TransactionState.COMPLETE_ABORT: "CompleteAbort",
+    TransactionState.DEAD: "Dead",
+    TransactionState.PREPARE_EPOCH_FENCE: "PrepareEpochFence",
+}
+_BY_NAME = {name: state for state, name in _NAMES.items()}
+_EXPIRABLE = frozenset(
+    {TransactionState.EMPTY, TransactionState.COMPLETE_COMMIT, TransactionState.COMPLETE_ABORT}
+)
 
 
 @dataclass(slots=True, unsafe_hash=True)

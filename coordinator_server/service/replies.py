@@ -1,17 +1,26 @@
 """What a handler answers: a response now, or one still to come (`PendingReply`), and the
 helpers that turn the runtime's outcome of an operation into either.
 
-Every API of the front door answers through these: `reply_to` (a write or read's outcome,
-its failure mapped by the API's own error answer), `sliced_reply` (an answer built a slice at
-a time), and `typed_handler` (a method of one request type as an entry of the dispatch
-table). The connection waits on the runtime's own future, with no second future per request
-to turn a failure into an error response.
+Every API of the front door answers through these, as Kafka's handlers chain futures:
+- `reply_to`: an operation's outcome, its failure mapped by the API's own error answer; the
+  connection waits on the runtime's own future, with no second future per request;
+- `reply_then`: what an answer makes of the committed result, which may itself wait on
+  something else (a new producer id, another node), after the result's `effect` (what it
+  sets going, such as a transaction's markers): the answer builders have no side effects;
+- `reply_after`: what a reply makes of another future's result once it has one (a
+  verification, a new producer id), that future's failure mapped by the API;
+- `reply_gathered`: one answer built once every part of a request is done;
+- `settle`: a reply of the caller's own settled with what another reply answers, now or
+  later (a request that waited for something before it was sent);
+- `sliced_reply`: an answer built a slice at a time;
+- `typed_handler`: a method of one request type as an entry of the dispatch table.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Sequence
 from typing import Any, TypeAlias, TypeVar, cast
 
 from coordinator_server.runtime.api import RequestContext
@@ -19,9 +28,23 @@ from coordinator_server.runtime.events import WriteOutcome
 from coordinator_server.service.slicing import SlicedAnswer
 from protocol.messages import Message
 
-__all__ = ["Handler", "PendingReply", "Reply", "reply_to", "sliced_reply", "typed_handler"]
+__all__ = [
+    "Handler",
+    "PendingReply",
+    "Reply",
+    "reply_after",
+    "reply_gathered",
+    "reply_then",
+    "reply_to",
+    "settle",
+    "sliced_reply",
+    "typed_handler",
+]
+
+logger = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=Message)
+T = TypeVar("T")
 
 
 class PendingReply:
@@ -63,6 +86,123 @@ def reply_to(outcome: WriteOutcome[M], on_error: Callable[[BaseException], Messa
         error = future.exception()
         return future.result() if error is None else on_error(error)
     return PendingReply(future, on_error)
+
+
+def reply_then(
+    name: str,
+    outcome: WriteOutcome[T],
+    answer: Callable[[T], Reply],
+    on_error: Callable[[BaseException], Message],
+    *,
+    effect: Callable[[T], None] | None = None,
+) -> Reply:
+    """What `answer` makes of the operation's result once it is committed, after `effect`
+    of the result; the operation's failure, or an `effect` or `answer` that fails (logged,
+    with the operation's `name`), as `on_error` makes it."""
+
+    def answered(result: T) -> Reply:
+        try:
+            if effect is not None:
+                effect(result)
+            return answer(result)
+        except Exception as error:
+            logger.exception("%s: the answer could not be made", name)
+            return on_error(error)
+
+    future = outcome.future
+    if future is None:
+        error = outcome.error
+        return on_error(error) if error is not None else answered(cast(T, outcome.response))
+    reply: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+
+    def done(f: asyncio.Future[T]) -> None:
+        if reply.done():
+            return
+        if f.cancelled():
+            reply.set_result(on_error(asyncio.CancelledError()))
+            return
+        error = f.exception()
+        if error is not None:
+            reply.set_result(on_error(error))
+        else:
+            settle(reply, lambda: answered(f.result()))
+
+    future.add_done_callback(done)
+    return PendingReply(reply)
+
+
+def reply_after(
+    future: asyncio.Future[T],
+    then: Callable[[T], Reply],
+    on_error: Callable[[BaseException], Message],
+    *,
+    unused: Callable[[T], None] | None = None,
+) -> Reply:
+    """Once `future` has its result, what `then(result)` answers (now or later); its failure
+    (or cancellation) as `on_error` makes it. `unused` is given a result that came after the
+    reply was cancelled, so that nothing it holds is lost."""
+    reply: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+
+    def done(f: asyncio.Future[T]) -> None:
+        if reply.done():
+            if unused is not None and not f.cancelled() and f.exception() is None:
+                unused(f.result())
+            return
+        failure = asyncio.CancelledError() if f.cancelled() else f.exception()
+        if failure is not None:
+            reply.set_result(on_error(failure))
+        else:
+            settle(reply, lambda: then(f.result()))
+
+    future.add_done_callback(done)
+    return PendingReply(reply)
+
+
+def reply_gathered(parts: Sequence[asyncio.Future[Any]], build: Callable[[], Message]) -> Reply:
+    """`build()` once every one of `parts` is done (at once when they all are); the parts
+    carry their own answers, never a failure."""
+    pending = [part for part in parts if not part.done()]
+    if not pending:
+        return build()
+    reply: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+    left = len(pending)
+
+    def one_done(_: asyncio.Future[Any]) -> None:
+        nonlocal left
+        left -= 1
+        if left == 0 and not reply.done():
+            settle(reply, build)
+
+    for part in pending:
+        part.add_done_callback(one_done)
+    return PendingReply(reply)
+
+
+def settle(reply: asyncio.Future[Message], send: Callable[[], Reply]) -> None:
+    """Settle `reply` with what `send()` answers, now or once its pending answer is ready.
+    Run from a loop callback: a failure of `send` is the connection's UNKNOWN_SERVER_ERROR."""
+    try:
+        answer = send()
+    except Exception as error:
+        reply.set_exception(error)
+        return
+    if not isinstance(answer, PendingReply):
+        reply.set_result(answer)
+        return
+    on_error = answer.on_error
+
+    def forward(done: asyncio.Future[Any]) -> None:
+        if reply.done():
+            return
+        failure = None if done.cancelled() else done.exception()
+        if failure is None and not done.cancelled():
+            reply.set_result(done.result())
+        elif on_error is not None:
+            reply.set_result(on_error(failure or asyncio.CancelledError()))
+        else:
+            reply.set_exception(failure or asyncio.CancelledError())
+
+    answer.future.add_done_callback(forward)
 
 
 def sliced_reply(answer: Message | SlicedAnswer) -> Reply:

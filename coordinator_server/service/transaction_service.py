@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Generator, Iterator, Sequence
-from typing import Any, Final, Protocol, TypeVar, cast
+from typing import Any, Final, Protocol, TypeVar
 
 from coordinator_server import defaults
 from coordinator_server.groups.answer_sizes import ADDED_PARTITION_BYTES, added_topic_bytes
@@ -39,11 +39,16 @@ from coordinator_server.service.replies import (
     Handler,
     PendingReply,
     Reply,
+    reply_after,
+    reply_gathered,
+    reply_then,
+    settle,
     sliced_reply,
     typed_handler,
 )
 from coordinator_server.service.routing import Routing
 from coordinator_server.service.slicing import PAUSE, SliceClock, SlicedRequests, Step, Steps
+from coordinator_server.service.transaction_ends import TransactionEnds
 from coordinator_server.service.transaction_views import TransactionViews
 from coordinator_server.shard import GroupCoordinatorShard
 from coordinator_server.transactions.metadata import TxnPartitions
@@ -171,26 +176,6 @@ def remote_verdict(
     return ErrorCode.NONE
 
 
-def _reply_with(reply: asyncio.Future[Message], send: Callable[[], Reply]) -> None:
-    """Settle `reply` with what `send()` answers, now or once its pending answer is ready.
-    Run from a loop callback: a failure of `send` is the connection's UNKNOWN_SERVER_ERROR."""
-    try:
-        answer = send()
-    except Exception as error:
-        reply.set_exception(error)
-        return
-    if not isinstance(answer, PendingReply):
-        reply.set_result(answer)
-        return
-
-    def forward(done: asyncio.Future[Message]) -> None:
-        # Always a result: `_answer` turns a failure into an error response.
-        if not reply.done():
-            reply.set_result(done.result())
-
-    answer.future.add_done_callback(forward)
-
-
 class TransactionCoordinatorService:
     def __init__(
         self,
@@ -230,6 +215,7 @@ class TransactionCoordinatorService:
         self._runtime = runtime
         self._concurrent_wait_s = concurrent_wait_ms / 1000
         self._routing = routing
+        self._ends = TransactionEnds(runtime)
         self._log_topic = log_topic
         self._completions = completions
         self._max_id_length = max_id_length
@@ -268,47 +254,24 @@ class TransactionCoordinatorService:
             return f"the transactional id is longer than {self._max_id_length} characters"
         return None
 
+    @staticmethod
     def _answer(
-        self,
         name: str,
         outcome: WriteOutcome[T],
-        to_message: Callable[[T], Reply],
+        answer: Callable[[T], Reply],
         on_error: Callable[[ErrorCode, str | None], Message],
+        *,
+        effect: Callable[[T], None] | None = None,
     ) -> Reply:
-        """The write's response as a wire message once committed (or what `to_message`
-        makes of it, which may itself be answered later), or its failure as Kafka maps
+        """The write's answer once committed (see `reply_then`), its failure as Kafka maps
         it."""
-
-        def failed(error: BaseException) -> Message:
-            return on_error(*map_operation_error(name, error))
-
-        def answered(response: T) -> Reply:
-            try:
-                return to_message(response)
-            except Exception as error:
-                logger.exception("%s: the answer could not be made", name)
-                return failed(error)
-
-        future = outcome.future
-        if future is None:
-            error = outcome.error
-            return failed(error) if error is not None else answered(cast(T, outcome.response))
-        reply: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
-
-        def done(f: asyncio.Future[T]) -> None:
-            if reply.done():
-                return
-            if f.cancelled():
-                reply.set_result(failed(asyncio.CancelledError()))
-                return
-            error = f.exception()
-            if error is not None:
-                reply.set_result(failed(error))
-            else:
-                _reply_with(reply, lambda: answered(f.result()))
-
-        future.add_done_callback(done)
-        return PendingReply(reply)
+        return reply_then(
+            name,
+            outcome,
+            answer,
+            lambda error: on_error(*map_operation_error(name, error)),
+            effect=effect,
+        )
 
     def _submit(self, partition: int, completion: TxnCompletion | None) -> None:
         if completion is not None:
@@ -338,7 +301,7 @@ class TransactionCoordinatorService:
             sent = True
             timer.cancel()
             ending.remove_done_callback(go)
-            _reply_with(reply, send)
+            settle(reply, send)
 
         timer = loop.call_later(self._concurrent_wait_s, go)
         ending.add_done_callback(go)
@@ -378,13 +341,17 @@ class TransactionCoordinatorService:
         source = self._producer_ids
 
         def send_with(fresh: int | None) -> Reply:
+            def settled(result: InitProducerIdResult) -> None:
+                if result.needs_producer_id:
+                    return
+                if fresh is not None and fresh != result.producer_id and source is not None:
+                    source.give_back(fresh)
+                self._submit(partition, result.completion)
+
             def to_message(result: InitProducerIdResult) -> Reply:
                 if result.needs_producer_id:
                     # A new id was needed and none was in hand: wait for the cluster's.
                     return self._with_new_producer_id(send_with, error)
-                if fresh is not None and fresh != result.producer_id and source is not None:
-                    source.give_back(fresh)
-                self._submit(partition, result.completion)
                 return InitProducerIdResponse(
                     error_code=result.error,
                     producer_id=result.producer_id,
@@ -402,7 +369,7 @@ class TransactionCoordinatorService:
                     fresh,
                 ),
             )
-            return self._answer("init-producer-id", outcome, to_message, error)
+            return self._answer("init-producer-id", outcome, to_message, error, effect=settled)
 
         def send() -> Reply:
             # An id in hand goes with every request: most need none and give it back, and
@@ -424,27 +391,14 @@ class TransactionCoordinatorService:
         source = self._producer_ids
         if source is None:
             return error(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "no producer id source")
-        reply: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
 
-        def taken(done: asyncio.Future[int]) -> None:
-            if reply.done():
-                if not done.cancelled() and done.exception() is None:
-                    source.give_back(done.result())
-                return
-            failure = None if done.cancelled() else done.exception()
-            if done.cancelled() or failure is not None:
-                reply.set_result(
-                    error(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, f"no producer id yet: {failure}")
-                )
-                return
-            fresh = done.result()
-            _reply_with(reply, lambda: send_with(fresh))
+        def no_id(failure: BaseException) -> Message:
+            return error(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, f"no producer id yet: {failure}")
 
         taking = asyncio.ensure_future(source.take())
         self._asking.add(taking)
         taking.add_done_callback(self._asking.discard)
-        taking.add_done_callback(taken)
-        return PendingReply(reply)
+        return reply_after(taking, send_with, no_id, unused=source.give_back)
 
     def _any_active_partition(self) -> int | None:
         for partition, state in sorted(self._runtime.partitions().items()):
@@ -650,12 +604,14 @@ class TransactionCoordinatorService:
         partition = self._routing.partition_for(request.transactional_id)
 
         def to_message(result: EndTxnResult) -> Message:
-            self._submit(partition, result.completion)
             return EndTxnResponse(
                 error_code=result.error,
                 producer_id=result.producer_id,
                 producer_epoch=result.producer_epoch,
             )
+
+        def start_markers(result: EndTxnResult) -> None:
+            self._submit(partition, result.completion)
 
         def send() -> Reply:
             outcome = self._runtime.write(
@@ -668,7 +624,7 @@ class TransactionCoordinatorService:
                     request.committed,
                 ),
             )
-            return self._answer("end-txn", outcome, to_message, error)
+            return self._answer("end-txn", outcome, to_message, error, effect=start_markers)
 
         return self._after_ending(request.transactional_id, send)
 
@@ -754,36 +710,17 @@ class TransactionCoordinatorService:
         verdict = self._verdict(
             request.transactional_id, request.producer_id, request.producer_epoch, group_partition
         )
-        reply: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
 
-        def verified(f: asyncio.Future[int]) -> None:
-            if f.cancelled() or f.exception() is not None:
-                _, message = map_operation_error(
-                    "verify-txn", f.exception() or asyncio.CancelledError()
-                )
-                # A client before KIP-890 does not retry NETWORK_EXCEPTION: Kafka answers
-                # COORDINATOR_LOAD_IN_PROGRESS for a verification that could not run.
-                reply.set_result(error(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, message))
-                return
-            refused = f.result()
-            if refused != ErrorCode.NONE:
-                reply.set_result(error(ErrorCode(refused)))
-                return
-            answer = write()
-            if not isinstance(answer, PendingReply):
-                reply.set_result(answer)
-                return
+        def verified(refused: int) -> Reply:
+            return write() if refused == ErrorCode.NONE else error(ErrorCode(refused))
 
-            def written(g: asyncio.Future[Message]) -> None:
-                if g.cancelled() or g.exception() is not None:
-                    _settle(reply, lambda: error(ErrorCode.UNKNOWN_SERVER_ERROR))
-                else:
-                    _settle(reply, g.result)
+        def unverified(failure: BaseException) -> Message:
+            _, message = map_operation_error("verify-txn", failure)
+            # A client before KIP-890 does not retry NETWORK_EXCEPTION: Kafka answers
+            # COORDINATOR_LOAD_IN_PROGRESS for a verification that could not run.
+            return error(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, message)
 
-            answer.future.add_done_callback(written)
-
-        verdict.add_done_callback(verified)
-        return PendingReply(reply)
+        return reply_after(verdict, verified, unverified)
 
     def _verdict(
         self, transactional_id: str, producer_id: int, producer_epoch: int, log_partition: int
@@ -827,21 +764,19 @@ class TransactionCoordinatorService:
         for index, marker in enumerate(request.markers):
             for topic in marker.topics:
                 for partition in topic.partition_indexes:
-                    result: asyncio.Future[int] = loop.create_future()
-                    slots.append((index, topic.name, partition, result))
                     if topic.name != self._log_topic or not (
                         0 <= partition < self._routing.num_partitions
                     ):
+                        result: asyncio.Future[int] = loop.create_future()
                         result.set_result(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                        continue
-                    self._end_on_log_partition(
-                        partition,
-                        marker.producer_id,
-                        marker.producer_epoch,
-                        marker.transaction_result,
-                        result,
-                    )
-        answer: asyncio.Future[Message] = loop.create_future()
+                    else:
+                        result = self._ends.end_offsets(
+                            partition,
+                            marker.producer_id,
+                            marker.producer_epoch,
+                            marker.transaction_result,
+                        )
+                    slots.append((index, topic.name, partition, result))
 
         def gather() -> Message:
             by_marker: dict[int, dict[str, list[WriteTxnMarkersResponsePartition]]] = {}
@@ -864,49 +799,7 @@ class TransactionCoordinatorService:
                 ]
             )
 
-        pending = [result for *_, result in slots if not result.done()]
-        if not pending:
-            return gather()
-
-        def one_done(_: asyncio.Future[int]) -> None:
-            if not answer.done() and all(result.done() for *_, result in slots):
-                answer.set_result(gather())
-
-        for result in pending:
-            result.add_done_callback(one_done)
-        return PendingReply(answer)
-
-    def _end_on_log_partition(
-        self,
-        partition: int,
-        producer_id: int,
-        producer_epoch: int,
-        committed: bool,
-        result: asyncio.Future[int],
-    ) -> None:
-        outcome = self._runtime.write(
-            "end-transaction-offsets",
-            partition,
-            lambda shard: shard.complete_transaction_offsets(
-                producer_id, producer_epoch, committed
-            ),
-        )
-
-        def settle(error: BaseException | None) -> None:
-            if result.done():
-                return
-            if error is None:
-                result.set_result(ErrorCode.NONE)
-            else:
-                result.set_result(map_operation_error("end-transaction-offsets", error)[0])
-
-        future = outcome.future
-        if future is None:
-            settle(outcome.error)
-            return
-        future.add_done_callback(
-            lambda f: settle(asyncio.CancelledError() if f.cancelled() else f.exception())
-        )
+        return reply_gathered([result for *_, result in slots], gather)
 
     # DescribeTransactions, ListTransactions (transaction_views.py).
 
@@ -921,11 +814,6 @@ class TransactionCoordinatorService:
         self, request: ListTransactionsRequest | ListTransactionsV1Request, ctx: RequestContext
     ) -> Reply:
         return self._views.list_transactions(request)
-
-
-def _settle(reply: asyncio.Future[Message], answer: Callable[[], Message]) -> None:
-    if not reply.done():
-        reply.set_result(answer())
 
 
 def _added(

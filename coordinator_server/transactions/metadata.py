@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from enum import IntEnum
 
 from coordinator_server.records import RefusedMarkers, TransactionValue
+from coordinator_server.records import TransactionState as TransactionState
 from coordinator_server.transactions.results import TopicPartitions
 
 NO_PRODUCER_ID = -1
@@ -184,32 +184,6 @@ class TxnPartitions:
 NO_PARTITIONS = TxnPartitions()
 
 
-class TransactionState(IntEnum):
-    """Kafka's TransactionState, by the ids its log writes."""
-
-    EMPTY = 0
-    ONGOING = 1
-    PREPARE_COMMIT = 2
-    PREPARE_ABORT = 3
-    COMPLETE_COMMIT = 4
-    COMPLETE_ABORT = 5
-    DEAD = 6
-    PREPARE_EPOCH_FENCE = 7
-
-    @property
-    def kafka_name(self) -> str:
-        """The name DescribeTransactions and ListTransactions use ("PrepareCommit")."""
-        return _NAMES[self]
-
-    @staticmethod
-    def from_name(name: str) -> TransactionState | None:
-        return _BY_NAME.get(name)
-
-    @property
-    def is_expiration_allowed(self) -> bool:
-        return self in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT)
-
-
 EMPTY = TransactionState.EMPTY
 ONGOING = TransactionState.ONGOING
 PREPARE_COMMIT = TransactionState.PREPARE_COMMIT
@@ -218,18 +192,6 @@ COMPLETE_COMMIT = TransactionState.COMPLETE_COMMIT
 COMPLETE_ABORT = TransactionState.COMPLETE_ABORT
 DEAD = TransactionState.DEAD
 PREPARE_EPOCH_FENCE = TransactionState.PREPARE_EPOCH_FENCE
-
-_NAMES = {
-    EMPTY: "Empty",
-    ONGOING: "Ongoing",
-    PREPARE_COMMIT: "PrepareCommit",
-    PREPARE_ABORT: "PrepareAbort",
-    COMPLETE_COMMIT: "CompleteCommit",
-    COMPLETE_ABORT: "CompleteAbort",
-    DEAD: "Dead",
-    PREPARE_EPOCH_FENCE: "PrepareEpochFence",
-}
-_BY_NAME = {name: state for state, name in _NAMES.items()}
 
 VALID_PREVIOUS_STATES: dict[TransactionState, frozenset[TransactionState]] = {
     EMPTY: frozenset({EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT}),
