@@ -317,6 +317,24 @@ class OffsetCommitRequest(Message, kw_only=True):
     group_instance_id: str | None = None
     topics: list[OffsetCommitRequestTopic]
 
+    def error_response(self, code: int) -> OffsetCommitResponse:
+        """Every partition of the request answered with `code`, in the request's order
+        (Kafka's `OffsetCommitRequest.getErrorResponse`)."""
+        return OffsetCommitResponse(
+            topics=[
+                OffsetCommitResponseTopic(
+                    name=topic.name,
+                    partitions=[
+                        OffsetCommitResponsePartition(
+                            partition_index=p.partition_index, error_code=code
+                        )
+                        for p in topic.partitions
+                    ],
+                )
+                for topic in self.topics
+            ]
+        )
+
 
 class OffsetCommitResponsePartition(Message, kw_only=True):
     partition_index: Int32 = 0

@@ -172,7 +172,7 @@ class OffsetMetadataManager:
             request.generation_id_or_member_epoch,
         )
         if error is not None:
-            return CoordinatorResult(response=commit_error_response(request, error.code))
+            return CoordinatorResult(response=request.error_response(error.code))
         self._groups.rearm_heartbeat_on_commit(group_id, request.member_id)
 
         config = self._config
@@ -230,7 +230,7 @@ class OffsetMetadataManager:
             group_id, commits
         ):
             return CoordinatorResult(
-                response=commit_error_response(request, ErrorCode.INVALID_COMMIT_OFFSET_SIZE)
+                response=request.error_response(ErrorCode.INVALID_COMMIT_OFFSET_SIZE)
             )
         response = (
             self._answer_with_refusals(request, offsets, admitted)
@@ -716,10 +716,6 @@ def _all_committed_answer(shape: tuple[tuple[str, tuple[int, ...]], ...]) -> Off
             _all_committed_answers.clear()
         _all_committed_answers[shape] = response
     return response
-
-
-def commit_error_response(request: OffsetCommitRequest, code: ErrorCode) -> OffsetCommitResponse:
-    return _answer_per_partition(request, lambda _, __: code)
 
 
 def _answer_per_partition(

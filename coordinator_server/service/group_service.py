@@ -9,7 +9,6 @@ server needs no task per request.
 from __future__ import annotations
 
 from coordinator_server.node_address import ClusterNodes, NodeAddress, Placement
-from coordinator_server.offsets.manager import commit_error_response
 from coordinator_server.runtime.api import RequestContext
 from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.service.bulk_requests import BulkRequests, ErrorOnlyResponse
@@ -253,7 +252,7 @@ class GroupCoordinatorService:
     def offset_commit(self, request: OffsetCommitRequest, ctx: RequestContext) -> Reply:
         group_id = request.group_id
         if group_id is None or len(group_id) > self._max_id_length:
-            return commit_error_response(request, ErrorCode.INVALID_GROUP_ID)
+            return request.error_response(ErrorCode.INVALID_GROUP_ID)
         if self._commit_answer_may_not_fit and (
             refusal := commit_answer_refusal(request, self._limits)
         ):
@@ -267,7 +266,7 @@ class GroupCoordinatorService:
                 # Records that cannot fit a batch: what Kafka's OffsetCommit answers them
                 # with (the commit checks first, so this is a backstop).
                 code = ErrorCode.INVALID_COMMIT_OFFSET_SIZE
-            return commit_error_response(request, code)
+            return request.error_response(code)
 
         outcome = self._runtime.write(
             "commit-offset",
