@@ -30,7 +30,7 @@ from coordinator_server.markers import (
     ProducerIdRefused,
     check_kafka_for_transactions,
 )
-from coordinator_server.markers.completion import TxnCompletions
+from coordinator_server.markers.channel import TxnMarkerChannel
 from coordinator_server.markers.peers import NodePeers
 from coordinator_server.markers.producer_ids import ClusterProducerIds
 from coordinator_server.metrics import (
@@ -193,7 +193,7 @@ class CoordinatorApp:
         # --offset-commit-check-partitions off).
         self.partition_catalog: DataPartitionCatalog | None = None
         self.commit_check: CommitPartitionCheck | None = None
-        self.completions: TxnCompletions | None = None
+        self.completions: TxnMarkerChannel | None = None
         # New producer ids, from the Kafka cluster (None: from a range, or no transactions).
         self.producer_ids: ClusterProducerIds | None = None
         # Why this node serves no transactions (None: it does, or has not started).
@@ -520,7 +520,7 @@ class CoordinatorApp:
                 timeout_s=config.offsets_commit_timeout_ms / 1000,
                 ssl_context=config.peer_ssl_context(),
             )
-        self.completions = completions = TxnCompletions(
+        self.completions = completions = TxnMarkerChannel(
             runtime,
             writer,
             coordinator_epoch=lambda partition: _coordinator_epoch(runtime, partition),
@@ -550,7 +550,7 @@ class CoordinatorApp:
         """A range set by hand must lie above every id the Kafka cluster handed out: ask it
         for one (it counts up from 0), and refuse to start on a range that does not. Another
         deployment's overlapping range cannot be seen from here: its markers are refused,
-        which `TxnCompletions` reports."""
+        which `TxnMarkerChannel` reports."""
         handed_out = await start_with_retries(
             "the check of the producer id range",
             writer.new_producer_id,

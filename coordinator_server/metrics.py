@@ -298,12 +298,12 @@ class ClusterGauges:
 
 @dataclass
 class TransactionMetrics:
-    """What the end of transactions counts (`markers.completion`): each transaction once, as
+    """What the end of transactions counts (`markers.channel`): each transaction once, as
     its CompleteCommit or CompleteAbort record is written, on the node that writes it."""
 
     completed_commits: int = 0
     completed_aborts: int = 0
-    # Aborts of transactions that outlived their timeout (see `TxnCompletion.timed_out`).
+    # Aborts of transactions that outlived their timeout (see `PendingCompleteTxn.timed_out`).
     timed_out: int = 0
     # From the transaction's start (its first partition) to its completion.
     duration: Histogram = field(default_factory=lambda: Histogram(TRANSACTION_BUCKETS_S))

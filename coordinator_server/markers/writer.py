@@ -690,7 +690,7 @@ class KafkaTxnMarkerWriter:
                 del self._unknown_since[next(iter(self._unknown_since))]
         if now - since >= self._unknown_timeout_s:
             # DEBUG: a deleted topic's every partition would say it; the transaction's end
-            # says it once (`TxnCompletions`).
+            # says it once (`TxnMarkerChannel`).
             log.debug(
                 "%s: %s-%d has been unknown to the cluster for %.1f s (deleted?); dropped",
                 transaction.describe(),

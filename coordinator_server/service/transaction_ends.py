@@ -13,7 +13,7 @@ from coordinator_server.records import RefusedMarkers
 from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.service.errors import map_operation_error
 from coordinator_server.shard import GroupCoordinatorShard
-from coordinator_server.transactions.results import CompleteTransactionResult, TxnCompletion
+from coordinator_server.transactions.results import CompleteTransactionResult, PendingCompleteTxn
 from protocol.errors import ErrorCode
 
 __all__ = ["TransactionEnds"]
@@ -54,7 +54,7 @@ class TransactionEnds:
         return code
 
     async def complete(
-        self, partition: int, completion: TxnCompletion, refused: RefusedMarkers
+        self, partition: int, completion: PendingCompleteTxn, refused: RefusedMarkers
     ) -> CompleteTransactionResult | ErrorCode:
         """Write CompleteCommit or CompleteAbort for `completion` on its partition: the
         write's result, or the code of its failure."""

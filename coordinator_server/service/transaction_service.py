@@ -9,7 +9,7 @@ partition's shard, scheduled on the same runtime as the groups'.
 
 A write that moves a transaction to PrepareCommit or PrepareAbort owes markers; once its
 records are committed, its completion goes to `Completions` (the markers' writer and the
-transaction's own completion, `markers/completion.py`), which also finds the prepared
+transaction's own completion, `markers/channel.py`), which also finds the prepared
 transactions of every partition that loads, so a transaction prepared before a crash or a
 move of its partition still ends.
 """
@@ -56,7 +56,7 @@ from coordinator_server.transactions.results import (
     AddOffsetsToTxnResult,
     EndTxnResult,
     InitProducerIdResult,
-    TxnCompletion,
+    PendingCompleteTxn,
 )
 from protocol.api_keys import ApiKey
 from protocol.errors import CoordinatorLoadInProgressError, ErrorCode
@@ -105,7 +105,7 @@ _CHECK_CHUNK: Final = 8192
 class Completions(Protocol):
     """Where a prepared transaction's end goes once its Prepare record is committed."""
 
-    def submit(self, partition: int, completion: TxnCompletion) -> None: ...
+    def submit(self, partition: int, completion: PendingCompleteTxn) -> None: ...
 
     def ending(self, transactional_id: str) -> asyncio.Future[None] | None:
         """The end under way of the transactional id's prepared transaction, if any."""
@@ -273,7 +273,7 @@ class TransactionCoordinatorService:
             effect=effect,
         )
 
-    def _submit(self, partition: int, completion: TxnCompletion | None) -> None:
+    def _submit(self, partition: int, completion: PendingCompleteTxn | None) -> None:
         if completion is not None:
             self._completions.submit(partition, completion)
 

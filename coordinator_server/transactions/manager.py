@@ -14,7 +14,7 @@ transaction version 2 (an epoch bump at every EndTxn) is not offered: producers 
 versions 0 and 1, whose epochs change only at InitProducerId and when a transaction is
 fenced.
 
-A transaction that reaches PrepareCommit or PrepareAbort hands a `TxnCompletion` to the
+A transaction that reaches PrepareCommit or PrepareAbort hands a `PendingCompleteTxn` to the
 caller: the markers it owes. Once they are written the caller calls `complete_transaction`,
 which writes CompleteCommit or CompleteAbort; after a load, `pending_completions` lists the
 transactions still owed.
@@ -64,9 +64,9 @@ from coordinator_server.transactions.results import (
     InitProducerIdResult,
     ListedTransaction,
     ListTransactionsResult,
+    PendingCompleteTxn,
     TransactionDescription,
     TransactionsConfig,
-    TxnCompletion,
 )
 from protocol.errors import ErrorCode
 
@@ -115,7 +115,7 @@ class TransactionManager:
         )
         # Transactions aborted because they outlived their timeout, counted as the abort is
         # prepared (a retry of a failed write counts again). The metrics count them as they
-        # complete instead (`TxnCompletion.timed_out`), once, on whichever node ends them.
+        # complete instead (`PendingCompleteTxn.timed_out`), once, on whichever node ends them.
         self.aborted_by_timeout = 0
 
     # Replay: the only way the state changes.
@@ -463,7 +463,9 @@ class TransactionManager:
             return ErrorCode.INVALID_TXN_STATE
         return ErrorCode.NONE
 
-    def is_prepared(self, completion: TxnCompletion, committed_offset: int | None = None) -> bool:
+    def is_prepared(
+        self, completion: PendingCompleteTxn, committed_offset: int | None = None
+    ) -> bool:
         """Whether `completion` is still owed: its transaction is the one prepared then, in
         PrepareCommit or PrepareAbort. A completion found by a sweep just before its
         transaction completed is not: its markers, written now, would end the producer's
@@ -478,7 +480,7 @@ class TransactionManager:
             and txn.txn_last_update_timestamp_ms == completion.prepared_ms
         )
 
-    def pending_completions(self, committed_offset: int | None = None) -> list[TxnCompletion]:
+    def pending_completions(self, committed_offset: int | None = None) -> list[PendingCompleteTxn]:
         """Every transaction in PrepareCommit or PrepareAbort: markers owed (after a load,
         those its previous owner did not finish)."""
         return [
@@ -493,13 +495,13 @@ class TransactionManager:
         self._schedule_abort_timed_out()
         self._schedule_expiration()
 
-    def abort_timed_out_transactions(self) -> CoordinatorResult[tuple[TxnCompletion, ...]]:
+    def abort_timed_out_transactions(self) -> CoordinatorResult[tuple[PendingCompleteTxn, ...]]:
         """Kafka's abortTimedOutTransactions: every transaction Ongoing for longer than its
         timeout is fenced (its epoch bumped) and aborted; the result's response holds the
         completions owed."""
         now_ms = self._clock.now_ms()
         records: list[CoordinatorRecord] = []
-        completions: list[TxnCompletion] = []
+        completions: list[PendingCompleteTxn] = []
         for transactional_id, txn in self._transactions.items():
             if txn.state is ONGOING and txn.txn_start_timestamp_ms + txn.timeout_ms < now_ms:
                 fenced = txn.prepare_fence_producer_epoch()
@@ -643,10 +645,10 @@ class TransactionManager:
         return ListTransactionsResult(NONE, tuple(unknown), listed)
 
 
-def _completion(txn: TransactionMetadata) -> TxnCompletion:
+def _completion(txn: TransactionMetadata) -> PendingCompleteTxn:
     committed = txn.state is PREPARE_COMMIT
     prepared_ms = txn.txn_last_update_timestamp_ms
-    return TxnCompletion(
+    return PendingCompleteTxn(
         txn.transactional_id,
         txn.producer_id,
         txn.producer_epoch,

@@ -40,10 +40,11 @@ class TransactionsConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class TxnCompletion:
-    """A transaction in PrepareCommit or PrepareAbort: the markers to deliver (to the Kafka
-    data partitions and to the coordinator log's partitions holding its offsets), after
-    which `complete_transaction` writes CompleteCommit or CompleteAbort."""
+class PendingCompleteTxn:
+    """A transaction in PrepareCommit or PrepareAbort (Kafka's `PendingCompleteTxn`): the
+    markers to deliver (to the Kafka data partitions and to the coordinator log's partitions
+    holding its offsets), after which `complete_transaction` writes CompleteCommit or
+    CompleteAbort."""
 
     transactional_id: str
     producer_id: int
@@ -66,7 +67,7 @@ class InitProducerIdResult:
     producer_id: int
     producer_epoch: int
     # InitProducerId fencing an Ongoing transaction (CONCURRENT_TRANSACTIONS) aborts it.
-    completion: TxnCompletion | None = None
+    completion: PendingCompleteTxn | None = None
     # The request needs a new producer id and none came with it (ids from the Kafka
     # cluster): nothing was written; asked again with one, it is answered.
     needs_producer_id: bool = False
@@ -91,7 +92,7 @@ class EndTxnResult:
     producer_id: int
     producer_epoch: int
     # Set when the transaction moved to PrepareCommit or PrepareAbort.
-    completion: TxnCompletion | None = None
+    completion: PendingCompleteTxn | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from coordinator_server.markers.completion import TxnCompletions
+from coordinator_server.markers.channel import TxnMarkerChannel
 from coordinator_server.records import TransactionValue, new_transaction_record
 from coordinator_server.runtime.api import CoordinatorResult
 from coordinator_server.runtime.clock import ManualClock
@@ -52,11 +52,11 @@ class Node:
         self.peer_calls.append((log_partition, pid, epoch, committed))
         return self.answer()
 
-    async def start(self) -> TxnCompletions:
+    async def start(self) -> TxnMarkerChannel:
         self.runtime.schedule_load(TXN_PARTITION, 0)
         await self.runtime.wait_loaded(TXN_PARTITION)
         await self.put(TransactionState.PREPARE_COMMIT)
-        return TxnCompletions(self.runtime, None, coordinator_epoch=lambda _: 0, peers=self.peers)
+        return TxnMarkerChannel(self.runtime, None, coordinator_epoch=lambda _: 0, peers=self.peers)
 
     async def put(self, state: TransactionState, update_ms: int = PREPARED_MS) -> None:
         """The transaction's record, as its coordinator writes it."""

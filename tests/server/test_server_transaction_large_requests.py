@@ -25,7 +25,7 @@ from wire_client import WireClient
 from coordinator_server.app import CoordinatorApp
 from coordinator_server.cli import main
 from coordinator_server.config import CoordinatorConfig
-from coordinator_server.markers.completion import TxnCompletions
+from coordinator_server.markers.channel import TxnMarkerChannel
 from coordinator_server.records import TransactionValue, new_transaction_record
 from coordinator_server.rpc.client import CoordinatorClient
 from coordinator_server.runtime.api import CoordinatorResult
@@ -60,7 +60,7 @@ async def served(**settings: Any) -> AsyncIterator[CoordinatorApp]:
     app = CoordinatorApp(config, log=InMemoryLog(PARTITIONS, auto_commit=True))
     await app.start()
     assert app.runtime is not None and app.service is not None
-    completions = TxnCompletions(app.runtime, None, coordinator_epoch=lambda _: 0)
+    completions = TxnMarkerChannel(app.runtime, None, coordinator_epoch=lambda _: 0)
     service = TransactionCoordinatorService(
         app.runtime,
         app.service.routing,

@@ -16,7 +16,7 @@ from wire_client import WireClient
 from coordinator_server.app import CoordinatorApp
 from coordinator_server.config import CoordinatorConfig
 from coordinator_server.defaults import TRANSACTION_PRODUCER_ID_START
-from coordinator_server.markers.completion import TxnCompletions
+from coordinator_server.markers.channel import TxnMarkerChannel
 from coordinator_server.service.transaction_service import (
     TransactionCoordinatorService,
     remote_verdict,
@@ -54,7 +54,7 @@ async def served(app: CoordinatorApp) -> AsyncIterator[CoordinatorApp]:
     """The app with its transaction coordinator wired as `app.py` wires it, minus the Kafka
     cluster: transactions that wrote no records end without data markers."""
     assert app.runtime is not None and app.service is not None
-    completions = TxnCompletions(app.runtime, None, coordinator_epoch=lambda _: 0)
+    completions = TxnMarkerChannel(app.runtime, None, coordinator_epoch=lambda _: 0)
     service = TransactionCoordinatorService(
         app.runtime,
         app.service.routing,
@@ -363,10 +363,10 @@ def test_a_transaction_another_node_describes_is_checked_as_a_local_one(
 
 
 class HeldCompletions:
-    """TxnCompletions whose ends start only once `release` is set: a transaction stays
+    """TxnMarkerChannel whose ends start only once `release` is set: a transaction stays
     prepared, its markers "on their way", for as long as a test wants."""
 
-    def __init__(self, inner: TxnCompletions) -> None:
+    def __init__(self, inner: TxnMarkerChannel) -> None:
         self.inner = inner
         self.release = asyncio.Event()
         self._ends: dict[str, asyncio.Future[None]] = {}
@@ -389,7 +389,7 @@ class HeldCompletions:
 @asynccontextmanager
 async def held_service(app: CoordinatorApp, wait_ms: int) -> AsyncIterator[HeldCompletions]:
     assert app.runtime is not None and app.service is not None
-    inner = TxnCompletions(app.runtime, None, coordinator_epoch=lambda _: 0)
+    inner = TxnMarkerChannel(app.runtime, None, coordinator_epoch=lambda _: 0)
     held = HeldCompletions(inner)
     service = TransactionCoordinatorService(
         app.runtime,

@@ -15,7 +15,7 @@ from coordinator_server.transactions.producer_ids import BLOCK_SIZE, partition_r
 from coordinator_server.transactions.results import (
     AddPartitionsToTxnResult,
     InitProducerIdResult,
-    TxnCompletion,
+    PendingCompleteTxn,
 )
 from protocol.errors import ErrorCode
 
@@ -238,7 +238,7 @@ def test_end_txn_prepares_and_completion_completes(committed: bool) -> None:
     assert (answer.error, answer.producer_id, answer.producer_epoch) == (ErrorCode.NONE, PID, 5)
     prepared = txn(ctx)
     assert prepared.state is (S.PREPARE_COMMIT if committed else S.PREPARE_ABORT)
-    assert answer.completion == TxnCompletion(
+    assert answer.completion == PendingCompleteTxn(
         TID,
         PID,
         5,
@@ -409,7 +409,7 @@ def test_abort_expired_transactions_in_ongoing_state_and_bump_epoch() -> None:
     [completions] = [r.response for r in results if r.response]
     started_ms = ctx.clock.now_ms() - TIMEOUT_MS - 10_000
     assert completions == (
-        TxnCompletion(
+        PendingCompleteTxn(
             TID, PID, 6, False, (("orders", (0, 1)),), (), ctx.clock.now_ms(), started_ms, True
         ),
     )

@@ -52,7 +52,7 @@ from coordinator_server.runtime.context import CoordinatorState
 from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.service.transaction_ends import TransactionEnds
 from coordinator_server.shard import GroupCoordinatorShard
-from coordinator_server.transactions.results import TxnCompletion
+from coordinator_server.transactions.results import PendingCompleteTxn
 from protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -74,8 +74,9 @@ KEPT_REFUSALS = 20
 NAMED_PARTITIONS = 10
 
 
-class TxnCompletions:
-    """Ends prepared transactions; `start()` once the runtime runs, `stop()` at shutdown."""
+class TxnMarkerChannel:
+    """Ends prepared transactions (Kafka's `TransactionMarkerChannelManager`); `start()` once
+    the runtime runs, `stop()` at shutdown."""
 
     def __init__(
         self,
@@ -134,7 +135,7 @@ class TxnCompletions:
         self._in_flight.clear()
         self._by_id.clear()
 
-    def submit(self, partition: int, completion: TxnCompletion) -> None:
+    def submit(self, partition: int, completion: PendingCompleteTxn) -> None:
         """End `completion`, prepared on `partition` (committed in the log)."""
         if self._stopped:
             return
@@ -183,7 +184,7 @@ class TxnCompletions:
     def _serving(self, partition: int) -> bool:
         return self._runtime.partition_state(partition) is CoordinatorState.ACTIVE
 
-    async def _still_ours(self, partition: int, completion: TxnCompletion) -> bool:
+    async def _still_ours(self, partition: int, completion: PendingCompleteTxn) -> bool:
         """Whether this node may still end `completion`: it serves the transaction's
         partition under its lease and the transaction is still the one prepared there.
 
@@ -203,7 +204,7 @@ class TxnCompletions:
         except Exception:
             return False
 
-    async def _complete(self, partition: int, completion: TxnCompletion) -> None:
+    async def _complete(self, partition: int, completion: PendingCompleteTxn) -> None:
         what = (
             f"transactional id {completion.transactional_id!r} (producer {completion.producer_id}"
             f" epoch {completion.producer_epoch}, "
@@ -234,7 +235,7 @@ class TxnCompletions:
         await asyncio.sleep(RETRY_BACKOFF_S[min(attempt, len(RETRY_BACKOFF_S) - 1)])
 
     async def _data_markers(
-        self, partition: int, completion: TxnCompletion, what: str
+        self, partition: int, completion: PendingCompleteTxn, what: str
     ) -> RefusedMarkers | None:
         """The markers refused for good once every other one is written (empty: all were);
         None when the transaction is not this node's to end."""
@@ -281,7 +282,7 @@ class TxnCompletions:
             attempt += 1
         return None
 
-    def _refused(self, completion: TxnCompletion, refused: RefusedMarkers, what: str) -> None:
+    def _refused(self, completion: PendingCompleteTxn, refused: RefusedMarkers, what: str) -> None:
         """Once per transaction: an ERROR, the counter, the latest kept for /status."""
         self.metrics.markers_refused += len(refused)
         by_error: dict[str, list[str]] = {}
@@ -316,7 +317,7 @@ class TxnCompletions:
         )
 
     async def _log_markers(
-        self, partition: int, log_partition: int, completion: TxnCompletion, what: str
+        self, partition: int, log_partition: int, completion: PendingCompleteTxn, what: str
     ) -> bool:
         attempt = 0
         while await self._still_ours(partition, completion):
@@ -334,7 +335,9 @@ class TxnCompletions:
             attempt += 1
         return False
 
-    async def _end_on_log_partition(self, log_partition: int, completion: TxnCompletion) -> int:
+    async def _end_on_log_partition(
+        self, log_partition: int, completion: PendingCompleteTxn
+    ) -> int:
         if self._runtime.partition_state(log_partition) is not CoordinatorState.ACTIVE:
             peers = self._peers
             if peers is None:
@@ -350,7 +353,7 @@ class TxnCompletions:
         )
 
     async def _completed(
-        self, partition: int, completion: TxnCompletion, what: str, refused: RefusedMarkers
+        self, partition: int, completion: PendingCompleteTxn, what: str, refused: RefusedMarkers
     ) -> None:
         attempt = 0
         while self._serving(partition):
@@ -366,7 +369,7 @@ class TxnCompletions:
                 log.info("%s: its completion was not needed (%s)", what, result.error)
             return
 
-    def _count(self, completion: TxnCompletion) -> None:
+    def _count(self, completion: PendingCompleteTxn) -> None:
         """A completion this node wrote: counted once (a repeated one writes nothing)."""
         started_ms = completion.started_ms
         seconds = (
