@@ -60,10 +60,10 @@ from coordinator_server.service.transaction_service import TransactionCoordinato
 from coordinator_server.shard import GroupCoordinatorShard, ShardConfig
 from coordinator_server.starting import StartAbandoned, StartError, start_with_retries
 from coordinator_server.storage.api import CoordinatorLog
-from coordinator_server.storage.kafka import KafkaLog
-from coordinator_server.storage.kafka_idempotence import ProducerIdError
-from coordinator_server.storage.kafka_metadata import TopicMetadataError
-from coordinator_server.storage.kafka_topic import KafkaLogError
+from coordinator_server.storage.kafka.idempotence import ProducerIdError
+from coordinator_server.storage.kafka.log import KafkaLog
+from coordinator_server.storage.kafka.metadata import TopicMetadataError
+from coordinator_server.storage.kafka.topic import KafkaLogError
 from coordinator_server.storage.sqlite import SqliteLogError
 from coordinator_server.transactions.results import TransactionsConfig
 from protocol.errors import NotCoordinatorError

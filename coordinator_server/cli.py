@@ -21,8 +21,8 @@ from coordinator_server.config import SETTING_GROUPS, CoordinatorConfig, setting
 from coordinator_server.event_loop import run_async
 from coordinator_server.markers.check import KafkaTransactionsCheckError
 from coordinator_server.starting import StartError
-from coordinator_server.storage.kafka_producer_fencing import OwnershipError
-from coordinator_server.storage.kafka_security import KafkaSecurityError
+from coordinator_server.storage.kafka.producer_fencing import OwnershipError
+from coordinator_server.storage.kafka.security import KafkaSecurityError
 
 
 def _add_config_options(parser: argparse.ArgumentParser) -> None:

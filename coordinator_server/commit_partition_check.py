@@ -56,7 +56,7 @@ from coordinator_server.service.bulk_requests import ErrorOnlyResponse
 from coordinator_server.service.limits import RequestLimits, commit_answer_refusal
 from coordinator_server.service.replies import Handler, PendingReply, Reply
 from coordinator_server.service.transaction_service import PartitionCatalog
-from coordinator_server.storage.kafka_security import KafkaSecurity
+from coordinator_server.storage.kafka.security import KafkaSecurity
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.messages import (

@@ -23,7 +23,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from coordinator_server import defaults
-from coordinator_server.storage.kafka_security import (
+from coordinator_server.storage.kafka.security import (
     EndpointIdentification,
     KafkaSecurity,
     SaslMechanism,

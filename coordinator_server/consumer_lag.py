@@ -39,7 +39,7 @@ from coordinator_server.kafka_metadata_request import (
 from coordinator_server.metrics import ConsumerLagMetrics
 from coordinator_server.prometheus import LAG_HEADER, lag_samples
 from coordinator_server.storage.error_codes import UNKNOWN_TOPIC_OR_PARTITION
-from coordinator_server.storage.kafka_security import KafkaSecurity
+from coordinator_server.storage.kafka.security import KafkaSecurity
 
 __all__ = [
     "MAX_PARTITIONS_PER_REQUEST",

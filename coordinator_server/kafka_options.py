@@ -9,7 +9,7 @@ import os
 from collections.abc import Mapping
 
 from coordinator_server.config import CoordinatorConfig
-from coordinator_server.storage.kafka_security import KafkaSecurity
+from coordinator_server.storage.kafka.security import KafkaSecurity
 
 __all__ = [
     "KAFKA_SECURITY_SETTINGS",

@@ -31,7 +31,7 @@ from coordinator_server.client import (
     KafkaLogReader,
     OffsetDeleteError,
 )
-from coordinator_server.storage.kafka_security import KafkaSecurityError
+from coordinator_server.storage.kafka.security import KafkaSecurityError
 from protocol.consumer import (
     ConsumerProtocolAssignment,
     ConsumerProtocolSubscription,

@@ -20,8 +20,8 @@ from coordinator_server.client import (
 )
 from coordinator_server.kafka_options import add_kafka_security_options, kafka_security_from_args
 from coordinator_server.rpc.connection import Connection
-from coordinator_server.storage.kafka_sasl import KafkaConnector
-from coordinator_server.storage.kafka_security import KafkaSecurity
+from coordinator_server.storage.kafka.sasl import KafkaConnector
+from coordinator_server.storage.kafka.security import KafkaSecurity
 
 __all__ = [
     "BOOTSTRAP_SERVER_ENV",

@@ -31,7 +31,7 @@ from coordinator_server.admin import (
 from coordinator_server.admin_transactions.kafka import KafkaToolError, KafkaTransactionsAdmin
 from coordinator_server.admin_transactions.producers import ActiveProducer
 from coordinator_server.client import ClientError, CoordinatorClient, Node
-from coordinator_server.storage.kafka_security import KafkaSecurityError
+from coordinator_server.storage.kafka.security import KafkaSecurityError
 from protocol.errors import ApiError, ErrorCode
 from protocol.transactions import (
     DescribeTransactionsRequest,

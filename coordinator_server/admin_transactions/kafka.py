@@ -38,7 +38,7 @@ from coordinator_server.markers.request import (
     MarkerEntry,
     read_marker_results,
 )
-from coordinator_server.storage.kafka_security import KafkaSecurity
+from coordinator_server.storage.kafka.security import KafkaSecurity
 from protocol.errors import ErrorCode
 
 __all__ = ["KafkaToolError", "KafkaTransactionsAdmin", "PartitionPlacement"]

@@ -25,7 +25,7 @@ from coordinator_server.bench.brokers import BenchBroker, affinity, start_broker
 from coordinator_server.bench.cluster import ClusterNodes
 from coordinator_server.bench.processes import ServerProcess, pin_self, repin
 from coordinator_server.kafka_options import kafka_security_from_args, serve_settings
-from coordinator_server.storage.kafka_security import KafkaSecurity
+from coordinator_server.storage.kafka.security import KafkaSecurity
 
 # The scenarios that drive a running server (and the peer); `load` starts servers of its own.
 TARGET_SCENARIOS = frozenset({"commits", "heartbeats", "rebalance", "transactions"})

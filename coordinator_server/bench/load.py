@@ -15,7 +15,7 @@ from coordinator_server.records import encode_record, new_offset_commit_record
 from protocol.hashing import partition_for
 
 if TYPE_CHECKING:
-    from coordinator_server.storage.kafka_security import KafkaSecurity
+    from coordinator_server.storage.kafka.security import KafkaSecurity
 
 PRODUCE_BATCH_BYTES = 1024 * 1024
 # Records per SQLite transaction while writing the log, unless told (a million records in
@@ -51,7 +51,7 @@ async def write_log(
     from aiokafka import AIOKafkaProducer
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-    from coordinator_server.storage.kafka import offsets_topic_configs
+    from coordinator_server.storage.kafka.log import offsets_topic_configs
 
     options = {} if security is None else security.aiokafka_options()
     started = time.perf_counter()

@@ -40,7 +40,7 @@ from coordinator_server.cluster.group_assignor import OwnershipAssignor
 from coordinator_server.cluster.lease import MembershipLease
 from coordinator_server.cluster.view import OwnershipView
 from coordinator_server.kafka_metadata_request import forbid_auto_topic_creation
-from coordinator_server.storage.kafka_security import KafkaSecurity
+from coordinator_server.storage.kafka.security import KafkaSecurity
 
 __all__ = ["ClusterMembership", "ClusterMembershipError"]
 

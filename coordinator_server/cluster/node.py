@@ -22,7 +22,7 @@ from coordinator_server.cluster.view import OwnershipView
 from coordinator_server.metrics import ClusterGauges, ClusterMetrics
 from coordinator_server.node_address import NodeAddress
 from coordinator_server.runtime.context import CoordinatorState, PartitionStats
-from coordinator_server.storage.kafka_security import KafkaSecurity
+from coordinator_server.storage.kafka.security import KafkaSecurity
 from protocol.errors import NotCoordinatorError
 
 logger = logging.getLogger("coordinator_server.cluster")

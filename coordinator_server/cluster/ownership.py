@@ -5,7 +5,7 @@ alone, for the life of the process) until it is not. For each owned partition on
 
 1. acquires the partition (`Acquire`): alone, nothing to do; in a cluster, Kafka's producer
    fencing at a new epoch and an ownership record appended at it, after which the previous
-   owner can get nothing more into the partition (see `storage/kafka_fencing.py`); the
+   owner can get nothing more into the partition (see `storage/kafka/producer_fencing.py`); the
    runtime is told first (`announce_load`), so that requests meanwhile are answered
    COORDINATOR_LOAD_IN_PROGRESS;
 2. loads it into the runtime and waits until it is ACTIVE (a partition this node stood by

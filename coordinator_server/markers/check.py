@@ -20,7 +20,7 @@ from coordinator_server.markers.request import (
     WRITE_TXN_MARKERS_API_KEY,
     WRITE_TXN_MARKERS_VERSION,
 )
-from coordinator_server.storage.kafka_security import KafkaSecurity
+from coordinator_server.storage.kafka.security import KafkaSecurity
 from protocol.errors import ErrorCode
 
 __all__ = [

@@ -4,7 +4,7 @@ create a topic, and a bounded cache of their answers.
 A marker for a topic the cluster does not know must not create it (a broker with
 `auto.create.topics.enable` would, for any MetadataRequest that allows it): only versions 4
 and later can say so, and every request here does (the log's own request for it,
-`storage.kafka_metadata`). The cache keeps the leaders of up to `max_topics` topics for
+`storage.kafka.metadata`). The cache keeps the leaders of up to `max_topics` topics for
 `max_age_s`; an answer that a leader moved (or a lost connection) drops the topic's entry, so
 the next attempt asks again (Kafka's coordinator reads its broker's metadata cache on every
 attempt; we are not in a broker, so we ask one).

@@ -39,7 +39,7 @@ from coordinator_server.pipeline.logs import (
 )
 from coordinator_server.pipeline.session import log_end_offsets, read_log
 from coordinator_server.pipeline.state import final_offsets
-from coordinator_server.storage.kafka_security import KafkaSecurity
+from coordinator_server.storage.kafka.security import KafkaSecurity
 
 __all__ = [
     "BenchResult",
@@ -204,7 +204,7 @@ async def _create_bench_topic(target: KafkaBenchLog) -> None:
 
 
 async def _write_kafka(target: KafkaBenchLog, count: int, groups: int) -> None:
-    from coordinator_server.storage.kafka import KafkaLog
+    from coordinator_server.storage.kafka.log import KafkaLog
 
     await _create_bench_topic(target)
     log = KafkaLog(

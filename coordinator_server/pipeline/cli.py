@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
-    from coordinator_server.storage.kafka_security import KafkaSecurity
+    from coordinator_server.storage.kafka.security import KafkaSecurity
 
 __all__ = ["add_parser", "main"]
 
@@ -217,7 +217,7 @@ def main(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None
 
         from coordinator_server.pipeline.logs import LogInUseError, LogUnreadableError
         from coordinator_server.pipeline.session import SparkSettings, build_session, stop_session
-        from coordinator_server.storage.kafka_security import KafkaSecurityError
+        from coordinator_server.storage.kafka.security import KafkaSecurityError
     except ImportError as error:
         print(
             f"coordinator-server analyze: needs the pipeline extra ({error}); "

@@ -375,7 +375,7 @@ def aiokafka_options(kafka_options: Mapping[str, Any]) -> dict[str, Any]:
     """aiokafka's arguments from the data cluster's options: the security settings
     (librdkafka's names) become an SSL context and SASL credentials; the rest pass as they
     are."""
-    from coordinator_server.storage.kafka_security import KafkaSecurity, is_security_property
+    from coordinator_server.storage.kafka.security import KafkaSecurity, is_security_property
 
     security = {k: str(v) for k, v in kafka_options.items() if is_security_property(k)}
     rest = {k: v for k, v in kafka_options.items() if not is_security_property(k)}

@@ -50,7 +50,7 @@ from coordinator_server.pipeline.logs import (
     LogUnreadableError,
     TopicNotFoundError,
 )
-from coordinator_server.storage.kafka_security import KafkaSecurityError
+from coordinator_server.storage.kafka.security import KafkaSecurityError
 
 __all__ = [
     "KAFKA_SOURCE_ARTIFACT",

@@ -24,7 +24,7 @@ promoted. Replaying every record as it came cost the standby's node about as muc
 owner's serving of the same commits (a consumer commits the same partitions again and
 again); a compacted replay leaves the same state, as a load of a compacted log does. Handing
 records over one call each cost the standby twice what reading them does (see
-`kafka_load.latest_records`).
+`storage.kafka.load.latest_records`).
 
 `promote` ends a partition's standby, replays what it holds, and hands its shard's load
 replay and position to the load that makes it ACTIVE (`PartitionLoader.resume`). A record

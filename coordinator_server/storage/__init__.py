@@ -28,7 +28,7 @@ from coordinator_server.storage.memory import InMemoryLog
 from coordinator_server.storage.sqlite import PartitionCountMismatchError, SqliteLog, SqliteLogError
 
 if TYPE_CHECKING:
-    from coordinator_server.storage.kafka import KafkaLog, KafkaLogError, OwnershipError
+    from coordinator_server.storage.kafka.log import KafkaLog, KafkaLogError, OwnershipError
 
 __all__ = [
     "AppendError",
@@ -59,7 +59,7 @@ _LAZY_FROM_KAFKA = frozenset({"KafkaLog", "KafkaLogError", "OwnershipError"})
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY_FROM_KAFKA:
-        from coordinator_server.storage import kafka
+        from coordinator_server.storage.kafka import log
 
-        return getattr(kafka, name)
+        return getattr(log, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

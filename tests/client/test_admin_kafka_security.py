@@ -19,7 +19,7 @@ from server_process import ServerProcess
 
 from coordinator_server.cli import main
 from coordinator_server.client import CoordinatorClient
-from coordinator_server.storage.kafka_security import KafkaSecurity
+from coordinator_server.storage.kafka.security import KafkaSecurity
 
 pytestmark = pytest.mark.timeout(180)
 

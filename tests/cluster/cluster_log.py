@@ -13,7 +13,7 @@ from coordinator_server.records import (
     decode_key,
     decode_value,
 )
-from coordinator_server.storage.kafka import KafkaLog
+from coordinator_server.storage.kafka.log import KafkaLog
 
 
 def decode_entry(offset: int, key: bytes, value: bytes | None) -> LogEntry | None:

@@ -19,7 +19,7 @@ from apache_kafka import ApacheKafkaBroker
 
 from coordinator_server.cluster.membership import ClusterMembership, ClusterMembershipError
 from coordinator_server.cluster.view import OwnershipView
-from coordinator_server.storage.kafka_security import KafkaSecurity
+from coordinator_server.storage.kafka.security import KafkaSecurity
 
 pytestmark = [pytest.mark.timeout(60)]
 

@@ -13,7 +13,7 @@ from coordinator_server.cluster.takeover import NotOwnerError
 from coordinator_server.metrics import ClusterMetrics
 from coordinator_server.node_address import NodeAddress
 from coordinator_server.runtime.context import CoordinatorState
-from coordinator_server.storage.kafka_security import KafkaSecurity
+from coordinator_server.storage.kafka.security import KafkaSecurity
 
 
 class IdleRuntime:

@@ -57,7 +57,7 @@ from coordinator_server.records import (
     new_offset_commit_record,
     new_offset_commit_tombstone_record,
 )
-from coordinator_server.storage.kafka_security import KafkaSecurity
+from coordinator_server.storage.kafka.security import KafkaSecurity
 from protocol.hashing import partition_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka]

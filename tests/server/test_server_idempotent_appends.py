@@ -26,8 +26,8 @@ from coordinator_server.records import (
     encode_record,
     new_offset_commit_record,
 )
-from coordinator_server.storage.kafka_idempotence import IdempotentProducer, ProducerIdAndEpoch
-from coordinator_server.storage.kafka_produce import Leader, ProduceSender
+from coordinator_server.storage.kafka.idempotence import IdempotentProducer, ProducerIdAndEpoch
+from coordinator_server.storage.kafka.produce import Leader, ProduceSender
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.hashing import partition_for

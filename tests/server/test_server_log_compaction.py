@@ -21,7 +21,7 @@ from apache_kafka import ApacheKafkaBroker
 from server_process import ServerProcess
 from wire_client import WireClient, commit_body, commit_errors, fetch_body
 
-from coordinator_server.storage.kafka import KafkaLog, offsets_topic_configs
+from coordinator_server.storage.kafka.log import KafkaLog, offsets_topic_configs
 from protocol.api_keys import ApiKey
 from protocol.hashing import partition_for
 

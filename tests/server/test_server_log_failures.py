@@ -21,7 +21,7 @@ from server_process import ServerProcess
 from wire_client import WireClient, commit_body, commit_errors, fetch_body
 
 from coordinator_server.records import encode_record, new_offset_commit_record
-from coordinator_server.storage.kafka import offsets_topic_configs
+from coordinator_server.storage.kafka.log import offsets_topic_configs
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.hashing import partition_for

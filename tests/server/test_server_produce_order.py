@@ -23,7 +23,7 @@ from coordinator_server import app as wiring
 from coordinator_server.app import CoordinatorApp
 from coordinator_server.config import CoordinatorConfig
 from coordinator_server.server.connection import CoordinatorConnection
-from coordinator_server.storage.kafka_produce import ProduceSender
+from coordinator_server.storage.kafka.produce import ProduceSender
 from protocol.api_keys import ApiKey
 from protocol.hashing import partition_for
 

@@ -17,7 +17,7 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.memory_records import MemoryRecords
 from aiokafka.structs import TopicPartition
 
-from coordinator_server.storage.kafka_produce import Leader, ProduceSender
+from coordinator_server.storage.kafka.produce import Leader, ProduceSender
 
 PRODUCER_ID = 4000
 

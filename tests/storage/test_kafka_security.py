@@ -20,8 +20,8 @@ from coordinator_server.kafka_options import (
     kafka_security_from_args,
     serve_settings,
 )
-from coordinator_server.storage.kafka_sasl import ScramClient, bootstrap_addresses
-from coordinator_server.storage.kafka_security import (
+from coordinator_server.storage.kafka.sasl import ScramClient, bootstrap_addresses
+from coordinator_server.storage.kafka.security import (
     KafkaSecurity,
     KafkaSecurityError,
     Secret,

@@ -26,7 +26,7 @@ from coordinator_server.storage import (
     RawRecord,
     SqliteLog,
 )
-from coordinator_server.storage.kafka import KafkaLog
+from coordinator_server.storage.kafka.log import KafkaLog
 
 pytestmark = pytest.mark.timeout(120)
 

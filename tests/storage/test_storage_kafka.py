@@ -15,7 +15,7 @@ from aiokafka.errors import KafkaError
 from kafka_broker import KafkaBroker, free_port
 
 from coordinator_server.storage import AppendError, RawRecord
-from coordinator_server.storage.kafka import (
+from coordinator_server.storage.kafka.log import (
     DELIVERY_TIMEOUT_FACTOR,
     KafkaLog,
     offsets_topic_configs,
@@ -76,7 +76,7 @@ async def test_an_existing_topic_keeps_its_partition_count(
 ) -> None:
     await admin.create_topics([NewTopic(unique_topic, 5, 1)])
     log = KafkaLog(kafka_broker.bootstrap, unique_topic, 3, 1)
-    with caplog.at_level(logging.WARNING, logger="coordinator_server.storage.kafka"):
+    with caplog.at_level(logging.WARNING, logger="coordinator_server.storage.kafka.log"):
         await log.start()
     try:
         assert log.num_partitions == 5

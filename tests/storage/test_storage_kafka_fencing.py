@@ -30,10 +30,10 @@ from coordinator_server.storage.error_codes import (
     PRODUCER_FENCED,
     REQUEST_TIMED_OUT,
 )
-from coordinator_server.storage.kafka import KafkaLog, OwnershipError
-from coordinator_server.storage.kafka_idempotence import IdempotentProducer, ProducerIdAndEpoch
-from coordinator_server.storage.kafka_produce import ProduceSender
-from coordinator_server.storage.kafka_producer_fencing import PartitionProducers
+from coordinator_server.storage.kafka.idempotence import IdempotentProducer, ProducerIdAndEpoch
+from coordinator_server.storage.kafka.log import KafkaLog, OwnershipError
+from coordinator_server.storage.kafka.produce import ProduceSender
+from coordinator_server.storage.kafka.producer_fencing import PartitionProducers
 
 pytestmark = pytest.mark.timeout(120)
 

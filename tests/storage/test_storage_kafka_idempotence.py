@@ -30,15 +30,15 @@ from scripted_produce_broker import (
 from tansu_broker import TansuBroker
 
 from coordinator_server.storage.api import AppendError
-from coordinator_server.storage.kafka import KafkaLog
-from coordinator_server.storage.kafka_idempotence import (
+from coordinator_server.storage.kafka.idempotence import (
     IdempotentProducer,
     ProducerIdAndEpoch,
     choose_produce_version,
     restamp,
     stamp_of,
 )
-from coordinator_server.storage.kafka_produce import ProduceSender
+from coordinator_server.storage.kafka.log import KafkaLog
+from coordinator_server.storage.kafka.produce import ProduceSender
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -20,8 +20,8 @@ from aiokafka.record.memory_records import MemoryRecords
 from kafka_broker import KafkaBroker
 
 from coordinator_server.storage.api import AppendError
-from coordinator_server.storage.kafka import KafkaLog
-from coordinator_server.storage.kafka_produce import Leader, ProduceSender
+from coordinator_server.storage.kafka.log import KafkaLog
+from coordinator_server.storage.kafka.produce import Leader, ProduceSender
 
 pytestmark = pytest.mark.timeout(60)
 

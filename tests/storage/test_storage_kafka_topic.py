@@ -14,8 +14,8 @@ from aiokafka.protocol.metadata import MetadataRequest
 from kafka_broker import KafkaBroker
 
 from coordinator_server.storage import AppendError, LoadError
-from coordinator_server.storage.kafka import KafkaLog
-from coordinator_server.storage.kafka_metadata import fetch_topic_metadata
+from coordinator_server.storage.kafka.log import KafkaLog
+from coordinator_server.storage.kafka.metadata import fetch_topic_metadata
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 
@@ -62,7 +62,7 @@ async def test_an_append_after_the_topic_is_lost_stops_the_log_and_creates_nothi
         assert await log.append(0, [(b"k", b"v")]) == 1
         fresh_kafka_broker.restart_empty()
 
-        with caplog.at_level(logging.ERROR, logger="coordinator_server.storage.kafka"):
+        with caplog.at_level(logging.ERROR, logger="coordinator_server.storage.kafka.log"):
             # The broker refuses the append (the topic is gone) or its connection broke with
             # the restart; the lookup of leaders either causes finds the topic gone.
             with contextlib.suppress(AppendError):

@@ -7,9 +7,9 @@ import logging
 
 import pytest
 
-from coordinator_server.storage import kafka_topic
-from coordinator_server.storage.kafka_metadata import TopicMetadata
-from coordinator_server.storage.kafka_topic import OffsetsTopic, ensure_topic
+from coordinator_server.storage.kafka import topic as kafka_topic
+from coordinator_server.storage.kafka.metadata import TopicMetadata
+from coordinator_server.storage.kafka.topic import OffsetsTopic, ensure_topic
 
 TOPIC = OffsetsTopic(
     name="log",
@@ -77,7 +77,7 @@ async def test_the_wait_ends_at_the_ready_timeout_and_says_what_is_left(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     cluster = on(Cluster(False, [{1, 2}]), monkeypatch)
-    with caplog.at_level(logging.INFO, logger="coordinator_server.storage.kafka"):
+    with caplog.at_level(logging.INFO, logger="coordinator_server.storage.kafka.log"):
         assert await ensure_topic(TOPIC, cluster.metadata, cluster.unreadable) == 3
     assert cluster.asked > 1
     assert (

@@ -42,7 +42,7 @@ from coordinator_server.records import (
 )
 from coordinator_server.rpc.client import CoordinatorClient
 from coordinator_server.rpc.errors import ConnectionClosedError
-from coordinator_server.storage.kafka import KafkaLog
+from coordinator_server.storage.kafka.log import KafkaLog
 from protocol.errors import ErrorCode
 from protocol.hashing import partition_for
 from protocol.transactions import (

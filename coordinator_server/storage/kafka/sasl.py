@@ -31,7 +31,7 @@ from coordinator_server.storage.error_codes import (
     SASL_AUTHENTICATION_FAILED,
     UNSUPPORTED_SASL_MECHANISM,
 )
-from coordinator_server.storage.kafka_security import KafkaSecurity, KafkaSecurityError
+from coordinator_server.storage.kafka.security import KafkaSecurity, KafkaSecurityError
 from protocol.errors import ErrorCode
 
 __all__ = ["KafkaConnector", "ScramClient", "bootstrap_addresses"]

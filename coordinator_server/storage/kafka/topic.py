@@ -17,10 +17,10 @@ from aiokafka.errors import KafkaError
 
 from coordinator_server.kafka_metadata_request import forbid_auto_topic_creation
 from coordinator_server.storage.error_codes import TOPIC_ALREADY_EXISTS
-from coordinator_server.storage.kafka_metadata import TopicMetadata, TopicMetadataError
+from coordinator_server.storage.kafka.metadata import TopicMetadata, TopicMetadataError
 from protocol.errors import ErrorCode
 
-log = logging.getLogger("coordinator_server.storage.kafka")
+log = logging.getLogger("coordinator_server.storage.kafka.log")
 
 # As Kafka configures __consumer_offsets (GroupCoordinatorService.groupMetadataTopicConfigs).
 OFFSETS_TOPIC_SEGMENT_BYTES = 104_857_600

@@ -36,13 +36,13 @@ from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.protocol.offset import OffsetRequest
 
 from coordinator_server.storage.api import FollowResult, FollowSink, LoadError
-from coordinator_server.storage.kafka_load import (
+from coordinator_server.storage.kafka.load import (
     EARLIEST_OFFSET,
     FETCH_MIN_BYTES,
     RETRIABLE_ERRORS,
     latest_records,
 )
-from coordinator_server.storage.kafka_metadata import TopicMetadata, TopicMetadataError
+from coordinator_server.storage.kafka.metadata import TopicMetadata, TopicMetadataError
 
 __all__ = ["KafkaFollower"]
 

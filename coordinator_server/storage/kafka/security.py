@@ -9,7 +9,7 @@
 - `KafkaSecurity.spark_options()`: the same for Spark's own Kafka source (`kafka.*` options,
   the Java client's names, the PEM files' contents inline).
 
-Our own connections (the log's produce path) authenticate with `kafka_sasl.KafkaConnector`.
+Our own connections (the log's produce path) authenticate with `sasl.KafkaConnector`.
 A password is kept in a `Secret`, which never shows in a repr, a message or a log line.
 
 This module imports nothing but the standard library: `serve` reads it before it starts.

@@ -72,7 +72,7 @@ from coordinator_server.storage.error_codes import (
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     UNKNOWN_PRODUCER_ID,
 )
-from coordinator_server.storage.kafka_idempotence import (
+from coordinator_server.storage.kafka.idempotence import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     NO_SEQUENCE,

@@ -6,7 +6,7 @@ finished before they get here (built by aiokafka's batch builder, stamped by the
 Versions 3 to 8: their requests are the same, their responses add the partition's log start
 offset (v5) and the broker's error message (v8). A connection answers its requests in the
 order they were sent (Kafka's guarantee), each answer a size-prefixed frame; what the
-answers mean for the appends is the sender's business (`kafka_produce`).
+answers mean for the appends is the sender's business (`produce`).
 """
 
 from __future__ import annotations

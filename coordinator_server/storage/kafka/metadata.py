@@ -30,7 +30,7 @@ from aiokafka.errors import KafkaError
 from coordinator_server.kafka_metadata_request import MetadataRequestWithoutAutoCreation
 from coordinator_server.storage.api import LoadError
 from coordinator_server.storage.error_codes import UNKNOWN_TOPIC_OR_PARTITION
-from coordinator_server.storage.kafka_produce import Leader
+from coordinator_server.storage.kafka.produce import Leader
 from protocol.errors import ErrorCode
 
 __all__ = [

@@ -10,18 +10,18 @@ share one request, as the writes of one partition share one batch in the runtime
 request costs the broker one round trip instead of one per partition. This module decides
 what goes when and what an answer means for each append (Kafka's `Sender` and
 `RecordAccumulator`); the requests and responses on the wire, and the connections that
-carry them, are `kafka_produce_request`'s.
+carry them, are `produce_request`'s.
 
 Ordering: one batch per partition is on the way at a time; a second append of the same
 partition waits for the first to finish (the runtime never sends two, but the log's
 contract does not depend on it). A batch is sent again after an error that proves it was
 not written (the partition has no leader there, not enough replicas). With a producer id
-(`kafka_idempotence`, which says why and how), a batch is also sent again, unchanged, after
+(`idempotence`, which says why and how), a batch is also sent again, unchanged, after
 a timeout, a lost connection or an error that leaves its fate unknown, until it is answered
 or its delivery timeout passes: the broker writes it once. Without one, a lost connection
 or a timeout fail the append, its fate unknown, and the runtime, which checks the offset of
 its next append, reloads the partition if it was written after all. With a producer per
-partition (`kafka_producer_fencing`) a batch goes again the same ways, but a failure that
+partition (`producer_fencing`) a batch goes again the same ways, but a failure that
 would move the topic's producer to a new epoch stops the partition instead.
 """
 
@@ -47,20 +47,20 @@ from coordinator_server.storage.error_codes import (
     UNKNOWN_SERVER_ERROR,
     UNKNOWN_TOPIC_OR_PARTITION,
 )
-from coordinator_server.storage.kafka_idempotence import (
+from coordinator_server.storage.kafka.idempotence import (
     IdempotentProducer,
     ProducerIdSource,
     renew_producer_id,
 )
-from coordinator_server.storage.kafka_produce_request import (
+from coordinator_server.storage.kafka.produce_request import (
     PRODUCE_VERSION,
     ProduceConnection,
     correlation_id_of,
     encode_produce_request,
     read_produce_response,
 )
-from coordinator_server.storage.kafka_producer_fencing import FENCED_ERRORS, PartitionProducers
-from coordinator_server.storage.kafka_security import KafkaSecurityError
+from coordinator_server.storage.kafka.producer_fencing import FENCED_ERRORS, PartitionProducers
+from coordinator_server.storage.kafka.security import KafkaSecurityError
 from protocol.errors import ErrorCode
 
 __all__ = ["Leader", "ProduceSender"]
@@ -333,7 +333,7 @@ class ProduceSender:
     ) -> None:
         """`producer` (with `new_producer_id`, where new ids come from) makes appends
         idempotent with one producer for the topic; `owners` instead, with a producer per
-        partition that the log acquires (`kafka_producer_fencing`). `delivery_timeout_ms`
+        partition that the log acquires (`producer_fencing`). `delivery_timeout_ms`
         (at least, and by default, the request timeout) bounds how long an append is sent
         again before it fails. After a response the next
         request waits `answer_turns` more turns of the event loop: the turns the process

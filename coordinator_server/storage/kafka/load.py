@@ -42,7 +42,7 @@ from coordinator_server.storage.error_codes import (
     UNKNOWN_LEADER_EPOCH,
     UNKNOWN_TOPIC_OR_PARTITION,
 )
-from coordinator_server.storage.kafka_metadata import (
+from coordinator_server.storage.kafka.metadata import (
     TopicLostError,
     TopicMetadata,
     TopicMetadataError,

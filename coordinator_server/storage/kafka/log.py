@@ -2,13 +2,13 @@
 
 This is the production deployment and Kafka's own design: the topic plays the part of
 `__consumer_offsets`, one coordinator partition per topic partition. An append is one
-record batch produced with acks=all (by `kafka_produce.ProduceSender`, which puts the
+record batch produced with acks=all (by `produce.ProduceSender`, which puts the
 batches of many partitions in one ProduceRequest); the log end offset it returns is the
 batch's base offset plus its record count. A load replays a partition from its start to the
-high watermark the first Fetch response reports (`kafka_load.PartitionLoad`, which keeps going
-on a slow broker), or from where a standby stopped; standbys follow it (`kafka_follow`).
+high watermark the first Fetch response reports (`load.PartitionLoad`, which keeps going
+on a slow broker), or from where a standby stopped; standbys follow it (`follow`).
 Topic administration and loads go through aiokafka; metadata requests are the log's own,
-which never create the topic (`kafka_metadata`).
+which never create the topic (`metadata`).
 
 The topic's partition count is the one the log found or created at start. Whenever the
 topic's metadata is read (every `metadata_max_age_ms`, and whenever appends or loads look up
@@ -18,7 +18,7 @@ unready), and nothing is read from or written to the topic again until a restart
 from a topic that came back empty, or from partitions that no longer hold their groups,
 would answer from lost or misplaced state; only an operator can tell which.
 
-Appends are idempotent (`kafka_idempotence`): at start the log asks the broker for a producer
+Appends are idempotent (`idempotence`): at start the log asks the broker for a producer
 id (InitProducerId) and for the Produce versions it speaks (ApiVersions), and every batch
 carries the id, its epoch and a sequence, so a batch sent again after a timeout or a lost
 connection is written once. An append is sent again for up to its delivery timeout
@@ -31,7 +31,7 @@ id at start; `acquire(partition)` takes one for the partition, with the transact
 earlier epoch of that id, and returns the epoch; `release(partition)` forgets it. Appends go
 as ordinary idempotent batches with the partition's producer id and epoch; the log never
 moves an epoch by itself, and a fenced or failed batch stops the partition until the next
-acquire. `kafka_producer_fencing` says how, with which errors, what the Kafka cluster must
+acquire. `producer_fencing` says how, with which errors, what the Kafka cluster must
 allow, and where the brokers' fence ends.
 
 Limits to know about:
@@ -40,7 +40,7 @@ Limits to know about:
   may still have been written. The log then ends somewhere other than where the caller
   expects; the runtime detects that from the offset the next append returns (Kafka's
   log/state divergence check) and reloads. With a producer id, the next append's new epoch
-  makes the broker refuse the lost batch from then on (see `kafka_idempotence`).
+  makes the broker refuse the lost batch from then on (see `idempotence`).
 - `high_watermark(partition)` is what this process last learned: from its own appends,
   or from the Fetch responses of a load. It is 0 for a partition it has not touched. A load
   that finds a partition ending below it stops the log as a lost topic does: a topic
@@ -80,8 +80,8 @@ from coordinator_server.storage.error_codes import (
     UNKNOWN_SERVER_ERROR,
     UNKNOWN_TOPIC_OR_PARTITION,
 )
-from coordinator_server.storage.kafka_follow import KafkaFollower
-from coordinator_server.storage.kafka_idempotence import (
+from coordinator_server.storage.kafka.follow import KafkaFollower
+from coordinator_server.storage.kafka.idempotence import (
     INIT_PRODUCER_ID_API_KEY,
     IdempotentProducer,
     ProducerIdAndEpoch,
@@ -90,28 +90,28 @@ from coordinator_server.storage.kafka_idempotence import (
     choose_produce_version,
     init_producer_id,
 )
-from coordinator_server.storage.kafka_load import (
+from coordinator_server.storage.kafka.load import (
     FETCH_MAX_WAIT_MS,
     MAX_TIMEOUT_FACTOR,
     PartitionLoad,
     unreadable_partitions,
 )
-from coordinator_server.storage.kafka_metadata import (
+from coordinator_server.storage.kafka.metadata import (
     TopicLostError,
     TopicMetadata,
     TopicMetadataError,
     TopicWatcher,
     fetch_topic_metadata,
 )
-from coordinator_server.storage.kafka_produce import Leader, ProduceSender
-from coordinator_server.storage.kafka_producer_fencing import (
+from coordinator_server.storage.kafka.produce import Leader, ProduceSender
+from coordinator_server.storage.kafka.producer_fencing import (
     OwnershipError,
     PartitionProducers,
     init_transactional_producer_id,
 )
-from coordinator_server.storage.kafka_sasl import KafkaConnector
-from coordinator_server.storage.kafka_security import KafkaSecurity, KafkaSecurityError
-from coordinator_server.storage.kafka_topic import (
+from coordinator_server.storage.kafka.sasl import KafkaConnector
+from coordinator_server.storage.kafka.security import KafkaSecurity, KafkaSecurityError
+from coordinator_server.storage.kafka.topic import (
     KafkaLogError,
     OffsetsTopic,
     ensure_topic,
@@ -179,7 +179,7 @@ class KafkaLog:
         the next ProduceRequest waits for them (see `ProduceSender`).
         `ownership_transactional_id_prefix` turns on ownership fencing: no producer for the
         log, a producer per partition from `acquire` (transactional id: the prefix and the
-        partition number) instead; see `kafka_producer_fencing`."""
+        partition number) instead; see `producer_fencing`."""
         if num_partitions < 1:
             raise ValueError(f"num_partitions must be at least 1, got {num_partitions}")
         if replication_factor < 1:
@@ -434,7 +434,7 @@ class KafkaLog:
         if self._sender is not None:
             self._sender.ready_listener = listener
 
-    # Ownership fencing (see `kafka_producer_fencing`)
+    # Ownership fencing (see `producer_fencing`)
 
     async def acquire(self, partition: int) -> int:
         """Take the partition's producer: InitProducerId with transactional id
@@ -445,7 +445,7 @@ class KafkaLog:
 
         Raises OwnershipError (the partition then stays as it was) when the cluster refuses,
         or gives no producer id within the log's longest timeout (`request_timeout_ms`
-        times `kafka_load.MAX_TIMEOUT_FACTOR`); RuntimeError without ownership fencing.
+        times `load.MAX_TIMEOUT_FACTOR`); RuntimeError without ownership fencing.
         """
         prefix = self._require_ownership()
         self._check_partition(partition)
