@@ -67,8 +67,6 @@ markers with (at least every earlier owner's)."""
 
 RETRY_BACKOFF_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
 
-"""(topic, partition, error code) of each data marker refused for good."""
-
 # Transactions with refused markers kept for /status, and partitions named per transaction.
 KEPT_REFUSALS = 20
 NAMED_PARTITIONS = 10
