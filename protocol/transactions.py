@@ -287,6 +287,24 @@ class TxnOffsetCommitRequest(Message, kw_only=True):
     group_instance_id: str | None = None
     topics: list[TxnOffsetCommitRequestTopic]
 
+    def error_response(self, code: int) -> TxnOffsetCommitResponse:
+        """Every partition of the request answered with `code`, in the request's order
+        (Kafka's `TxnOffsetCommitRequest.getErrorResponse`)."""
+        return TxnOffsetCommitResponse(
+            topics=[
+                TxnOffsetCommitResponseTopic(
+                    name=topic.name,
+                    partitions=[
+                        TxnOffsetCommitResponsePartition(
+                            partition_index=p.partition_index, error_code=code
+                        )
+                        for p in topic.partitions
+                    ],
+                )
+                for topic in self.topics
+            ]
+        )
+
 
 class TxnOffsetCommitResponsePartition(Message, kw_only=True):
     partition_index: Int32 = 0

@@ -632,20 +632,8 @@ class TransactionCoordinatorService:
 
     def txn_offset_commit(self, request: TxnOffsetCommitRequest, ctx: RequestContext) -> Reply:
         def error(code: ErrorCode, message: str | None = None) -> TxnOffsetCommitResponse:
-            return TxnOffsetCommitResponse(
-                topics=[
-                    TxnOffsetCommitResponseTopic(
-                        name=topic.name,
-                        partitions=[
-                            TxnOffsetCommitResponsePartition(
-                                partition_index=p.partition_index, error_code=code
-                            )
-                            for p in topic.partitions
-                        ],
-                    )
-                    for topic in request.topics
-                ]
-            )
+            # TxnOffsetCommit has no message field: the code per partition says it all.
+            return request.error_response(code)
 
         group_id = request.group_id
         if not group_id or len(group_id) > self._max_id_length:

@@ -1044,3 +1044,42 @@ def test_to_body_decodes_back_to_the_same_message(cls: type[Message], data: st.D
     body = message.to_body()
     assert list(body) == CONTRACT_FIELDS[cls.__name__]
     assert msgspec.msgpack.decode(packb(body), type=cls) == message
+
+
+@pytest.mark.parametrize("module", ["messages", "transactions"])
+def test_a_commits_error_response_names_every_partition_in_the_requests_order(
+    module: str,
+) -> None:
+    from protocol import transactions
+
+    def topic(name: str, partitions: list[int]) -> Any:
+        if module == "messages":
+            return messages.OffsetCommitRequestTopic(
+                name=name,
+                partitions=[
+                    messages.OffsetCommitRequestPartition(partition_index=p, committed_offset=1)
+                    for p in partitions
+                ],
+            )
+        return transactions.TxnOffsetCommitRequestTopic(
+            name=name,
+            partitions=[
+                transactions.TxnOffsetCommitRequestPartition(partition_index=p, committed_offset=1)
+                for p in partitions
+            ],
+        )
+
+    topics = [topic("b", [3, 0]), topic("a", [1])]
+    if module == "messages":
+        request: Any = messages.OffsetCommitRequest(group_id="g", topics=topics)
+    else:
+        request = transactions.TxnOffsetCommitRequest(
+            transactional_id="t", group_id="g", producer_id=1, producer_epoch=0, topics=topics
+        )
+    answer = request.error_response(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    assert [
+        (t.name, [(p.partition_index, p.error_code) for p in t.partitions]) for t in answer.topics
+    ] == [
+        ("b", [(3, ErrorCode.COORDINATOR_NOT_AVAILABLE), (0, ErrorCode.COORDINATOR_NOT_AVAILABLE)]),
+        ("a", [(1, ErrorCode.COORDINATOR_NOT_AVAILABLE)]),
+    ]
