@@ -113,22 +113,7 @@ def reply_then(
     if future is None:
         error = outcome.error
         return on_error(error) if error is not None else answered(cast(T, outcome.response))
-    reply: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
-
-    def done(f: asyncio.Future[T]) -> None:
-        if reply.done():
-            return
-        if f.cancelled():
-            reply.set_result(on_error(asyncio.CancelledError()))
-            return
-        error = f.exception()
-        if error is not None:
-            reply.set_result(on_error(error))
-        else:
-            settle(reply, lambda: answered(f.result()))
-
-    future.add_done_callback(done)
-    return PendingReply(reply)
+    return reply_after(future, answered, on_error)
 
 
 def reply_after(
