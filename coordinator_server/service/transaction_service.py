@@ -8,10 +8,10 @@ partition it hashes to, as a group id does, so each request is one operation on 
 partition's shard, scheduled on the same runtime as the groups'.
 
 A write that moves a transaction to PrepareCommit or PrepareAbort owes markers; once its
-records are committed, its completion goes to `Completions` (the markers' writer and the
-transaction's own completion, `markers/channel.py`), which also finds the prepared
-transactions of every partition that loads, so a transaction prepared before a crash or a
-move of its partition still ends.
+records are committed, its pending completion goes to the `MarkerChannel`
+(`markers/channel.py`: the markers, then the transaction's own completion), which also finds
+the prepared transactions of every partition that loads, so a transaction prepared before a
+crash or a move of its partition still ends.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ _PARTITION_CHUNK: Final = 8192
 _CHECK_CHUNK: Final = 8192
 
 
-class Completions(Protocol):
+class MarkerChannel(Protocol):
     """Where a prepared transaction's end goes once its Prepare record is committed."""
 
     def submit(self, partition: int, completion: PendingCompleteTxn) -> None: ...
@@ -185,7 +185,7 @@ class TransactionCoordinatorService:
         limits: RequestLimits,
         sliced: SlicedRequests,
         log_topic: str,
-        completions: Completions,
+        completions: MarkerChannel,
         max_id_length: int,
         transaction_lookup: TransactionLookup | None = None,
         concurrent_wait_ms: int = 0,
