@@ -41,18 +41,22 @@ WORKDIR /src
 # The dependencies first, in a layer of their own, from the project's list and the pinned
 # versions CI tests (constraints.txt): a change to the code alone reuses this layer, and the
 # rebuild only installs the package itself.
+# The client library's distribution (clients/python) is one of them, installed from the clone
+# below: its own dependencies come in here with the server's.
 COPY pyproject.toml constraints.txt ./
-RUN /opt/venv/bin/python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'], sep='\n')" > requirements.txt \
+COPY clients/python/pyproject.toml ./clients/python/
+RUN /opt/venv/bin/python -c "import tomllib; print(*(d for p in ('pyproject.toml', 'clients/python/pyproject.toml') for d in tomllib.load(open(p, 'rb'))['project']['dependencies'] if not d.startswith('coordinator-client')), sep='\n')" > requirements.txt \
     && /opt/venv/bin/pip install --no-cache-dir -c constraints.txt -r requirements.txt
 
-# Then the package: the readme it declares and the two packages it ships. .dockerignore keeps
-# everything else out of the build context. The import proves, at build time, that the entry
-# point and uvloop load on this base. pip and setuptools then leave the venv: the server
-# needs neither, and the image carries only what it runs.
+# Then the two distributions: the client library's (the wire contract's package with it) and
+# the server's, each with the readme it declares. .dockerignore keeps everything else out of
+# the build context (the client's tests too). The import proves, at build time, that the
+# entry point and uvloop load on this base. pip and setuptools then leave the venv: the
+# server needs neither, and the image carries only what it runs.
+COPY clients/python ./clients/python
 COPY README.md ./
-COPY protocol ./protocol
 COPY coordinator_server ./coordinator_server
-RUN /opt/venv/bin/pip install --no-cache-dir --no-deps -c constraints.txt . \
+RUN /opt/venv/bin/pip install --no-cache-dir --no-deps -c constraints.txt ./clients/python . \
     && /opt/venv/bin/python -c "import uvloop, coordinator_server.cli" \
     && /opt/venv/bin/pip uninstall --yes --quiet pip setuptools
 

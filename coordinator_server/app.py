@@ -14,6 +14,7 @@ from typing import Any
 from aiokafka.errors import KafkaError
 from prometheus_client import CollectorRegistry, GCCollector, ProcessCollector
 
+from coordinator_protocol.errors import NotCoordinatorError
 from coordinator_server import __version__, defaults
 from coordinator_server.cluster.assignor import NO_GENERATION
 from coordinator_server.cluster.node import ClusterNode, ClusterSettings
@@ -66,7 +67,6 @@ from coordinator_server.storage.kafka.metadata import TopicMetadataError
 from coordinator_server.storage.kafka.topic import KafkaLogError
 from coordinator_server.storage.sqlite import SqliteLogError
 from coordinator_server.transactions.results import TransactionsConfig
-from protocol.errors import NotCoordinatorError
 
 logger = logging.getLogger("coordinator_server")
 # The ready line's, which configure_logging keeps at INFO.

@@ -97,12 +97,11 @@ def build_parser(*, tools: bool = True) -> argparse.ArgumentParser:
     )
     _add_config_options(serve)
     if tools:
-        from coordinator_server import admin, admin_transactions, bench
-        from coordinator_server.pipeline import cli as analyze
+        from coordinator_server.tools import admin, bench
+        from coordinator_server.tools.pipeline import cli as analyze
 
         analyze.add_parser(commands)
-        admin.add_parser(commands)
-        admin_transactions.add_parser(commands)
+        admin.add_parsers(commands)
         bench.add_parser(commands)
     return parser
 
@@ -225,20 +224,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             logging.getLogger("coordinator_server").error("cannot start: %s", error)
             return 1
         return 0
-    if args.command == "groups":
-        from coordinator_server import admin
+    if args.command in ("groups", "transactions"):
+        from coordinator_server.tools import admin
 
         return admin.main(args)
-    if args.command == "transactions":
-        from coordinator_server import admin_transactions
-
-        return admin_transactions.main(args)
     if args.command == "bench":
-        from coordinator_server import bench
+        from coordinator_server.tools import bench
 
         return bench.main(args)
     if args.command == "analyze":
-        from coordinator_server.pipeline import cli as analyze
+        from coordinator_server.tools.pipeline import cli as analyze
 
         return analyze.main(args)
     parser.error(f"unknown command {args.command}")

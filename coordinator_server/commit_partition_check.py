@@ -49,7 +49,22 @@ from typing import Any, Protocol, overload
 import msgspec
 from aiokafka.client import AIOKafkaClient
 
-from coordinator_server.kafka_metadata_request import forbid_auto_topic_creation
+from coordinator_client.kafka_metadata_request import forbid_auto_topic_creation
+from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.messages import (
+    Message,
+    OffsetCommitRequestTopic,
+    OffsetCommitResponse,
+    OffsetCommitResponsePartition,
+    OffsetCommitResponseTopic,
+)
+from coordinator_protocol.transactions import (
+    TxnOffsetCommitRequestTopic,
+    TxnOffsetCommitResponse,
+    TxnOffsetCommitResponsePartition,
+    TxnOffsetCommitResponseTopic,
+)
 from coordinator_server.markers.leaders import LeaderCache, LeaderLookupError
 from coordinator_server.runtime.api import RequestContext
 from coordinator_server.service.bulk_requests import ErrorOnlyResponse
@@ -57,21 +72,6 @@ from coordinator_server.service.limits import RequestLimits, commit_answer_refus
 from coordinator_server.service.replies import Handler, PendingReply, Reply
 from coordinator_server.service.transaction_service import PartitionCatalog
 from coordinator_server.storage.kafka.security import KafkaSecurity
-from protocol.api_keys import ApiKey
-from protocol.errors import ErrorCode
-from protocol.messages import (
-    Message,
-    OffsetCommitRequestTopic,
-    OffsetCommitResponse,
-    OffsetCommitResponsePartition,
-    OffsetCommitResponseTopic,
-)
-from protocol.transactions import (
-    TxnOffsetCommitRequestTopic,
-    TxnOffsetCommitResponse,
-    TxnOffsetCommitResponsePartition,
-    TxnOffsetCommitResponseTopic,
-)
 
 __all__ = ["CommitPartitionCheck", "DataPartitionCatalog"]
 

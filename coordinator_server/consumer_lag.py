@@ -32,7 +32,7 @@ from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
 from aiokafka.protocol.offset import OffsetRequest
 
-from coordinator_server.kafka_metadata_request import (
+from coordinator_client.kafka_metadata_request import (
     MetadataRequestWithoutAutoCreation,
     forbid_auto_topic_creation,
 )

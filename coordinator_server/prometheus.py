@@ -19,6 +19,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from coordinator_protocol.api_keys import api_name
+from coordinator_protocol.errors import ErrorCode
 from coordinator_server.groups.classic import ClassicGroupState
 from coordinator_server.metrics import (
     ClusterGauges,
@@ -32,8 +34,6 @@ from coordinator_server.metrics import (
     TransactionMetrics,
 )
 from coordinator_server.server.connection_events import RefusalReason, ServerCloseReason
-from protocol.api_keys import api_name
-from protocol.errors import ErrorCode
 
 LAG_FAMILY = "coordinator_consumer_group_lag"
 _LAG_HELP = (

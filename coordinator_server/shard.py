@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.messages import DeleteGroupsResponseResult
 from coordinator_server.groups.manager import GroupMetadataManager
 from coordinator_server.groups.store import (
     ClassicGroupUpdate,
@@ -46,8 +48,6 @@ from coordinator_server.runtime.api import CoordinatorResult, RecordRun, ShardCo
 from coordinator_server.transactions.manager import TransactionManager
 from coordinator_server.transactions.producer_ids import ProducerIdUpdate
 from coordinator_server.transactions.results import TransactionsConfig
-from protocol.errors import ErrorCode
-from protocol.messages import DeleteGroupsResponseResult
 
 GROUP_EXPIRATION_KEY = "expire-group-metadata"
 

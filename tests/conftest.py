@@ -18,6 +18,7 @@ import signal
 import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from apache_kafka import ApacheKafkaBroker, ApacheKafkaStartError, fetch_apache_kafka
@@ -39,6 +40,12 @@ os.environ.setdefault("KAFKA_OPTS", "-XX:TieredStopAtLevel=1")
 # rewritten test modules there too, for the next run.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
+
+# The client library's scripted coordinator (client_fake_server) is its own tests' helper;
+# the tests of its transactional producer against Apache Kafka (tests/client) script it too.
+sys.path.append(
+    str(Path(__file__).resolve().parents[1] / "clients" / "python" / "tests" / "client")
+)
 
 APACHE_KAFKA_FIXTURES = frozenset({"kafka_broker", "fresh_kafka_broker", "pausable_kafka_broker"})
 TANSU_FIXTURES = frozenset({"tansu_broker", "fresh_tansu_broker"})

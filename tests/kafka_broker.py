@@ -17,7 +17,7 @@ from typing import Protocol
 from aiokafka.admin import AIOKafkaAdminClient
 
 # Tests take ports from here as well; the bench starts its brokers with the same helpers.
-from coordinator_server.bench.processes import free_port, port_accepts_connections
+from coordinator_server.tools.bench.processes import free_port, port_accepts_connections
 
 __all__ = [
     "BrokerThrottle",

@@ -18,8 +18,8 @@ from types import TracebackType
 
 # The bench starts its broker the same way; the binary's resolution and the port helpers are
 # shared.
-from coordinator_server.bench.brokers import tansu_binary
-from coordinator_server.bench.processes import free_port, port_accepts_connections
+from coordinator_server.tools.bench.brokers import tansu_binary
+from coordinator_server.tools.bench.processes import free_port, port_accepts_connections
 
 LOOPBACK = "127.0.0.1"
 

@@ -1,6 +1,6 @@
 """A bare wire-contract client for tests: frames out, frames in, matched by correlation id.
 
-Deliberately independent of the server's code paths above `protocol/`, and of the client
+Deliberately independent of the server's code paths above `coordinator_protocol/`, and of the client
 library, so server tests exercise the contract itself.
 """
 
@@ -13,8 +13,8 @@ import select
 import socket
 from typing import Any
 
-from protocol.envelope import RequestHeader, decode_response, encode_request
-from protocol.framing import FrameDecoder, encode_frame
+from coordinator_protocol.envelope import RequestHeader, decode_response, encode_request
+from coordinator_protocol.framing import FrameDecoder, encode_frame
 
 
 class WireClient:

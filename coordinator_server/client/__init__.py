@@ -1,79 +1,35 @@
-"""The client library: talk to coordinator-server from asyncio.
+"""Deprecated: the client library is its own distribution now, `coordinator-client`, imported
+as `coordinator_client` (`from coordinator_client import GroupMember`).
 
-- `CoordinatorClient`: every API of the wire contract, pipelined on one connection per
-  server, with coordinator discovery, retries and typed errors (the RPC client,
-  `coordinator_server.rpc`, which the tools use without the rest of the library).
-- `GroupMember`: one member of a consumer group (join, sync, heartbeats, rebalances).
-- `RangeAssignor`, `RoundRobinAssignor`, `StickyAssignor`: how a group leader assigns
-  partitions; any object with the `Assignor` shape will do.
-- `CoordinatedConsumer`: an aiokafka consumer whose group and offsets live in
-  coordinator-server.
-- `TransactionalProducer`: an aiokafka producer whose transactions coordinator-server
-  coordinates.
-
-It depends on `protocol` (the wire contract), the RPC client and aiokafka, never on the
-server.
+This name keeps the applications written against it working for one more release: it warns
+once (DeprecationWarning) and hands out the very same objects and modules, so that
+`from coordinator_server.client import GroupMember` and
+`from coordinator_server.client.member import GroupMember` both still work (and `isinstance`
+checks agree across the two names). It will be removed in the release after next.
 """
 
-from coordinator_server.client.assignors import (
-    AbstractAssignor,
-    Assignment,
-    Assignor,
-    RangeAssignor,
-    RoundRobinAssignor,
-    Subscription,
-)
-from coordinator_server.client.consumer import CoordinatedConsumer
-from coordinator_server.client.errors import CommitFailedError, GroupMemberError
-from coordinator_server.client.member import GroupMember, MemberState
-from coordinator_server.client.producer import TransactionalProducer
-from coordinator_server.client.sticky import StickyAssignor
-from coordinator_server.rpc.backoff import ExponentialBackoff
-from coordinator_server.rpc.client import CoordinatorClient
-from coordinator_server.rpc.errors import (
-    ClientClosedError,
-    ClientError,
-    CloseReason,
-    ConnectionClosedError,
-    OffsetCommitError,
-    OffsetDeleteError,
-    PartitionErrors,
-    RequestTimeoutError,
-    RequestTooLargeError,
-)
-from coordinator_server.rpc.kafka_log import KafkaLogReader
-from coordinator_server.rpc.nodes import Node, build_ssl_context, parse_bootstrap
-from protocol.errors import ApiError, ErrorCode
+from __future__ import annotations
 
-__all__ = [
-    "AbstractAssignor",
-    "ApiError",
-    "Assignment",
-    "Assignor",
-    "ClientClosedError",
-    "ClientError",
-    "CloseReason",
-    "CommitFailedError",
-    "ConnectionClosedError",
-    "CoordinatedConsumer",
-    "CoordinatorClient",
-    "ErrorCode",
-    "ExponentialBackoff",
-    "GroupMember",
-    "GroupMemberError",
-    "KafkaLogReader",
-    "MemberState",
-    "Node",
-    "OffsetCommitError",
-    "OffsetDeleteError",
-    "PartitionErrors",
-    "RangeAssignor",
-    "RequestTimeoutError",
-    "RequestTooLargeError",
-    "RoundRobinAssignor",
-    "StickyAssignor",
-    "Subscription",
-    "TransactionalProducer",
-    "build_ssl_context",
-    "parse_bootstrap",
-]
+import importlib
+import sys
+import warnings
+
+import coordinator_client
+from coordinator_client import *  # noqa: F403 (the very names the library exports)
+
+__all__ = coordinator_client.__all__
+
+warnings.warn(
+    "coordinator_server.client is deprecated: install coordinator-client and import "
+    "coordinator_client instead (the same names and modules)",
+    DeprecationWarning,
+    stacklevel=2,
+)
+
+# The library's modules under their old names too. Registered as the very module objects,
+# not copies, so that a later `import coordinator_server.client.member` finds them here.
+_MODULES = ("assignors", "consumer", "errors", "member", "producer", "sticky")
+for _name in _MODULES:
+    _module = importlib.import_module(f"coordinator_client.{_name}")
+    sys.modules[f"{__name__}.{_name}"] = _module
+    globals()[_name] = _module

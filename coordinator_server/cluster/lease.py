@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from protocol.api_keys import ApiKey
-from protocol.errors import ErrorCode
+from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.errors import ErrorCode
 
 __all__ = ["MembershipLease"]
 

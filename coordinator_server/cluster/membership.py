@@ -34,12 +34,12 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 from aiokafka.errors import ConsumerStoppedError, KafkaError
 
+from coordinator_client.kafka_metadata_request import forbid_auto_topic_creation
 from coordinator_server.cluster.assignor import ClusterView, NodeClaim
 from coordinator_server.cluster.codec import ClusterFormatError, decode_assignment
 from coordinator_server.cluster.group_assignor import OwnershipAssignor
 from coordinator_server.cluster.lease import MembershipLease
 from coordinator_server.cluster.view import OwnershipView
-from coordinator_server.kafka_metadata_request import forbid_auto_topic_creation
 from coordinator_server.storage.kafka.security import KafkaSecurity
 
 __all__ = ["ClusterMembership", "ClusterMembershipError"]

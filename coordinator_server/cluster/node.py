@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from coordinator_protocol.errors import NotCoordinatorError
 from coordinator_server.cluster.membership import ClusterMembership
 from coordinator_server.cluster.ownership import PartitionHost, PartitionOwnership
 from coordinator_server.cluster.standby import StandbyPartitions, StandbyRuntime
@@ -23,7 +24,6 @@ from coordinator_server.metrics import ClusterGauges, ClusterMetrics
 from coordinator_server.node_address import NodeAddress
 from coordinator_server.runtime.context import CoordinatorState, PartitionStats
 from coordinator_server.storage.kafka.security import KafkaSecurity
-from protocol.errors import NotCoordinatorError
 
 logger = logging.getLogger("coordinator_server.cluster")
 

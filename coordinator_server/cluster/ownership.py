@@ -26,8 +26,8 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol
 
+from coordinator_protocol.errors import NotCoordinatorError
 from coordinator_server.runtime.context import CoordinatorState
-from protocol.errors import NotCoordinatorError
 
 logger = logging.getLogger("coordinator_server.cluster")
 

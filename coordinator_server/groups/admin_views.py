@@ -9,17 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from coordinator_protocol.errors import ApiError, ErrorCode, GroupIdNotFoundError
+from coordinator_protocol.messages import (
+    DescribeGroupsResponseGroup,
+    DescribeGroupsResponseMember,
+    ListGroupsResponseGroup,
+)
 from coordinator_server.groups.answer_sizes import listed_group_bytes
 from coordinator_server.groups.classic import ClassicGroup, ClassicGroupState
 from coordinator_server.groups.rebalance import ClassicRebalance
 from coordinator_server.groups.store import GroupStore
 from coordinator_server.records import CoordinatorRecord, new_group_metadata_tombstone_record
-from protocol.errors import ApiError, ErrorCode, GroupIdNotFoundError
-from protocol.messages import (
-    DescribeGroupsResponseGroup,
-    DescribeGroupsResponseMember,
-    ListGroupsResponseGroup,
-)
 
 EMPTY = ClassicGroupState.EMPTY
 STABLE = ClassicGroupState.STABLE

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Final
 
-from protocol.envelope import encode_body
-from protocol.messages import (
+from coordinator_protocol.envelope import encode_body
+from coordinator_protocol.messages import (
     DeleteGroupsResponseResult,
     DescribeGroupsResponseGroup,
     DescribeGroupsResponseMember,
@@ -33,7 +33,7 @@ from protocol.messages import (
     OffsetFetchResponsePartition,
     OffsetFetchResponseTopic,
 )
-from protocol.transactions import (
+from coordinator_protocol.transactions import (
     AddPartitionsToTxnResponsePartition,
     AddPartitionsToTxnResponseTopic,
     DescribeTransactionsResponseState,

@@ -19,11 +19,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from coordinator_server.groups.answer_sizes import join_member_bytes, utf8_length
-from coordinator_server.records import GroupMemberValue, GroupMetadataValue, OffsetCommitValue
-from coordinator_server.runtime.api import ResponseHandle
-from protocol.consumer import ConsumerProtocolSubscription, InvalidConsumerProtocolError
-from protocol.errors import (
+from coordinator_protocol.consumer import ConsumerProtocolSubscription, InvalidConsumerProtocolError
+from coordinator_protocol.errors import (
     ApiError,
     CoordinatorNotAvailableError,
     FencedInstanceIdError,
@@ -33,7 +30,10 @@ from protocol.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
-from protocol.messages import JoinGroupResponseMember
+from coordinator_protocol.messages import JoinGroupResponseMember
+from coordinator_server.groups.answer_sizes import join_member_bytes, utf8_length
+from coordinator_server.records import GroupMemberValue, GroupMetadataValue, OffsetCommitValue
+from coordinator_server.runtime.api import ResponseHandle
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import uuid
 from dataclasses import replace
 
+from coordinator_protocol.errors import ErrorCode, NotCoordinatorError
+from coordinator_protocol.messages import JoinGroupRequest, JoinGroupResponse
 from coordinator_server.groups.classic import (
     ClassicGroup,
     ClassicGroupMember,
@@ -30,8 +32,6 @@ from coordinator_server.groups.store import (
 )
 from coordinator_server.records import GroupMetadataValue, new_group_metadata_record
 from coordinator_server.runtime.api import CoordinatorResult, RequestContext, ResponseHandle
-from protocol.errors import ErrorCode, NotCoordinatorError
-from protocol.messages import JoinGroupRequest, JoinGroupResponse
 
 EMPTY = ClassicGroupState.EMPTY
 PREPARING_REBALANCE = ClassicGroupState.PREPARING_REBALANCE

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from coordinator_protocol.messages import JoinGroupRequest
 from coordinator_server.groups.answer_sizes import (
     ENVELOPE_BYTES,
     join_answer_bytes,
@@ -17,7 +18,6 @@ from coordinator_server.groups.answer_sizes import (
     utf8_length,
 )
 from coordinator_server.groups.classic import ClassicGroup
-from protocol.messages import JoinGroupRequest
 
 GENERATED_MEMBER_ID_SUFFIX: Final = 37
 """What the coordinator adds to a client id or instance id to make a member id: "-" and a

@@ -27,6 +27,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from coordinator_protocol.errors import (
+    ApiError,
+    CoordinatorNotAvailableError,
+    ErrorCode,
+    GroupIdNotFoundError,
+    IllegalGenerationError,
+    PolicyViolationError,
+)
 from coordinator_server.groups.admin_views import ClassicGroupAdmin
 from coordinator_server.groups.classic import ClassicGroupState
 from coordinator_server.groups.join import ClassicGroupJoin
@@ -44,14 +52,6 @@ from coordinator_server.groups.store import (
 )
 from coordinator_server.runtime.api import Clock, CoordinatorTimer, ResponseHandle
 from coordinator_server.timeline import SnapshotRegistry
-from protocol.errors import (
-    ApiError,
-    CoordinatorNotAvailableError,
-    ErrorCode,
-    GroupIdNotFoundError,
-    IllegalGenerationError,
-    PolicyViolationError,
-)
 
 PREPARING_REBALANCE = ClassicGroupState.PREPARING_REBALANCE
 STABLE = ClassicGroupState.STABLE

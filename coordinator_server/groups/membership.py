@@ -12,6 +12,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from coordinator_protocol.errors import ErrorCode, NotCoordinatorError
+from coordinator_protocol.messages import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    LeaveGroupResponseMember,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
 from coordinator_server.groups.classic import ClassicGroup, ClassicGroupState
 from coordinator_server.groups.rebalance import ClassicRebalance
 from coordinator_server.groups.store import (
@@ -22,16 +32,6 @@ from coordinator_server.groups.store import (
 )
 from coordinator_server.records import new_group_metadata_record
 from coordinator_server.runtime.api import CoordinatorResult, RequestContext, ResponseHandle
-from protocol.errors import ErrorCode, NotCoordinatorError
-from protocol.messages import (
-    HeartbeatRequest,
-    HeartbeatResponse,
-    LeaveGroupRequest,
-    LeaveGroupResponse,
-    LeaveGroupResponseMember,
-    SyncGroupRequest,
-    SyncGroupResponse,
-)
 
 EMPTY = ClassicGroupState.EMPTY
 PREPARING_REBALANCE = ClassicGroupState.PREPARING_REBALANCE

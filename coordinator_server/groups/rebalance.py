@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.messages import JoinGroupResponse
 from coordinator_server.groups.classic import ClassicGroup, ClassicGroupMember, ClassicGroupState
 from coordinator_server.groups.store import (
     Effects,
@@ -26,8 +28,6 @@ from coordinator_server.groups.store import (
 )
 from coordinator_server.records import new_group_metadata_record
 from coordinator_server.runtime.api import CoordinatorResult
-from protocol.errors import ErrorCode
-from protocol.messages import JoinGroupResponse
 
 EMPTY = ClassicGroupState.EMPTY
 PREPARING_REBALANCE = ClassicGroupState.PREPARING_REBALANCE

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.messages import JoinGroupResponse, SyncGroupResponse
 from coordinator_server import defaults
 from coordinator_server.groups.classic import ClassicGroup
 from coordinator_server.groups.limits import new_group_refusal
@@ -29,8 +31,6 @@ from coordinator_server.runtime.api import (
     ResponseHandle,
 )
 from coordinator_server.timeline import SnapshotRegistry, TimelineDict
-from protocol.errors import ErrorCode
-from protocol.messages import JoinGroupResponse, SyncGroupResponse
 
 T = TypeVar("T")
 

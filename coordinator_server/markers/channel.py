@@ -45,6 +45,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from typing import cast
 
+from coordinator_protocol.errors import ErrorCode
 from coordinator_server.markers.writer import DROPPED_ERRORS, FENCED_ERRORS, KafkaTxnMarkerWriter
 from coordinator_server.metrics import TransactionMetrics
 from coordinator_server.records import RefusedMarkers
@@ -53,7 +54,6 @@ from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.service.transaction_ends import TransactionEnds
 from coordinator_server.shard import GroupCoordinatorShard
 from coordinator_server.transactions.results import PendingCompleteTxn
-from protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 

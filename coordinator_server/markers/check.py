@@ -15,13 +15,13 @@ from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
 from aiokafka.protocol.admin import ApiVersionRequest
 
-from coordinator_server.kafka_metadata_request import forbid_auto_topic_creation
+from coordinator_client.kafka_metadata_request import forbid_auto_topic_creation
+from coordinator_protocol.errors import ErrorCode
 from coordinator_server.markers.request import (
     WRITE_TXN_MARKERS_API_KEY,
     WRITE_TXN_MARKERS_VERSION,
 )
 from coordinator_server.storage.kafka.security import KafkaSecurity
-from protocol.errors import ErrorCode
 
 __all__ = [
     "VERIFICATION_SETTING",

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
 
-from coordinator_server.kafka_metadata_request import MetadataRequestWithoutAutoCreation
-from protocol.errors import ErrorCode
+from coordinator_client.kafka_metadata_request import MetadataRequestWithoutAutoCreation
+from coordinator_protocol.errors import ErrorCode
 
 __all__ = ["NO_LEADER", "LeaderCache", "LeaderLookupError", "TopicLeaders"]
 

@@ -21,13 +21,12 @@ import ssl
 import struct
 from collections.abc import Callable
 
-from coordinator_server.node_address import NodeAddress
-from protocol.api_keys import ApiKey
-from protocol.envelope import RequestHeader, encode_request, split_response
-from protocol.errors import ApiError, ErrorCode
-from protocol.framing import encode_frame
-from protocol.messages import Message, parse_response
-from protocol.transactions import (
+from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.envelope import RequestHeader, encode_request, split_response
+from coordinator_protocol.errors import ApiError, ErrorCode
+from coordinator_protocol.framing import encode_frame
+from coordinator_protocol.messages import Message, parse_response
+from coordinator_protocol.transactions import (
     DescribeTransactionsRequest,
     DescribeTransactionsResponse,
     DescribeTransactionsResponseState,
@@ -36,6 +35,7 @@ from protocol.transactions import (
     WriteTxnMarkersRequestTopic,
     WriteTxnMarkersResponse,
 )
+from coordinator_server.node_address import NodeAddress
 
 _LENGTH = struct.Struct(">I")
 # A WriteTxnMarkers answer names one partition: a few dozen bytes.

@@ -24,7 +24,7 @@ from aiokafka.protocol.types import (
     TaggedFields,
 )
 
-from protocol.api_keys import ApiKey
+from coordinator_protocol.api_keys import ApiKey
 
 __all__ = [
     "WRITE_TXN_MARKERS_API_KEY",

@@ -50,7 +50,8 @@ from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
 from aiokafka.protocol.transaction import InitProducerIdRequest
 
-from coordinator_server.kafka_metadata_request import forbid_auto_topic_creation
+from coordinator_client.kafka_metadata_request import forbid_auto_topic_creation
+from coordinator_protocol.errors import ErrorCode
 from coordinator_server.markers.leaders import NO_LEADER, LeaderCache, LeaderLookupError
 from coordinator_server.markers.request import (
     KafkaWriteTxnMarkersRequest,
@@ -58,7 +59,6 @@ from coordinator_server.markers.request import (
     read_marker_results,
 )
 from coordinator_server.storage.kafka.security import KafkaSecurity
-from protocol.errors import ErrorCode
 
 __all__ = [
     "DROPPED_ERRORS",

@@ -12,6 +12,22 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.messages import (
+    OffsetCommitRequest,
+    OffsetCommitRequestPartition,
+    OffsetCommitResponse,
+    OffsetCommitResponsePartition,
+    OffsetCommitResponseTopic,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
+    OffsetDeleteResponsePartition,
+    OffsetDeleteResponseTopic,
+    OffsetFetchRequestGroup,
+    OffsetFetchResponseGroup,
+    OffsetFetchResponsePartition,
+    OffsetFetchResponseTopic,
+)
 from coordinator_server import defaults
 from coordinator_server.groups.answer_sizes import (
     FETCHED_PARTITION_BYTES,
@@ -38,22 +54,6 @@ from coordinator_server.runtime.api import (
     RequestContext,
 )
 from coordinator_server.timeline import SnapshotRegistry, TimelineDict
-from protocol.errors import ErrorCode
-from protocol.messages import (
-    OffsetCommitRequest,
-    OffsetCommitRequestPartition,
-    OffsetCommitResponse,
-    OffsetCommitResponsePartition,
-    OffsetCommitResponseTopic,
-    OffsetDeleteRequest,
-    OffsetDeleteResponse,
-    OffsetDeleteResponsePartition,
-    OffsetDeleteResponseTopic,
-    OffsetFetchRequestGroup,
-    OffsetFetchResponseGroup,
-    OffsetFetchResponsePartition,
-    OffsetFetchResponseTopic,
-)
 
 TopicPartition = tuple[str, int]
 

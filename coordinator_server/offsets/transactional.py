@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from coordinator_protocol.errors import ErrorCode
 from coordinator_server.groups.answer_sizes import str_bytes
 from coordinator_server.groups.manager import GroupMetadataManager
 from coordinator_server.offsets.manager import OffsetMetadataManager, OffsetsConfig
@@ -42,7 +43,6 @@ from coordinator_server.records import (
     new_transactional_offset_tombstone_record,
 )
 from coordinator_server.runtime.api import Clock, CoordinatorResult
-from protocol.errors import ErrorCode
 
 # The request and answer of TxnOffsetCommit, with the fields of Kafka's schema
 # (TransactionalCommit/Response.json) in snake_case: what the service maps the wire

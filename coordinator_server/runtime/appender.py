@@ -40,6 +40,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import cast
 
+from coordinator_protocol.errors import (
+    ApiError,
+    MessageTooLargeError,
+    NotCoordinatorError,
+    UnknownServerError,
+)
 from coordinator_server.runtime.api import (
     CoordinatorShard,
     Records,
@@ -65,7 +71,6 @@ from coordinator_server.runtime.events import CoordinatorEvent, FlushEvent, Writ
 from coordinator_server.runtime.observer import RuntimeObserver
 from coordinator_server.storage.api import AppendError, PartitionWriter, RawRecord
 from coordinator_server.timeline import SnapshotRegistry
-from protocol.errors import ApiError, MessageTooLargeError, NotCoordinatorError, UnknownServerError
 
 FollowUp = Callable[[CoordinatorContext, str, TimeoutOperation], None]
 """Run what a write asked for in case its append failed (after the revert)."""

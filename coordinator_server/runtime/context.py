@@ -30,6 +30,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
+from coordinator_protocol.errors import (
+    ApiError,
+    CoordinatorLoadInProgressError,
+    NotCoordinatorError,
+)
 from coordinator_server.runtime.api import CoordinatorShard
 from coordinator_server.runtime.batch import CoordinatorBatch
 from coordinator_server.runtime.deferred import DeferredEventCollection
@@ -37,7 +42,6 @@ from coordinator_server.runtime.event_processor import EventQueue
 from coordinator_server.runtime.events import CoordinatorEvent, ParkedCaller
 from coordinator_server.runtime.timer import PartitionTimer
 from coordinator_server.timeline import SnapshotRegistry
-from protocol.errors import ApiError, CoordinatorLoadInProgressError, NotCoordinatorError
 
 
 class CoordinatorState(Enum):

@@ -16,9 +16,9 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
+from coordinator_protocol.errors import RequestTimedOutError
 from coordinator_server.runtime.api import CoordinatorResult, ResponseHandle, TimeoutOperation
 from coordinator_server.runtime.clock import Cancellable
-from protocol.errors import RequestTimedOutError
 
 T = TypeVar("T")
 

@@ -17,6 +17,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from coordinator_protocol.errors import NotCoordinatorError
 from coordinator_server.runtime.api import (
     CoordinatorShard,
     LoadReplay,
@@ -29,7 +30,6 @@ from coordinator_server.runtime.observer import RuntimeObserver
 from coordinator_server.runtime.timer import PartitionTimer
 from coordinator_server.storage.api import CoordinatorLoader
 from coordinator_server.timeline import SnapshotRegistry
-from protocol.errors import NotCoordinatorError
 
 # A load that takes this long is logged on its own line, slow, as well as in the summary.
 SLOW_LOAD_S = 1.0

@@ -37,6 +37,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar, cast
 
+from coordinator_protocol.errors import (
+    ApiError,
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
+    NotCoordinatorError,
+    UnknownServerError,
+)
 from coordinator_server.runtime.api import (
     CoordinatorResult,
     CoordinatorShard,
@@ -69,13 +76,6 @@ from coordinator_server.runtime.standby import StandbyFollower
 from coordinator_server.runtime.timer import PartitionTimer
 from coordinator_server.storage.api import CoordinatorLoader, LogFollower, PartitionWriter
 from coordinator_server.timeline import SnapshotRegistry
-from protocol.errors import (
-    ApiError,
-    CoordinatorLoadInProgressError,
-    CoordinatorNotAvailableError,
-    NotCoordinatorError,
-    UnknownServerError,
-)
 
 S = TypeVar("S", bound=CoordinatorShard)
 T = TypeVar("T")

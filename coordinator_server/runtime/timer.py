@@ -11,9 +11,9 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from coordinator_protocol.errors import CoordinatorLoadInProgressError, NotCoordinatorError
 from coordinator_server.runtime.api import CoordinatorResult, TimeoutOperation
 from coordinator_server.runtime.clock import Cancellable, RuntimeClock
-from protocol.errors import CoordinatorLoadInProgressError, NotCoordinatorError
 
 ScheduleWrite = Callable[[str, Callable[[Any], CoordinatorResult[Any]]], asyncio.Future[Any]]
 """`schedule(name, op)`: queue the write operation `op` on the timer's partition; the future

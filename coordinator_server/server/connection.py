@@ -38,11 +38,8 @@ from functools import partial
 from time import monotonic, perf_counter
 from typing import TYPE_CHECKING, cast
 
-from coordinator_server.runtime.api import RequestContext
-from coordinator_server.server.connection_events import RefusalReason, ServerCloseReason
-from coordinator_server.service.slicing import BuildSlot
-from protocol.api_keys import ApiKey
-from protocol.envelope import (
+from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.envelope import (
     EnvelopeError,
     RequestHeader,
     encode_body,
@@ -50,9 +47,12 @@ from protocol.envelope import (
     response_frame_of,
     split_request,
 )
-from protocol.errors import ApiError, ErrorCode, UnsupportedVersionError
-from protocol.framing import FrameDecoder, FrameError, encode_frame
-from protocol.messages import Message, error_body, parse_request
+from coordinator_protocol.errors import ApiError, ErrorCode, UnsupportedVersionError
+from coordinator_protocol.framing import FrameDecoder, FrameError, encode_frame
+from coordinator_protocol.messages import Message, error_body, parse_request
+from coordinator_server.runtime.api import RequestContext
+from coordinator_server.server.connection_events import RefusalReason, ServerCloseReason
+from coordinator_server.service.slicing import BuildSlot
 
 if TYPE_CHECKING:
     from coordinator_server.server.state import ServerState

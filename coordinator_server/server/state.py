@@ -11,12 +11,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from coordinator_protocol.errors import ErrorCode
 from coordinator_server import defaults
 from coordinator_server.metrics import ServerMetrics
 from coordinator_server.server.connection_events import ConnectionEventLog
 from coordinator_server.server.connection_limits import ConnectionQuotas, LimitedConnection
 from coordinator_server.service.replies import Handler
-from protocol.errors import ErrorCode
 
 
 class SlowReader(Protocol):

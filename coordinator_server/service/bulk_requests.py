@@ -20,6 +20,27 @@ import asyncio
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, Final, TypeVar
 
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.messages import (
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DeleteGroupsResponseResult,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    DescribeGroupsResponseGroup,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    FindCoordinatorResponseCoordinator,
+    ListGroupsRequest,
+    ListGroupsResponse,
+    ListGroupsResponseGroup,
+    Message,
+    OffsetFetchRequest,
+    OffsetFetchRequestGroup,
+    OffsetFetchResponse,
+    OffsetFetchResponseGroup,
+    OffsetFetchResponseTopic,
+)
 from coordinator_server.groups.admin_views import list_filter
 from coordinator_server.groups.answer_sizes import (
     ARRAY_EXTRA,
@@ -47,27 +68,6 @@ from coordinator_server.service.slicing import (
     Steps,
 )
 from coordinator_server.shard import GroupCoordinatorShard
-from protocol.errors import ErrorCode
-from protocol.messages import (
-    DeleteGroupsRequest,
-    DeleteGroupsResponse,
-    DeleteGroupsResponseResult,
-    DescribeGroupsRequest,
-    DescribeGroupsResponse,
-    DescribeGroupsResponseGroup,
-    FindCoordinatorRequest,
-    FindCoordinatorResponse,
-    FindCoordinatorResponseCoordinator,
-    ListGroupsRequest,
-    ListGroupsResponse,
-    ListGroupsResponseGroup,
-    Message,
-    OffsetFetchRequest,
-    OffsetFetchRequestGroup,
-    OffsetFetchResponse,
-    OffsetFetchResponseGroup,
-    OffsetFetchResponseTopic,
-)
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -88,7 +88,7 @@ _FETCH_CHUNK: Final = 2048
 
 class ErrorOnlyResponse(Message, kw_only=True):
     """The answer of a request that could not be taken at all, whatever the API: the same
-    map as `protocol.messages.error_body`."""
+    map as `coordinator_protocol.messages.error_body`."""
 
     error_code: int = 0
     error_message: str | None = None

@@ -12,13 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from coordinator_protocol.api_keys import SUPPORTED_VERSIONS, ApiKey
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.messages import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    ApiVersionsResponseKey,
+)
 from coordinator_server.runtime.api import RequestContext
 from coordinator_server.service.group_service import GroupCoordinatorService
 from coordinator_server.service.replies import Handler, Reply, typed_handler
 from coordinator_server.service.transaction_service import TransactionCoordinatorService
-from protocol.api_keys import SUPPORTED_VERSIONS, ApiKey
-from protocol.errors import ErrorCode
-from protocol.messages import ApiVersionsRequest, ApiVersionsResponse, ApiVersionsResponseKey
 
 __all__ = ["SERVER_NAME", "RequestDispatch"]
 

@@ -7,8 +7,8 @@ import asyncio
 import logging
 from collections.abc import Mapping
 
+from coordinator_protocol.errors import ApiError, ErrorCode
 from coordinator_server.storage.api import AppendError
-from protocol.errors import ApiError, ErrorCode
 
 logger = logging.getLogger(__name__)
 

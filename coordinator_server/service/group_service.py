@@ -8,6 +8,32 @@ server needs no task per request.
 
 from __future__ import annotations
 
+from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.messages import (
+    ENDPOINT_TYPE_BROKERS,
+    ENDPOINT_TYPE_CONTROLLERS,
+    DeleteGroupsRequest,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
+    DescribeClusterResponseBroker,
+    DescribeGroupsRequest,
+    FindCoordinatorRequest,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    ListGroupsRequest,
+    Message,
+    OffsetCommitRequest,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
+    OffsetFetchRequest,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
 from coordinator_server.node_address import ClusterNodes, NodeAddress, Placement
 from coordinator_server.runtime.api import RequestContext
 from coordinator_server.runtime.runtime import CoordinatorRuntime
@@ -32,32 +58,6 @@ from coordinator_server.service.replies import (
 from coordinator_server.service.routing import Routing
 from coordinator_server.service.slicing import SlicedRequests
 from coordinator_server.shard import GroupCoordinatorShard
-from protocol.api_keys import ApiKey
-from protocol.errors import ErrorCode
-from protocol.messages import (
-    ENDPOINT_TYPE_BROKERS,
-    ENDPOINT_TYPE_CONTROLLERS,
-    DeleteGroupsRequest,
-    DescribeClusterRequest,
-    DescribeClusterResponse,
-    DescribeClusterResponseBroker,
-    DescribeGroupsRequest,
-    FindCoordinatorRequest,
-    HeartbeatRequest,
-    HeartbeatResponse,
-    JoinGroupRequest,
-    JoinGroupResponse,
-    LeaveGroupRequest,
-    LeaveGroupResponse,
-    ListGroupsRequest,
-    Message,
-    OffsetCommitRequest,
-    OffsetDeleteRequest,
-    OffsetDeleteResponse,
-    OffsetFetchRequest,
-    SyncGroupRequest,
-    SyncGroupResponse,
-)
 
 
 class GroupCoordinatorService:

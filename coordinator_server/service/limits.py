@@ -14,6 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.messages import (
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    OffsetCommitRequest,
+    OffsetDeleteRequest,
+    SyncGroupRequest,
+)
 from coordinator_server.groups.answer_sizes import (
     ANSWER_BYTES,
     DELETED_OFFSET_BYTES,
@@ -25,14 +33,6 @@ from coordinator_server.groups.answer_sizes import (
     str_extra,
 )
 from coordinator_server.groups.limits import GENERATED_MEMBER_ID_SUFFIX
-from protocol.errors import ErrorCode
-from protocol.messages import (
-    JoinGroupRequest,
-    LeaveGroupRequest,
-    OffsetCommitRequest,
-    OffsetDeleteRequest,
-    SyncGroupRequest,
-)
 
 Refusal: TypeAlias = tuple[ErrorCode, str]
 

@@ -23,10 +23,10 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any, TypeAlias, TypeVar, cast
 
+from coordinator_protocol.messages import Message
 from coordinator_server.runtime.api import RequestContext
 from coordinator_server.runtime.events import WriteOutcome
 from coordinator_server.service.slicing import SlicedAnswer
-from protocol.messages import Message
 
 __all__ = [
     "Handler",

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.hashing import partition_for
+from coordinator_protocol.messages import FindCoordinatorResponseCoordinator
 from coordinator_server.node_address import NodeAddress, Placement
-from protocol.errors import ErrorCode
-from protocol.hashing import partition_for
-from protocol.messages import FindCoordinatorResponseCoordinator
 
 __all__ = ["Routing"]
 

@@ -29,7 +29,7 @@ from collections.abc import Callable, Generator, Sequence
 from time import perf_counter
 from typing import Any, Final, TypeAlias
 
-from protocol.messages import Message
+from coordinator_protocol.messages import Message
 
 SLICE_SECONDS: Final = 0.005
 """How long a slice runs before the loop gets a turn."""

@@ -9,12 +9,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any, cast
 
+from coordinator_protocol.errors import ErrorCode
 from coordinator_server.records import RefusedMarkers
 from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.service.errors import map_operation_error
 from coordinator_server.shard import GroupCoordinatorShard
 from coordinator_server.transactions.results import CompleteTransactionResult, PendingCompleteTxn
-from protocol.errors import ErrorCode
 
 __all__ = ["TransactionEnds"]
 

@@ -21,6 +21,37 @@ import logging
 from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any, Final, Protocol, TypeVar
 
+from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.errors import CoordinatorLoadInProgressError, ErrorCode
+from coordinator_protocol.messages import Message
+from coordinator_protocol.transactions import (
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    AddPartitionsToTxnResponsePartition,
+    AddPartitionsToTxnResponseTopic,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponseState,
+    DescribeTransactionsV1Request,
+    EndTxnRequest,
+    EndTxnResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    ListTransactionsRequest,
+    ListTransactionsV1Request,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+    TxnOffsetCommitResponsePartition,
+    TxnOffsetCommitResponseTopic,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
+    WriteTxnMarkersResponseMarker,
+    WriteTxnMarkersResponsePartition,
+    WriteTxnMarkersResponseTopic,
+)
 from coordinator_server import defaults
 from coordinator_server.groups.answer_sizes import ADDED_PARTITION_BYTES, added_topic_bytes
 from coordinator_server.offsets.transactional import (
@@ -57,37 +88,6 @@ from coordinator_server.transactions.results import (
     EndTxnResult,
     InitProducerIdResult,
     PendingCompleteTxn,
-)
-from protocol.api_keys import ApiKey
-from protocol.errors import CoordinatorLoadInProgressError, ErrorCode
-from protocol.messages import Message
-from protocol.transactions import (
-    NO_PRODUCER_EPOCH,
-    NO_PRODUCER_ID,
-    AddOffsetsToTxnRequest,
-    AddOffsetsToTxnResponse,
-    AddPartitionsToTxnRequest,
-    AddPartitionsToTxnResponse,
-    AddPartitionsToTxnResponsePartition,
-    AddPartitionsToTxnResponseTopic,
-    DescribeTransactionsRequest,
-    DescribeTransactionsResponseState,
-    DescribeTransactionsV1Request,
-    EndTxnRequest,
-    EndTxnResponse,
-    InitProducerIdRequest,
-    InitProducerIdResponse,
-    ListTransactionsRequest,
-    ListTransactionsV1Request,
-    TxnOffsetCommitRequest,
-    TxnOffsetCommitResponse,
-    TxnOffsetCommitResponsePartition,
-    TxnOffsetCommitResponseTopic,
-    WriteTxnMarkersRequest,
-    WriteTxnMarkersResponse,
-    WriteTxnMarkersResponseMarker,
-    WriteTxnMarkersResponsePartition,
-    WriteTxnMarkersResponseTopic,
 )
 
 logger = logging.getLogger(__name__)

@@ -25,6 +25,22 @@ from typing import Any, Final, cast
 
 import msgspec
 
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.transactions import (
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+    DescribeTransactionsResponseState,
+    DescribeTransactionsResponseTopic,
+    DescribeTransactionsV1Request,
+    DescribeTransactionsV1Response,
+    DescribeTransactionsV1ResponseRefusedMarker,
+    DescribeTransactionsV1ResponseState,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
+    ListTransactionsResponseState,
+    ListTransactionsV1Request,
+    ListTransactionsV1Response,
+)
 from coordinator_server.groups.answer_sizes import (
     ARRAY_EXTRA,
     DESCRIBED_TRANSACTION_MIN_BYTES,
@@ -44,22 +60,6 @@ from coordinator_server.service.slicing import PAUSE, SliceClock, SlicedRequests
 from coordinator_server.shard import GroupCoordinatorShard
 from coordinator_server.transactions.metadata import TransactionState
 from coordinator_server.transactions.results import ListedTransaction, TransactionDescription
-from protocol.errors import ErrorCode
-from protocol.transactions import (
-    DescribeTransactionsRequest,
-    DescribeTransactionsResponse,
-    DescribeTransactionsResponseState,
-    DescribeTransactionsResponseTopic,
-    DescribeTransactionsV1Request,
-    DescribeTransactionsV1Response,
-    DescribeTransactionsV1ResponseRefusedMarker,
-    DescribeTransactionsV1ResponseState,
-    ListTransactionsRequest,
-    ListTransactionsResponse,
-    ListTransactionsResponseState,
-    ListTransactionsV1Request,
-    ListTransactionsV1Response,
-)
 
 # Items handled between two looks at the slice's clock, by what an item costs: counting a
 # repeat or copying an id, hashing a transactional id, answering an item.

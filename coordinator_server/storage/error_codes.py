@@ -3,19 +3,19 @@ ListOffsets, Metadata, CreateTopics, FindCoordinator, InitProducerId, SASL), and
 `AppendError`, which carries one to the service to be mapped to what a client gets.
 
 The one place the storage layer takes its error numbers from. Those the wire contract knows
-come from its table (`protocol.errors.ErrorCode`), as plain ints: a broker's answer is read
-as an int and compared with them on every produce response, and an `AppendError` carries an
-int. The few that only a broker answers are declared here, outside that table on purpose:
-the service passes a code its table knows on to the client (as Kafka's
-`Errors.forException` does), so a broker-only code reaching it must stay unknown there and
-go on reaching clients as UNKNOWN_SERVER_ERROR.
+come from its table (`coordinator_protocol.errors.ErrorCode`), as plain ints: a broker's
+answer is read as an int and compared with them on every produce response, and an
+`AppendError` carries an int. The few that only a broker answers are declared here, outside
+that table on purpose: the service passes a code its table knows on to the client (as
+Kafka's `Errors.forException` does), so a broker-only code reaching it must stay unknown
+there and go on reaching clients as UNKNOWN_SERVER_ERROR.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-from protocol.errors import ErrorCode
+from coordinator_protocol.errors import ErrorCode
 
 # Codes of the wire contract's table.
 UNKNOWN_SERVER_ERROR: Final = int(ErrorCode.UNKNOWN_SERVER_ERROR)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Sequence
 
+from coordinator_protocol.errors import ErrorCode
 from coordinator_server.records import (
     CoordinatorRecord,
     RefusedMarkers,
@@ -68,7 +69,6 @@ from coordinator_server.transactions.results import (
     TransactionDescription,
     TransactionsConfig,
 )
-from protocol.errors import ErrorCode
 
 ABORT_TIMED_OUT_KEY = "transaction-abort"
 EXPIRE_TRANSACTIONAL_IDS_KEY = "transactional-id-expiration"

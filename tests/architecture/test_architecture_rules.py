@@ -15,7 +15,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("coordinator_server", "protocol")
+# Each package checked, by where its source is: the server's, and the two of the client
+# library's distribution.
+PACKAGES = {
+    "coordinator_server": ROOT / "coordinator_server",
+    "coordinator_client": ROOT / "clients" / "python" / "coordinator_client",
+    "coordinator_protocol": ROOT / "clients" / "python" / "coordinator_protocol",
+}
 
 
 def lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:
@@ -40,10 +46,8 @@ def lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
     """A copy of the packages and of the contracts, to break on purpose."""
-    for package in PACKAGES:
-        shutil.copytree(
-            ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__")
-        )
+    for package, source in PACKAGES.items():
+        shutil.copytree(source, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     return tmp_path
 
@@ -65,11 +69,17 @@ def test_the_import_contracts_hold(tree: Path) -> None:
         # A pure layer touching the wall clock.
         ("coordinator_server/records/__init__.py", "import time", "are pure"),
         # The wire contract importing I/O.
-        ("protocol/hashing.py", "import asyncio", "wire contract is pure"),
-        # The client side reaching into the server.
-        ("coordinator_server/rpc/nodes.py", "import coordinator_server.storage", "client side"),
+        ("coordinator_protocol/hashing.py", "import asyncio", "wire contract is pure"),
+        # The client library reaching into the server.
+        ("coordinator_client/rpc/nodes.py", "import coordinator_server.storage", "client library"),
+        # The server reaching into the client library beyond its Kafka metadata requests.
+        ("coordinator_server/storage/api.py", "import coordinator_client.member", "none of its"),
         # A tool going round the wire.
-        ("coordinator_server/pipeline/state.py", "import coordinator_server.runtime", "tools"),
+        (
+            "coordinator_server/tools/pipeline/state.py",
+            "import coordinator_server.runtime",
+            "tools",
+        ),
     ],
 )
 def test_an_import_that_breaks_a_rule_fails_the_check(
@@ -103,8 +113,8 @@ def test_every_part_of_the_package_is_in_the_architecture_document() -> None:
 
 def test_no_two_classes_share_a_name() -> None:
     defined: defaultdict[str, list[str]] = defaultdict(list)
-    for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
+    for source in PACKAGES.values():
+        for path in sorted(source.rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text())):
                 if isinstance(node, ast.ClassDef):
                     defined[node.name].append(str(path.relative_to(ROOT)))

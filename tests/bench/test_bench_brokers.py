@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from coordinator_server.bench import brokers
-from coordinator_server.bench.brokers import TansuBrokerProcess
+from coordinator_server.tools.bench import brokers
+from coordinator_server.tools.bench.brokers import TansuBrokerProcess
 
 pytestmark = pytest.mark.tansu
 

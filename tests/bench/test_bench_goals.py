@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from coordinator_server.bench.runner import check_targets
+from coordinator_server.tools.bench.runner import check_targets
 
 KAFKA = "Apache Kafka 4.4.0's group coordinator"
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from coordinator_server.bench import apache_kafka
-from coordinator_server.bench.apache_kafka import ApacheKafkaBroker, ApacheKafkaStartError
+from coordinator_server.tools.bench import apache_kafka
+from coordinator_server.tools.bench.apache_kafka import ApacheKafkaBroker, ApacheKafkaStartError
 
 
 def test_the_launcher_is_the_repositorys_run_sh() -> None:
@@ -37,14 +37,15 @@ def test_the_bench_from_an_install_without_the_repository_says_so_in_one_line(
     import subprocess
     import sys
 
-    # Copied from the repository by name: `import protocol` from a test can find the tests'
-    # own `protocol` directory first, as a namespace package with no file.
-    for package in ("coordinator_server", "protocol"):
-        shutil.copytree(
-            apache_kafka.REPOSITORY / package,
-            tmp_path / package,
-            ignore=shutil.ignore_patterns("__pycache__"),
-        )
+    # The server's package and the client distribution's two, as an install lays them out.
+    client = apache_kafka.REPOSITORY / "clients" / "python"
+    sources = {
+        "coordinator_server": apache_kafka.REPOSITORY / "coordinator_server",
+        "coordinator_client": client / "coordinator_client",
+        "coordinator_protocol": client / "coordinator_protocol",
+    }
+    for package, source in sources.items():
+        shutil.copytree(source, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
     completed = subprocess.run(
         [sys.executable, "-m", "coordinator_server", "bench", "commits", "--no-pin"],
         cwd=tmp_path,

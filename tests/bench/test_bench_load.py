@@ -6,7 +6,7 @@ import pytest
 from bench_support import assert_common_shape, run_bench
 from kafka_broker import KafkaBroker
 
-from coordinator_server.bench.processes import port_accepts_connections
+from coordinator_server.tools.bench.processes import port_accepts_connections
 
 
 def test_load_of_a_small_log(kafka_broker: KafkaBroker) -> None:
@@ -53,7 +53,7 @@ def test_load_of_a_small_sqlite_log() -> None:
 def test_the_load_gets_a_broker_of_its_own_when_the_bench_starts_brokers() -> None:
     import argparse
 
-    from coordinator_server.bench.environment import Environment
+    from coordinator_server.tools.bench.environment import Environment
 
     def arguments(bootstrap_servers: str | None) -> argparse.Namespace:
         return argparse.Namespace(

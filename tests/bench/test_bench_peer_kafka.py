@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from kafka_broker import KafkaBroker
 
-from coordinator_server.bench.targets import NOT_READY, TOPIC, PeerTarget
+from coordinator_server.tools.bench.targets import NOT_READY, TOPIC, PeerTarget
 
 
 async def test_the_peer_waits_for_a_fresh_kafkas_coordinator(

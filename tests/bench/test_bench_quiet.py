@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from coordinator_server.bench.processes import QUIET_WINDOW_S, wait_until_quiet
+from coordinator_server.tools.bench.processes import QUIET_WINDOW_S, wait_until_quiet
 
 # Busy for 3 s, then idle, as a JVM's compiler is once its queue is empty.
 BUSY_THEN_IDLE = (

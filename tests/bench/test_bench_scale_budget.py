@@ -13,18 +13,18 @@ from typing import Any
 
 import pytest
 
-from coordinator_server.bench import add_parser
-from coordinator_server.bench.cluster import balance_problem, with_option
-from coordinator_server.bench.processes import repin
-from coordinator_server.bench.runner import check_targets
-from coordinator_server.bench.scale import (
+from coordinator_server.tools.bench import add_parser
+from coordinator_server.tools.bench.cluster import balance_problem, with_option
+from coordinator_server.tools.bench.processes import repin
+from coordinator_server.tools.bench.runner import check_targets
+from coordinator_server.tools.bench.scale import (
     FOLLOW_NODES,
     parse_cpus,
     ratio_row,
     scale_budget,
     scale_summary,
 )
-from coordinator_server.bench.stats import format_table
+from coordinator_server.tools.bench.stats import format_table
 
 
 def bench_args(*argv: str) -> argparse.Namespace:
@@ -210,7 +210,7 @@ def test_each_nodes_cpu_share_prints_in_one_cell() -> None:
 
 
 def test_repeated_runs_report_the_median_of_each_nodes_share() -> None:
-    from coordinator_server.bench.stats import median_row
+    from coordinator_server.tools.bench.stats import median_row
 
     merged = median_row(
         [{"requests_per_s": r, "node_cpu": {"1": r / 10, "2": r / 20}} for r in (3.0, 1.0, 2.0)]
@@ -221,7 +221,7 @@ def test_repeated_runs_report_the_median_of_each_nodes_share() -> None:
 
 
 def test_a_run_that_served_nothing_leaves_the_others_cpu_per_request() -> None:
-    from coordinator_server.bench.stats import median_row
+    from coordinator_server.tools.bench.stats import median_row
 
     served = {"requests": 10, "broker_cpu_us": 40.0, "server_cpu_us": 50.0}
     merged = median_row([{"requests": 0}, served, {**served, "broker_cpu_us": 60.0}])

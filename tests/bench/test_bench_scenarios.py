@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from coordinator_server.bench.scenarios import Member, Timeouts, form_group
-from coordinator_server.bench.targets import (
+from coordinator_server.tools.bench.scenarios import Member, Timeouts, form_group
+from coordinator_server.tools.bench.targets import (
     COORDINATOR_LOAD_IN_PROGRESS,
     NOT_COORDINATOR,
     JoinAnswer,

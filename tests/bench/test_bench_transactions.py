@@ -17,7 +17,7 @@ from apache_kafka import ApacheKafkaBroker
 from bench_support import assert_common_shape, rows_of, run_bench
 from server_process import ServerProcess
 
-from coordinator_server.bench.transactions import TxnCounts, TxnShape, producer_loop
+from coordinator_server.tools.bench.transactions import TxnCounts, TxnShape, producer_loop
 
 PINNED = hasattr(os, "sched_getaffinity") and len(os.sched_getaffinity(0)) >= 2
 

@@ -101,8 +101,9 @@ def test_serve_does_not_import_the_tools() -> None:
         "from coordinator_server.cli import build_parser\n"
         "args = build_parser(tools=False).parse_args(['serve'])\n"
         "assert args.command == 'serve'\n"
-        "loaded = [m for m in ('coordinator_server.admin', 'coordinator_server.bench',\n"
-        "          'coordinator_server.pipeline.cli') if m in sys.modules]\n"
+        "loaded = [m for m in ('coordinator_server.tools.admin',\n"
+        "          'coordinator_server.tools.bench',\n"
+        "          'coordinator_server.tools.pipeline.cli') if m in sys.modules]\n"
         "assert not loaded, loaded\n"
     )
     subprocess.run([sys.executable, "-c", probe], check=True, timeout=60)

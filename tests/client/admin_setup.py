@@ -17,20 +17,20 @@ from aiokafka.structs import TopicPartition
 from kafka_broker import KafkaBroker
 from server_process import ServerProcess
 
-from coordinator_server.cli import main
-from coordinator_server.client import CoordinatorClient
-from protocol.consumer import (
+from coordinator_client import CoordinatorClient
+from coordinator_protocol.consumer import (
     ConsumerProtocolAssignment,
     ConsumerProtocolSubscription,
     TopicPartitions,
 )
-from protocol.messages import (
+from coordinator_protocol.messages import (
     JoinGroupRequest,
     JoinGroupRequestProtocol,
     LeaveGroupRequestMember,
     SyncGroupRequest,
     SyncGroupRequestAssignment,
 )
+from coordinator_server.cli import main
 
 PARTITIONS = 3
 PER_PARTITION = 10  # records in each partition, 5 before and 5 after `middle_ms`

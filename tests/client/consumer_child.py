@@ -15,7 +15,7 @@ import threading
 from aiokafka import ConsumerRebalanceListener
 from aiokafka.structs import TopicPartition
 
-from coordinator_server.client import CoordinatedConsumer, StickyAssignor
+from coordinator_client import CoordinatedConsumer, StickyAssignor
 
 delay_s = 0.0
 

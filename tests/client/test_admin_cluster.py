@@ -20,11 +20,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from server_process import ServerProcess
 from wire_client import WireClient
 
+from coordinator_client import CoordinatorClient
+from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.messages import FindCoordinatorRequest
 from coordinator_server.cli import main
-from coordinator_server.client import CoordinatorClient
-from protocol.api_keys import ApiKey
-from protocol.errors import ErrorCode
-from protocol.messages import FindCoordinatorRequest
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

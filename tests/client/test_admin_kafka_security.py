@@ -17,8 +17,8 @@ from aiokafka.structs import TopicPartition
 from apache_kafka import ApacheKafkaBroker
 from server_process import ServerProcess
 
+from coordinator_client import CoordinatorClient
 from coordinator_server.cli import main
-from coordinator_server.client import CoordinatorClient
 from coordinator_server.storage.kafka.security import KafkaSecurity
 
 pytestmark = pytest.mark.timeout(180)

@@ -22,7 +22,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import TopicPartition
 from kafka_broker import KafkaBroker, cluster_topics, free_port
 
-from coordinator_server.pipeline.history import _log_ends
+from coordinator_server.tools.pipeline.history import _log_ends
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 

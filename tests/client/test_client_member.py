@@ -14,7 +14,7 @@ from aiokafka.structs import OffsetAndMetadata, TopicPartition
 from client_servers import sqlite_server
 from server_process import ServerProcess
 
-from coordinator_server.client import (
+from coordinator_client import (
     Assignor,
     CommitFailedError,
     CoordinatorClient,
@@ -25,10 +25,10 @@ from coordinator_server.client import (
     RoundRobinAssignor,
     StickyAssignor,
 )
-from coordinator_server.client.assignors import Assignment
-from protocol.consumer import ConsumerProtocolAssignment
-from protocol.errors import ErrorCode
-from protocol.messages import LeaveGroupRequestMember
+from coordinator_client.assignors import Assignment
+from coordinator_protocol.consumer import ConsumerProtocolAssignment
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.messages import LeaveGroupRequestMember
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -15,10 +15,10 @@ from client_servers import FAST_GROUPS, sqlite_server, write_self_signed_certifi
 from kafka_broker import free_port
 from server_process import ServerProcess, sqlite_args
 
-from coordinator_server.client import CoordinatorClient, OffsetCommitError
-from protocol.api_keys import SUPPORTED_VERSIONS, ApiKey
-from protocol.consumer import ConsumerProtocolSubscription
-from protocol.errors import (
+from coordinator_client import CoordinatorClient, OffsetCommitError
+from coordinator_protocol.api_keys import SUPPORTED_VERSIONS, ApiKey
+from coordinator_protocol.consumer import ConsumerProtocolSubscription
+from coordinator_protocol.errors import (
     ErrorCode,
     GroupIdNotFoundError,
     InvalidSessionTimeoutError,
@@ -26,7 +26,7 @@ from protocol.errors import (
     NonEmptyGroupError,
     UnknownMemberIdError,
 )
-from protocol.messages import (
+from coordinator_protocol.messages import (
     DeleteGroupsRequest,
     DescribeGroupsRequest,
     FindCoordinatorRequest,

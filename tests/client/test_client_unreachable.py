@@ -18,15 +18,15 @@ from client_servers import sqlite_server, write_self_signed_certificate
 from kafka_broker import KafkaBroker, free_port
 from server_process import ServerProcess
 
-from coordinator_server.client import CoordinatorClient
-from coordinator_server.client.consumer import CoordinatedConsumer
-from coordinator_server.client.errors import AssignmentTimeoutError, GroupMemberError
-from coordinator_server.client.member import GroupMember
-from coordinator_server.client.producer import TransactionalProducer
-from coordinator_server.client.txn_sender import TransactionStepError
-from coordinator_server.rpc.errors import ConnectionClosedError, RequestTimeoutError
+from coordinator_client import CoordinatorClient
+from coordinator_client.consumer import CoordinatedConsumer
+from coordinator_client.errors import AssignmentTimeoutError, GroupMemberError
+from coordinator_client.member import GroupMember
+from coordinator_client.producer import TransactionalProducer
+from coordinator_client.rpc.errors import ConnectionClosedError, RequestTimeoutError
+from coordinator_client.txn_sender import TransactionStepError
 
-PROBLEMS_LOGGER = "coordinator_server.rpc.connection_problems"
+PROBLEMS_LOGGER = "coordinator_client.rpc.connection_problems"
 NOT_A_COORDINATOR = "does not speak the coordinator protocol (is it a Kafka broker?)"
 
 

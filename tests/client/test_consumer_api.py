@@ -17,7 +17,7 @@ from aiokafka.structs import TopicPartition
 from kafka_broker import KafkaBroker
 from server_process import ServerProcess
 
-from coordinator_server.client import CoordinatedConsumer, CoordinatorClient
+from coordinator_client import CoordinatedConsumer, CoordinatorClient
 
 pytestmark = pytest.mark.timeout(90)
 

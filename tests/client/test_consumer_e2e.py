@@ -32,7 +32,7 @@ from aiokafka.structs import TopicPartition
 from kafka_broker import KafkaBroker
 from server_process import ServerProcess
 
-from coordinator_server.client import CoordinatedConsumer, CoordinatorClient, StickyAssignor
+from coordinator_client import CoordinatedConsumer, CoordinatorClient, StickyAssignor
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(300)]
 

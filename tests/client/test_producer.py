@@ -30,10 +30,10 @@ from aiokafka.structs import TopicPartition
 from apache_kafka import ApacheKafkaBroker
 from client_fake_server import FakeCoordinator, Received
 
-from coordinator_server.client import TransactionalProducer
-from coordinator_server.client.txn_sender import TransactionStepError
-from protocol.api_keys import ApiKey
-from protocol.errors import ErrorCode
+from coordinator_client import TransactionalProducer
+from coordinator_client.txn_sender import TransactionStepError
+from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.errors import ErrorCode
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 

@@ -24,13 +24,13 @@ from typing import Any
 from history import FAIL, INFO, OK, Op, Recorder
 from wire_client import WireClient, commit_body, fetch_body
 
-from coordinator_server.client import Assignment, GroupMember, RangeAssignor
-from coordinator_server.client.errors import CommitFailedError
-from coordinator_server.rpc.client import CoordinatorClient
-from coordinator_server.rpc.errors import ClientError, ConnectionClosedError, RequestTimeoutError
-from protocol.api_keys import ApiKey
-from protocol.errors import ApiError, ErrorCode
-from protocol.messages import (
+from coordinator_client import Assignment, GroupMember, RangeAssignor
+from coordinator_client.errors import CommitFailedError
+from coordinator_client.rpc.client import CoordinatorClient
+from coordinator_client.rpc.errors import ClientError, ConnectionClosedError, RequestTimeoutError
+from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.errors import ApiError, ErrorCode
+from coordinator_protocol.messages import (
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     HeartbeatRequest,

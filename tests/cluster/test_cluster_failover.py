@@ -19,10 +19,10 @@ from server_process import ServerProcess
 from test_cluster_fencing import status, wait_until
 from wire_client import WireClient, commit_body, commit_errors
 
-from coordinator_server.bench.load import write_log
-from protocol.api_keys import ApiKey
-from protocol.errors import ErrorCode
-from protocol.hashing import partition_for
+from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.hashing import partition_for
+from coordinator_server.tools.bench.load import write_log
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

@@ -23,8 +23,8 @@ from cluster_nodes import SESSION_TIMEOUT_MS, node_args
 from server_process import ServerProcess
 from wire_client import WireClient, commit_body, commit_errors, fetch_body, fetched_offsets
 
-from protocol.api_keys import ApiKey
-from protocol.errors import ErrorCode
+from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.errors import ErrorCode
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

@@ -44,7 +44,7 @@ from cluster_workload import (
 from history import Recorder
 from nemesis import Nodes, Timing, run_schedule, schedule
 
-from protocol.hashing import partition_for
+from coordinator_protocol.hashing import partition_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.errors import ErrorCode
 from coordinator_server.cluster.lease import MembershipLease
-from protocol.api_keys import ApiKey
-from protocol.errors import ErrorCode
 
 HEARTBEAT, JOIN_GROUP, LEAVE_GROUP, SYNC_GROUP = (
     ApiKey.HEARTBEAT,

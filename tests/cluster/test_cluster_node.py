@@ -19,9 +19,9 @@ from kafka_broker import KafkaBroker
 from server_process import ServerProcess
 from wire_client import WireClient, commit_body, commit_errors, fetch_body, fetched_offsets
 
-from coordinator_server.bench.processes import free_port
-from protocol.api_keys import ApiKey
-from protocol.errors import ErrorCode
+from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.errors import ErrorCode
+from coordinator_server.tools.bench.processes import free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

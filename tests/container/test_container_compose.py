@@ -24,7 +24,7 @@ import pytest
 from aiokafka.structs import TopicPartition as TP
 from docker_daemon import REPO_ROOT, DockerDaemon
 
-from coordinator_server.client import CoordinatorClient
+from coordinator_client import CoordinatorClient
 
 pytestmark = [pytest.mark.slow]
 

@@ -26,7 +26,7 @@ from kafka_broker import free_port
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from coordinator_server.client import CoordinatorClient, GroupMember, RangeAssignor
+from coordinator_client import CoordinatorClient, GroupMember, RangeAssignor
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

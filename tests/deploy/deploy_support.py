@@ -17,9 +17,9 @@ import promql_parser
 import yaml
 from metric_names import LABEL_VALUES, series_names
 
+from coordinator_protocol.api_keys import ApiKey, api_name
+from coordinator_protocol.errors import ErrorCode
 from coordinator_server.config import CoordinatorConfig
-from protocol.api_keys import ApiKey, api_name
-from protocol.errors import ErrorCode
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = REPO_ROOT / "deploy"

@@ -13,7 +13,9 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[2]
-PROJECT = "coordinator-server"
+# The repository's own distributions: the server's and the client library's, installed from
+# the clone, never from an index.
+PROJECTS = {"coordinator-server": ROOT, "coordinator-client": ROOT / "clients" / "python"}
 
 
 def pins() -> dict[str, str]:
@@ -29,11 +31,15 @@ def pins() -> dict[str, str]:
 
 
 def declared() -> list[Requirement]:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    requirements = [Requirement(text) for text in project["dependencies"]]
-    for extra in project["optional-dependencies"].values():
-        requirements.extend(Requirement(text) for text in extra)
-    return requirements
+    """What the repository's distributions require of others (each other excepted)."""
+    requirements = []
+    for folder in PROJECTS.values():
+        text = (folder / "pyproject.toml").read_text(encoding="utf-8")
+        project = tomllib.loads(text)["project"]
+        requirements.extend(Requirement(line) for line in project["dependencies"])
+        for extra in project["optional-dependencies"].values():
+            requirements.extend(Requirement(line) for line in extra)
+    return [r for r in requirements if canonicalize_name(r.name) not in PROJECTS]
 
 
 def test_every_declared_dependency_is_pinned_inside_its_range() -> None:
@@ -50,8 +56,10 @@ def test_every_declared_dependency_is_pinned_inside_its_range() -> None:
 
 def test_aiokafka_is_bounded_above() -> None:
     """Its internals are used (the log's own sender): a new minor release is untested."""
-    (aiokafka,) = [r for r in declared() if canonicalize_name(r.name) == "aiokafka"]
-    assert any(spec.operator in ("<", "<=", "==", "~=") for spec in aiokafka.specifier)
+    bounds = [r for r in declared() if canonicalize_name(r.name) == "aiokafka"]
+    assert len(bounds) == 2  # the server's log and the client's producer
+    for aiokafka in bounds:
+        assert any(spec.operator in ("<", "<=", "==", "~=") for spec in aiokafka.specifier)
 
 
 def test_this_environment_was_installed_with_the_constraints() -> None:
@@ -64,7 +72,7 @@ def test_this_environment_was_installed_with_the_constraints() -> None:
             differ[name] = (distribution.version, pinned[name])
     assert not differ, f"installed (version, pinned) differ from constraints.txt: {differ}"
     installed = {canonicalize_name(d.metadata["Name"]) for d in importlib.metadata.distributions()}
-    unpinned = installed - set(pinned) - {canonicalize_name(PROJECT), "pip", "setuptools"}
+    unpinned = installed - set(pinned) - set(PROJECTS) - {"pip", "setuptools"}
     assert not unpinned, f"installed but not pinned in constraints.txt: {sorted(unpinned)}"
 
 

@@ -300,14 +300,16 @@ def test_healthcheck_command_fails_when_nothing_listens(runtime: list[Instructio
 
 def dockerignore_excludes(path: str, patterns: list[str]) -> bool:
     """Whether the build context leaves `path` out: the last matching pattern wins, `!`
-    re-includes (enough of Docker's rules for the top-level names checked here)."""
+    re-includes, and a pattern that matches a folder matches what is inside it (enough of
+    Docker's rules for the names checked here)."""
+    parts = path.split("/")
+    folders = ["/".join(parts[:n]) for n in range(1, len(parts) + 1)]
     excluded = False
     for pattern in patterns:
         negated = pattern.startswith("!")
         pattern = pattern.removeprefix("!").rstrip("/")
-        basename = path.rsplit("/", 1)[-1]
-        if fnmatch.fnmatch(path, pattern) or (
-            pattern.startswith("**/") and fnmatch.fnmatch(basename, pattern[3:])
+        if any(fnmatch.fnmatch(folder, pattern) for folder in folders) or (
+            pattern.startswith("**/") and fnmatch.fnmatch(parts[-1], pattern[3:])
         ):
             excluded = not negated
     return excluded
@@ -326,6 +328,15 @@ def test_dockerignore_lets_in_exactly_what_the_build_copies(
     for source in sources:
         assert (REPO_ROOT / source).exists(), f"COPY {source}: no such path"
         assert not dockerignore_excludes(source.rstrip("/"), patterns), f"{source} is ignored"
-    for kept_out in (".git", ".venv", "tests", "deploy", "data", "coordinator_server.egg-info"):
+    kept_out_paths = (
+        ".git",
+        ".venv",
+        "tests",
+        "clients/python/tests",
+        "deploy",
+        "data",
+        "coordinator_server.egg-info",
+    )
+    for kept_out in kept_out_paths:
         assert dockerignore_excludes(kept_out, patterns), f"{kept_out} would enter the context"
     assert dockerignore_excludes("coordinator_server/__pycache__", patterns)

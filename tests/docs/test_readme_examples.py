@@ -22,7 +22,7 @@ from kafka_broker import KafkaBroker
 from markdown_docs import README, code_blocks
 from server_process import ServerProcess, sqlite_args
 
-from coordinator_server.client import CoordinatorClient
+from coordinator_client import CoordinatorClient
 
 COORDINATOR = "localhost:9094"
 KAFKA = "localhost:9092"

@@ -7,19 +7,13 @@ from typing import Any
 
 from shard_context import Parked, ShardTestContext
 
-from coordinator_server.groups.classic import ClassicGroup, ClassicGroupState
-from coordinator_server.groups.store import GroupsConfig
-from coordinator_server.offsets.manager import OffsetsConfig
-from coordinator_server.records import GroupMetadataKey, GroupMetadataValue
-from coordinator_server.runtime.api import RequestContext
-from coordinator_server.shard import ShardConfig
-from protocol.consumer import (
+from coordinator_protocol.consumer import (
     ConsumerProtocolAssignment,
     ConsumerProtocolSubscription,
     TopicPartitions,
 )
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.messages import (
     HeartbeatRequest,
     HeartbeatResponse,
     JoinGroupRequest,
@@ -39,6 +33,12 @@ from protocol.messages import (
     SyncGroupRequestAssignment,
     SyncGroupResponse,
 )
+from coordinator_server.groups.classic import ClassicGroup, ClassicGroupState
+from coordinator_server.groups.store import GroupsConfig
+from coordinator_server.offsets.manager import OffsetsConfig
+from coordinator_server.records import GroupMetadataKey, GroupMetadataValue
+from coordinator_server.runtime.api import RequestContext
+from coordinator_server.shard import ShardConfig
 
 RC = RequestContext(client_id="client", client_host="/127.0.0.1")
 GROUP = "g"

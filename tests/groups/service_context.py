@@ -27,18 +27,9 @@ from groups_harness import (
     leave_request,
 )
 
-from coordinator_server.app import CoordinatorApp
-from coordinator_server.config import CoordinatorConfig
-from coordinator_server.groups.classic import ClassicGroup
-from coordinator_server.records import CoordinatorRecord, decode_record
-from coordinator_server.runtime.clock import ManualClock
-from coordinator_server.runtime.runtime import CoordinatorRuntime
-from coordinator_server.service.replies import PendingReply
-from coordinator_server.shard import GroupCoordinatorShard
-from coordinator_server.storage.memory import InMemoryLog
-from protocol.api_keys import ApiKey
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.messages import (
     HeartbeatResponse,
     JoinGroupRequest,
     LeaveGroupResponse,
@@ -48,6 +39,15 @@ from protocol.messages import (
     OffsetFetchResponse,
     SyncGroupRequest,
 )
+from coordinator_server.app import CoordinatorApp
+from coordinator_server.config import CoordinatorConfig
+from coordinator_server.groups.classic import ClassicGroup
+from coordinator_server.records import CoordinatorRecord, decode_record
+from coordinator_server.runtime.clock import ManualClock
+from coordinator_server.runtime.runtime import CoordinatorRuntime
+from coordinator_server.service.replies import PendingReply
+from coordinator_server.shard import GroupCoordinatorShard
+from coordinator_server.storage.memory import InMemoryLog
 
 T = TypeVar("T")
 

@@ -14,6 +14,14 @@ from groups_harness import (
     subscription,
 )
 
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.messages import (
+    OffsetDeleteRequest,
+    OffsetDeleteRequestPartition,
+    OffsetDeleteRequestTopic,
+    OffsetDeleteResponse,
+    SyncGroupRequest,
+)
 from coordinator_server.groups.admin_views import list_filter
 from coordinator_server.groups.classic import ClassicGroupState
 from coordinator_server.records import (
@@ -22,14 +30,6 @@ from coordinator_server.records import (
     new_offset_commit_record,
 )
 from coordinator_server.shard import GROUP_EXPIRATION_KEY
-from protocol.errors import ErrorCode
-from protocol.messages import (
-    OffsetDeleteRequest,
-    OffsetDeleteRequestPartition,
-    OffsetDeleteRequestTopic,
-    OffsetDeleteResponse,
-    SyncGroupRequest,
-)
 
 S = ClassicGroupState
 DAY_MS = 24 * 3600 * 1000

@@ -19,9 +19,9 @@ from groups_harness import (
 )
 from shard_context import Parked
 
+from coordinator_protocol.errors import ErrorCode, NotCoordinatorError, NotEnoughReplicasError
 from coordinator_server.groups.classic import ClassicGroupState
 from coordinator_server.records import GroupMetadataValue
-from protocol.errors import ErrorCode, NotCoordinatorError, NotEnoughReplicasError
 
 S = ClassicGroupState
 

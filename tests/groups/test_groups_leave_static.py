@@ -13,9 +13,9 @@ from groups_harness import (
     sync_response,
 )
 
+from coordinator_protocol.errors import ErrorCode, NotEnoughReplicasError
 from coordinator_server.groups.classic import ClassicGroupState
 from coordinator_server.records import GroupMetadataValue
-from protocol.errors import ErrorCode, NotEnoughReplicasError
 
 S = ClassicGroupState
 

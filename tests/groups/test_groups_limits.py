@@ -16,13 +16,13 @@ from groups_harness import (
 )
 from shard_context import Parked
 
+from coordinator_protocol.envelope import encode_body
+from coordinator_protocol.errors import ErrorCode
 from coordinator_server.groups.admin_views import list_filter
 from coordinator_server.groups.answer_sizes import ENVELOPE_BYTES
 from coordinator_server.groups.classic import ClassicGroupState as S
 from coordinator_server.runtime.api import ShardContext
 from coordinator_server.shard import GroupCoordinatorShard, ShardConfig
-from protocol.envelope import encode_body
-from protocol.errors import ErrorCode
 
 
 class CountedGroupsContext(GroupsContext):

@@ -26,14 +26,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from service_context import ServiceGroupsContext
 
-from coordinator_server.groups.classic import ClassicGroupState
-from coordinator_server.records import CoordinatorRecord, OffsetCommitValue
-from coordinator_server.runtime.api import RecordRun, encode_records
-from coordinator_server.shard import GroupCoordinatorShard
-from coordinator_server.storage.api import RawRecord
-from protocol.api_keys import ApiKey
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.messages import (
     DeleteGroupsRequest,
     OffsetCommitRequest,
     OffsetCommitRequestPartition,
@@ -44,6 +39,11 @@ from protocol.messages import (
     SyncGroupRequest,
     SyncGroupRequestAssignment,
 )
+from coordinator_server.groups.classic import ClassicGroupState
+from coordinator_server.records import CoordinatorRecord, OffsetCommitValue
+from coordinator_server.runtime.api import RecordRun, encode_records
+from coordinator_server.shard import GroupCoordinatorShard
+from coordinator_server.storage.api import RawRecord
 
 GROUPS = ("g1", "g2", "g3")
 TOPICS = ("t", "u")

@@ -26,10 +26,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from service_context import ServiceGroupsContext
 
-from coordinator_server.groups.classic import ClassicGroup, ClassicGroupState
-from coordinator_server.records import GroupMetadataKey, GroupMetadataValue
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.messages import (
     JoinGroupRequest,
     JoinGroupRequestProtocol,
     JoinGroupResponse,
@@ -37,6 +35,8 @@ from protocol.messages import (
     SyncGroupRequestAssignment,
     SyncGroupResponse,
 )
+from coordinator_server.groups.classic import ClassicGroup, ClassicGroupState
+from coordinator_server.records import GroupMetadataKey, GroupMetadataValue
 
 GROUPS = ("g1", "g2")
 SLOTS = ("d1", "d2", "d3", "s1")  # "s*" are static members (their instance id is the slot)

@@ -15,11 +15,15 @@ from groups_harness import (
 )
 from shard_context import Parked
 
+from coordinator_protocol.errors import ErrorCode, NotCoordinatorError, NotEnoughReplicasError
+from coordinator_protocol.messages import (
+    SyncGroupRequest,
+    SyncGroupRequestAssignment,
+    SyncGroupResponse,
+)
 from coordinator_server.groups.classic import ClassicGroupState
 from coordinator_server.groups.store import ClassicGroupUpdate
 from coordinator_server.records import GroupMetadataKey, GroupMetadataValue
-from protocol.errors import ErrorCode, NotCoordinatorError, NotEnoughReplicasError
-from protocol.messages import SyncGroupRequest, SyncGroupRequestAssignment, SyncGroupResponse
 
 S = ClassicGroupState
 

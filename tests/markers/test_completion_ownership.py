@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from coordinator_protocol.errors import ErrorCode
 from coordinator_server.markers.channel import TxnMarkerChannel
 from coordinator_server.records import TransactionValue, new_transaction_record
 from coordinator_server.runtime.api import CoordinatorResult
@@ -22,7 +23,6 @@ from coordinator_server.shard import GroupCoordinatorShard, ShardConfig
 from coordinator_server.storage.memory import InMemoryLog
 from coordinator_server.transactions.metadata import TransactionState
 from coordinator_server.transactions.results import TransactionsConfig
-from protocol.errors import ErrorCode
 
 TID = "txn-1"
 PID = 2**48 + 7

@@ -19,6 +19,7 @@ from transactional_batches import (
     read_values,
 )
 
+from coordinator_protocol.errors import ErrorCode
 from coordinator_server.markers import (
     VERIFICATION_SETTING,
     KafkaTransactionsCheckError,
@@ -26,7 +27,6 @@ from coordinator_server.markers import (
     MarkerWriterStopped,
     check_kafka_for_transactions,
 )
-from protocol.errors import ErrorCode
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
 

@@ -13,6 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from shard_context import ShardTestContext
 
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.messages import (
+    OffsetCommitRequest,
+    OffsetCommitRequestPartition,
+    OffsetCommitRequestTopic,
+    OffsetCommitResponse,
+)
 from coordinator_server.offsets.manager import OffsetCommitRun, OffsetsConfig
 from coordinator_server.records import (
     CoordinatorRecord,
@@ -22,13 +29,6 @@ from coordinator_server.records import (
     encode_record,
 )
 from coordinator_server.shard import GroupCoordinatorShard, ShardConfig
-from protocol.errors import ErrorCode
-from protocol.messages import (
-    OffsetCommitRequest,
-    OffsetCommitRequestPartition,
-    OffsetCommitRequestTopic,
-    OffsetCommitResponse,
-)
 
 GROUPS = ("g1", "g2")
 MAX_METADATA = 3

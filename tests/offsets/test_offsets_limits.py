@@ -6,14 +6,9 @@ from __future__ import annotations
 
 from shard_context import ShardTestContext
 
-from coordinator_server.groups.answer_sizes import str_bytes
-from coordinator_server.offsets.manager import OffsetsConfig
-from coordinator_server.records import OffsetCommitKey
-from coordinator_server.runtime.batch import BATCH_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES
-from coordinator_server.shard import ShardConfig
-from protocol.envelope import encode_body
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from coordinator_protocol.envelope import encode_body
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.messages import (
     OffsetCommitRequest,
     OffsetCommitRequestPartition,
     OffsetCommitRequestTopic,
@@ -22,6 +17,11 @@ from protocol.messages import (
     OffsetDeleteRequestTopic,
     OffsetFetchResponseTopic,
 )
+from coordinator_server.groups.answer_sizes import str_bytes
+from coordinator_server.offsets.manager import OffsetsConfig
+from coordinator_server.records import OffsetCommitKey
+from coordinator_server.runtime.batch import BATCH_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES
+from coordinator_server.shard import ShardConfig
 
 
 def config(**offsets: int) -> ShardConfig:

@@ -6,17 +6,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from shard_context import ShardTestContext
 
-from coordinator_server.offsets.manager import OffsetsConfig
-from coordinator_server.records import OffsetCommitKey, OffsetCommitValue
-from coordinator_server.shard import ShardConfig
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.messages import (
     OffsetCommitRequest,
     OffsetCommitRequestPartition,
     OffsetCommitRequestTopic,
     OffsetFetchRequestGroup,
     OffsetFetchRequestTopic,
 )
+from coordinator_server.offsets.manager import OffsetsConfig
+from coordinator_server.records import OffsetCommitKey, OffsetCommitValue
+from coordinator_server.shard import ShardConfig
 
 
 def commit_request(

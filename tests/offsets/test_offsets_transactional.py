@@ -16,6 +16,12 @@ from txn_offsets_harness import (
     txn_request,
 )
 
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.messages import (
+    OffsetDeleteRequest,
+    OffsetDeleteRequestPartition,
+    OffsetDeleteRequestTopic,
+)
 from coordinator_server.groups.classic import ClassicGroupState
 from coordinator_server.groups.store import GroupsConfig
 from coordinator_server.offsets.manager import OffsetsConfig
@@ -30,12 +36,6 @@ from coordinator_server.records import (
     new_transactional_offset_tombstone_record,
 )
 from coordinator_server.shard import ShardConfig
-from protocol.errors import ErrorCode
-from protocol.messages import (
-    OffsetDeleteRequest,
-    OffsetDeleteRequestPartition,
-    OffsetDeleteRequestTopic,
-)
 
 NONE = ErrorCode.NONE
 UNSTABLE = ErrorCode.UNSTABLE_OFFSET_COMMIT

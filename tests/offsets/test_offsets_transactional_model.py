@@ -20,8 +20,8 @@ from txn_offsets_harness import (
     txn_commit,
 )
 
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.messages import (
     OffsetDeleteRequest,
     OffsetDeleteRequestPartition,
     OffsetDeleteRequestTopic,

@@ -8,15 +8,8 @@ from typing import Any
 
 from shard_context import ShardTestContext
 
-from coordinator_server.offsets.transactional import (
-    TransactionalCommit,
-    TransactionalCommitAnswer,
-    TransactionalCommitPartition,
-    TransactionalCommitTopic,
-)
-from coordinator_server.records import OffsetCommitValue
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.messages import (
     OffsetCommitRequest,
     OffsetCommitRequestPartition,
     OffsetCommitRequestTopic,
@@ -24,6 +17,13 @@ from protocol.messages import (
     OffsetFetchRequestGroup,
     OffsetFetchRequestTopic,
 )
+from coordinator_server.offsets.transactional import (
+    TransactionalCommit,
+    TransactionalCommitAnswer,
+    TransactionalCommitPartition,
+    TransactionalCommitTopic,
+)
+from coordinator_server.records import OffsetCommitValue
 
 Offsets = dict[tuple[str, int], int]
 

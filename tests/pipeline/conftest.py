@@ -41,7 +41,7 @@ def _start_session() -> Any:
     # Spark binds to the loopback address only.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    from coordinator_server.pipeline.session import SparkSettings, build_session
+    from coordinator_server.tools.pipeline.session import SparkSettings, build_session
 
     IVY_DIR.mkdir(parents=True, exist_ok=True)
     with (IVY_DIR.parent / "ivy.lock").open("w") as lock:

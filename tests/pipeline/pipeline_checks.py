@@ -6,7 +6,7 @@ from typing import Any
 
 from pipeline_scenario import CONSUMER_GROUP, SIMPLE_GROUP, ExpectedHistory
 
-from coordinator_server.pipeline.history import NO_MEMBER, HistoryTables
+from coordinator_server.tools.pipeline.history import NO_MEMBER, HistoryTables
 
 
 def check_history(history: HistoryTables, expected: ExpectedHistory) -> None:

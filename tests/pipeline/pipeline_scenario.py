@@ -18,13 +18,13 @@ from typing import Any
 from server_process import ServerProcess
 from wire_client import WireClient, commit_body, commit_errors
 
-from protocol.api_keys import ApiKey
-from protocol.consumer import (
+from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.consumer import (
     ConsumerProtocolAssignment,
     ConsumerProtocolSubscription,
     TopicPartitions,
 )
-from protocol.errors import ErrorCode
+from coordinator_protocol.errors import ErrorCode
 
 DATA_PARTITIONS = 4
 CONSUMER_GROUP = "orders-app"

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from coordinator_server.pipeline.class_archive import keep_archive, plan_archive
+from coordinator_server.tools.pipeline.class_archive import keep_archive, plan_archive
 
 # A program that reads its standard input to the end, as Spark's gateway does.
 WAIT_FOR_EOF = """

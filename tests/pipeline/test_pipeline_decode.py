@@ -8,13 +8,10 @@ import msgpack
 import pyarrow as pa
 import pytest
 
-from coordinator_server.pipeline.decode import (
-    ARROW_SCHEMA,
-    SCHEMA,
-    RecordBatchBuilder,
-    decode_arrow_batches,
-    decode_batches,
-    decode_row,
+from coordinator_protocol.consumer import (
+    ConsumerProtocolAssignment,
+    ConsumerProtocolSubscription,
+    TopicPartitions,
 )
 from coordinator_server.records import (
     GroupMemberValue,
@@ -33,10 +30,13 @@ from coordinator_server.records import (
 )
 from coordinator_server.records.transactional_offsets import TransactionalOffsetValue
 from coordinator_server.records.transactions import TransactionValue
-from protocol.consumer import (
-    ConsumerProtocolAssignment,
-    ConsumerProtocolSubscription,
-    TopicPartitions,
+from coordinator_server.tools.pipeline.decode import (
+    ARROW_SCHEMA,
+    SCHEMA,
+    RecordBatchBuilder,
+    decode_arrow_batches,
+    decode_batches,
+    decode_row,
 )
 
 COLUMNS = SCHEMA.fieldNames()

@@ -38,15 +38,8 @@ from pipeline_scenario import (
 from server_process import ServerProcess
 from wire_client import WireClient
 
-from coordinator_server.bench.processes import free_port
+from coordinator_protocol.hashing import partition_for
 from coordinator_server.cli import main as coordinator_main
-from coordinator_server.pipeline.audit import CHANGED, MISMATCH, AuditRun, run_audit
-from coordinator_server.pipeline.bench import generate_records
-from coordinator_server.pipeline.history import HistoryOptions, compute_history
-from coordinator_server.pipeline.kafka_source import KafkaLogTopic
-from coordinator_server.pipeline.logs import LogUnreadableError, SqliteLogFile
-from coordinator_server.pipeline.session import read_log, read_log_stream
-from coordinator_server.pipeline.state import final_groups, final_offsets
 from coordinator_server.records import (
     GroupMetadataValue,
     OffsetCommitKey,
@@ -58,7 +51,14 @@ from coordinator_server.records import (
     new_offset_commit_tombstone_record,
 )
 from coordinator_server.storage.kafka.security import KafkaSecurity
-from protocol.hashing import partition_for
+from coordinator_server.tools.bench.processes import free_port
+from coordinator_server.tools.pipeline.audit import CHANGED, MISMATCH, AuditRun, run_audit
+from coordinator_server.tools.pipeline.bench import generate_records
+from coordinator_server.tools.pipeline.history import HistoryOptions, compute_history
+from coordinator_server.tools.pipeline.kafka_source import KafkaLogTopic
+from coordinator_server.tools.pipeline.logs import LogUnreadableError, SqliteLogFile
+from coordinator_server.tools.pipeline.session import read_log, read_log_stream
+from coordinator_server.tools.pipeline.state import final_groups, final_offsets
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka]
 

@@ -15,7 +15,7 @@ from apache_kafka import ApacheKafkaBroker
 from kafka_broker import cluster_topics
 
 from coordinator_server.cli import main as coordinator_main
-from coordinator_server.pipeline.kafka_source import KafkaLogTopic
+from coordinator_server.tools.pipeline.kafka_source import KafkaLogTopic
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka]
 

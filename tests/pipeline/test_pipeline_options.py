@@ -11,9 +11,9 @@ import pyspark
 from pipeline_scenario import self_signed_ca
 
 from coordinator_server.cli import build_parser
-from coordinator_server.pipeline import cli as analyze
-from coordinator_server.pipeline.history import aiokafka_options
-from coordinator_server.pipeline.kafka_source import KafkaLogTopic, kafka_source_conf
+from coordinator_server.tools.pipeline import cli as analyze
+from coordinator_server.tools.pipeline.history import aiokafka_options
+from coordinator_server.tools.pipeline.kafka_source import KafkaLogTopic, kafka_source_conf
 
 PASSWORD = "s3cr3t-pa55word"
 

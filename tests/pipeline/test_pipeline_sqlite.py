@@ -27,19 +27,6 @@ from pipeline_scenario import (
 from server_process import ServerProcess
 
 from coordinator_server.cli import main as coordinator_main
-from coordinator_server.pipeline import session
-from coordinator_server.pipeline.audit import run_audit
-from coordinator_server.pipeline.history import HistoryOptions, compute_history
-from coordinator_server.pipeline.kafka_source import kafka_source_package
-from coordinator_server.pipeline.logs import LogInUseError, SqliteLogFile, readable
-from coordinator_server.pipeline.packages import (
-    RESOLVED_JARS_FILE,
-    remember_resolved_jars,
-    resolved_jars_file,
-    with_resolved_jars,
-)
-from coordinator_server.pipeline.session import read_log, read_log_stream
-from coordinator_server.pipeline.state import final_offsets
 from coordinator_server.records import (
     GroupMemberValue,
     GroupMetadataValue,
@@ -47,6 +34,19 @@ from coordinator_server.records import (
     new_group_metadata_record,
     new_offset_commit_record,
 )
+from coordinator_server.tools.pipeline import session
+from coordinator_server.tools.pipeline.audit import run_audit
+from coordinator_server.tools.pipeline.history import HistoryOptions, compute_history
+from coordinator_server.tools.pipeline.kafka_source import kafka_source_package
+from coordinator_server.tools.pipeline.logs import LogInUseError, SqliteLogFile, readable
+from coordinator_server.tools.pipeline.packages import (
+    RESOLVED_JARS_FILE,
+    remember_resolved_jars,
+    resolved_jars_file,
+    with_resolved_jars,
+)
+from coordinator_server.tools.pipeline.session import read_log, read_log_stream
+from coordinator_server.tools.pipeline.state import final_offsets
 
 pytestmark = [pytest.mark.slow]
 
@@ -250,7 +250,7 @@ def test_benchmark_command_reports_rows_per_second(
 def test_the_spark_submit_entry_point_takes_the_same_arguments(
     spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from coordinator_server.pipeline.main import run
+    from coordinator_server.tools.pipeline.main import run
 
     assert run(["bench", "--records", "2000", "--data-dir", str(tmp_path)]) == 0
     assert "log: 2000 records" in capsys.readouterr().out

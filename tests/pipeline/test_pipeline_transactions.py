@@ -22,15 +22,10 @@ from apache_kafka import ApacheKafkaBroker
 from pipeline_scenario import server_group_args
 from server_process import ServerProcess
 
-from coordinator_server.client import TransactionalProducer
-from coordinator_server.pipeline.audit import MISMATCH, run_audit
-from coordinator_server.pipeline.history import HistoryOptions, compute_history
-from coordinator_server.pipeline.kafka_source import KafkaLogTopic
-from coordinator_server.pipeline.logs import SqliteLogFile
-from coordinator_server.pipeline.report import render_report
-from coordinator_server.pipeline.session import read_log
-from coordinator_server.pipeline.state import final_offsets, final_transactions
-from coordinator_server.pipeline.transactional import replay_transactional_offsets
+from coordinator_client import TransactionalProducer
+from coordinator_client.rpc.client import CoordinatorClient
+from coordinator_protocol.hashing import partition_for
+from coordinator_protocol.transactions import DescribeTransactionsRequest
 from coordinator_server.records import (
     CoordinatorRecord,
     encode_record,
@@ -39,9 +34,14 @@ from coordinator_server.records import (
     new_transactional_offset_tombstone_record,
 )
 from coordinator_server.records.transactional_offsets import TransactionalOffsetValue
-from coordinator_server.rpc.client import CoordinatorClient
-from protocol.hashing import partition_for
-from protocol.transactions import DescribeTransactionsRequest
+from coordinator_server.tools.pipeline.audit import MISMATCH, run_audit
+from coordinator_server.tools.pipeline.history import HistoryOptions, compute_history
+from coordinator_server.tools.pipeline.kafka_source import KafkaLogTopic
+from coordinator_server.tools.pipeline.logs import SqliteLogFile
+from coordinator_server.tools.pipeline.report import render_report
+from coordinator_server.tools.pipeline.session import read_log
+from coordinator_server.tools.pipeline.state import final_offsets, final_transactions
+from coordinator_server.tools.pipeline.transactional import replay_transactional_offsets
 
 pytestmark = [pytest.mark.slow]
 

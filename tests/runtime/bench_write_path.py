@@ -32,6 +32,19 @@ from typing import Any
 TESTS = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(TESTS.parent)]
 
+from coordinator_protocol.api_keys import ApiKey  # noqa: E402
+from coordinator_protocol.errors import ErrorCode  # noqa: E402
+from coordinator_protocol.messages import (  # noqa: E402
+    HeartbeatRequest,
+    JoinGroupRequest,
+    JoinGroupRequestProtocol,
+    Message,
+    OffsetCommitRequest,
+    OffsetCommitRequestPartition,
+    OffsetCommitRequestTopic,
+    SyncGroupRequest,
+    SyncGroupRequestAssignment,
+)
 from coordinator_server.app import CoordinatorApp  # noqa: E402
 from coordinator_server.config import CoordinatorConfig  # noqa: E402
 from coordinator_server.records import (  # noqa: E402
@@ -46,19 +59,6 @@ from coordinator_server.runtime.runtime import CoordinatorRuntime  # noqa: E402
 from coordinator_server.service.replies import PendingReply  # noqa: E402
 from coordinator_server.shard import GroupCoordinatorShard, ShardConfig  # noqa: E402
 from coordinator_server.storage.memory import InMemoryLog  # noqa: E402
-from protocol.api_keys import ApiKey  # noqa: E402
-from protocol.errors import ErrorCode  # noqa: E402
-from protocol.messages import (  # noqa: E402
-    HeartbeatRequest,
-    JoinGroupRequest,
-    JoinGroupRequestProtocol,
-    Message,
-    OffsetCommitRequest,
-    OffsetCommitRequestPartition,
-    OffsetCommitRequestTopic,
-    SyncGroupRequest,
-    SyncGroupRequestAssignment,
-)
 
 RC = RequestContext(client_id="bench", client_host="/127.0.0.1")
 GROUPS = 100

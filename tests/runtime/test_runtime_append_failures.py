@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from runtime_harness import Harness, settle
 
+from coordinator_protocol.errors import NotCoordinatorError
 from coordinator_server.runtime.config import RuntimeConfig
 from coordinator_server.runtime.context import CoordinatorState
 from coordinator_server.storage.api import AppendError
-from protocol.errors import NotCoordinatorError
 
 TIMEOUT_MS = 1000
 NOT_ENOUGH_REPLICAS = 19

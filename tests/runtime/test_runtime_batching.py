@@ -15,13 +15,13 @@ from runtime_harness import (
     settle,
 )
 
-from coordinator_server.records import encode_record
-from coordinator_server.runtime.config import RuntimeConfig
-from coordinator_server.runtime.context import CoordinatorState
-from protocol.errors import (
+from coordinator_protocol.errors import (
     CoordinatorLoadInProgressError,
     MessageTooLargeError,
 )
+from coordinator_server.records import encode_record
+from coordinator_server.runtime.config import RuntimeConfig
+from coordinator_server.runtime.context import CoordinatorState
 
 # Keys of one length and small values, so that every record counts the same bytes.
 ONE_RECORD_BYTES = record_bytes(put_record("k0", 1))

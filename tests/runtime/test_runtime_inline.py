@@ -8,9 +8,13 @@ from collections.abc import Callable
 import pytest
 from runtime_harness import Harness, KeyValueShard, get_latest, put, settle
 
+from coordinator_protocol.errors import (
+    InvalidGroupIdError,
+    NotCoordinatorError,
+    RequestTimedOutError,
+)
 from coordinator_server.runtime.api import CoordinatorResult
 from coordinator_server.runtime.config import RuntimeConfig
-from protocol.errors import InvalidGroupIdError, NotCoordinatorError, RequestTimedOutError
 
 
 async def inline_harness(make_harness: Callable[..., Harness]) -> Harness:

@@ -8,13 +8,13 @@ import logging
 import pytest
 from runtime_harness import Harness, KeyValueShard, get_latest, put_record, settle
 
+from coordinator_protocol.errors import CoordinatorLoadInProgressError, NotCoordinatorError
 from coordinator_server.records import encode_record
 from coordinator_server.runtime.api import CoordinatorResult, ShardContext
 from coordinator_server.runtime.clock import ManualClock
 from coordinator_server.runtime.context import CoordinatorState, IllegalStateError
 from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.storage.memory import InMemoryLog
-from protocol.errors import CoordinatorLoadInProgressError, NotCoordinatorError
 
 State = CoordinatorState
 

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from runtime_harness import Harness, KeyValueShard, put_record, settle
 
+from coordinator_protocol.errors import NotCoordinatorError, RebalanceInProgressError
 from coordinator_server.runtime.api import CoordinatorResult, ResponseHandle
 from coordinator_server.storage.api import AppendError
-from protocol.errors import NotCoordinatorError, RebalanceInProgressError
 
 
 class Lobby:
@@ -85,7 +85,7 @@ async def test_a_parked_caller_outlives_the_write_timeout_once_its_records_commi
 async def test_a_parked_caller_whose_records_do_not_commit_in_time_times_out(
     harness: Harness,
 ) -> None:
-    from protocol.errors import RequestTimedOutError
+    from coordinator_protocol.errors import RequestTimedOutError
 
     lobby = Lobby()
     waiting = harness.parkable_write("wait", 0, wait_op(lobby, "a", record=True))

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from runtime_harness import Harness, KeyValueRun, KeyValueShard, put, put_many, put_record, settle
 
+from coordinator_protocol.errors import UnknownServerError
 from coordinator_server.records import encode_record
 from coordinator_server.runtime.api import CoordinatorResult
 from coordinator_server.storage.api import AppendError
-from protocol.errors import UnknownServerError
 
 
 async def test_a_run_is_appended_as_it_encodes_itself_and_replayed_once(

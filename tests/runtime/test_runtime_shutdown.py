@@ -7,8 +7,12 @@ import asyncio
 import pytest
 from runtime_harness import Harness, get_latest, settle
 
+from coordinator_protocol.errors import (
+    CoordinatorNotAvailableError,
+    NotCoordinatorError,
+    RequestTimedOutError,
+)
 from coordinator_server.runtime.context import CoordinatorState
-from protocol.errors import CoordinatorNotAvailableError, NotCoordinatorError, RequestTimedOutError
 
 
 async def test_flush_and_close_lets_queued_and_parked_writes_finish(harness: Harness) -> None:

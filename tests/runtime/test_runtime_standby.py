@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 from runtime_harness import Harness, KeyValueShard, SharedLog, get_latest, put, put_record, settle
 
+from coordinator_protocol.errors import CoordinatorLoadInProgressError, NotCoordinatorError
 from coordinator_server.records import encode_record
 from coordinator_server.runtime.clock import ManualClock
 from coordinator_server.runtime.config import RuntimeConfig
@@ -17,7 +18,6 @@ from coordinator_server.runtime.context import CoordinatorState
 from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.runtime.standby import RETRY_BACKOFF_S
 from coordinator_server.storage.memory import InMemoryLog
-from protocol.errors import CoordinatorLoadInProgressError, NotCoordinatorError
 
 State = CoordinatorState
 

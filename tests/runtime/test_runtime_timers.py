@@ -9,11 +9,11 @@ from typing import Any
 
 from runtime_harness import Harness, KeyValueShard, put_record, settle
 
+from coordinator_protocol.errors import UnknownMemberIdError
 from coordinator_server.runtime.api import CoordinatorResult, CoordinatorTimer
 from coordinator_server.runtime.clock import ManualClock
 from coordinator_server.runtime.config import RuntimeConfig
 from coordinator_server.runtime.timer import PartitionTimer
-from protocol.errors import UnknownMemberIdError
 
 
 def writes(key: str, value: int, fired: list[str] | None = None) -> Callable[[], Any]:

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from runtime_harness import Harness, KeyValueShard, get_latest, put, put_many, settle
 
+from coordinator_protocol.errors import InvalidGroupIdError, NotCoordinatorError
 from coordinator_server.runtime.api import CoordinatorResult, ResponseHandle
 from coordinator_server.runtime.config import RuntimeConfig
 from coordinator_server.runtime.events import WriteOutcome
-from protocol.errors import InvalidGroupIdError, NotCoordinatorError
 
 
 def answer(outcome: WriteOutcome[Any]) -> Any:

@@ -19,16 +19,16 @@ from runtime_harness import (
     settle,
 )
 
-from coordinator_server.runtime.api import CoordinatorResult
-from coordinator_server.runtime.config import RuntimeConfig
-from coordinator_server.storage.api import AppendError
-from protocol.errors import (
+from coordinator_protocol.errors import (
     CoordinatorNotAvailableError,
     GroupIdNotFoundError,
     NotCoordinatorError,
     RequestTimedOutError,
     UnknownServerError,
 )
+from coordinator_server.runtime.api import CoordinatorResult
+from coordinator_server.runtime.config import RuntimeConfig
+from coordinator_server.storage.api import AppendError
 
 # A1: one serial queue per partition; partitions independent.
 

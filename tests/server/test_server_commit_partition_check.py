@@ -22,14 +22,10 @@ from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from apache_kafka import ApacheKafkaBroker
 from server_process import ServerProcess
 
-from coordinator_server.commit_partition_check import CommitPartitionCheck
-from coordinator_server.markers.leaders import LeaderLookupError
-from coordinator_server.rpc.client import CoordinatorClient
-from coordinator_server.runtime.api import RequestContext
-from coordinator_server.service.replies import Handler, PendingReply
-from protocol.api_keys import ApiKey
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from coordinator_client.rpc.client import CoordinatorClient
+from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.messages import (
     Message,
     OffsetCommitRequest,
     OffsetCommitRequestPartition,
@@ -40,7 +36,7 @@ from protocol.messages import (
     OffsetFetchRequest,
     OffsetFetchRequestGroup,
 )
-from protocol.transactions import (
+from coordinator_protocol.transactions import (
     AddOffsetsToTxnRequest,
     EndTxnRequest,
     InitProducerIdRequest,
@@ -51,6 +47,10 @@ from protocol.transactions import (
     TxnOffsetCommitResponsePartition,
     TxnOffsetCommitResponseTopic,
 )
+from coordinator_server.commit_partition_check import CommitPartitionCheck
+from coordinator_server.markers.leaders import LeaderLookupError
+from coordinator_server.runtime.api import RequestContext
+from coordinator_server.service.replies import Handler, PendingReply
 
 UNKNOWN = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 NONE = ErrorCode.NONE

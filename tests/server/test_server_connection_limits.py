@@ -28,11 +28,11 @@ from wire_client import (
     hung_up,
 )
 
+from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.envelope import RequestHeader, encode_request
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.framing import encode_frame
 from coordinator_server.server.connection_limits import EVICTION_MIN_IDLE_S
-from protocol.api_keys import ApiKey
-from protocol.envelope import RequestHeader, encode_request
-from protocol.errors import ErrorCode
-from protocol.framing import encode_frame
 
 
 @contextlib.contextmanager

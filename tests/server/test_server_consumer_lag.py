@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from server_process import ServerProcess, sqlite_args
 from wire_client import WireClient, commit_body, commit_errors
 
-from protocol.api_keys import ApiKey
+from coordinator_protocol.api_keys import ApiKey
 
 pytestmark = pytest.mark.timeout(180)
 

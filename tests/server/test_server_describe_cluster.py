@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 from wire_client import WireClient
 
+from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.errors import ErrorCode
 from coordinator_server.app import CoordinatorApp
 from coordinator_server.config import CoordinatorConfig
 from coordinator_server.storage.memory import InMemoryLog
-from protocol.api_keys import ApiKey
-from protocol.errors import ErrorCode
 
 PARTITIONS = 4
 

@@ -13,9 +13,9 @@ from typing import Any
 from server_process import ServerProcess, sqlite_args
 from wire_client import WireClient
 
-from protocol.api_keys import ApiKey
-from protocol.consumer import ConsumerProtocolSubscription
-from protocol.errors import ErrorCode
+from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.consumer import ConsumerProtocolSubscription
+from coordinator_protocol.errors import ErrorCode
 
 GROUP = "capped"
 # Long enough that an answer at the rebalance timeout cannot pass for an answer at once.

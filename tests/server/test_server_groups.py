@@ -13,13 +13,13 @@ from kafka_broker import KafkaBroker
 from server_process import ServerProcess
 from wire_client import WireClient, commit_errors, fetch_body, fetched_offsets
 
-from protocol.api_keys import ApiKey
-from protocol.consumer import (
+from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.consumer import (
     ConsumerProtocolAssignment,
     ConsumerProtocolSubscription,
     TopicPartitions,
 )
-from protocol.errors import ErrorCode
+from coordinator_protocol.errors import ErrorCode
 
 TOPIC = "orders"
 TOPIC_PARTITIONS = 64

@@ -17,10 +17,10 @@ from apache_kafka import ApacheKafkaBroker
 from server_process import ServerProcess
 from wire_client import WireClient, commit_body, commit_errors, fetch_body, fetched_offsets
 
-from protocol.api_keys import ApiKey
-from protocol.consumer import ConsumerProtocolSubscription
-from protocol.errors import ErrorCode
-from protocol.hashing import partition_for
+from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.consumer import ConsumerProtocolSubscription
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.hashing import partition_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 

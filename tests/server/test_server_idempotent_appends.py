@@ -20,6 +20,9 @@ from apache_kafka import ApacheKafkaBroker
 from server_process import ServerProcess
 from wire_client import WireClient, commit_body, commit_errors, fetch_body, fetched_offsets
 
+from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.hashing import partition_for
 from coordinator_server.records import (
     OffsetCommitKey,
     decode_record,
@@ -28,9 +31,6 @@ from coordinator_server.records import (
 )
 from coordinator_server.storage.kafka.idempotence import IdempotentProducer, ProducerIdAndEpoch
 from coordinator_server.storage.kafka.produce import Leader, ProduceSender
-from protocol.api_keys import ApiKey
-from protocol.errors import ErrorCode
-from protocol.hashing import partition_for
 
 pytestmark = pytest.mark.timeout(300)
 

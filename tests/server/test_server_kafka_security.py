@@ -19,8 +19,8 @@ from apache_kafka import ApacheKafkaBroker
 from server_process import ServerProcess
 from wire_client import WireClient, commit_body, commit_errors, fetch_body, fetched_offsets
 
-from protocol.api_keys import ApiKey
-from protocol.errors import ErrorCode
+from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.errors import ErrorCode
 
 # A start that cannot work must end well before this (not hang).
 START_FAILURE_TIMEOUT_S = 60

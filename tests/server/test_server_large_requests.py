@@ -24,11 +24,11 @@ import pytest
 from server_process import ServerProcess, sqlite_args
 from wire_client import WireClient, commit_body, commit_errors
 
-from protocol.api_keys import ApiKey
-from protocol.consumer import ConsumerProtocolSubscription
-from protocol.envelope import RequestHeader, encode_request
-from protocol.errors import ErrorCode
-from protocol.framing import encode_frame
+from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.consumer import ConsumerProtocolSubscription
+from coordinator_protocol.envelope import RequestHeader, encode_request
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.framing import encode_frame
 
 # How long another client may wait for an answer while a large request is under way: a
 # fraction of a second (measured 0.03 to 0.1 s), with room for a machine busy with other work.

@@ -21,9 +21,9 @@ from apache_kafka import ApacheKafkaBroker
 from server_process import ServerProcess
 from wire_client import WireClient, commit_body, commit_errors, fetch_body
 
+from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.hashing import partition_for
 from coordinator_server.storage.kafka.log import KafkaLog, offsets_topic_configs
-from protocol.api_keys import ApiKey
-from protocol.hashing import partition_for
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -20,11 +20,11 @@ from kafka_broker import BrokerThrottle, KafkaBroker
 from server_process import ServerProcess
 from wire_client import WireClient, commit_body, commit_errors, fetch_body
 
+from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.hashing import partition_for
 from coordinator_server.records import encode_record, new_offset_commit_record
 from coordinator_server.storage.kafka.log import offsets_topic_configs
-from protocol.api_keys import ApiKey
-from protocol.errors import ErrorCode
-from protocol.hashing import partition_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 

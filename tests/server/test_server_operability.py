@@ -13,19 +13,19 @@ from prometheus_client.parser import text_string_to_metric_families
 from server_process import ServerProcess, sqlite_args
 from wire_client import WireClient, commit_body, fetch_body
 
+from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.consumer import (
+    ConsumerProtocolAssignment,
+    ConsumerProtocolSubscription,
+    TopicPartitions,
+)
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.hashing import partition_for
 from coordinator_server.app import CoordinatorApp
 from coordinator_server.config import CoordinatorConfig
 from coordinator_server.records import encode_record, new_offset_commit_record
 from coordinator_server.runtime.clock import ManualClock
 from coordinator_server.storage.memory import InMemoryLog
-from protocol.api_keys import ApiKey
-from protocol.consumer import (
-    ConsumerProtocolAssignment,
-    ConsumerProtocolSubscription,
-    TopicPartitions,
-)
-from protocol.errors import ErrorCode
-from protocol.hashing import partition_for
 
 PARTITIONS = 4
 

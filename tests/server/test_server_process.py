@@ -20,10 +20,10 @@ from kafka_broker import KafkaBroker
 from server_process import ServerProcess, sqlite_args
 from wire_client import WireClient, commit_body, commit_errors, fetch_body, fetched_offsets
 
-from protocol.api_keys import ApiKey
-from protocol.envelope import RequestHeader, decode_response, encode_request
-from protocol.errors import ErrorCode
-from protocol.framing import FrameDecoder, encode_frame
+from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.envelope import RequestHeader, decode_response, encode_request
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.framing import FrameDecoder, encode_frame
 
 # What a commit may get while the log's broker restarts: it is retried.
 RETRIABLE_WHILE_AWAY = {

@@ -19,13 +19,13 @@ import pytest
 from kafka_broker import KafkaBroker
 from wire_client import WireClient, commit_body, commit_errors, until
 
+from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.hashing import partition_for
 from coordinator_server import app as wiring
 from coordinator_server.app import CoordinatorApp
 from coordinator_server.config import CoordinatorConfig
 from coordinator_server.server.connection import CoordinatorConnection
 from coordinator_server.storage.kafka.produce import ProduceSender
-from protocol.api_keys import ApiKey
-from protocol.hashing import partition_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(60)]
 

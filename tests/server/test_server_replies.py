@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.messages import HeartbeatResponse, Message
 from coordinator_server.runtime.events import WriteOutcome
 from coordinator_server.service.replies import (
     PendingReply,
@@ -14,8 +16,6 @@ from coordinator_server.service.replies import (
     reply_then,
     settle,
 )
-from protocol.errors import ErrorCode
-from protocol.messages import HeartbeatResponse, Message
 
 
 def answer(code: ErrorCode) -> Message:

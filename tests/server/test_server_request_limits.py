@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 from wire_client import WireClient, commit_body, commit_errors, fetch_body, until
 
+from coordinator_client import CoordinatorClient, GroupMember, GroupMemberError
+from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.consumer import ConsumerProtocolSubscription
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.hashing import partition_for
 from coordinator_server.app import CoordinatorApp
-from coordinator_server.client import CoordinatorClient, GroupMember, GroupMemberError
 from coordinator_server.config import CoordinatorConfig
 from coordinator_server.storage.memory import InMemoryLog
-from protocol.api_keys import ApiKey
-from protocol.consumer import ConsumerProtocolSubscription
-from protocol.errors import ErrorCode
-from protocol.hashing import partition_for
 
 PARTITIONS = 4
 

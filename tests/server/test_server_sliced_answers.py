@@ -20,14 +20,14 @@ from typing import Any
 import pytest
 from wire_client import WireClient, commit_body, commit_errors, fetch_body, fetched_offsets, until
 
+from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.hashing import partition_for
+from coordinator_protocol.messages import Message
 from coordinator_server.app import CoordinatorApp
 from coordinator_server.config import CoordinatorConfig
 from coordinator_server.service import slicing
 from coordinator_server.service.slicing import BuildSlot, SlicedAnswer, Steps
 from coordinator_server.storage import InMemoryLog
-from protocol.api_keys import ApiKey
-from protocol.hashing import partition_for
-from protocol.messages import Message
 
 pytestmark = pytest.mark.timeout(60)
 

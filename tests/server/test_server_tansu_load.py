@@ -16,9 +16,9 @@ from server_process import ServerProcess
 from tansu_broker import TansuBroker
 from wire_client import WireClient, commit_body, commit_errors, fetch_body, fetched_offsets
 
+from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.hashing import partition_for
 from coordinator_server.records import encode_record, new_offset_commit_record
-from protocol.api_keys import ApiKey
-from protocol.hashing import partition_for
 
 pytestmark = [pytest.mark.tansu, pytest.mark.slow]
 

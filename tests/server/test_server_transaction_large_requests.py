@@ -22,22 +22,22 @@ from typing import Any
 import pytest
 from wire_client import WireClient
 
+from coordinator_client.rpc.client import CoordinatorClient
+from coordinator_protocol import messages
+from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.hashing import partition_for
+from coordinator_protocol.transactions import ListTransactionsRequest
 from coordinator_server.app import CoordinatorApp
 from coordinator_server.cli import main
 from coordinator_server.config import CoordinatorConfig
 from coordinator_server.markers.channel import TxnMarkerChannel
 from coordinator_server.records import TransactionValue, new_transaction_record
-from coordinator_server.rpc.client import CoordinatorClient
 from coordinator_server.runtime.api import CoordinatorResult
 from coordinator_server.service import slicing
 from coordinator_server.service.transaction_service import TransactionCoordinatorService
 from coordinator_server.shard import GroupCoordinatorShard
 from coordinator_server.storage.memory import InMemoryLog
-from protocol import messages
-from protocol.api_keys import ApiKey
-from protocol.errors import ErrorCode
-from protocol.hashing import partition_for
-from protocol.transactions import ListTransactionsRequest
 
 pytestmark = pytest.mark.timeout(120)
 

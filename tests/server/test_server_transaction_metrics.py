@@ -21,7 +21,7 @@ from apache_kafka import ApacheKafkaBroker
 from prometheus_client.parser import text_string_to_metric_families
 from server_process import ServerProcess
 
-from coordinator_server.client import TransactionalProducer
+from coordinator_client import TransactionalProducer
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
 

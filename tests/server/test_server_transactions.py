@@ -13,6 +13,12 @@ from typing import Any
 import pytest
 from wire_client import WireClient
 
+from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.transactions import (
+    DescribeTransactionsResponseState,
+    DescribeTransactionsResponseTopic,
+)
 from coordinator_server.app import CoordinatorApp
 from coordinator_server.config import CoordinatorConfig
 from coordinator_server.defaults import TRANSACTION_PRODUCER_ID_START
@@ -22,12 +28,6 @@ from coordinator_server.service.transaction_service import (
     remote_verdict,
 )
 from coordinator_server.storage.memory import InMemoryLog
-from protocol.api_keys import ApiKey
-from protocol.errors import ErrorCode
-from protocol.transactions import (
-    DescribeTransactionsResponseState,
-    DescribeTransactionsResponseTopic,
-)
 
 PARTITIONS = 4
 LOG_TOPIC = "__coordinator_offsets"

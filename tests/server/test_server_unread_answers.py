@@ -13,9 +13,9 @@ import pytest
 from server_process import ServerProcess, sqlite_args
 from wire_client import WireClient, commit_body, commit_errors, fetch_body, fetched_offsets
 
-from protocol.api_keys import ApiKey
-from protocol.envelope import RequestHeader, encode_request
-from protocol.framing import encode_frame
+from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.envelope import RequestHeader, encode_request
+from coordinator_protocol.framing import encode_frame
 
 pytestmark = [pytest.mark.slow]
 

@@ -22,14 +22,14 @@ from wire_client import (
     until,
 )
 
+from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.envelope import RequestHeader, encode_request
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.framing import encode_frame
+from coordinator_protocol.hashing import partition_for
 from coordinator_server.app import CoordinatorApp
 from coordinator_server.config import CoordinatorConfig
 from coordinator_server.storage.memory import InMemoryLog
-from protocol.api_keys import ApiKey
-from protocol.envelope import RequestHeader, encode_request
-from protocol.errors import ErrorCode
-from protocol.framing import encode_frame
-from protocol.hashing import partition_for
 
 PARTITIONS = 4
 

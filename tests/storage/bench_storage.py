@@ -27,10 +27,10 @@ from apache_kafka import ApacheKafkaBroker  # noqa: E402
 from kafka_broker import KafkaBroker  # noqa: E402
 from tansu_broker import TansuBroker  # noqa: E402
 
-from coordinator_server.bench.processes import cpu_seconds  # noqa: E402
 from coordinator_server.records import encode_record, new_offset_commit_record  # noqa: E402
 from coordinator_server.storage.kafka.log import KafkaLog  # noqa: E402
 from coordinator_server.storage.sqlite import SqliteLog  # noqa: E402
+from coordinator_server.tools.bench.processes import cpu_seconds  # noqa: E402
 
 VALUE = b"x" * 80
 

@@ -13,8 +13,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from apache_kafka import ApacheKafkaBroker, fetch_apache_kafka
 
-from coordinator_server.bench import apache_kafka as apache_kafka_launcher
-from coordinator_server.bench.processes import free_port
+from coordinator_server.tools.bench import apache_kafka as apache_kafka_launcher
+from coordinator_server.tools.bench.processes import free_port
 
 pytestmark = pytest.mark.kafka
 

@@ -15,16 +15,16 @@ from pydantic import ValidationError
 
 from coordinator_server.cli import build_parser
 from coordinator_server.config import CoordinatorConfig
-from coordinator_server.kafka_options import (
-    add_kafka_security_options,
-    kafka_security_from_args,
-    serve_settings,
-)
 from coordinator_server.storage.kafka.sasl import ScramClient, bootstrap_addresses
 from coordinator_server.storage.kafka.security import (
     KafkaSecurity,
     KafkaSecurityError,
     Secret,
+)
+from coordinator_server.tools.kafka_options import (
+    add_kafka_security_options,
+    kafka_security_from_args,
+    serve_settings,
 )
 
 PASSWORD = "s3cr3t-pa55word"

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from coordinator_protocol.errors import ErrorCode
 from coordinator_server.service.errors import map_operation_error
 from coordinator_server.storage import error_codes
 from coordinator_server.storage.api import AppendError
-from protocol.errors import ErrorCode
 
 STORAGE = Path(error_codes.__file__).parent
 DECLARED = {name: value for name, value in vars(error_codes).items() if name.isupper()}

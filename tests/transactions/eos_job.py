@@ -29,14 +29,14 @@ from aiokafka import ConsumerRebalanceListener
 from aiokafka.errors import KafkaError, ProducerFenced
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
-from coordinator_server.client import (
+from coordinator_client import (
     ApiError,
     CommitFailedError,
     CoordinatedConsumer,
     ErrorCode,
     TransactionalProducer,
 )
-from coordinator_server.rpc.errors import ClientError
+from coordinator_client.rpc.errors import ClientError
 
 FENCED_EXIT = 3
 

@@ -26,9 +26,9 @@ from apache_kafka import ApacheKafkaBroker
 from server_process import ServerProcess
 from test_transactions_kafka import coordinator, create_topic, producer
 
+from coordinator_client.rpc.client import CoordinatorClient
+from coordinator_protocol.transactions import DescribeTransactionsRequest
 from coordinator_server.cli import main
-from coordinator_server.rpc.client import CoordinatorClient
-from protocol.transactions import DescribeTransactionsRequest
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
 

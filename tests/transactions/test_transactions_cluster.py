@@ -30,22 +30,12 @@ from cluster_nodes import node_args
 from server_process import ServerProcess
 from test_transactions_kafka import create_topic, fetch, read_all
 
-from coordinator_server.client import TransactionalProducer
-from coordinator_server.markers.writer import KafkaTxnMarkerWriter
-from coordinator_server.records import (
-    PartitionOwnershipKey,
-    PartitionOwnershipValue,
-    TransactionKey,
-    TransactionValue,
-    decode_key,
-    decode_value,
-)
-from coordinator_server.rpc.client import CoordinatorClient
-from coordinator_server.rpc.errors import ConnectionClosedError
-from coordinator_server.storage.kafka.log import KafkaLog
-from protocol.errors import ErrorCode
-from protocol.hashing import partition_for
-from protocol.transactions import (
+from coordinator_client import TransactionalProducer
+from coordinator_client.rpc.client import CoordinatorClient
+from coordinator_client.rpc.errors import ConnectionClosedError
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.hashing import partition_for
+from coordinator_protocol.transactions import (
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnRequestTopic,
     DescribeTransactionsRequest,
@@ -55,6 +45,16 @@ from protocol.transactions import (
     TxnOffsetCommitRequestPartition,
     TxnOffsetCommitRequestTopic,
 )
+from coordinator_server.markers.writer import KafkaTxnMarkerWriter
+from coordinator_server.records import (
+    PartitionOwnershipKey,
+    PartitionOwnershipValue,
+    TransactionKey,
+    TransactionValue,
+    decode_key,
+    decode_value,
+)
+from coordinator_server.storage.kafka.log import KafkaLog
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 
@@ -359,10 +359,10 @@ class RetriesSeen(logging.Handler):
         self.errors: list[object] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.name == "coordinator_server.rpc.request_path" and "retry" in record.msg:
+        if record.name == "coordinator_client.rpc.request_path" and "retry" in record.msg:
             self.errors.append(record.args[1] if isinstance(record.args, tuple) else None)
         elif (
-            record.name == "coordinator_server.client.txn_sender"
+            record.name == "coordinator_client.txn_sender"
             and record.levelno >= logging.INFO
             and isinstance(record.args, tuple)
         ):
@@ -375,7 +375,7 @@ class RetriesSeen(logging.Handler):
 def retries_seen() -> Iterator[RetriesSeen]:
     seen = RetriesSeen()
     loggers = [logging.getLogger(name) for name in (
-        "coordinator_server.rpc.request_path", "coordinator_server.client.txn_sender"
+        "coordinator_client.rpc.request_path", "coordinator_client.txn_sender"
     )]  # fmt: skip
     levels = [logger.level for logger in loggers]
     for logger in loggers:

@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 from txn_harness import PID, TID, TIMEOUT_MS, seed, txn, txn_context
 
+from coordinator_protocol.errors import ErrorCode
 from coordinator_server.records import ProducerIdBlockKey, TransactionKey
 from coordinator_server.transactions.metadata import TransactionState, TxnPartitions
 from coordinator_server.transactions.producer_ids import BLOCK_SIZE, partition_range
@@ -17,7 +18,6 @@ from coordinator_server.transactions.results import (
     InitProducerIdResult,
     PendingCompleteTxn,
 )
-from protocol.errors import ErrorCode
 
 S = TransactionState
 MAX_EPOCH = 32767

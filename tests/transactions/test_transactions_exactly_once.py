@@ -34,7 +34,7 @@ from aiokafka.structs import ConsumerRecord, TopicPartition
 from apache_kafka import ApacheKafkaBroker
 from server_process import ServerProcess
 
-from coordinator_server.client import ApiError, CoordinatorClient, ErrorCode
+from coordinator_client import ApiError, CoordinatorClient, ErrorCode
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(240)]
 

@@ -20,9 +20,9 @@ from server_process import ServerProcess
 from test_transactions_admin import last_stable_offset
 from test_transactions_kafka import coordinator, create_topic, producer, read_all
 
-from coordinator_server.rpc.client import CoordinatorClient
-from protocol.errors import ErrorCode
-from protocol.transactions import DescribeTransactionsRequest
+from coordinator_client.rpc.client import CoordinatorClient
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.transactions import DescribeTransactionsRequest
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
 

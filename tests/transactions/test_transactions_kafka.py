@@ -24,17 +24,17 @@ from aiokafka.structs import OffsetAndMetadata, TopicPartition
 from apache_kafka import ApacheKafkaBroker
 from server_process import ServerProcess
 
-from coordinator_server.client import CoordinatedConsumer, TransactionalProducer
-from coordinator_server.rpc.client import CoordinatorClient
-from protocol.errors import ErrorCode
-from protocol.hashing import partition_for
-from protocol.messages import (
+from coordinator_client import CoordinatedConsumer, TransactionalProducer
+from coordinator_client.rpc.client import CoordinatorClient
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.hashing import partition_for
+from coordinator_protocol.messages import (
     OffsetFetchRequest,
     OffsetFetchRequestGroup,
     OffsetFetchRequestTopic,
     OffsetFetchResponsePartition,
 )
-from protocol.transactions import (
+from coordinator_protocol.transactions import (
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnRequestTopic,
     DescribeTransactionsRequest,

@@ -27,11 +27,11 @@ from server_process import ServerProcess
 from test_transactions_kafka import server_args
 from wire_client import WireClient
 
+from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.envelope import RequestHeader, encode_request
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.framing import encode_frame
 from coordinator_server.cli import main
-from protocol.api_keys import ApiKey
-from protocol.envelope import RequestHeader, encode_request
-from protocol.errors import ErrorCode
-from protocol.framing import encode_frame
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
 

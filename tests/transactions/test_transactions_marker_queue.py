@@ -17,9 +17,9 @@ from server_process import ServerProcess
 from test_transactions_cluster import delete_topic
 from test_transactions_kafka import coordinator, create_topic, producer
 
-from coordinator_server.rpc.client import CoordinatorClient
-from protocol.errors import ErrorCode
-from protocol.transactions import (
+from coordinator_client.rpc.client import CoordinatorClient
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.transactions import (
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnRequestTopic,
     DescribeTransactionsV1Request,

@@ -24,9 +24,9 @@ from server_process import ServerProcess
 from test_transactions_admin import Tool
 from test_transactions_kafka import coordinator, create_topic, producer, read_all, server_args
 
-from coordinator_server.rpc.client import CoordinatorClient
-from protocol.errors import ErrorCode
-from protocol.transactions import DescribeTransactionsV1Request, InitProducerIdRequest
+from coordinator_client.rpc.client import CoordinatorClient
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.transactions import DescribeTransactionsV1Request, InitProducerIdRequest
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
 

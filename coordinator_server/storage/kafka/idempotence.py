@@ -53,6 +53,7 @@ from aiokafka.protocol.admin import ApiVersionRequest
 from aiokafka.protocol.transaction import InitProducerIdRequest
 from aiokafka.record.util import calc_crc32c
 
+from coordinator_protocol.errors import ErrorCode
 from coordinator_server.storage.error_codes import (
     CONCURRENT_TRANSACTIONS,
     COORDINATOR_LOAD_IN_PROGRESS,
@@ -66,7 +67,6 @@ from coordinator_server.storage.error_codes import (
     REQUEST_TIMED_OUT,
     UNKNOWN_PRODUCER_ID,
 )
-from protocol.errors import ErrorCode
 
 __all__ = [
     "NEW_EPOCH_ERRORS",

@@ -62,7 +62,7 @@ from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
-from coordinator_server.kafka_metadata_request import forbid_auto_topic_creation
+from coordinator_client.kafka_metadata_request import forbid_auto_topic_creation
 from coordinator_server.storage.api import (
     AppendError,
     HighWatermarkListener,

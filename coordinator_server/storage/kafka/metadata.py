@@ -27,11 +27,11 @@ from dataclasses import dataclass
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
 
-from coordinator_server.kafka_metadata_request import MetadataRequestWithoutAutoCreation
+from coordinator_client.kafka_metadata_request import MetadataRequestWithoutAutoCreation
+from coordinator_protocol.errors import ErrorCode
 from coordinator_server.storage.api import LoadError
 from coordinator_server.storage.error_codes import UNKNOWN_TOPIC_OR_PARTITION
 from coordinator_server.storage.kafka.produce import Leader
-from protocol.errors import ErrorCode
 
 __all__ = [
     "TopicLostError",

@@ -34,6 +34,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from coordinator_protocol.errors import ErrorCode
 from coordinator_server.storage.api import AppendError, ReadyListener
 from coordinator_server.storage.error_codes import (
     DUPLICATE_SEQUENCE_NUMBER,
@@ -61,7 +62,6 @@ from coordinator_server.storage.kafka.produce_request import (
 )
 from coordinator_server.storage.kafka.producer_fencing import FENCED_ERRORS, PartitionProducers
 from coordinator_server.storage.kafka.security import KafkaSecurityError
-from protocol.errors import ErrorCode
 
 __all__ = ["Leader", "ProduceSender"]
 

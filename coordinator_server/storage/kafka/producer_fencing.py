@@ -57,6 +57,7 @@ from aiokafka.errors import KafkaError
 from aiokafka.protocol.coordination import FindCoordinatorRequest
 from aiokafka.protocol.transaction import InitProducerIdRequest
 
+from coordinator_protocol.errors import ErrorCode
 from coordinator_server.storage.api import AppendError
 from coordinator_server.storage.error_codes import (
     CONCURRENT_TRANSACTIONS,
@@ -80,7 +81,6 @@ from coordinator_server.storage.kafka.idempotence import (
     restamp,
     stamp_of,
 )
-from protocol.errors import ErrorCode
 
 __all__ = [
     "FENCED_ERRORS",

@@ -26,13 +26,13 @@ import struct
 from collections.abc import Callable, Generator
 from typing import ClassVar, TypeVar, cast
 
+from coordinator_protocol.errors import ErrorCode
 from coordinator_server.storage.error_codes import (
     ILLEGAL_SASL_STATE,
     SASL_AUTHENTICATION_FAILED,
     UNSUPPORTED_SASL_MECHANISM,
 )
 from coordinator_server.storage.kafka.security import KafkaSecurity, KafkaSecurityError
-from protocol.errors import ErrorCode
 
 __all__ = ["KafkaConnector", "ScramClient", "bootstrap_addresses"]
 

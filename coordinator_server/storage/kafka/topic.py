@@ -15,10 +15,10 @@ from typing import Any
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
 
-from coordinator_server.kafka_metadata_request import forbid_auto_topic_creation
+from coordinator_client.kafka_metadata_request import forbid_auto_topic_creation
+from coordinator_protocol.errors import ErrorCode
 from coordinator_server.storage.error_codes import TOPIC_ALREADY_EXISTS
 from coordinator_server.storage.kafka.metadata import TopicMetadata, TopicMetadataError
-from protocol.errors import ErrorCode
 
 log = logging.getLogger("coordinator_server.storage.kafka.log")
 

@@ -1,0 +1,729 @@
+"""Runs the scenarios a `bench` command asks for, against ours and the peer, and reports."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime
+import os
+import platform
+import sys
+import tempfile
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from coordinator_server.event_loop import run_async
+from coordinator_server.tools.bench import failover, scenarios, transactions
+from coordinator_server.tools.bench.apache_kafka import ApacheKafkaStartError
+from coordinator_server.tools.bench.brokers import BrokerStartError
+from coordinator_server.tools.bench.environment import Environment
+from coordinator_server.tools.bench.load import (
+    cold_start,
+    count_loaded_offsets,
+    dataset_groups,
+    group_name,
+    write_log,
+    write_sqlite_log,
+)
+from coordinator_server.tools.bench.processes import pin_self, usable_cpus
+from coordinator_server.tools.bench.scale import (
+    SCALE_COLUMNS,
+    run_scale,
+    scale_checks,
+    scale_summary,
+)
+from coordinator_server.tools.bench.stats import format_table, median_row, ratio_row, to_json
+from coordinator_server.tools.bench.targets import OursTarget, PeerTarget, Target
+
+COMMIT_COLUMNS = [
+    "target",
+    "inflight",
+    "requests_per_s",
+    "partition_commits_per_s",
+    "p50_ms",
+    "p99_ms",
+    "p999_ms",
+    "errors",
+    "connections",
+    "generator_cpu",
+    "server_cpu_us",
+    "broker_cpu_us",
+    "core_cpu_us",
+    "others_cpu_us",
+]
+HEARTBEAT_COLUMNS = [
+    "target",
+    "inflight",
+    "requests_per_s",
+    "p50_ms",
+    "p99_ms",
+    "p999_ms",
+    "errors",
+    "expired",
+    "connections",
+    "generator_cpu",
+    "server_cpu_us",
+    "broker_cpu_us",
+    "core_cpu_us",
+    "others_cpu_us",
+]
+REBALANCE_COLUMNS = ["target", "members", "join_s", "extra_join_s"]
+FAILOVER_COLUMNS = [
+    "target",
+    "nodes",
+    "standby",
+    "records",
+    "moved",
+    "warm",
+    "median_s",
+    "max_s",
+    "median_view_s",
+    "max_view_s",
+    "median_over_session_s",
+    "max_over_session_s",
+    "median_after_view_s",
+    "max_after_view_s",
+    "takeover_records_median",
+    "takeover_records_max",
+    "errors",
+]
+LOAD_COLUMNS = [
+    "target",
+    "log",
+    "records",
+    "batch_records",
+    "ready_s",
+    "server_load_s",
+    "records_per_s",
+    "rss_mb",
+    "loaded_ok",
+]
+
+RATIO_COLUMNS = {
+    "commits": [
+        "requests_per_s",
+        "partition_commits_per_s",
+        "p50_ms",
+        "p99_ms",
+        "p999_ms",
+        "core_cpu_us",
+    ],
+    "heartbeats": ["requests_per_s", "p50_ms", "p99_ms", "p999_ms", "core_cpu_us"],
+    "rebalance": ["join_s", "extra_join_s"],
+}
+
+
+def machine() -> dict[str, Any]:
+    model = platform.processor() or ""
+    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+        for line in cpuinfo:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": model,
+        "python": platform.python_version(),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+async def _repeat(runs: int, measure: Callable[[int], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+    return median_row([await measure(run) for run in range(runs)])
+
+
+async def _targets(env: Environment, args: argparse.Namespace) -> list[Target]:
+    ours = await OursTarget.connect(env.ours())
+    # CPU time per request of the processes started here: ours runs in our server and in
+    # the broker holding its log, the peer in its broker; what the others spend meanwhile is
+    # reported too (they share the core and wait their turn).
+    running = env.pids()
+    for name in ("server", "broker"):
+        if name in running:
+            ours.watched[name] = running[name]
+    targets: list[Target] = [ours]
+    peer = env.peer()
+    if peer is not None:
+        peer_target = await PeerTarget.connect(peer, args.partitions)
+        running = env.pids()
+        if "peer broker" in running:
+            peer_target.watched["broker"] = running["peer broker"]
+        elif env.broker is not None and peer == env.broker.bootstrap:
+            peer_target.watched["broker"] = env.broker.pid
+        targets.append(peer_target)
+    running = env.pids()
+    for target in targets:
+        used = set(target.watched.values())
+        target.others = [pid for pid in running.values() if pid not in used]
+    return targets
+
+
+def connections_for(target: Target, inflight: int, args: argparse.Namespace) -> int:
+    """Our server answers a connection's requests out of order, so its loops pipeline them
+    over `--connections`; a Kafka broker handles one request of a connection at a time, so
+    the peer's C requests in flight are C connections (C clients), unless
+    `--peer-connections` says otherwise."""
+    if target.name == "peer":
+        peer_connections: int = args.peer_connections or inflight
+        return min(peer_connections, inflight)
+    connections: int = args.connections
+    return min(connections, inflight)
+
+
+def _say(args: argparse.Namespace, text: str) -> None:
+    if not args.json:
+        print(text, file=sys.stderr, flush=True)
+
+
+async def _warm_up(
+    args: argparse.Namespace,
+    scenario: str,
+    targets: list[Target],
+    run: Callable[[Target], Awaitable[object]],
+) -> None:
+    """Each target runs the scenario's heaviest row once, unmeasured, before the measured
+    rows: a JVM broker (the peer's, and the one holding our log) then runs compiled code
+    from the first measured row on, as a broker that has been running does. Without it the
+    first rows measured Kafka's JIT compiler (about 600 us of broker CPU a commit at 1 in
+    flight, 32 us at 64)."""
+    if args.jit_warmup <= 0:
+        return
+    for target in targets:
+        _say(args, f"{scenario}: {target.name}, warming up")
+        await run(target)
+
+
+async def run_commits(env: Environment, args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    targets = await _targets(env, args)
+    heaviest = max(args.inflight or [64])
+    try:
+        await _warm_up(
+            args,
+            "commits",
+            targets,
+            lambda target: scenarios.commits(
+                target,
+                f"{os.getpid()}-warmup",
+                args.groups,
+                args.partitions,
+                heaviest,
+                connections_for(target, heaviest, args),
+                0.0,
+                args.jit_warmup,
+            ),
+        )
+        for inflight in args.inflight or [1, 16, 64]:
+            by_target: dict[str, dict[str, Any]] = {}
+            for target in targets:
+                _say(args, f"commits: {target.name}, {inflight} in flight")
+
+                async def measure(
+                    run: int, target: Target = target, c: int = inflight
+                ) -> dict[str, Any]:
+                    return await scenarios.commits(
+                        target,
+                        f"{os.getpid()}-{run}",
+                        args.groups,
+                        args.partitions,
+                        c,
+                        connections_for(target, c, args),
+                        args.warmup,
+                        args.duration,
+                    )
+
+                row = await _repeat(args.runs, measure)
+                by_target[target.name] = {"target": target.name, "inflight": inflight, **row}
+                rows.append(by_target[target.name])
+            if "peer" in by_target:
+                rows.append(
+                    ratio_row(by_target["ours"], by_target["peer"], RATIO_COLUMNS["commits"])
+                )
+    finally:
+        for target in targets:
+            await target.close()
+    return rows
+
+
+async def run_heartbeats(env: Environment, args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    targets = await _targets(env, args)
+    timeouts = scenarios.Timeouts(session_ms=args.session_timeout_ms)
+    heaviest = max(args.inflight or [64])
+    try:
+        await _warm_up(
+            args,
+            "heartbeats",
+            targets,
+            lambda target: scenarios.heartbeats(
+                target,
+                f"{os.getpid()}-warmup",
+                args.members,
+                args.groups,
+                heaviest,
+                connections_for(target, heaviest, args),
+                0.0,
+                args.jit_warmup,
+                timeouts,
+            ),
+        )
+        for inflight in args.inflight or [64]:
+            by_target: dict[str, dict[str, Any]] = {}
+            for target in targets:
+                _say(args, f"heartbeats: {target.name}, {inflight} in flight")
+
+                async def measure(
+                    run: int, target: Target = target, c: int = inflight
+                ) -> dict[str, Any]:
+                    return await scenarios.heartbeats(
+                        target,
+                        f"{os.getpid()}-{run}",
+                        args.members,
+                        args.groups,
+                        c,
+                        connections_for(target, c, args),
+                        args.warmup,
+                        args.duration,
+                        timeouts,
+                    )
+
+                row = await _repeat(args.runs, measure)
+                by_target[target.name] = {"target": target.name, "inflight": inflight, **row}
+                rows.append(by_target[target.name])
+            if "peer" in by_target:
+                rows.append(
+                    ratio_row(by_target["ours"], by_target["peer"], RATIO_COLUMNS["heartbeats"])
+                )
+    finally:
+        for target in targets:
+            await target.close()
+    return rows
+
+
+async def run_rebalance(env: Environment, args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    targets = await _targets(env, args)
+    timeouts = scenarios.Timeouts(session_ms=args.session_timeout_ms)
+    try:
+        await _warm_up(
+            args,
+            "rebalance",
+            targets,
+            lambda target: scenarios.rebalance(
+                target,
+                f"{os.getpid()}-warmup",
+                max(args.sizes),
+                timeouts,
+                args.rebalance_timeout_s,
+            ),
+        )
+        for size in args.sizes:
+            by_target: dict[str, dict[str, Any]] = {}
+            for target in targets:
+                _say(args, f"rebalance: {target.name}, {size} members")
+
+                async def measure(
+                    run: int, target: Target = target, n: int = size
+                ) -> dict[str, Any]:
+                    return await scenarios.rebalance(
+                        target,
+                        f"{os.getpid()}-{run}",
+                        n,
+                        timeouts,
+                        args.rebalance_timeout_s,
+                    )
+
+                row = await _repeat(args.runs, measure)
+                by_target[target.name] = {"target": target.name, **row}
+                rows.append(by_target[target.name])
+            if "peer" in by_target:
+                rows.append(
+                    ratio_row(by_target["ours"], by_target["peer"], RATIO_COLUMNS["rebalance"])
+                )
+    finally:
+        for target in targets:
+            await target.close()
+    return rows
+
+
+async def run_load(env: Environment, args: argparse.Namespace) -> list[dict[str, Any]]:
+    if args.bootstrap is not None:
+        raise SystemExit("bench load starts its own server: leave out --bootstrap")
+    if args.log == "sqlite":
+        return await _run_sqlite_load(env, args)
+    # tansu's in-memory storage serves fetches more slowly the more record batches it holds
+    # in all: a million records loaded in 1.98 s from a fresh broker took 3.05-3.28 s after
+    # 40 s of commits (tiny batches) to another topic. A broker the bench starts itself is
+    # therefore a fresh one for the load, so that the figure is our server's, not the
+    # earlier scenarios' leftovers in the broker.
+    with env.broker_of_its_own() as bootstrap_servers:
+        return await _run_load(env, args, bootstrap_servers)
+
+
+async def _run_load(
+    env: Environment, args: argparse.Namespace, bootstrap_servers: str
+) -> list[dict[str, Any]]:
+    async def measure(run: int) -> dict[str, Any]:
+        topic = f"__coordinator_bench_load_{os.getpid()}_{run}"
+        _say(args, f"load: writing {args.records:,} records to {topic}")
+        written_s = await write_log(
+            bootstrap_servers,
+            topic,
+            args.offsets_topic_partitions,
+            args.records,
+            args.load_topics,
+            args.load_partitions,
+            args.load_batch_records,
+            security=env.security,
+        )
+        _say(args, f"load: written in {written_s:.1f} s; starting the server")
+        return await _cold_start(env, args, env.server_args(topic, bootstrap_servers), "kafka")
+
+    return [await _repeat(args.runs, measure)]
+
+
+async def _run_sqlite_load(env: Environment, args: argparse.Namespace) -> list[dict[str, Any]]:
+    async def measure(run: int) -> dict[str, Any]:
+        with tempfile.TemporaryDirectory(prefix="coordinator-bench-load-") as data_dir:
+            _say(args, f"load: writing {args.records:,} records to a SQLite log in {data_dir}")
+            written_s = await write_sqlite_log(
+                Path(data_dir),
+                args.offsets_topic_partitions,
+                args.records,
+                args.load_topics,
+                args.load_partitions,
+                args.load_batch_records,
+            )
+            _say(args, f"load: written in {written_s:.1f} s; starting the server")
+            server_args = [
+                "--data-dir",
+                data_dir,
+                "--offsets-topic-partitions",
+                str(args.offsets_topic_partitions),
+                "--metrics-port",
+                "-1",
+                *args.server_arg,
+            ]
+            return await _cold_start(env, args, server_args, "sqlite")
+
+    return [await _repeat(args.runs, measure)]
+
+
+async def _cold_start(
+    env: Environment, args: argparse.Namespace, server_args: list[str], log: str
+) -> dict[str, Any]:
+    server, row = await cold_start(server_args, env.cpu, settle_s=1.0)
+    try:
+        groups = dataset_groups(args.records, args.load_topics, args.load_partitions)
+        expected = min(args.records, args.load_topics * args.load_partitions)
+        found = await count_loaded_offsets(server.bootstrap, group_name(0))
+        row["loaded_ok"] = found == expected
+        row["groups"] = groups
+    finally:
+        server.stop()
+    return {
+        "target": "ours",
+        "log": log,
+        "records": args.records,
+        "batch_records": args.load_batch_records,
+        **row,
+    }
+
+
+async def run_failover(env: Environment, args: argparse.Namespace) -> list[dict[str, Any]]:
+    if args.bootstrap is not None:
+        raise SystemExit("bench failover starts its own nodes: leave out --bootstrap")
+    with env.broker_of_its_own() as bootstrap_servers:
+        return await _run_failover(env, args, bootstrap_servers)
+
+
+async def _run_failover(
+    env: Environment, args: argparse.Namespace, bootstrap_servers: str
+) -> list[dict[str, Any]]:
+    modes = {"on": [True], "off": [False], "both": [True, False]}[args.failover_standby]
+    # A failover needs a node to fail over to: two when --nodes is left at one.
+    nodes = max(args.nodes, 2)
+    runs: dict[bool, list[failover.FailoverRun]] = {standby: [] for standby in modes}
+    for run in range(args.runs):
+        topic = f"__coordinator_bench_failover_{os.getpid()}_{run}"
+        _say(args, f"failover: writing {args.records:,} records to {topic}")
+        written_s = await write_log(
+            bootstrap_servers,
+            topic,
+            args.offsets_topic_partitions,
+            args.records,
+            args.load_topics,
+            args.load_partitions,
+            args.load_batch_records,
+            security=env.security,
+        )
+        _say(args, f"failover: written in {written_s:.1f} s")
+        for standby in modes:
+            settings = failover.FailoverSettings(
+                nodes=nodes,
+                partitions=args.offsets_topic_partitions,
+                session_timeout_ms=args.cluster_session_timeout_ms,
+                heartbeat_interval_ms=args.cluster_heartbeat_interval_ms,
+                standby=standby,
+            )
+            cluster_id = f"bench-failover-{os.getpid()}-{run}-{'on' if standby else 'off'}"
+            measured = await failover.measure(
+                env.server_args(topic, bootstrap_servers),
+                cluster_id,
+                settings,
+                env.cpu,
+                lambda text: _say(args, text),
+            )
+            _say(
+                args,
+                f"failover: {len(measured.served_s)} partitions served again after "
+                f"{sorted(measured.served_s.values())} s",
+            )
+            runs[standby].append(measured)
+    return [
+        failover.summarize(
+            runs[standby],
+            failover.FailoverSettings(
+                nodes=nodes,
+                partitions=args.offsets_topic_partitions,
+                session_timeout_ms=args.cluster_session_timeout_ms,
+                heartbeat_interval_ms=args.cluster_heartbeat_interval_ms,
+                standby=standby,
+            ),
+            args.records,
+        )
+        for standby in modes
+    ]
+
+
+def _cpu_check(ratio: dict[str, Any], goal: str, bound: float) -> list[dict[str, Any]]:
+    """A rate goal restated in CPU time per request on the target's core (when the bench
+    started the processes and measured it): what the rate would be with the core to itself,
+    which a busy machine does not move as much as it moves rates."""
+    cpu = ratio.get("core_cpu_us")
+    if cpu is None:
+        return []
+    return [{"target": goal, "value": cpu, "met": cpu <= bound}]
+
+
+def check_targets(
+    results: dict[str, list[dict[str, Any]]], peer: str = "the peer's coordinator"
+) -> list[dict[str, Any]]:
+    """The goals, each with the figure that decides it. The goals against the peer are the
+    issue's goals against Apache Kafka's own coordinator (`--broker kafka --peer`); `peer`
+    names whose coordinator the peer was, so that a run against another broker says so."""
+    checks: list[dict[str, Any]] = []
+    for row in results.get("commits", []):
+        if row["target"] == "ours/peer" and row.get("inflight") == 64:
+            rate, p99 = row.get("requests_per_s"), row.get("p99_ms")
+            checks.append(
+                {
+                    "target": f"commits at 64 in flight: at least the rate of {peer}",
+                    "value": rate,
+                    "met": rate is not None and rate >= 1,
+                }
+            )
+            checks.append(
+                {
+                    "target": f"commits at 64 in flight: a p99 no worse than {peer}'s",
+                    "value": p99,
+                    "met": p99 is not None and p99 <= 1,
+                }
+            )
+            checks.extend(
+                _cpu_check(
+                    row,
+                    "commits at 64 in flight: CPU time a commit on the core no more than "
+                    f"with {peer}",
+                    1,
+                )
+            )
+    for row in results.get("heartbeats", []):
+        if row["target"] == "ours/peer":
+            rate = row.get("requests_per_s")
+            checks.append(
+                {
+                    "target": f"heartbeats: at least 2x the rate of {peer}",
+                    "value": rate,
+                    "met": rate is not None and rate >= 2,
+                }
+            )
+            checks.extend(
+                _cpu_check(
+                    row,
+                    "heartbeats: CPU time a heartbeat on the core at most half of that with "
+                    f"{peer}",
+                    0.5,
+                )
+            )
+        if row["target"] == "ours":
+            checks.append(
+                {
+                    "target": "heartbeats: no member expired",
+                    "value": row.get("expired"),
+                    "met": row.get("expired") == 0 and row.get("errors") == 0,
+                }
+            )
+    for row in results.get("rebalance", []):
+        if row.get("members") != 1000:
+            continue
+        if row["target"] == "ours/peer":
+            join = row.get("join_s")
+            checks.append(
+                {
+                    "target": f"rebalance: 1,000 members joined no slower than with {peer}",
+                    "value": join,
+                    "met": join is not None and join <= 1,
+                }
+            )
+        if row["target"] == "ours":
+            checks.append(
+                {
+                    "target": "rebalance: 1,000 members hold their assignment within 1 s",
+                    "value": row["join_s"],
+                    "met": row["join_s"] <= 1.0,
+                }
+            )
+    checks.extend(scale_checks(results.get("scale", [])))
+    for row in results.get("load", []):
+        # The load's goals are the Kafka log's, written in large batches.
+        if (
+            row.get("records") == 1_000_000
+            and row.get("log") == "kafka"
+            and not row.get("batch_records")
+        ):
+            checks.append(
+                {
+                    "target": "load: 1M records to ACTIVE within 3 s",
+                    "value": row["ready_s"],
+                    "met": row["ready_s"] <= 3.0 and bool(row.get("loaded_ok")),
+                }
+            )
+            checks.append(
+                {
+                    "target": "load: at most 300 MB resident for 1M offsets",
+                    "value": row["rss_mb"],
+                    "met": row["rss_mb"] <= 300,
+                }
+            )
+    return checks
+
+
+COLUMNS = {
+    "commits": COMMIT_COLUMNS,
+    "heartbeats": HEARTBEAT_COLUMNS,
+    "rebalance": REBALANCE_COLUMNS,
+    "load": LOAD_COLUMNS,
+    "failover": FAILOVER_COLUMNS,
+    "scale": SCALE_COLUMNS,
+    "transactions": transactions.TRANSACTION_COLUMNS,
+}
+RUNNERS: dict[str, Callable[[Environment, argparse.Namespace], Awaitable[list[dict[str, Any]]]]] = {
+    "commits": run_commits,
+    "heartbeats": run_heartbeats,
+    "rebalance": run_rebalance,
+    "load": run_load,
+    "failover": run_failover,
+    "transactions": transactions.run_transactions,
+}
+# What "all" runs.
+ALL = ("commits", "heartbeats", "rebalance", "load")
+
+
+async def _main(args: argparse.Namespace) -> dict[str, Any]:
+    env = Environment(args)
+    names = list(ALL) if args.scenario == "all" else [args.scenario]
+    if args.nodes > 1 and not {"commits", "failover"} & set(names):
+        raise SystemExit(
+            "bench: --nodes measures commits or failover: run `bench commits` (or all) or "
+            "`bench failover`"
+        )
+    if "transactions" in names:
+        transactions.check_args(args)
+    results: dict[str, list[dict[str, Any]]] = {}
+    loop = asyncio.get_running_loop()
+    peer = None
+    try:
+        await loop.run_in_executor(None, env.prepare, names)
+        for name in names:
+            results[name] = await RUNNERS[name](env, args)
+            if name == "commits" and args.nodes > 1:
+                results["scale"] = await run_scale(env, args)
+        if env.peer_address is not None:
+            peer = env.peer_description()
+    finally:
+        await loop.run_in_executor(None, env.close)
+    return {
+        "machine": machine(),
+        "command": "coordinator-server bench " + " ".join(sys.argv[2:]),
+        "settings": {
+            "duration_s": args.duration,
+            "warmup_s": args.warmup,
+            "runs": args.runs,
+            "groups": args.groups,
+            "partitions": args.partitions,
+            "connections": args.connections,
+            "members": args.members,
+            "pinned": not args.no_pin,
+            "broker": env.broker_kind,
+            "offsets_topic_partitions": args.offsets_topic_partitions,
+            "nodes": args.nodes,
+            "records_per_txn": args.records_per_txn,
+            "producers": args.producers,
+            "send_offsets": args.send_offsets,
+            "coordinator_retry_backoff_ms": args.coordinator_retry_backoff_ms,
+        },
+        "peer": peer,
+        # The ratio of N nodes' commit rate to one node's (`--nodes`), and the line saying it.
+        "scale": scale_summary(results.get("scale", [])),
+        # What the bench started: role, what, pid, the CPUs it may run on, seconds to start.
+        "processes": env.started,
+        "results": results,
+        "targets": check_targets(results, peer or "the peer's coordinator"),
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    # The CPUs the bench may use, before it pins itself: the scale figures spread over them.
+    args.usable_cpus = usable_cpus()
+    if not args.no_pin:
+        pin_self(args.generator_cpu)
+    document: dict[str, Any] = {}
+
+    async def main() -> None:
+        document.update(await _main(args))
+
+    try:
+        run_async(main)
+    except (ApacheKafkaStartError, BrokerStartError) as error:
+        # What to do about it is in the message; a traceback would only bury it.
+        print(f"bench: {error}", file=sys.stderr)
+        return 2
+    if args.json_file:
+        with open(args.json_file, "w", encoding="utf-8") as out:
+            out.write(to_json(document) + "\n")
+    if args.json:
+        print(to_json(document))
+        return 0
+    m = document["machine"]
+    print(f"{m['cpus']} x {m['cpu_model']}, Python {m['python']}, {m['date']}")
+    if document["peer"]:
+        print(f"peer: {document['peer']}")
+    for process in document["processes"]:
+        cpus = ",".join(str(cpu) for cpu in process["cpus"]) or "?"
+        print(
+            f"{process['role']}: {process['what']}, pid {process['pid']}, CPU {cpus}, "
+            f"started in {process['startup_s']} s"
+        )
+    for name, rows in document["results"].items():
+        print(f"\n{name}")
+        print(format_table(rows, COLUMNS[name]))
+    if document["scale"]:
+        print(f"\n{document['scale']['line']}")
+    if document["targets"]:
+        print("\ntargets")
+        for check in document["targets"]:
+            print(f"  [{'met' if check['met'] else 'MISSED'}] {check['target']}: {check['value']}")
+    return 0
