@@ -58,7 +58,7 @@ from coordinator_server.service.dispatch import RequestDispatch
 from coordinator_server.service.group_service import GroupCoordinatorService
 from coordinator_server.service.limits import RequestLimits
 from coordinator_server.service.transaction_service import TransactionCoordinatorService
-from coordinator_server.shard import GroupCoordinatorShard, ShardConfig
+from coordinator_server.shard import LogPartitionShard, ShardConfig
 from coordinator_server.starting import StartAbandoned, StartError, start_with_retries
 from coordinator_server.storage.api import CoordinatorLog
 from coordinator_server.storage.kafka.idempotence import ProducerIdError
@@ -165,7 +165,7 @@ class CoordinatorApp:
         self.config = config
         self.clock = clock or SystemClock()
         self.log: CoordinatorLog | None = log
-        self.runtime: CoordinatorRuntime[GroupCoordinatorShard] | None = None
+        self.runtime: CoordinatorRuntime[LogPartitionShard] | None = None
         self.service: GroupCoordinatorService | None = None
         self.dispatch: RequestDispatch | None = None
         self.server: CoordinatorServer | None = None
@@ -251,8 +251,8 @@ class CoordinatorApp:
                 max_partitions_per_transaction=config.max_partitions_per_transaction,
             ),
         )
-        self.runtime = runtime = CoordinatorRuntime[GroupCoordinatorShard](
-            shard_builder=lambda context: GroupCoordinatorShard(
+        self.runtime = runtime = CoordinatorRuntime[LogPartitionShard](
+            shard_builder=lambda context: LogPartitionShard(
                 context,
                 shard_config,
                 self.group_metrics,
@@ -443,7 +443,7 @@ class CoordinatorApp:
         self,
         service: GroupCoordinatorService,
         dispatch: RequestDispatch,
-        runtime: CoordinatorRuntime[GroupCoordinatorShard],
+        runtime: CoordinatorRuntime[LogPartitionShard],
         node: NodeAddress,
     ) -> None:
         """The transaction coordinator, when the log is Kafka's and its brokers take markers
@@ -611,7 +611,7 @@ class CoordinatorApp:
         )
         self.consumer_lag.start()
 
-    def _active_shards(self) -> Iterator[tuple[int, GroupCoordinatorShard]]:
+    def _active_shards(self) -> Iterator[tuple[int, LogPartitionShard]]:
         runtime = self.runtime
         if runtime is None:
             return
@@ -643,7 +643,7 @@ class CoordinatorApp:
     def _cluster_node(
         self,
         node: NodeAddress,
-        runtime: CoordinatorRuntime[GroupCoordinatorShard],
+        runtime: CoordinatorRuntime[LogPartitionShard],
         log: CoordinatorLog,
     ) -> ClusterNode:
         config = self.config
@@ -711,7 +711,7 @@ class CoordinatorApp:
             return {}
         return {p: state.name for p, state in sorted(runtime.partitions().items())}
 
-    def _sum_over_active(self, count: Callable[[GroupCoordinatorShard], int]) -> int:
+    def _sum_over_active(self, count: Callable[[LogPartitionShard], int]) -> int:
         runtime = self.runtime
         if runtime is None:
             return 0
@@ -730,7 +730,7 @@ class CoordinatorApp:
     def transactional_ids_on_node(self) -> int:
         """Transactional ids of every ACTIVE partition, for `max_transactional_ids`: asked
         only when InitProducerId would create one."""
-        return self._sum_over_active(lambda shard: shard.transactions.num_transactional_ids())
+        return self._sum_over_active(lambda shard: shard.num_transactional_ids())
 
     def _group_counts(self) -> tuple[dict[str, int], int]:
         """Groups by state and members, over every ACTIVE partition."""
@@ -991,7 +991,7 @@ class CoordinatorApp:
         logger.info("stopped")
 
 
-def _coordinator_epoch(runtime: CoordinatorRuntime[GroupCoordinatorShard], partition: int) -> int:
+def _coordinator_epoch(runtime: CoordinatorRuntime[LogPartitionShard], partition: int) -> int:
     """The epoch WriteTxnMarkers fences older coordinators of the partition with: counted on
     at every takeover in the log (`shard.takeover_coordinator_epoch`), 0 for a log no cluster
     ever took over."""

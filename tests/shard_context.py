@@ -24,7 +24,7 @@ from coordinator_server.runtime.api import (
     replay_records,
 )
 from coordinator_server.runtime.clock import ManualClock
-from coordinator_server.shard import GroupCoordinatorShard, ShardConfig
+from coordinator_server.shard import LogPartitionShard, ShardConfig
 from coordinator_server.timeline import SnapshotRegistry
 
 T = TypeVar("T")
@@ -133,7 +133,7 @@ class ShardTestContext:
     def _build(self) -> None:
         self.registry = SnapshotRegistry()
         self.timer = MockTimer(self.clock)
-        self.shard = GroupCoordinatorShard(
+        self.shard = LogPartitionShard(
             ShardContext(0, self.clock, self.timer, self.registry), self.config
         )
 
@@ -141,14 +141,14 @@ class ShardTestContext:
     def end_offset(self) -> int:
         return len(self.log)
 
-    def write(self, operation: Callable[[GroupCoordinatorShard], CoordinatorResult[T]]) -> T:
+    def write(self, operation: Callable[[LogPartitionShard], CoordinatorResult[T]]) -> T:
         """Run a write operation and replay its records, as the runtime does."""
         result = self.write_result(operation)
         assert result.response is not None
         return result.response
 
     def write_result(
-        self, operation: Callable[[GroupCoordinatorShard], CoordinatorResult[T]]
+        self, operation: Callable[[LogPartitionShard], CoordinatorResult[T]]
     ) -> CoordinatorResult[T]:
         result = operation(self.shard)
         self.apply_result(result)
@@ -156,7 +156,7 @@ class ShardTestContext:
 
     def write_parkable(
         self,
-        operation: Callable[[GroupCoordinatorShard, ResponseHandle], CoordinatorResult[Any]],
+        operation: Callable[[LogPartitionShard, ResponseHandle], CoordinatorResult[Any]],
     ) -> Parked:
         """Run a parkable write: its response is either given now or parked for later."""
         parked = Parked()
@@ -183,7 +183,7 @@ class ShardTestContext:
 
     def fail_append(
         self,
-        operation: Callable[[GroupCoordinatorShard], CoordinatorResult[Any]],
+        operation: Callable[[LogPartitionShard], CoordinatorResult[Any]],
         error: Exception,
     ) -> CoordinatorResult[Any]:
         """Run a write whose append fails: its changes are reverted and its completions get
@@ -204,7 +204,7 @@ class ShardTestContext:
 
     def fail_append_parkable(
         self,
-        operation: Callable[[GroupCoordinatorShard, ResponseHandle], CoordinatorResult[Any]],
+        operation: Callable[[LogPartitionShard, ResponseHandle], CoordinatorResult[Any]],
         error: Exception,
     ) -> Parked:
         """A parkable write whose append fails: as `fail_append`, and its own caller gets the

@@ -52,7 +52,7 @@ from coordinator_server.records import RefusedMarkers
 from coordinator_server.runtime.context import CoordinatorState
 from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.service.transaction_ends import TransactionEnds
-from coordinator_server.shard import GroupCoordinatorShard
+from coordinator_server.shard import TransactionShard
 from coordinator_server.transactions.results import PendingCompleteTxn
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ class TxnMarkerChannel:
 
     def __init__(
         self,
-        runtime: CoordinatorRuntime[GroupCoordinatorShard],
+        runtime: CoordinatorRuntime[TransactionShard],
         writer: KafkaTxnMarkerWriter | None,
         *,
         coordinator_epoch: CoordinatorEpoch,

@@ -2,7 +2,7 @@
 
 This module holds types and protocols, and the two functions that encode a result's records
 and replay them through the shard's one dispatch (no asyncio): it is the one runtime module
-the pure layers (`groups/`, `offsets/`, `shard.py`) may import.
+the pure layers (`groups/`, `offsets/`, `shard/`) may import.
 """
 
 from __future__ import annotations
@@ -239,7 +239,7 @@ class LoadReplay(Protocol):
 
 class DecodingReplay:
     """The plain LoadReplay: each record decoded into a record object and replayed at once.
-    GroupCoordinatorShard has its own, cheaper for offset commits."""
+    LogPartitionShard has its own, cheaper for offset commits."""
 
     __slots__ = ("_shard",)
 

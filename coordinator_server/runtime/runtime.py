@@ -77,7 +77,9 @@ from coordinator_server.runtime.timer import PartitionTimer
 from coordinator_server.storage.api import CoordinatorLoader, LogFollower, PartitionWriter
 from coordinator_server.timeline import SnapshotRegistry
 
-S = TypeVar("S", bound=CoordinatorShard)
+# Covariant: a runtime of a shard is a runtime of each door the shard has (the services
+# are typed by the door they use, `shard.GroupShard` or `shard.TransactionShard`).
+S = TypeVar("S", bound=CoordinatorShard, covariant=True)
 T = TypeVar("T")
 
 
@@ -447,9 +449,13 @@ class CoordinatorRuntime(Generic[S]):
         parked_callers = context.parked_callers
         handle = ResponseHandle(ParkedCaller(future, parked_callers))
         future.add_done_callback(lambda _: parked_callers.discard(ParkedCaller.of(handle)))
-        return self._enqueue_write(
-            context, name, lambda shard: op(shard, handle), timeout_ms, future
-        )
+
+        # Typed Any, not S: S is covariant (a service typed by its door of the shard takes
+        # the runtime of the whole shard), and a covariant type is no parameter's type.
+        def with_handle(shard: Any) -> CoordinatorResult[T]:
+            return op(shard, handle)
+
+        return self._enqueue_write(context, name, with_handle, timeout_ms, future)
 
     def schedule_write(
         self,
@@ -729,8 +735,12 @@ class CoordinatorRuntime(Generic[S]):
         self, context: CoordinatorContext, name: str, operation: TimeoutOperation
     ) -> None:
         """Run what an operation asked for in case its append failed (after the revert)."""
+
+        def follow_up_op(_shard: Any) -> CoordinatorResult[Any]:
+            return operation()
+
         follow_up = self.schedule_write(
-            f"{name}:after-append-failure", context.partition, lambda _shard: operation()
+            f"{name}:after-append-failure", context.partition, follow_up_op
         )
         follow_up.add_done_callback(self._log_follow_up_failure)
 

@@ -67,7 +67,7 @@ from coordinator_server.service.slicing import (
     Step,
     Steps,
 )
-from coordinator_server.shard import GroupCoordinatorShard
+from coordinator_server.shard import GroupShard
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -104,7 +104,7 @@ address, or COORDINATOR_NOT_AVAILABLE while no node owns it (the key is filled i
 class BulkRequests:
     def __init__(
         self,
-        runtime: CoordinatorRuntime[GroupCoordinatorShard],
+        runtime: CoordinatorRuntime[GroupShard],
         partition_for: PartitionFor,
         num_partitions: int,
         coordinator_of: CoordinatorOf,
@@ -366,7 +366,7 @@ class BulkRequests:
         self,
         group_id: str,
         require_stable: bool,
-        fetch: Callable[[GroupCoordinatorShard, int | None], R],
+        fetch: Callable[[GroupShard, int | None], R],
     ) -> asyncio.Future[R]:
         partition = self._partition_for(group_id)
         if require_stable:
@@ -563,21 +563,19 @@ def _fetch_chunks(
 
 def _describe_op(
     group_ids: list[str],
-) -> Callable[[GroupCoordinatorShard, int], list[DescribeGroupsResponseGroup]]:
+) -> Callable[[GroupShard, int], list[DescribeGroupsResponseGroup]]:
     return lambda shard, committed: shard.describe_groups(group_ids, committed)
 
 
 def _delete_op(
     group_ids: list[str],
-) -> Callable[[GroupCoordinatorShard], CoordinatorResult[list[DeleteGroupsResponseResult]]]:
+) -> Callable[[GroupShard], CoordinatorResult[list[DeleteGroupsResponseResult]]]:
     return lambda shard: shard.delete_groups(group_ids, _DELETE_RECORDS)
 
 
 def _fetch_partitions_op(
     group_id: str, topics: list[tuple[str, Sequence[int]]], max_bytes: int
-) -> Callable[
-    [GroupCoordinatorShard, int | None], tuple[list[OffsetFetchResponseTopic], int] | None
-]:
+) -> Callable[[GroupShard, int | None], tuple[list[OffsetFetchResponseTopic], int] | None]:
     return lambda shard, committed: shard.fetch_partition_offsets(
         group_id, topics, committed, max_bytes
     )
@@ -585,7 +583,7 @@ def _fetch_partitions_op(
 
 def _list_op(
     states: frozenset[str], types: frozenset[str], max_bytes: int
-) -> Callable[[GroupCoordinatorShard, int], tuple[list[ListGroupsResponseGroup], int] | None]:
+) -> Callable[[GroupShard, int], tuple[list[ListGroupsResponseGroup], int] | None]:
     return lambda shard, committed: shard.list_groups(states, types, committed, max_bytes)
 
 

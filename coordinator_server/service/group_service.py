@@ -57,13 +57,13 @@ from coordinator_server.service.replies import (
 )
 from coordinator_server.service.routing import Routing
 from coordinator_server.service.slicing import SlicedRequests
-from coordinator_server.shard import GroupCoordinatorShard
+from coordinator_server.shard import GroupShard
 
 
 class GroupCoordinatorService:
     def __init__(
         self,
-        runtime: CoordinatorRuntime[GroupCoordinatorShard],
+        runtime: CoordinatorRuntime[GroupShard],
         num_partitions: int,
         node: NodeAddress,
         *,

@@ -13,7 +13,7 @@ from coordinator_protocol.errors import ErrorCode
 from coordinator_server.records import RefusedMarkers
 from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.service.errors import map_operation_error
-from coordinator_server.shard import GroupCoordinatorShard
+from coordinator_server.shard import TransactionShard
 from coordinator_server.transactions.results import CompleteTransactionResult, PendingCompleteTxn
 
 __all__ = ["TransactionEnds"]
@@ -25,7 +25,7 @@ COMPLETE = "complete-transaction"
 class TransactionEnds:
     __slots__ = ("_runtime",)
 
-    def __init__(self, runtime: CoordinatorRuntime[GroupCoordinatorShard]) -> None:
+    def __init__(self, runtime: CoordinatorRuntime[TransactionShard]) -> None:
         self._runtime = runtime
 
     def end_offsets(

@@ -81,7 +81,7 @@ from coordinator_server.service.routing import Routing
 from coordinator_server.service.slicing import PAUSE, SliceClock, SlicedRequests, Step, Steps
 from coordinator_server.service.transaction_ends import TransactionEnds
 from coordinator_server.service.transaction_views import TransactionViews
-from coordinator_server.shard import GroupCoordinatorShard
+from coordinator_server.shard import TransactionShard
 from coordinator_server.transactions.metadata import TxnPartitions
 from coordinator_server.transactions.results import (
     AddOffsetsToTxnResult,
@@ -179,7 +179,7 @@ def remote_verdict(
 class TransactionCoordinatorService:
     def __init__(
         self,
-        runtime: CoordinatorRuntime[GroupCoordinatorShard],
+        runtime: CoordinatorRuntime[TransactionShard],
         routing: Routing,
         *,
         limits: RequestLimits,

@@ -57,7 +57,7 @@ from coordinator_server.service.errors import NO_OWNERSHIP, map_operation_error
 from coordinator_server.service.limits import RequestLimits, answer_too_large, too_long
 from coordinator_server.service.replies import Reply, sliced_reply
 from coordinator_server.service.slicing import PAUSE, SliceClock, SlicedRequests, Step, Steps
-from coordinator_server.shard import GroupCoordinatorShard
+from coordinator_server.shard import TransactionShard
 from coordinator_server.transactions.metadata import TransactionState
 from coordinator_server.transactions.results import ListedTransaction, TransactionDescription
 
@@ -82,7 +82,7 @@ _VERSION_1_HINT: Final = (
 class TransactionViews:
     def __init__(
         self,
-        runtime: CoordinatorRuntime[GroupCoordinatorShard],
+        runtime: CoordinatorRuntime[TransactionShard],
         partition_for: Callable[[str], int],
         *,
         log_topic: str,
@@ -442,11 +442,11 @@ def _listed_state(txn: ListedTransaction) -> ListTransactionsResponseState:
 
 def _describe_op(
     transactional_ids: list[str],
-) -> Callable[[GroupCoordinatorShard, int], list[TransactionDescription]]:
+) -> Callable[[TransactionShard, int], list[TransactionDescription]]:
     return lambda shard, offset: shard.describe_transactions(transactional_ids, offset)
 
 
-def _transactional_ids_op(shard: GroupCoordinatorShard, offset: int) -> list[str]:
+def _transactional_ids_op(shard: TransactionShard, offset: int) -> list[str]:
     return shard.transactional_ids(offset)
 
 
@@ -455,7 +455,7 @@ def _list_op(
     states: set[TransactionState] | None,
     producer_ids: set[int],
     duration_ms: int,
-) -> Callable[[GroupCoordinatorShard, int], list[ListedTransaction]]:
+) -> Callable[[TransactionShard, int], list[ListedTransaction]]:
     return lambda shard, offset: shard.list_transactions_of(
         transactional_ids, states, producer_ids, duration_ms, offset
     )

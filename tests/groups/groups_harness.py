@@ -161,7 +161,7 @@ class GroupsContext(ShardTestContext):
     # State.
 
     def group(self, group_id: str = GROUP) -> ClassicGroup:
-        group = self.shard.groups.group(group_id)
+        group = self.shard.managers.groups.group(group_id)
         assert group is not None, f"no group {group_id}"
         return group
 
@@ -169,10 +169,10 @@ class GroupsContext(ShardTestContext):
         return self.group(group_id).state
 
     def find_group(self, group_id: str) -> ClassicGroup | None:
-        return self.shard.groups.group(group_id)
+        return self.shard.managers.groups.group(group_id)
 
     def all_groups(self) -> list[ClassicGroup]:
-        return self.shard.groups.groups()
+        return self.shard.managers.groups.groups()
 
     def group_records(self, since: int = 0) -> list[tuple[str, GroupMetadataValue | None]]:
         return [

@@ -46,7 +46,7 @@ from coordinator_server.records import CoordinatorRecord, decode_record
 from coordinator_server.runtime.clock import ManualClock
 from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.service.replies import PendingReply
-from coordinator_server.shard import GroupCoordinatorShard
+from coordinator_server.shard import LogPartitionShard
 from coordinator_server.storage.memory import InMemoryLog
 
 T = TypeVar("T")
@@ -181,7 +181,7 @@ class ServiceGroupsContext:
 
     def find_group(self, group_id: str) -> ClassicGroup | None:
         shard = self.runtime.shard(self.service_partition(group_id))
-        return None if shard is None else shard.groups.group(group_id)
+        return None if shard is None else shard.managers.groups.group(group_id)
 
     def all_groups(self) -> list[ClassicGroup]:
         runtime = self.runtime
@@ -189,7 +189,7 @@ class ServiceGroupsContext:
         for partition in sorted(runtime.partitions()):
             shard = runtime.shard(partition)
             assert shard is not None, f"partition {partition} is not active"
-            groups.extend(shard.groups.groups())
+            groups.extend(shard.managers.groups.groups())
         return groups
 
     def records_written(self) -> list[CoordinatorRecord]:
@@ -207,7 +207,7 @@ class ServiceGroupsContext:
         return self._app
 
     @property
-    def runtime(self) -> CoordinatorRuntime[GroupCoordinatorShard]:
+    def runtime(self) -> CoordinatorRuntime[LogPartitionShard]:
         runtime = self.app.runtime
         assert runtime is not None
         return runtime
@@ -287,7 +287,7 @@ class ServiceGroupsContext:
         raise AssertionError(f"the runtime was still busy after {_SETTLE_TURNS} loop turns")
 
     @staticmethod
-    def _idle(runtime: CoordinatorRuntime[GroupCoordinatorShard], partition: int) -> bool:
+    def _idle(runtime: CoordinatorRuntime[LogPartitionShard], partition: int) -> bool:
         stats = runtime.partition_stats(partition)
         return stats is None or (
             stats.queued_events == 0

@@ -29,7 +29,7 @@ from coordinator_server.records import (
     OffsetCommitKey,
     new_offset_commit_record,
 )
-from coordinator_server.shard import GROUP_EXPIRATION_KEY
+from coordinator_server.shard.log_partition import GROUP_EXPIRATION_KEY
 
 S = ClassicGroupState
 DAY_MS = 24 * 3600 * 1000
@@ -59,7 +59,7 @@ def test_commit_with_a_generation_to_unknown_group_is_group_id_not_found() -> No
     ctx = GroupsContext()
     response = ctx.commit_offsets({("t", 0): 5}, generation=0, member_id="m")
     assert code_of(response) == ErrorCode.GROUP_ID_NOT_FOUND
-    assert ctx.shard.groups.group(GROUP) is None
+    assert ctx.shard.managers.groups.group(GROUP) is None
 
 
 # C2: commits of group members.
@@ -140,7 +140,7 @@ def test_fetch_of_a_dead_group_gives_minus_one() -> None:  # C7, B26
     ctx = GroupsContext()
     ctx.commit_offsets({("t", 0): 1})
     ctx.commit()
-    ctx.shard.groups.on_unloaded()
+    ctx.shard.managers.groups.on_unloaded()
     assert ctx.fetch({"t": [0]}, latest=True) == {("t", 0): -1}
     assert ctx.fetch(latest=True) == {}
 
@@ -228,7 +228,7 @@ def test_simple_group_offsets_expire_from_their_commit_then_the_group_goes() -> 
         (OffsetCommitKey(GROUP, "t", 1), None),
         (GroupMetadataKey(GROUP), None),
     ]
-    assert ctx.shard.groups.group(GROUP) is None
+    assert ctx.shard.managers.groups.group(GROUP) is None
     assert ctx.fetch(latest=True) == {}
 
 
@@ -250,7 +250,7 @@ def test_empty_group_offsets_expire_from_when_it_became_empty() -> None:  # C14
     assert ctx.fetch(latest=True) == {("t", 0): 1}
     ctx.sleep(2 * INTERVAL_MS)
     assert ctx.fetch(latest=True) == {}
-    assert ctx.shard.groups.group(GROUP) is None
+    assert ctx.shard.managers.groups.group(GROUP) is None
 
 
 def test_stable_consumer_group_expires_only_offsets_of_topics_nobody_subscribes() -> None:
@@ -312,7 +312,7 @@ def test_delete_groups() -> None:
         (GroupMetadataKey("simple"), None),
     ]
     ctx.commit()
-    assert ctx.shard.groups.group("simple") is None
+    assert ctx.shard.managers.groups.group("simple") is None
     assert ctx.fetch({"t": [0]}, group="simple") == {("t", 0): -1}
     (described,) = ctx.shard.describe_groups(["simple"], ctx.registry.committed_offset)
     assert (described.error_code, described.group_state) == (ErrorCode.GROUP_ID_NOT_FOUND, "Dead")
@@ -444,7 +444,7 @@ def test_unload_makes_groups_dead_and_names_the_parked_callers() -> None:
     ctx = GroupsContext()
     members, generation = ctx.stable_group(2)
     parked = ctx.join(join_request(members[0]))
-    completions = ctx.shard.groups.on_unloaded()
+    completions = ctx.shard.managers.groups.on_unloaded()
     assert [handle for handle, _ in completions] == [parked.handle]
     assert completions[0][1].error_code == ErrorCode.NOT_COORDINATOR  # type: ignore[attr-defined]
     assert ctx.state() is S.DEAD

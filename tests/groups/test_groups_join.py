@@ -32,7 +32,7 @@ def test_session_timeout_outside_the_range_is_invalid_session_timeout() -> None:
     for session_ms in (5999, 30001):
         response = join_response(ctx.join(join_request(session_ms=session_ms)))
         assert response.error_code == ErrorCode.INVALID_SESSION_TIMEOUT
-    assert ctx.shard.groups.group(GROUP) is None
+    assert ctx.shard.managers.groups.group(GROUP) is None
     assert ctx.records_written() == []
     ok = join_response(ctx.join(join_request(session_ms=30000)))
     assert ok.error_code == ErrorCode.MEMBER_ID_REQUIRED
@@ -55,7 +55,7 @@ def test_join_with_a_member_id_to_an_unknown_group_is_unknown_member_id() -> Non
     response = join_response(ctx.join(join_request("someone")))
     assert response.error_code == ErrorCode.UNKNOWN_MEMBER_ID
     assert response.member_id == "someone"
-    assert ctx.shard.groups.group(GROUP) is None
+    assert ctx.shard.managers.groups.group(GROUP) is None
     assert ctx.records_written() == []
 
 
@@ -64,7 +64,7 @@ def test_failed_append_of_a_new_group_removes_it_and_fails_the_join() -> None:  
     error = NotEnoughReplicasError("down")
     parked = ctx.fail_append_parkable(lambda s, h: s.join_group(RC, join_request(), h), error)
     assert parked.response is error
-    assert ctx.shard.groups.group(GROUP) is None
+    assert ctx.shard.managers.groups.group(GROUP) is None
 
 
 # B6: member ids are the client id (or instance id) and a UUID.

@@ -116,7 +116,7 @@ def test_admin_removal_of_a_static_member_by_instance_id() -> None:  # B22, B23
 def test_leave_of_a_dead_group_is_coordinator_not_available() -> None:  # B22, B2
     ctx = GroupsContext()
     ctx.stable_group(1)
-    ctx.shard.groups.on_unloaded()
+    ctx.shard.managers.groups.on_unloaded()
     assert ctx.leave(("x", None)).error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 

@@ -22,7 +22,7 @@ from coordinator_server.groups.admin_views import list_filter
 from coordinator_server.groups.answer_sizes import ENVELOPE_BYTES
 from coordinator_server.groups.classic import ClassicGroupState as S
 from coordinator_server.runtime.api import ShardContext
-from coordinator_server.shard import GroupCoordinatorShard, ShardConfig
+from coordinator_server.shard import LogPartitionShard, ShardConfig
 
 
 class CountedGroupsContext(GroupsContext):
@@ -34,10 +34,10 @@ class CountedGroupsContext(GroupsContext):
 
     def _build(self) -> None:
         super()._build()
-        self.shard = GroupCoordinatorShard(
+        self.shard = LogPartitionShard(
             ShardContext(0, self.clock, self.timer, self.registry),
             self.config,
-            group_count=lambda: self.others + self.shard.groups.num_groups(),
+            group_count=lambda: self.others + self.shard.managers.groups.num_groups(),
         )
 
 
@@ -47,7 +47,7 @@ def test_a_join_that_would_create_a_group_beyond_max_groups_is_a_policy_violatio
     refused = join_response(ctx.join(join_request(group="new")))
     assert refused.error_code == ErrorCode.POLICY_VIOLATION
     assert refused.error_message is not None and "max_groups 3" in refused.error_message
-    assert ctx.shard.groups.group("new") is None
+    assert ctx.shard.managers.groups.group("new") is None
     assert not [g for g, _ in ctx.group_records() if g == "new"]
     # The groups that exist go on: a new member joins the existing group.
     _, parked = ctx.join_new(group="mine")
@@ -63,7 +63,7 @@ def test_a_commit_that_would_create_a_group_beyond_max_groups_is_refused_per_par
     assert ctx.commit_offsets({("t", 0): 1}, group="first").topics[0].partitions[0].error_code == 0
     response = ctx.commit_offsets({("t", 0): 1, ("t", 1): 2}, group="second")
     assert {p.error_code for p in response.topics[0].partitions} == {ErrorCode.POLICY_VIOLATION}
-    assert ctx.shard.groups.group("second") is None
+    assert ctx.shard.managers.groups.group("second") is None
     # A group that exists takes commits whatever the count.
     again = ctx.commit_offsets({("t", 1): 5}, group="first")
     assert again.topics[0].partitions[0].error_code == ErrorCode.NONE
@@ -76,7 +76,7 @@ def test_a_log_written_under_a_higher_max_groups_loads_whole() -> None:
     ctx.stable_group(2, group="members")
     ctx.config = shard_config(max_groups=2)
     ctx.reload()
-    assert ctx.shard.groups.num_groups() == 6
+    assert ctx.shard.managers.groups.num_groups() == 6
     assert ctx.fetch({"t": [0]}, group="g4") == {("t", 0): 4}
     # Beyond the limit now: no new group, the loaded ones served.
     assert join_response(ctx.join(join_request(group="new"))).error_code == (
@@ -133,7 +133,7 @@ def test_a_new_group_refused_for_its_answer_size_is_not_created() -> None:
     ctx = GroupsContext(max_response_bytes=10_000)
     refused = join_response(static_join(ctx, "i", b"x" * 20_000))
     assert refused.error_code == ErrorCode.GROUP_MAX_SIZE_REACHED
-    assert ctx.shard.groups.group(GROUP) is None
+    assert ctx.shard.managers.groups.group(GROUP) is None
     assert ctx.log == []
 
 

@@ -5,7 +5,7 @@ Production's route (`ServiceGroupsContext`: the server's wiring, the runtime, th
 log) runs random requests that write every record type: offset commits (as runs) and their
 tombstones (OffsetDelete, DeleteGroups, expiration), GroupMetadata records of forming and
 emptied groups and their tombstones (DeleteGroups, expiration), some appends failing. Every
-call of `GroupCoordinatorShard.replay` is recorded with the bytes of what it was given. At
+call of `LogPartitionShard.replay` is recorded with the bytes of what it was given. At
 each restart, and at the end:
 
 - what the live shard replayed, offset by offset (a reverted replay overwritten by the
@@ -42,7 +42,7 @@ from coordinator_protocol.messages import (
 from coordinator_server.groups.classic import ClassicGroupState
 from coordinator_server.records import CoordinatorRecord, OffsetCommitValue
 from coordinator_server.runtime.api import RecordRun, encode_records
-from coordinator_server.shard import GroupCoordinatorShard
+from coordinator_server.shard import LogPartitionShard
 from coordinator_server.storage.api import RawRecord
 
 GROUPS = ("g1", "g2", "g3")
@@ -52,30 +52,30 @@ SESSION_MS = 10**9
 
 
 class ReplaySpy:
-    """Every call of GroupCoordinatorShard.replay, by shard: (offset, the bytes of what it
+    """Every call of LogPartitionShard.replay, by shard: (offset, the bytes of what it
     replayed, one pair per record)."""
 
     def __init__(self) -> None:
-        self.calls: dict[GroupCoordinatorShard, list[tuple[int, list[RawRecord]]]] = {}
+        self.calls: dict[LogPartitionShard, list[tuple[int, list[RawRecord]]]] = {}
 
     @contextmanager
     def installed(self) -> Iterator[None]:
-        original = GroupCoordinatorShard.replay
+        original = LogPartitionShard.replay
 
         def replay(
-            shard: GroupCoordinatorShard, offset: int, record: CoordinatorRecord | RecordRun
+            shard: LogPartitionShard, offset: int, record: CoordinatorRecord | RecordRun
         ) -> None:
             records = record if isinstance(record, RecordRun) else [record]
             self.calls.setdefault(shard, []).append((offset, list(encode_records(records))))
             original(shard, offset, record)
 
-        GroupCoordinatorShard.replay = replay  # type: ignore[method-assign]
+        LogPartitionShard.replay = replay  # type: ignore[method-assign]
         try:
             yield
         finally:
-            GroupCoordinatorShard.replay = original  # type: ignore[method-assign]
+            LogPartitionShard.replay = original  # type: ignore[method-assign]
 
-    def replayed(self, shard: GroupCoordinatorShard) -> list[tuple[int, list[RawRecord]]]:
+    def replayed(self, shard: LogPartitionShard) -> list[tuple[int, list[RawRecord]]]:
         return self.calls.get(shard, [])
 
 
@@ -189,7 +189,7 @@ def start(partitions: int) -> ServiceGroupsContext:
     )
 
 
-def shards(ctx: ServiceGroupsContext) -> dict[int, GroupCoordinatorShard]:
+def shards(ctx: ServiceGroupsContext) -> dict[int, LogPartitionShard]:
     runtime = ctx.runtime
     found = {}
     for partition in sorted(runtime.partitions()):
@@ -199,15 +199,15 @@ def shards(ctx: ServiceGroupsContext) -> dict[int, GroupCoordinatorShard]:
     return found
 
 
-def state_of(shard: GroupCoordinatorShard) -> tuple[dict[Any, OffsetCommitValue], dict[str, Any]]:
+def state_of(shard: LogPartitionShard) -> tuple[dict[Any, OffsetCommitValue], dict[str, Any]]:
     """Every offset of the shard, whole, and every group as its record keeps it."""
     offsets = {
         (group, topic, partition): value
-        for group, timeline in shard.offsets._offsets.items()
+        for group, timeline in shard.managers.offsets._offsets.items()
         for (topic, partition), value in timeline.items()
     }
     groups = {}
-    for group in shard.groups.groups():
+    for group in shard.managers.groups.groups():
         assert group.state in (ClassicGroupState.STABLE, ClassicGroupState.EMPTY), group
         groups[group.group_id] = group.persisted_view()
     return offsets, groups

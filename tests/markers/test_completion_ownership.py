@@ -19,7 +19,7 @@ from coordinator_server.records import TransactionValue, new_transaction_record
 from coordinator_server.runtime.api import CoordinatorResult
 from coordinator_server.runtime.clock import ManualClock
 from coordinator_server.runtime.runtime import CoordinatorRuntime
-from coordinator_server.shard import GroupCoordinatorShard, ShardConfig
+from coordinator_server.shard import LogPartitionShard, ShardConfig
 from coordinator_server.storage.memory import InMemoryLog
 from coordinator_server.transactions.metadata import TransactionState
 from coordinator_server.transactions.results import TransactionsConfig
@@ -36,8 +36,8 @@ PREPARED_MS = 1_700_000_000_000
 class Node:
     def __init__(self) -> None:
         self.lease = True
-        self.runtime = CoordinatorRuntime[GroupCoordinatorShard](
-            shard_builder=lambda context: GroupCoordinatorShard(
+        self.runtime = CoordinatorRuntime[LogPartitionShard](
+            shard_builder=lambda context: LogPartitionShard(
                 context, ShardConfig(transactions=TransactionsConfig(num_partitions=2))
             ),
             writer=(log := InMemoryLog(2)).writer,

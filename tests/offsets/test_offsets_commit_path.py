@@ -28,7 +28,7 @@ from coordinator_server.records import (
     decode_record,
     encode_record,
 )
-from coordinator_server.shard import GroupCoordinatorShard, ShardConfig
+from coordinator_server.shard import LogPartitionShard, ShardConfig
 
 GROUPS = ("g1", "g2")
 MAX_METADATA = 3
@@ -64,10 +64,10 @@ def answers(response: OffsetCommitResponse) -> list[tuple[str, int, int]]:
     ]
 
 
-def state_of(shard: GroupCoordinatorShard, offset: int | None = None) -> State:
+def state_of(shard: LogPartitionShard, offset: int | None = None) -> State:
     """Every committed offset of every group, whole values, latest or as of `offset`."""
     state: State = {}
-    offsets = shard.offsets
+    offsets = shard.managers.offsets
     for group in GROUPS:
         timeline = offsets._offsets.get(group)
         if timeline is None:
@@ -78,8 +78,8 @@ def state_of(shard: GroupCoordinatorShard, offset: int | None = None) -> State:
     return state
 
 
-def groups_of(shard: GroupCoordinatorShard) -> dict[str, tuple[object, ...]]:
-    return {group.group_id: group.persisted_view() for group in shard.groups.groups()}
+def groups_of(shard: LogPartitionShard) -> dict[str, tuple[object, ...]]:
+    return {group.group_id: group.persisted_view() for group in shard.managers.groups.groups()}
 
 
 def test_a_commit_writes_the_bytes_of_its_records_in_request_order() -> None:
@@ -119,7 +119,7 @@ def test_a_commit_with_every_partition_refused_writes_nothing_and_creates_no_gro
     )
     assert {code for _, _, code in answers(response)} == {ErrorCode.OFFSET_METADATA_TOO_LARGE}
     assert ctx.log == []
-    assert ctx.shard.groups.group("g1") is None
+    assert ctx.shard.managers.groups.group("g1") is None
 
 
 def test_commits_of_the_same_partitions_get_equal_answers() -> None:
@@ -150,7 +150,7 @@ def test_a_failed_append_of_a_commit_leaves_nothing_of_it() -> None:
     )
     assert state_of(ctx.shard) == before
     assert groups_of(ctx.shard) == groups
-    assert ctx.shard.groups.group("g2") is None
+    assert ctx.shard.managers.groups.group("g2") is None
     assert ctx.registry.uncommitted_changes == 0
 
 
@@ -268,8 +268,8 @@ def test_offsets_of_every_group_share_one_string_per_topic_name() -> None:
         topic = "".join(["top", "ic"])
         ctx.write(lambda s, g=group, t=topic: s.commit_offset(request(g, [(t, 0, 1, None)])))
 
-    def topic_names(shard: GroupCoordinatorShard) -> list[str]:
-        return [topic for group in GROUPS for (topic, _) in shard.offsets._offsets[group]]
+    def topic_names(shard: LogPartitionShard) -> list[str]:
+        return [topic for group in GROUPS for (topic, _) in shard.managers.offsets._offsets[group]]
 
     first, second = topic_names(ctx.shard)
     assert first == second == "topic" and first is second
@@ -280,7 +280,7 @@ def test_offsets_of_every_group_share_one_string_per_topic_name() -> None:
 
 def test_a_load_holds_a_bounded_run_of_a_group_s_commits_and_replays_all_of_it() -> None:
     from coordinator_server.records import new_offset_commit_tombstone_record
-    from coordinator_server.shard import LOAD_RUN_LIMIT
+    from coordinator_server.shard.log_partition import LOAD_RUN_LIMIT
 
     ctx = ShardTestContext(CONFIG)
     ctx.registry.set_tracking(False)

@@ -55,7 +55,7 @@ def commit(
 
 
 def held(ctx: ShardTestContext, group: str) -> set[tuple[str, int]]:
-    offsets = ctx.shard.offsets._offsets.get(group)
+    offsets = ctx.shard.managers.offsets._offsets.get(group)
     return set() if offsets is None else set(offsets.keys())
 
 
@@ -206,7 +206,7 @@ def test_delete_groups_within_a_record_budget_deletes_a_prefix() -> None:
     results = ctx.write(lambda s: s.delete_groups(["a", "b", "c"], max_records=15))
     # "a" makes 11 tombstones, under 15: "b" is deleted too; then the budget is spent.
     assert [r.group_id for r in results] == ["a", "b"]
-    assert ctx.shard.groups.group("c") is not None
+    assert ctx.shard.managers.groups.group("c") is not None
 
 
 def test_fetch_stops_at_its_byte_limit_and_shares_the_answer_of_a_repeated_partition() -> None:

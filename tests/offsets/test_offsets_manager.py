@@ -226,7 +226,7 @@ def test_revert_restores_the_committed_offsets() -> None:
     ctx.write(lambda s: s.commit_offset(commit_request("new", {("t", 0): 3})))
     ctx.revert_to(base)
     assert fetch(ctx, "g", committed=False) == {("t", 0): (1, -1, "")}
-    assert not ctx.shard.offsets.group_exists("new")
+    assert not ctx.shard.managers.offsets.group_exists("new")
 
 
 def test_tombstone_deletes_and_reload_rebuilds_the_same_state() -> None:

@@ -42,7 +42,7 @@ UNSTABLE = ErrorCode.UNSTABLE_OFFSET_COMMIT
 
 
 def committed(ctx: ShardTestContext, group: str, topic: str, partition: int) -> int | None:
-    value = ctx.shard.offsets.committed_offset(group, topic, partition)
+    value = ctx.shard.managers.offsets.committed_offset(group, topic, partition)
     return None if value is None else value.offset
 
 
@@ -83,7 +83,7 @@ def test_unknown_group_with_a_generation_is_illegal_generation() -> None:
 def test_unknown_group_without_generation_becomes_a_simple_group() -> None:
     ctx = ShardTestContext()
     assert txn_commit(ctx, "foo", 7, {("bar", 0): 100}) == {("bar", 0): NONE}
-    group = ctx.shard.groups.group("foo")
+    group = ctx.shard.managers.groups.group("foo")
     assert group is not None and group.state is ClassicGroupState.EMPTY
 
 
@@ -268,7 +268,7 @@ def test_end_marker_commits_one_producer_and_aborts_another() -> None:
         new_offset_commit_record("foo", "bar", 0, 100, 1, "metadata", now),
     ]
     assert committed(ctx, "foo", "bar", 0) == 100
-    assert ctx.shard.offsets.pending.get(5, "foo", "bar", 0) is None
+    assert ctx.shard.managers.offsets.pending.get(5, "foo", "bar", 0) is None
 
     start = ctx.end_offset
     assert end_txn(ctx, 6, False) == NONE
@@ -357,11 +357,11 @@ def test_expiration_spares_offsets_with_pending_ones_and_their_group() -> None:
     # foo-1 expired; foo-0 has a pending offset; the group stays.
     assert committed(ctx, "group-id", "foo", 0) == 100
     assert committed(ctx, "group-id", "foo", 1) is None
-    assert ctx.shard.groups.group("group-id") is not None
+    assert ctx.shard.managers.groups.group("group-id") is not None
     end_txn(ctx, 10, False)
     ctx.sleep(1000)
     assert committed(ctx, "group-id", "foo", 0) is None
-    assert ctx.shard.groups.group("group-id") is None
+    assert ctx.shard.managers.groups.group("group-id") is None
 
 
 def test_a_group_with_only_pending_offsets_is_not_deleted_by_expiration() -> None:
@@ -372,7 +372,7 @@ def test_a_group_with_only_pending_offsets_is_not_deleted_by_expiration() -> Non
         ctx.config.groups.offsets_retention_ms
         + ctx.config.groups.offsets_retention_check_interval_ms
     )
-    assert ctx.shard.groups.group("g") is not None
+    assert ctx.shard.managers.groups.group("g") is not None
     end_txn(ctx, 10, True)
     assert committed(ctx, "g", "foo", 0) == 1
 
@@ -402,7 +402,7 @@ def test_delete_group_tombstones_its_pending_offsets() -> None:
     # The transaction's end then commits only what is left: the other group's offset.
     end_txn(ctx, 5, True)
     assert committed(ctx, "foo", "bar", 1) is None
-    assert ctx.shard.groups.group("foo") is None
+    assert ctx.shard.managers.groups.group("foo") is None
     assert committed(ctx, "other", "bar", 0) == 1
 
 
@@ -462,6 +462,6 @@ def test_pending_value_is_the_committed_value() -> None:
     ctx = ShardTestContext()
     txn_commit(ctx, "g", 5, {("t", 0): 2}, metadata=None, leader_epoch=-1)
     end_txn(ctx, 5, True)
-    assert ctx.shard.offsets.committed_offset("g", "t", 0) == OffsetCommitValue(
+    assert ctx.shard.managers.offsets.committed_offset("g", "t", 0) == OffsetCommitValue(
         2, -1, "", ctx.clock.now_ms()
     )

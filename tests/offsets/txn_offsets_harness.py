@@ -138,7 +138,7 @@ def fetch_at(
 
 
 def committed_state(ctx: ShardTestContext) -> dict[tuple[str, str, int], OffsetCommitValue]:
-    offsets = ctx.shard.offsets
+    offsets = ctx.shard.managers.offsets
     return {
         (group, topic, partition): value
         for group in offsets.groups()
@@ -152,7 +152,7 @@ def pending_state(
     """Per partition, its pending offsets in record order: (producer id, producer epoch,
     value, superseded)."""
     state = {}
-    for group, offsets in ctx.shard.offsets.pending.by_group.items():
+    for group, offsets in ctx.shard.managers.offsets.pending.by_group.items():
         for (topic, partition), entries in offsets.items():
             if entries:
                 state[(group, topic, partition)] = [

@@ -169,9 +169,9 @@ def test_compacting_the_log_keeps_the_state_it_replays_to(
     for g in ("a", "b"):
         for t in ("t", "u"):
             for p in range(3):
-                assert full.shard.offsets.committed_offset(
+                assert full.shard.managers.offsets.committed_offset(
                     g, t, p
-                ) == small.shard.offsets.committed_offset(g, t, p)
+                ) == small.shard.managers.offsets.committed_offset(g, t, p)
 
 
 # Any text msgpack can carry (no lone surrogates), of lengths across every str header.

@@ -57,7 +57,7 @@ from coordinator_server.runtime.api import RequestContext  # noqa: E402
 from coordinator_server.runtime.clock import SystemClock  # noqa: E402
 from coordinator_server.runtime.runtime import CoordinatorRuntime  # noqa: E402
 from coordinator_server.service.replies import PendingReply  # noqa: E402
-from coordinator_server.shard import GroupCoordinatorShard, ShardConfig  # noqa: E402
+from coordinator_server.shard import LogPartitionShard, ShardConfig  # noqa: E402
 from coordinator_server.storage.memory import InMemoryLog  # noqa: E402
 
 RC = RequestContext(client_id="bench", client_host="/127.0.0.1")
@@ -224,8 +224,8 @@ async def bench_load(records: int) -> float:
             for p in range(PARTITIONS)
         )
     await log.writer.append(0, entries)
-    runtime: CoordinatorRuntime[GroupCoordinatorShard] = CoordinatorRuntime(
-        shard_builder=lambda context: GroupCoordinatorShard(context, ShardConfig()),
+    runtime: CoordinatorRuntime[LogPartitionShard] = CoordinatorRuntime(
+        shard_builder=lambda context: LogPartitionShard(context, ShardConfig()),
         writer=log.writer,
         loader=log.loader,
         clock=SystemClock(),

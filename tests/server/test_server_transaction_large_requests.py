@@ -36,7 +36,7 @@ from coordinator_server.records import TransactionValue, new_transaction_record
 from coordinator_server.runtime.api import CoordinatorResult
 from coordinator_server.service import slicing
 from coordinator_server.service.transaction_service import TransactionCoordinatorService
-from coordinator_server.shard import GroupCoordinatorShard
+from coordinator_server.shard import LogPartitionShard
 from coordinator_server.storage.memory import InMemoryLog
 
 pytestmark = pytest.mark.timeout(120)
@@ -318,7 +318,7 @@ async def seed_transactional_ids(
             chunk = partition_ids[start : start + 5000]
 
             def write(
-                shard: GroupCoordinatorShard, chunk: list[tuple[int, str]] = chunk
+                shard: LogPartitionShard, chunk: list[tuple[int, str]] = chunk
             ) -> CoordinatorResult[None]:
                 return CoordinatorResult(
                     [

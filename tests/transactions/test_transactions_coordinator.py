@@ -42,7 +42,7 @@ def test_null_transactional_id_gets_the_next_producer_id_of_the_partition_range(
     assert answers == [InitProducerIdResult(ErrorCode.NONE, first + i, 0) for i in range(3)]
     # One block reserved, with one record; the other ids come out of it without records.
     assert [r.key for r in ctx.records_written()] == [ProducerIdBlockKey()]
-    assert ctx.shard.transactions.producer_ids.next_block_start == first + BLOCK_SIZE
+    assert ctx.shard.managers.transactions.producer_ids.next_block_start == first + BLOCK_SIZE
 
 
 def test_init_pid_with_epoch_zero_for_new_transactional_id() -> None:
@@ -416,10 +416,10 @@ def test_abort_expired_transactions_in_ongoing_state_and_bump_epoch() -> None:
     # A sweep after a load finds it the same: an abort of a timed-out transaction.
     assert ctx.shard.pending_completions() == list(completions)
     assert (txn(ctx).state, txn(ctx).producer_epoch) == (S.PREPARE_ABORT, 6)
-    assert ctx.shard.transactions.aborted_by_timeout == 1
+    assert ctx.shard.managers.transactions.aborted_by_timeout == 1
     # The aborted transaction is not aborted again while its markers are on their way.
     ctx.sleep(10_000)
-    assert ctx.shard.transactions.aborted_by_timeout == 1
+    assert ctx.shard.managers.transactions.aborted_by_timeout == 1
 
 
 def test_only_an_abort_past_the_timeout_is_a_timed_out_one() -> None:
@@ -460,9 +460,9 @@ def test_transactional_ids_expire_when_idle() -> None:
     seed(ctx, S.PREPARE_COMMIT, tid="preparing")
     seed(ctx, S.ONGOING, tid="ongoing", start_ms=ctx.clock.now_ms() + 10**9)
     ctx.sleep(50_000)
-    assert ctx.shard.transactions.num_transactional_ids() == 4
+    assert ctx.shard.managers.transactions.num_transactional_ids() == 4
     ctx.sleep(50_000)
-    remaining = {t.transactional_id for t in ctx.shard.transactions.transactions()}
+    remaining = {t.transactional_id for t in ctx.shard.managers.transactions.transactions()}
     assert remaining == {"preparing", "ongoing"}
     tombstones = [r.key for r in ctx.records_written() if r.value is None]
     assert set(tombstones) == {TransactionKey("done"), TransactionKey("empty")}
@@ -576,7 +576,7 @@ def test_a_request_that_needs_a_new_id_and_brings_none_writes_nothing() -> None:
         assert answer.needs_producer_id
         assert answer.error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
     assert ctx.end_offset == end
-    assert ctx.shard.transactions.transaction(TID) is None
+    assert ctx.shard.managers.transactions.transaction(TID) is None
     # Exhausted epochs need a new id too.
     seed(ctx, S.EMPTY, producer_epoch=MAX_EPOCH - 1)
     assert ctx.write(lambda s: s.init_producer_id(TID, TIMEOUT_MS)).needs_producer_id

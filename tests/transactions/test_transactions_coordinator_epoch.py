@@ -6,11 +6,8 @@ from __future__ import annotations
 from shard_context import ShardTestContext
 
 from coordinator_server.records import new_partition_ownership_record
-from coordinator_server.shard import (
-    COORDINATOR_EPOCH_ORIGIN_MS,
-    ShardConfig,
-    takeover_coordinator_epoch,
-)
+from coordinator_server.shard import ShardConfig, takeover_coordinator_epoch
+from coordinator_server.shard.log_partition import COORDINATOR_EPOCH_ORIGIN_MS
 
 DAY_MS = 86_400_000
 

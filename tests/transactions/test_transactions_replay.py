@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from shard_context import ShardTestContext
 from txn_harness import TIMEOUT_MS, txn_context
 
-from coordinator_server.shard import GroupCoordinatorShard
+from coordinator_server.shard import LogPartitionShard
 from coordinator_server.transactions.metadata import VALID_PREVIOUS_STATES
 
 IDS = ("a", "b", None)
@@ -31,7 +31,7 @@ def _operation(ctx: ShardTestContext, kind: str, tid: str | None, flag: bool) ->
     shard = ctx.shard
     if tid is None or kind == "init":
         return lambda s: s.init_producer_id(tid, TIMEOUT_MS)
-    txn = shard.transactions.transaction(tid)
+    txn = shard.managers.transactions.transaction(tid)
     pid, epoch = (-1, -1) if txn is None else (txn.producer_id, txn.producer_epoch)
     if kind == "resume":
         return lambda s: s.init_producer_id(tid, TIMEOUT_MS, pid, epoch)
@@ -44,8 +44,8 @@ def _operation(ctx: ShardTestContext, kind: str, tid: str | None, flag: bool) ->
     return lambda s: s.complete_txn(tid, pid, epoch, flag)
 
 
-def _state(shard: GroupCoordinatorShard) -> tuple[Any, ...]:
-    txns = shard.transactions
+def _state(shard: LogPartitionShard) -> tuple[Any, ...]:
+    txns = shard.managers.transactions
     return (
         sorted(txns.transactions(), key=lambda t: t.transactional_id),
         txns.producer_ids.next_block_start,
@@ -62,7 +62,9 @@ def test_the_loaded_state_is_the_live_state(plan: list[tuple[str, str | None, bo
         if kind == "sleep":
             ctx.sleep(TIMEOUT_MS if flag else 1)
             continue
-        before = {t.transactional_id: t.state for t in ctx.shard.transactions.transactions()}
+        before = {
+            t.transactional_id: t.state for t in ctx.shard.managers.transactions.transactions()
+        }
         operation = _operation(ctx, kind, tid, flag)
         if fail:
             state = _state(ctx.shard)
@@ -77,7 +79,7 @@ def test_the_loaded_state_is_the_live_state(plan: list[tuple[str, str | None, bo
             handed_out.add(answer.producer_id)
         elif kind in ("init", "resume") and answer.error == 0:
             assert answer.producer_id not in handed_out
-        for txn in ctx.shard.transactions.transactions():
+        for txn in ctx.shard.managers.transactions.transactions():
             previous = before.get(txn.transactional_id)
             if previous is not None and previous is not txn.state:
                 assert previous in VALID_PREVIOUS_STATES[txn.state] or (
@@ -94,12 +96,12 @@ def test_the_loaded_state_is_the_live_state(plan: list[tuple[str, str | None, bo
     # The load resumes the transactions whose markers are owed.
     assert {c.transactional_id for c in ctx.shard.pending_completions()} == {
         t.transactional_id
-        for t in ctx.shard.transactions.transactions()
+        for t in ctx.shard.managers.transactions.transactions()
         if t.state.kafka_name.startswith("Prepare")
     }
 
 
-def _producer_ids(shard: GroupCoordinatorShard) -> set[int]:
-    return {t.producer_id for t in shard.transactions.transactions()} | {
-        t.previous_producer_id for t in shard.transactions.transactions()
+def _producer_ids(shard: LogPartitionShard) -> set[int]:
+    return {t.producer_id for t in shard.managers.transactions.transactions()} | {
+        t.previous_producer_id for t in shard.managers.transactions.transactions()
     }

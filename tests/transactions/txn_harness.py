@@ -62,6 +62,6 @@ def seed(
 
 
 def txn(ctx: ShardTestContext, tid: str = TID) -> TransactionMetadata:
-    metadata = ctx.shard.transactions.transaction(tid)
+    metadata = ctx.shard.managers.transactions.transaction(tid)
     assert metadata is not None
     return metadata
