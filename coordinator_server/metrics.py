@@ -54,6 +54,11 @@ class Histogram:
         self._total = 0.0
         self._pending: list[float] = []
 
+    @property
+    def pending(self) -> int:
+        """Observations not in their buckets yet (fewer than PENDING_OBSERVATIONS)."""
+        return len(self._pending)
+
     def observe(self, value: float) -> None:
         pending = self._pending
         pending.append(value)
@@ -133,6 +138,11 @@ class ServerMetrics:
         self._latency: dict[int, Histogram] = {}
         self._pending: list[tuple[int, int, float]] = []
 
+    @property
+    def pending(self) -> int:
+        """Answered requests not counted yet (fewer than PENDING_OBSERVATIONS)."""
+        return len(self._pending)
+
     def request_done(self, api_key: int, error_code: int, seconds: float) -> None:
         pending = self._pending
         pending.append((api_key, error_code, seconds))
@@ -203,6 +213,12 @@ class RuntimeMetrics:
 
     def append_failed(self) -> None:
         self.append_failures += 1
+
+    @property
+    def pending(self) -> int:
+        """Operations that ran and are not in the histograms yet (fewer than
+        PENDING_OBSERVATIONS)."""
+        return len(self._processing)
 
     def event_ran(self, queued_seconds: float, processing_seconds: float) -> None:
         processing = self._processing

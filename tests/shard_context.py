@@ -128,9 +128,10 @@ class ShardTestContext:
         self.config = config or ShardConfig()
         self.clock = ManualClock(start_ms=1_700_000_000_000)
         self.log: list[tuple[bytes, bytes | None]] = []
-        self._build()
+        self.build()
 
-    def _build(self) -> None:
+    def build(self) -> None:
+        """A fresh shard on a fresh registry and timer (the clock goes on)."""
         self.registry = SnapshotRegistry()
         self.timer = MockTimer(self.clock)
         self.shard = LogPartitionShard(
@@ -241,7 +242,7 @@ class ShardTestContext:
     def reload(self) -> None:
         """Throw the shard away and rebuild it from the committed log, as a load does."""
         self.commit()
-        self._build()
+        self.build()
         self.registry.set_tracking(False)
         # The runtime's load hands the shard the records as the log holds them.
         sink = self.shard.load_replay()

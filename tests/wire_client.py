@@ -68,6 +68,11 @@ class WireClient:
     def send_raw(self, data: bytes) -> None:
         self.writer.write(data)
 
+    @property
+    def closed(self) -> bool:
+        """Whether the connection is closed (by the server, or by `close`)."""
+        return self._reader_task.done()
+
     async def closed_by_server(self, timeout: float = 5) -> bool:
         """True once the server has closed the connection."""
         try:

@@ -80,7 +80,7 @@ class ClusterNode:
         self._runtime = runtime
         self.takeover = Takeover(log, node.node_id, self._owns, now_ms)
         self.ownership = PartitionOwnership(
-            runtime, self._take_over, self._hand_over, stopped=stopped
+            runtime, self.take_over, self.hand_over, stopped=stopped
         )
         self.standby = StandbyPartitions(
             runtime, self.ownership.wait_first_loads, enabled=settings.standby
@@ -131,7 +131,9 @@ class ClusterNode:
     def nodes(self) -> list[NodeAddress]:
         return self._nodes
 
-    async def _take_over(self, partition: int) -> None:
+    async def take_over(self, partition: int) -> None:
+        """Take `partition` over (Kafka's producer fencing, then the ownership record), counted
+        in the metrics; what the ownership calls for each partition the view gives this node."""
         try:
             await self.takeover.acquire(partition)
         except asyncio.CancelledError:
@@ -142,7 +144,8 @@ class ClusterNode:
             raise
         self.metrics.takeover_done()
 
-    def _hand_over(self, partition: int) -> None:
+    def hand_over(self, partition: int) -> None:
+        """Let `partition` go, counted in the metrics: for each partition the view takes away."""
         self.metrics.partition_lost()
         self.takeover.release(partition)
 

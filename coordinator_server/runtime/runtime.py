@@ -281,6 +281,11 @@ class CoordinatorRuntime(Generic[S]):
         self._log.info("partition=%d unloading (epoch %s)", partition, epoch)
         self._close_context(context)
 
+    def context(self, partition: int) -> CoordinatorContext | None:
+        """The partition's context (its state, epochs and queue), None when the runtime
+        holds none: for tests and a debugger; the runtime alone moves it."""
+        return self._contexts.get(partition)
+
     def partition_state(self, partition: int) -> CoordinatorState | None:
         context = self._contexts.get(partition)
         return None if context is None else context.state

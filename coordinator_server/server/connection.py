@@ -399,7 +399,7 @@ class CoordinatorConnection(asyncio.Protocol):
         self._outgoing_bytes += len(frame)
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
+            self._loop.call_soon(self.flush)
 
     def _respond(self, header: RequestHeader, body: dict[str, object], started: float) -> None:
         payload = encode_response(header.correlation_id, body)
@@ -416,7 +416,7 @@ class CoordinatorConnection(asyncio.Protocol):
         self._outgoing_bytes += len(frame)
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
+            self._loop.call_soon(self.flush)
 
     def _too_large(self, header: RequestHeader, size: int) -> dict[str, object]:
         """Kafka's answer to a message over a size limit, in the contract's generic error
@@ -428,7 +428,14 @@ class CoordinatorConnection(asyncio.Protocol):
             f"server's max_response_bytes of {self._max_response_bytes}",
         )
 
-    def _flush(self) -> None:
+    @property
+    def answers_ready(self) -> int:
+        """How many answers wait for the next write (`flush`)."""
+        return len(self._outgoing)
+
+    def flush(self) -> None:
+        """Write every answer that is ready, in one write (scheduled once per turn of the
+        event loop in which answers became ready)."""
         self._flush_scheduled = False
         transport = self._transport
         if self._closed or transport is None or not self._outgoing:

@@ -70,7 +70,7 @@ class SliceClock:
         return perf_counter() >= self._deadline
 
 
-def _advance(generator: Steps) -> Message | list[asyncio.Future[Any]] | None:
+def advance(generator: Steps) -> Message | list[asyncio.Future[Any]] | None:
     """Run `generator` on until it returns its answer, pauses (None) or waits for futures
     that are not done yet (those futures). Futures that are done already do not end the
     slice."""
@@ -97,7 +97,7 @@ class SlicedRequests:
         does not fit in one slice."""
         clock = SliceClock()
         generator = steps(clock)
-        outcome = _advance(generator)
+        outcome = advance(generator)
         if isinstance(outcome, Message):
             return outcome
         return SlicedAnswer(generator, clock, self._running, outcome)
@@ -190,12 +190,12 @@ class SlicedAnswer:
     __slots__ = (
         "_clock",
         "_counted_bytes",
-        "_generator",
         "_loop",
         "_running",
         "_slot",
         "_waiting",
         "result",
+        "steps",
     )
 
     def __init__(
@@ -205,7 +205,8 @@ class SlicedAnswer:
         running: set[SlicedAnswer],
         waiting: list[asyncio.Future[Any]] | None,
     ) -> None:
-        self._generator = generator
+        # The generator that builds it, slice by slice (`advance`).
+        self.steps = generator
         self._clock = clock
         self._running = running
         self._loop = asyncio.get_running_loop()
@@ -263,7 +264,7 @@ class SlicedAnswer:
             return
         self._clock.restart()
         try:
-            outcome = _advance(self._generator)
+            outcome = advance(self.steps)
         except Exception as error:
             self._done()
             self.result.set_exception(error)
@@ -283,5 +284,5 @@ class SlicedAnswer:
 
     def cancel(self) -> None:
         self._done()
-        self._generator.close()
+        self.steps.close()
         self.result.cancel()

@@ -589,6 +589,11 @@ class ShardLoadReplay:
         self.close()
         self._shard.replay(offset, decode_record(key, value))
 
+    @property
+    def held(self) -> int:
+        """How many offset commits are held, not replayed yet (at most LOAD_RUN_LIMIT)."""
+        return len(self._commits)
+
     def close(self) -> None:
         commits = self._commits
         if commits:

@@ -466,8 +466,19 @@ class SqliteLog:
         return asyncio.get_running_loop().run_in_executor(executor, fn, *args)
 
     async def _run_in_worker(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run `fn(*args)` on the worker thread (tests use it to reach the connection)."""
+        """Run `fn(*args)` on the worker thread."""
         return await self._submit(fn, *args)
+
+    async def limit_growth(self, pages: int) -> None:
+        """Let the database grow by at most `pages` more pages (SQLite's max_page_count on
+        the open connection): what a full disk looks like to SQLite. A test hook."""
+        await self._run_in_worker(self._limit_growth_in_worker, pages)
+
+    def _limit_growth_in_worker(self, pages: int) -> None:
+        connection = self._connection
+        assert connection is not None, "the log is not open"
+        (page_count,) = connection.execute("PRAGMA page_count").fetchone()
+        connection.execute(f"PRAGMA max_page_count = {page_count + pages}")
 
     def _check_partition(self, partition: int) -> None:
         if not 0 <= partition < self._num_partitions:

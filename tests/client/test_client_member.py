@@ -194,7 +194,7 @@ async def test_members_on_one_connection_heartbeat_while_a_join_is_parked(
     try:
         assignments = await stable(first, second)
         assert_partitioned(assignments)
-        assert len(client._connections) == 1
+        assert client.open_connections == 1
     finally:
         await first.close()
         await second.close()

@@ -261,6 +261,6 @@ async def test_requests_from_many_tasks_share_one_connection(server: ServerProce
         await asyncio.gather(
             *(client.commit_offsets(group, {TopicPartition("t", p % 8): p}) for p in range(400))
         )
-        assert len(client._connections) == 1
+        assert client.open_connections == 1
         offsets = await client.fetch_offsets(group)
     assert {tp.partition for tp in offsets} == set(range(8))

@@ -87,7 +87,7 @@ class WireSession:
     async def connection(self, node: int) -> WireClient:
         client = self._connections.get(node)
         if client is not None:
-            if not client._reader_task.done():
+            if not client.closed:
                 return client
             # The server closed it.
             await self.drop(node)

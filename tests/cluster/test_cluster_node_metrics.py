@@ -73,9 +73,9 @@ async def test_a_refused_takeover_counts_as_failed_and_a_lost_partition_as_hande
     log = RecordingLog()
     node = cluster_node(log, metrics)
     with pytest.raises(NotOwnerError):
-        await node._take_over(3)
+        await node.take_over(3)
     assert (metrics.takeovers, metrics.takeover_failures, metrics.handovers) == (0, 1, 0)
-    node._hand_over(3)
+    node.hand_over(3)
     assert log.released == [3]
     assert (metrics.takeovers, metrics.takeover_failures, metrics.handovers) == (0, 1, 1)
     status = node.status()

@@ -32,8 +32,8 @@ class CountedGroupsContext(GroupsContext):
         self.others = others
         super().__init__(config)
 
-    def _build(self) -> None:
-        super()._build()
+    def build(self) -> None:
+        super().build()
         self.shard = LogPartitionShard(
             ShardContext(0, self.clock, self.timer, self.registry),
             self.config,

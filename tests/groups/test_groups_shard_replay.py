@@ -201,10 +201,11 @@ def shards(ctx: ServiceGroupsContext) -> dict[int, LogPartitionShard]:
 
 def state_of(shard: LogPartitionShard) -> tuple[dict[Any, OffsetCommitValue], dict[str, Any]]:
     """Every offset of the shard, whole, and every group as its record keeps it."""
+    manager = shard.managers.offsets
     offsets = {
         (group, topic, partition): value
-        for group, timeline in shard.managers.offsets._offsets.items()
-        for (topic, partition), value in timeline.items()
+        for group in manager.groups()
+        for (topic, partition), value in (manager.group_offsets(group) or {}).items()
     }
     groups = {}
     for group in shard.managers.groups.groups():

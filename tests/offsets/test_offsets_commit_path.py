@@ -69,7 +69,7 @@ def state_of(shard: LogPartitionShard, offset: int | None = None) -> State:
     state: State = {}
     offsets = shard.managers.offsets
     for group in GROUPS:
-        timeline = offsets._offsets.get(group)
+        timeline = offsets.group_offsets(group)
         if timeline is None:
             continue
         items = timeline.items() if offset is None else timeline.items_at(offset)
@@ -269,7 +269,8 @@ def test_offsets_of_every_group_share_one_string_per_topic_name() -> None:
         ctx.write(lambda s, g=group, t=topic: s.commit_offset(request(g, [(t, 0, 1, None)])))
 
     def topic_names(shard: LogPartitionShard) -> list[str]:
-        return [topic for group in GROUPS for (topic, _) in shard.managers.offsets._offsets[group]]
+        offsets = shard.managers.offsets
+        return [topic for group in GROUPS for (topic, _) in offsets.group_offsets(group) or ()]
 
     first, second = topic_names(ctx.shard)
     assert first == second == "topic" and first is second
@@ -298,7 +299,7 @@ def test_a_load_holds_a_bounded_run_of_a_group_s_commits_and_replays_all_of_it()
     sink = ctx.shard.load_replay()
     for offset, (key, value) in enumerate(records):
         sink(offset, key, value)
-        assert len(sink._commits) <= LOAD_RUN_LIMIT
+        assert sink.held <= LOAD_RUN_LIMIT
     sink.close()
     state = state_of(ctx.shard)
     assert len(state) == count - 1

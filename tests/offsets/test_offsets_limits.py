@@ -55,7 +55,7 @@ def commit(
 
 
 def held(ctx: ShardTestContext, group: str) -> set[tuple[str, int]]:
-    offsets = ctx.shard.managers.offsets._offsets.get(group)
+    offsets = ctx.shard.managers.offsets.group_offsets(group)
     return set() if offsets is None else set(offsets.keys())
 
 

@@ -31,8 +31,8 @@ def test_analyze_hands_the_security_settings_to_sparks_kafka_source(tmp_path: Pa
             "--kafka-ssl-ca-location", str(ca),
         ]
     )  # fmt: skip
-    security = analyze._kafka_security(args)
-    location = analyze._location(args, security)
+    security = analyze.kafka_security(args)
+    location = analyze.location_of(args, security)
     assert isinstance(location, KafkaLogTopic)
     assert location.source_options() == {
         "kafka.bootstrap.servers": "127.0.0.1:9093",

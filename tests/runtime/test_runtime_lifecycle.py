@@ -41,7 +41,8 @@ def test_state_transitions_follow_kafka(previous: State, target: State) -> None:
 
 
 async def test_an_illegal_transition_raises(harness: Harness) -> None:
-    context = harness.runtime._contexts[0]
+    context = harness.runtime.context(0)
+    assert context is not None
     with pytest.raises(IllegalStateError):
         context.transition_to(State.LOADING)
     assert harness.runtime.partition_state(0) is State.ACTIVE

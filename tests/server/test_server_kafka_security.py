@@ -178,11 +178,11 @@ RETRIABLE = {
 
 def restart_with_plain_password(broker: ApacheKafkaBroker, password: str) -> None:
     """The broker again on the same ports, its PLAIN user now with `password`."""
-    broker._config[PLAIN_LOGIN] = (
+    login = (
         "org.apache.kafka.common.security.plain.PlainLoginModule required "
         f'user_{broker.sasl_username}="{password}";'
     )
-    broker.restart()
+    broker.restart({PLAIN_LOGIN: login})
 
 
 @pytest.mark.slow

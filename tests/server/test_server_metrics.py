@@ -64,11 +64,11 @@ def test_pending_observations_are_bounded() -> None:
     histogram = Histogram(LATENCY_BUCKETS_S)
     for _ in range(PENDING_OBSERVATIONS * 3 + 5):
         histogram.observe(0.001)
-        assert len(histogram._pending) < PENDING_OBSERVATIONS
+        assert histogram.pending < PENDING_OBSERVATIONS
     metrics = ServerMetrics()
     for _ in range(PENDING_OBSERVATIONS * 3 + 5):
         metrics.request_done(12, 0, 0.001)
-        assert len(metrics._pending) < PENDING_OBSERVATIONS
+        assert metrics.pending < PENDING_OBSERVATIONS
 
 
 @given(
@@ -116,7 +116,7 @@ def test_events_are_counted_with_their_queue_and_processing_times(
     assert metrics.processing_time.counts == bucket_counts(LATENCY_BUCKETS_S, processing_values)
     assert metrics.queue_time.count == metrics.processing_time.count == len(ran)
     assert abs(metrics.queue_time.total - sum(queued_values)) <= 1e-6 * max(1.0, sum(queued_values))
-    assert len(metrics._processing) < PENDING_OBSERVATIONS
+    assert metrics.pending < PENDING_OBSERVATIONS
 
 
 @given(

@@ -49,19 +49,19 @@ def record_writes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]]:
     one write to a client carries), in the order the server writes them."""
     writes: list[tuple[str, Any]] = []
     encode = ProduceSender.encode
-    flush = CoordinatorConnection._flush
+    flush = CoordinatorConnection.flush
 
     def encoding(self: ProduceSender, request: Any) -> bytes:
         writes.append(("produce", sorted(request.appends)))
         return encode(self, request)
 
     def flushing(self: CoordinatorConnection) -> None:
-        if self._outgoing:
-            writes.append(("answers", len(self._outgoing)))
+        if self.answers_ready:
+            writes.append(("answers", self.answers_ready))
         flush(self)
 
     monkeypatch.setattr(ProduceSender, "encode", encoding)
-    monkeypatch.setattr(CoordinatorConnection, "_flush", flushing)
+    monkeypatch.setattr(CoordinatorConnection, "flush", flushing)
     return writes
 
 

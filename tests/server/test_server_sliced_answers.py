@@ -44,7 +44,7 @@ class Builds:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.events: list[tuple[Steps, str]] = []
         self.slot_of: dict[Steps, BuildSlot] = {}
-        advance = slicing._advance
+        advance = slicing.advance
         build_in = SlicedAnswer.build_in
 
         def advancing(generator: Steps) -> Any:
@@ -61,10 +61,10 @@ class Builds:
             return outcome
 
         def building_in(answer: SlicedAnswer, slot: BuildSlot) -> None:
-            self.slot_of[answer._generator] = slot
+            self.slot_of[answer.steps] = slot
             build_in(answer, slot)
 
-        monkeypatch.setattr(slicing, "_advance", advancing)
+        monkeypatch.setattr(slicing, "advance", advancing)
         monkeypatch.setattr(SlicedAnswer, "build_in", building_in)
 
     def most_at_once(self, state: str) -> list[int]:

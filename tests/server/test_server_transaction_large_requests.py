@@ -124,7 +124,7 @@ class Slices:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.seconds: list[float] = []
-        advance = slicing._advance
+        advance = slicing.advance
 
         def timed(generator: slicing.Steps) -> Any:
             started = time.perf_counter()
@@ -133,7 +133,7 @@ class Slices:
             finally:
                 self.seconds.append(time.perf_counter() - started)
 
-        monkeypatch.setattr(slicing, "_advance", timed)
+        monkeypatch.setattr(slicing, "advance", timed)
 
 
 def count_reads(monkeypatch: pytest.MonkeyPatch, app: CoordinatorApp, name: str) -> list[int]:

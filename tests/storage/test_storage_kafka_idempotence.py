@@ -274,7 +274,7 @@ async def test_an_append_sent_again_while_the_broker_is_paused_is_written_once(
         finally:
             pausable_kafka_broker.resume()
         assert await asyncio.wait_for(during, 30) == 3
-        assert log._sender is not None and log._sender.resent >= 1
+        assert log.sender is not None and log.sender.resent >= 1
         assert await log.append(0, [(b"after", b"1")]) == 4
     finally:
         await log.close()
@@ -299,7 +299,7 @@ async def test_a_broker_that_hands_out_no_producer_ids_gets_batches_without_one(
     log = KafkaLog(tansu_broker.bootstrap, unique_topic, 1, 1)
     await log.start()
     try:
-        assert log._sender is not None and not log._sender.idempotent
+        assert log.sender is not None and not log.sender.idempotent
         assert await log.append(0, [(b"k", b"v")]) == 1
         assert await log.append(0, [(b"k", b"w")]) == 2
     finally:

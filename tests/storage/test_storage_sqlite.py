@@ -120,7 +120,7 @@ async def test_a_failed_append_leaves_nothing_of_its_batch(sqlite_log: SqliteLog
     sqlite_log.register_listener(lambda p, o: heard.append((p, o)))
     await sqlite_log.append(0, [(b"a", b"1"), (b"b", b"2")])
     # A full disk, as SQLite sees it: the database may not grow by more than a page or two.
-    await sqlite_log._run_in_worker(_cap_database_growth, sqlite_log)
+    await sqlite_log.limit_growth(1)
 
     with pytest.raises(AppendError) as raised:
         await sqlite_log.append(0, [(b"big-%d" % i, b"x" * 1000) for i in range(200)])
@@ -135,19 +135,12 @@ async def test_a_failed_append_leaves_nothing_of_its_batch(sqlite_log: SqliteLog
     assert await load(sqlite_log, 0) == [(0, b"a", b"1"), (1, b"b", b"2"), (2, b"c", b"3")]
 
 
-def _cap_database_growth(log: SqliteLog) -> None:
-    connection = log._connection
-    assert connection is not None
-    (page_count,) = connection.execute("PRAGMA page_count").fetchone()
-    connection.execute(f"PRAGMA max_page_count = {page_count + 1}")
-
-
 async def test_a_failed_append_is_not_reported_after_a_reopen(tmp_path: Path) -> None:
     path = tmp_path / "coordinator.db"
     log = SqliteLog(path, 1)
     await log.start()
     await log.append(0, [(b"a", b"1")])
-    await log._run_in_worker(_cap_database_growth, log)
+    await log.limit_growth(1)
     with pytest.raises(AppendError):
         await log.append(0, [(b"big-%d" % i, b"x" * 1000) for i in range(200)])
     await log.close()

@@ -392,6 +392,12 @@ class KafkaLog:
     def register_listener(self, listener: HighWatermarkListener) -> None:
         self._listener = listener
 
+    @property
+    def sender(self) -> ProduceSender | None:
+        """The produce path while the log is started (None before and after): how it
+        writes, whether idempotently, and what it sent again."""
+        return self._sender
+
     def high_watermark(self, partition: int) -> int:
         self._check_partition(partition)
         return self._high_watermarks.get(partition, 0)

@@ -345,8 +345,10 @@ class ApacheKafkaBroker:
     def resume(self) -> None:
         os.kill(self.pid, signal.SIGCONT)
 
-    def restart(self) -> None:
-        """Stop the broker and start it again on the same ports with its data."""
+    def restart(self, config: Mapping[str, str] | None = None) -> None:
+        """Stop the broker and start it again on the same ports with its data, and with
+        `config`'s settings changed (a user's password, a listener's option)."""
+        self._config.update(config or {})
         self._terminate()
         self._launch()
 

@@ -179,7 +179,7 @@ def _conf(pairs: list[str]) -> dict[str, str]:
     return conf
 
 
-def _location(args: argparse.Namespace, security: KafkaSecurity) -> Any:
+def location_of(args: argparse.Namespace, security: KafkaSecurity) -> Any:
     """The log the options name: a Kafka topic, read through Spark's Kafka source with the
     security settings as its `kafka.*` options, or the SQLite file."""
     from coordinator_server.tools.pipeline.kafka_source import KafkaLogTopic
@@ -194,7 +194,7 @@ def _location(args: argparse.Namespace, security: KafkaSecurity) -> Any:
     return SqliteLogFile(str(sqlite_file(args.data_dir)))
 
 
-def _kafka_security(args: argparse.Namespace) -> KafkaSecurity:
+def kafka_security(args: argparse.Namespace) -> KafkaSecurity:
     from coordinator_server.tools.kafka_options import kafka_security_from_args
 
     return kafka_security_from_args(args)
@@ -231,10 +231,10 @@ def main(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None
         return EXIT_USAGE
     bench = args.analyze_command == "bench"
     try:
-        security = _kafka_security(args)
+        security = kafka_security(args)
         if bench and args.bootstrap_servers and args.data_dir:
             raise ValueError("give --bootstrap-servers (a Kafka log) or --data-dir, not both")
-        location = None if bench else _location(args, security)
+        location = None if bench else location_of(args, security)
         settings = SparkSettings(
             master=args.master,
             app_name=args.app_name,

@@ -153,6 +153,11 @@ class RequestPath:
         self._closed = False
         self._closed_event = asyncio.Event()
 
+    @property
+    def open_connections(self) -> int:
+        """How many servers this client holds a connection to (one connection a server)."""
+        return len(self._connections)
+
     # Life cycle
 
     async def close(self) -> None:

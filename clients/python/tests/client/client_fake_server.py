@@ -44,7 +44,8 @@ class FakeCoordinator:
         self.connections = 0
         self.in_flight = 0
         self.max_in_flight = 0
-        self._writers: list[asyncio.StreamWriter] = []
+        # The server's side of each connection, in the order they came.
+        self.writers: list[asyncio.StreamWriter] = []
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._serving: set[asyncio.Task[Any]] = set()
@@ -79,9 +80,9 @@ class FakeCoordinator:
         await self.stop()
 
     def close_all_connections(self) -> None:
-        for writer in self._writers:
+        for writer in self.writers:
             writer.close()
-        self._writers.clear()
+        self.writers.clear()
 
     def requests(self, api_key: int) -> list[Received]:
         return [r for r in self.received if r.api_key == api_key]
@@ -104,7 +105,7 @@ class FakeCoordinator:
         assert task is not None
         self._serving.add(task)
         task.add_done_callback(self._serving.discard)
-        self._writers.append(writer)
+        self.writers.append(writer)
         decoder = FrameDecoder()
         with contextlib.suppress(ConnectionError, asyncio.CancelledError):
             while data := await reader.read(65536):

@@ -312,7 +312,7 @@ async def test_a_request_without_an_answer_times_out_and_its_late_answer_is_drop
             )
         assert 0.25 <= time.monotonic() - started <= 1.0
         # The answer comes after all: dropped, and the connection carries on.
-        (writer,) = server._writers
+        (writer,) = server.writers
         FakeCoordinator.send(writer, late[0].correlation_id, {"error_code": 0})
         assert (await client.heartbeat(heartbeat())).error_code == 0
     assert server.connections == 1
@@ -472,7 +472,7 @@ async def test_an_answer_to_an_unknown_correlation_id_closes_the_connection(
         if received.api_key != ApiKey.HEARTBEAT:
             return None
         if len(server.requests(ApiKey.HEARTBEAT)) == 1:
-            (writer,) = server._writers
+            (writer,) = server.writers
             FakeCoordinator.send(writer, received.correlation_id + 1000, {"error_code": 0})
             return None
         return {"error_code": 0, "error_message": None}
