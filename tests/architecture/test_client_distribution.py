@@ -89,3 +89,16 @@ def test_the_former_name_warns_and_hands_out_the_same_objects() -> None:
     assert former.GroupMember is coordinator_client.GroupMember is GroupMember
     assert former.member is coordinator_client.member
     assert set(former.__all__) == set(coordinator_client.__all__)
+
+
+def test_the_server_loads_only_the_client_librarys_kafka_metadata_requests() -> None:
+    """The library's names load their modules when first asked for: the server, which
+    imports its Kafka metadata requests, carries none of the consumer, producer or RPC
+    client."""
+    loaded = subprocess.run(
+        [sys.executable, "-c",
+         "import sys, coordinator_server.app; "
+         "print(*sorted(m for m in sys.modules if m.startswith('coordinator_client')))"],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout.split()  # fmt: skip
+    assert loaded == ["coordinator_client", "coordinator_client.kafka_metadata_request"]

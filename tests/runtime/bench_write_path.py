@@ -105,14 +105,16 @@ class Bench:
 
     async def start(self) -> None:
         await self.app.start()
+        dispatch = self.app.dispatch
+        assert dispatch is not None
+        # Looked up once, as the listener's connections share it.
+        self.handlers = dispatch.handlers
 
     async def stop(self) -> None:
         await self.app.shutdown()
 
     def call(self, api_key: ApiKey, request: Message) -> Any:
-        dispatch = self.app.dispatch
-        assert dispatch is not None
-        return dispatch.handlers[api_key](request, RC)
+        return self.handlers[api_key](request, RC)
 
     async def answer(self, reply: Any) -> Any:
         return await reply.future if isinstance(reply, PendingReply) else reply
