@@ -6,6 +6,7 @@ working for a release, with a warning."""
 from __future__ import annotations
 
 import ast
+import fnmatch
 import subprocess
 import sys
 import tomllib
@@ -102,3 +103,27 @@ def test_the_server_loads_only_the_client_librarys_kafka_metadata_requests() -> 
         capture_output=True, text=True, check=True, timeout=60,
     ).stdout.split()  # fmt: skip
     assert loaded == ["coordinator_client", "coordinator_client.kafka_metadata_request"]
+
+
+def test_the_client_distribution_ships_the_library_and_the_contract_only() -> None:
+    """What setuptools packs from clients/python (its package list, as pyproject says it):
+    the two packages, typed; no server, no tests."""
+    text = (CLIENT / "pyproject.toml").read_text(encoding="utf-8")
+    setuptools_config = tomllib.loads(text)["tool"]["setuptools"]
+    include = setuptools_config["packages"]["find"]["include"]
+    packages = [
+        ".".join(folder.relative_to(CLIENT).parts)
+        for folder in (init.parent for init in CLIENT.rglob("__init__.py"))
+        if any(
+            fnmatch.fnmatchcase(".".join(folder.relative_to(CLIENT).parts), pattern)
+            for pattern in include
+        )
+    ]
+    assert {name.split(".")[0] for name in packages} == {
+        "coordinator_client",
+        "coordinator_protocol",
+    }
+    assert "coordinator_client.rpc" in packages
+    for package, data in setuptools_config["package-data"].items():
+        assert data == ["py.typed"]
+        assert (CLIENT / package / "py.typed").is_file()
