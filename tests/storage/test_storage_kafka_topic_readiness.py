@@ -51,7 +51,7 @@ class Cluster:
 
 
 def on(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> Cluster:
-    monkeypatch.setattr(kafka_topic, "_create_topic", cluster.create)
+    monkeypatch.setattr(kafka_topic, "create_topic", cluster.create)
     monkeypatch.setattr(kafka_topic, "READY_POLL_S", 0.001)
     return cluster
 

@@ -74,7 +74,7 @@ async def ensure_topic(
         # A topic that was there has been served: its loads read it at once.
         unreadable = None
     else:
-        await _create_topic(topic)
+        await create_topic(topic)
     partitions = await _await_partition_count(topic, fetch_metadata, unreadable)
     if partitions != topic.partitions:
         log.warning(
@@ -87,7 +87,9 @@ async def ensure_topic(
     return partitions
 
 
-async def _create_topic(topic: OffsetsTopic) -> None:
+async def create_topic(topic: OffsetsTopic) -> None:
+    """Create the log's topic with the log's settings (compacted, its partitions and
+    replicas); a topic that exists already is no error."""
     new_topic = NewTopic(
         topic.name,
         topic.partitions,
