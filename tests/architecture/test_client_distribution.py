@@ -127,3 +127,19 @@ def test_the_client_distribution_ships_the_library_and_the_contract_only() -> No
     for package, data in setuptools_config["package-data"].items():
         assert data == ["py.typed"]
         assert (CLIENT / package / "py.typed").is_file()
+
+
+def test_every_name_the_library_exports_resolves() -> None:
+    """The package's names load their modules lazily, from a list kept by hand: each name of
+    `__all__` resolves to the object of the module that defines it."""
+    loaded = subprocess.run(
+        [sys.executable, "-c",
+         "import coordinator_client as c; "
+         "print(*(f'{n}={getattr(c, n).__module__}' for n in c.__all__ "
+         "if hasattr(getattr(c, n), '__module__')))"],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout.split()  # fmt: skip
+    modules = dict(item.split("=") for item in loaded)
+    assert modules["GroupMember"] == "coordinator_client.member"
+    assert modules["CoordinatorClient"] == "coordinator_client.rpc.client"
+    assert len(modules) == 30
