@@ -102,3 +102,53 @@ class Action:
     operation: AclOperation
     resource_type: ResourceType
     resource_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class AclBindingFilter:
+    """Which ACLs DescribeAcls lists and DeleteAcls removes, as Kafka's AclBindingFilter
+    selects them. None and ANY match anything; a principal or host matches only itself
+    (`User:*` matches the ACLs of `User:*`, not every ACL).
+
+    The pattern type MATCH selects the ACLs that apply to the resource named: the LITERAL
+    ones of that name or of the wildcard, and the PREFIXED ones whose name starts it. ANY
+    selects the ACLs of exactly that name, whatever their pattern type."""
+
+    resource_type: ResourceType = ResourceType.ANY
+    resource_name: str | None = None
+    pattern_type: PatternType = PatternType.ANY
+    principal: str | None = None
+    host: str | None = None
+    operation: AclOperation = AclOperation.ANY
+    permission: AclPermissionType = AclPermissionType.ANY
+
+    def matches(self, acl: StandardAcl) -> bool:
+        return self.matches_resource(acl) and self.matches_entry(acl)
+
+    def matches_resource(self, acl: StandardAcl) -> bool:
+        if self.resource_type is not ResourceType.ANY and self.resource_type is not (
+            acl.resource_type
+        ):
+            return False
+        pattern_type = self.pattern_type
+        if pattern_type not in (PatternType.ANY, PatternType.MATCH) and (
+            pattern_type is not acl.pattern_type
+        ):
+            return False
+        name = self.resource_name
+        if name is None:
+            return True
+        if pattern_type is not PatternType.MATCH:
+            return name == acl.resource_name
+        if acl.pattern_type is PatternType.LITERAL:
+            return name == acl.resource_name or acl.resource_name == WILDCARD
+        return name.startswith(acl.resource_name)
+
+    def matches_entry(self, acl: StandardAcl) -> bool:
+        if self.principal is not None and self.principal != acl.principal:
+            return False
+        if self.host is not None and self.host != acl.host:
+            return False
+        if self.operation is not AclOperation.ANY and self.operation is not acl.operation:
+            return False
+        return self.permission is AclPermissionType.ANY or self.permission is acl.permission

@@ -24,6 +24,7 @@ from typing import Final
 from coordinator_server.authorizer.acls import (
     WILDCARD,
     WILDCARD_PRINCIPAL,
+    AclBindingFilter,
     AclOperation,
     AclPermissionType,
     Action,
@@ -137,6 +138,10 @@ class StandardAuthorizerData:
             if not lengths[length]:
                 del lengths[length]
         return True
+
+    def matching(self, acl_filter: AclBindingFilter) -> list[StandardAcl]:
+        """The ACLs `acl_filter` selects (DescribeAcls' answer, DeleteAcls' victims)."""
+        return [acl for acl in self if acl_filter.matches(acl)]
 
     def resource_acls(self, resource_type: ResourceType, name: str) -> Iterator[StandardAcl]:
         """The ACLs of the resource: of its exact name, of the wildcard, of its prefixes."""
