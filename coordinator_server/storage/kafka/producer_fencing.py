@@ -182,7 +182,10 @@ async def init_transactional_producer_id(
                 if error_code in _FIND_AGAIN:
                     coordinator = None
         except (KafkaError, OSError, TimeoutError) as error:
-            # The coordinator may be gone, or not in the client's metadata yet.
+            # The coordinator may be gone, or not in the client's metadata yet. No answer is
+            # a timeout, whatever an earlier request of this attempt answered (a
+            # FindCoordinator's NONE must not make InitProducerId's silence final).
+            error_code = REQUEST_TIMED_OUT
             problem = f"no answer from node {node_id}: {error!r}"
             coordinator = None
             client.force_metadata_update().add_done_callback(_consume)
