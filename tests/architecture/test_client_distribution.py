@@ -12,6 +12,7 @@ import sys
 import tomllib
 import warnings
 from pathlib import Path
+from typing import Any
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -20,20 +21,20 @@ ROOT = Path(__file__).resolve().parents[2]
 CLIENT = ROOT / "clients" / "python"
 
 
-def project(folder: Path) -> dict[str, object]:
+def project(folder: Path) -> dict[str, Any]:
     text = (folder / "pyproject.toml").read_text(encoding="utf-8")
-    project: dict[str, object] = tomllib.loads(text)["project"]
+    project: dict[str, Any] = tomllib.loads(text)["project"]
     return project
 
 
 def test_the_client_requires_only_what_a_client_needs() -> None:
-    requires = [Requirement(line) for line in project(CLIENT)["dependencies"]]  # type: ignore[attr-defined]
+    requires = [Requirement(line) for line in project(CLIENT)["dependencies"]]
     assert {canonicalize_name(r.name) for r in requires} == {"msgpack", "msgspec", "aiokafka"}
 
 
 def test_the_server_depends_on_the_client_at_its_version() -> None:
     client = project(CLIENT)
-    requires = [Requirement(line) for line in project(ROOT)["dependencies"]]  # type: ignore[attr-defined]
+    requires = [Requirement(line) for line in project(ROOT)["dependencies"]]
     (pin,) = [r for r in requires if canonicalize_name(r.name) == client["name"]]
     assert str(pin.specifier) == f"=={client['version']}"
 
