@@ -21,11 +21,13 @@ T_co = TypeVar("T_co", covariant=True)
 
 @dataclass(frozen=True, slots=True)
 class RequestContext:
-    """Who sent a request: the header's client id and the peer's address as Kafka writes
-    it ("/1.2.3.4")."""
+    """Who sent a request: the header's client id, the peer's address as Kafka writes
+    it ("/1.2.3.4"), and the principal its connection authenticated as (Kafka's
+    "User:ANONYMOUS" where nobody authenticated)."""
 
     client_id: str
     client_host: str
+    principal: str = "User:ANONYMOUS"
 
 
 class ResponseHandle:

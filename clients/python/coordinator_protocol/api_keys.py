@@ -17,8 +17,9 @@ __all__ = ["SUPPORTED_VERSIONS", "ApiKey", "api_name", "is_supported", "version_
 
 class ApiKey(IntEnum):
     """Kafka's api keys for the coordinator APIs of the contract: the group coordinator's,
-    the transaction coordinator's (WriteTxnMarkers among them, which only nodes send), and
-    DescribeCluster, which names the nodes of a coordinator cluster.
+    the transaction coordinator's (WriteTxnMarkers among them, which only nodes send),
+    DescribeCluster, which names the nodes of a coordinator cluster, and the security APIs
+    (the SASL exchange, ACLs and SCRAM credentials).
 
     The contract defining an API does not mean a server answers it: a server lists in
     ApiVersions only the APIs it serves, and answers any other UNSUPPORTED_VERSION."""
@@ -32,6 +33,7 @@ class ApiKey(IntEnum):
     SYNC_GROUP = 14
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     INIT_PRODUCER_ID = 22
     ADD_PARTITIONS_TO_TXN = 24
@@ -39,8 +41,14 @@ class ApiKey(IntEnum):
     END_TXN = 26
     WRITE_TXN_MARKERS = 27
     TXN_OFFSET_COMMIT = 28
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
+    SASL_AUTHENTICATE = 36
     DELETE_GROUPS = 42
     OFFSET_DELETE = 47
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
@@ -57,6 +65,7 @@ SUPPORTED_VERSIONS: Final[Mapping[ApiKey, tuple[int, int]]] = MappingProxyType(
         ApiKey.SYNC_GROUP: (0, 0),
         ApiKey.DESCRIBE_GROUPS: (0, 0),
         ApiKey.LIST_GROUPS: (0, 0),
+        ApiKey.SASL_HANDSHAKE: (0, 0),
         ApiKey.API_VERSIONS: (0, 0),
         ApiKey.INIT_PRODUCER_ID: (0, 0),
         ApiKey.ADD_PARTITIONS_TO_TXN: (0, 0),
@@ -64,8 +73,14 @@ SUPPORTED_VERSIONS: Final[Mapping[ApiKey, tuple[int, int]]] = MappingProxyType(
         ApiKey.END_TXN: (0, 0),
         ApiKey.WRITE_TXN_MARKERS: (0, 0),
         ApiKey.TXN_OFFSET_COMMIT: (0, 0),
+        ApiKey.DESCRIBE_ACLS: (0, 0),
+        ApiKey.CREATE_ACLS: (0, 0),
+        ApiKey.DELETE_ACLS: (0, 0),
+        ApiKey.SASL_AUTHENTICATE: (0, 0),
         ApiKey.DELETE_GROUPS: (0, 0),
         ApiKey.OFFSET_DELETE: (0, 0),
+        ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+        ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
         ApiKey.DESCRIBE_CLUSTER: (0, 0),
         ApiKey.DESCRIBE_TRANSACTIONS: (0, 1),
         ApiKey.LIST_TRANSACTIONS: (0, 1),
@@ -89,6 +104,7 @@ _NAMES: Final[Mapping[int, str]] = MappingProxyType(
         ApiKey.SYNC_GROUP: "SyncGroup",
         ApiKey.DESCRIBE_GROUPS: "DescribeGroups",
         ApiKey.LIST_GROUPS: "ListGroups",
+        ApiKey.SASL_HANDSHAKE: "SaslHandshake",
         ApiKey.API_VERSIONS: "ApiVersions",
         ApiKey.INIT_PRODUCER_ID: "InitProducerId",
         ApiKey.ADD_PARTITIONS_TO_TXN: "AddPartitionsToTxn",
@@ -96,8 +112,14 @@ _NAMES: Final[Mapping[int, str]] = MappingProxyType(
         ApiKey.END_TXN: "EndTxn",
         ApiKey.WRITE_TXN_MARKERS: "WriteTxnMarkers",
         ApiKey.TXN_OFFSET_COMMIT: "TxnOffsetCommit",
+        ApiKey.DESCRIBE_ACLS: "DescribeAcls",
+        ApiKey.CREATE_ACLS: "CreateAcls",
+        ApiKey.DELETE_ACLS: "DeleteAcls",
+        ApiKey.SASL_AUTHENTICATE: "SaslAuthenticate",
         ApiKey.DELETE_GROUPS: "DeleteGroups",
         ApiKey.OFFSET_DELETE: "OffsetDelete",
+        ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: "DescribeUserScramCredentials",
+        ApiKey.ALTER_USER_SCRAM_CREDENTIALS: "AlterUserScramCredentials",
         ApiKey.DESCRIBE_CLUSTER: "DescribeCluster",
         ApiKey.DESCRIBE_TRANSACTIONS: "DescribeTransactions",
         ApiKey.LIST_TRANSACTIONS: "ListTransactions",

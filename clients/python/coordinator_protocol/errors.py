@@ -98,6 +98,9 @@ class ErrorCode(IntEnum):
     UNSTABLE_OFFSET_COMMIT = (88, True, "There are unstable offsets awaiting resolution.")
     PRODUCER_FENCED = (90, False, "A newer producer with the same transactional id fenced it.")
     TRANSACTIONAL_ID_NOT_FOUND = (105, False, "The transactional id could not be found.")
+    RESOURCE_NOT_FOUND = (91, False, "A request referred to a resource that does not exist.")
+    DUPLICATE_RESOURCE = (92, False, "A request referred to the same resource twice.")
+    UNACCEPTABLE_CREDENTIAL = (93, False, "The credential does not meet the criteria.")
     FENCED_MEMBER_EPOCH = (110, False, "The member epoch is fenced by the group coordinator.")
     UNRELEASED_INSTANCE_ID = (111, False, "The instance id is still used by another member.")
     UNSUPPORTED_ASSIGNOR = (112, False, "The assignor or its version range is not supported.")
@@ -409,6 +412,18 @@ class ProducerFencedError(ApiError):
 
 class TransactionalIdNotFoundError(ApiError):
     code = ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+
+
+class ResourceNotFoundError(ApiError):
+    code = ErrorCode.RESOURCE_NOT_FOUND
+
+
+class DuplicateResourceError(ApiError):
+    code = ErrorCode.DUPLICATE_RESOURCE
+
+
+class UnacceptableCredentialError(ApiError):
+    code = ErrorCode.UNACCEPTABLE_CREDENTIAL
 
 
 class FencedMemberEpochError(ApiError):

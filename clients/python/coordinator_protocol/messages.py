@@ -55,6 +55,7 @@ from coordinator_protocol.message_base import (
     InvalidResponseError,
     Message,
 )
+from coordinator_protocol.security import SECURITY_MESSAGE_PAIRS
 from coordinator_protocol.transactions import TRANSACTION_MESSAGE_PAIRS
 
 __all__ = [
@@ -591,6 +592,7 @@ _MESSAGE_PAIRS: Final = (
     (OffsetDeleteRequest, OffsetDeleteResponse),
     (DescribeClusterRequest, DescribeClusterResponse),
     *TRANSACTION_MESSAGE_PAIRS,
+    *SECURITY_MESSAGE_PAIRS,
 )
 
 # Every API started at version 0 in v1 of the contract; a new body shape adds a pair of its
