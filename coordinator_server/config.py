@@ -23,6 +23,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from coordinator_server import defaults
+from coordinator_server.security_settings import SecuritySettings
 from coordinator_server.storage.kafka.security import (
     EndpointIdentification,
     KafkaSecurity,
@@ -41,7 +42,9 @@ SETTING_GROUPS: dict[str, str] = {
     "transactions": "the transaction coordinator",
     "groups": "Kafka's group coordinator settings, under their Kafka names",
     "limits": "what one connection, one request and the clients may make the server hold",
-    "security": "TLS of the listener, and how every connection to Kafka is secured",
+    "security": "TLS and authentication of the listener, and how every connection to Kafka "
+    "is secured",
+    "authorization": "who may do what: Kafka's ACLs",
     "metrics": "the operator's HTTP endpoint",
     "logging": "the server's own log lines",
 }
@@ -61,7 +64,7 @@ def setting_group(field: FieldInfo) -> str:
     return group
 
 
-class CoordinatorConfig(BaseSettings):
+class CoordinatorConfig(SecuritySettings, BaseSettings):
     # Inputs stay out of validation errors: one of them may be a password.
     model_config = SettingsConfigDict(
         env_prefix="COORDINATOR_", extra="forbid", hide_input_in_errors=True
@@ -644,6 +647,7 @@ class CoordinatorConfig(BaseSettings):
                 raise ValueError("transaction-producer-id-end must fit a producer id (2**63 - 1)")
         if self.tls_keyfile is not None and self.tls_certfile is None:
             raise ValueError("tls-keyfile needs tls-certfile")
+        self.check_security(tls=self.tls_certfile is not None)
         if self.offset_commit_check_partitions and self.data_cluster is None:
             # Not checking while asked to would commit what the check is there to refuse.
             raise ValueError(
@@ -683,6 +687,12 @@ class CoordinatorConfig(BaseSettings):
             return None
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(self.tls_certfile, self.tls_keyfile)
+        if self.ssl_client_auth != "none":
+            assert self.ssl_truststore_location is not None
+            context.load_verify_locations(cafile=self.ssl_truststore_location)
+            context.verify_mode = (
+                ssl.CERT_REQUIRED if self.ssl_client_auth == "required" else ssl.CERT_OPTIONAL
+            )
         return context
 
     def peer_ssl_context(self) -> ssl.SSLContext | None:
@@ -691,6 +701,11 @@ class CoordinatorConfig(BaseSettings):
         if self.tls_certfile is None:
             return None
         return ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+
+    @property
+    def listener_protocol(self) -> str:
+        """The listener's security.protocol, its default applied."""
+        return self.listener_protocol_with(tls=self.tls_certfile is not None)
 
     @property
     def clustered(self) -> bool:

@@ -131,6 +131,9 @@ class ServerMetrics:
         self.connections_refused: Counter[str] = Counter()
         self.connections_closed: Counter[str] = Counter()
         self.malformed_frames = 0
+        # SASL exchanges and TLS client certificates, by (mechanism, outcome): "success",
+        # "failure", "reauthentication" (KIP-368).
+        self.authentications: Counter[tuple[str, str]] = Counter()
         # How late the event loop ran a periodic timer (`loop_lag`): time every callback,
         # request and timer of the process waited for the loop.
         self.event_loop_lag = Histogram(LATENCY_BUCKETS_S)

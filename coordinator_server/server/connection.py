@@ -50,7 +50,17 @@ from coordinator_protocol.envelope import (
 from coordinator_protocol.errors import ApiError, ErrorCode, UnsupportedVersionError
 from coordinator_protocol.framing import FrameDecoder, FrameError, encode_frame
 from coordinator_protocol.messages import Message, error_body, parse_request
+from coordinator_protocol.security import SaslAuthenticateRequest, SaslHandshakeRequest
+from coordinator_server.authentication.sasl_server import ANONYMOUS
+from coordinator_server.authentication.ssl_principal_mapper import NoMatchingRuleError
 from coordinator_server.runtime.api import RequestContext
+from coordinator_server.server.authentication import (
+    SASL_API_KEYS,
+    SaslExchange,
+    SaslStep,
+    SaslStepKind,
+    certificate_principal,
+)
 from coordinator_server.server.connection_events import RefusalReason, ServerCloseReason
 from coordinator_server.service.slicing import BuildSlot
 
@@ -98,7 +108,19 @@ class CoordinatorConnection(asyncio.Protocol):
         self._peer = "?"
         self.host = ""
         self._client_host = "/"
-        self._context = RequestContext("", "/")
+        # Who the client is: Kafka's anonymous principal until a TLS client certificate or
+        # the SASL exchange says otherwise.
+        self.principal = ANONYMOUS
+        self._context = RequestContext("", "/", ANONYMOUS)
+        security = state.security
+        self._sasl = SaslExchange(security) if security.protocol.uses_sasl else None
+        # Requests pass the exchange's check while the client is not authenticated yet, or
+        # its session can expire; afterwards a request costs this one test.
+        self._guarded = self._sasl is not None
+        if self._sasl is not None:
+            self._decoder.max_frame_bytes = min(
+                self._decoder.max_frame_bytes, security.max_receive_bytes
+            )
         # Requests dispatched and not yet answered, their bytes, and frames waiting for room.
         self._inflight = 0
         # Where the answers of bulk requests are built in slices, one at a time.
@@ -122,6 +144,8 @@ class CoordinatorConnection(asyncio.Protocol):
         self._last_encoding: tuple[int, bytes] = (0, b"")
         self._flush_scheduled = False
         self._closed = False
+        # A refused authentication waits out its delay: nothing more is read meanwhile.
+        self._refusing = False
 
     @property
     def inflight(self) -> int:
@@ -137,7 +161,6 @@ class CoordinatorConnection(asyncio.Protocol):
         self.host = str(peer[0]) if isinstance(peer, tuple) else str(peer)
         # Kafka's form of a member's client host.
         self._client_host = f"/{peer[0]}" if isinstance(peer, tuple) else "/"
-        self._context = RequestContext("", self._client_host)
         state = self._state
         if state.draining:
             refusal: RefusalReason | None = RefusalReason.SHUTTING_DOWN
@@ -152,6 +175,19 @@ class CoordinatorConnection(asyncio.Protocol):
             self._closed = True
             self._transport.abort()
             return
+        mapper = state.security.ssl_principal
+        if mapper is not None:
+            # The handshake is over when the connection is made: the certificate, if the
+            # client showed one, is known.
+            try:
+                self.principal = certificate_principal(transport, mapper) or ANONYMOUS
+            except NoMatchingRuleError as unmapped:
+                state.metrics.authentications["SSL", "failure"] += 1
+                self.expire(ServerCloseReason.AUTHENTICATION_FAILED, str(unmapped))
+                return
+            if self.principal != ANONYMOUS and self._sasl is None:
+                state.metrics.authentications["SSL", "success"] += 1
+        self._context = RequestContext("", self._client_host, self.principal)
         # The transport pauses us (pause_writing) once its buffer holds more than this:
         # the answers the client has not taken count against response_buffer_bytes.
         self._transport.set_write_buffer_limits(high=self._response_buffer_bytes)
@@ -271,6 +307,8 @@ class CoordinatorConnection(asyncio.Protocol):
             return
         started = perf_counter()
         state = self._state
+        if self._guarded and self._guard(header, body, started):
+            return
         handler = state.handlers.get(header.api_key)
         try:
             request = parse_request(header, body)
@@ -285,6 +323,10 @@ class CoordinatorConnection(asyncio.Protocol):
             self._protocol_violation(str(exc))
             return
         if handler is None:
+            if header.api_key in SASL_API_KEYS and self._sasl is not None:
+                # Re-authentication (KIP-368) on a connection whose session does not expire.
+                self._sasl_step(header, request, started)
+                return
             self._respond(
                 header,
                 error_body(
@@ -296,7 +338,9 @@ class CoordinatorConnection(asyncio.Protocol):
             return
         context = self._context
         if context.client_id != (header.client_id or ""):
-            context = self._context = RequestContext(header.client_id or "", self._client_host)
+            context = self._context = RequestContext(
+                header.client_id or "", self._client_host, self.principal
+            )
         try:
             reply = handler(request, context)
         except Exception:
@@ -316,6 +360,100 @@ class CoordinatorConnection(asyncio.Protocol):
         if reply.sliced is not None:
             reply.sliced.build_in(self._build_slot)
         future.add_done_callback(partial(self._reply_done, header, reply.on_error, started, size))
+
+    # Authentication.
+
+    def _guard(self, header: RequestHeader, body: object, started: float) -> bool:
+        """The SASL exchange's turn at a request; True when it took the request (answered
+        it, or closed the connection for it)."""
+        sasl = self._sasl
+        assert sasl is not None
+        api_key = header.api_key
+        if sasl.failed:
+            # Refused already: the answer goes out after the delay, then the connection ends.
+            return True
+        if api_key in SASL_API_KEYS:
+            try:
+                request = parse_request(header, body)  # type: ignore[arg-type]
+            except (ApiError, EnvelopeError) as exc:
+                self._not_authenticated(f"malformed {header.api_key} during SASL: {exc}")
+                return True
+            self._sasl_step(header, request, started)
+            return True
+        if not sasl.admits(api_key):
+            self._not_authenticated(
+                f"api_key {api_key} before the client authenticated "
+                f"(SASL, {sasl.mechanism or 'no handshake'})"
+            )
+            return True
+        if sasl.expired(self.last_request_at):
+            self._not_authenticated(
+                f"api_key {api_key} after the session of {sasl.principal} expired"
+            )
+            return True
+        return False
+
+    def _sasl_step(self, header: RequestHeader, request: Message, started: float) -> None:
+        sasl = self._sasl
+        assert sasl is not None
+        if isinstance(request, SaslHandshakeRequest):
+            step = sasl.handshake(request)
+        elif isinstance(request, SaslAuthenticateRequest):
+            step = sasl.authenticate(request, self.last_request_at)
+        else:  # pragma: no cover - SASL_API_KEYS holds only these two
+            raise AssertionError(type(request))
+        if step.kind is SaslStepKind.CLOSE:
+            self._not_authenticated(step.reason)
+            return
+        if step.kind is SaslStepKind.REFUSE:
+            self._refuse_authentication(header, step, started)
+            return
+        assert step.response is not None
+        if step.authenticated:
+            self._authenticated(sasl)
+        self._respond_with(header, step.response, started)
+
+    def _authenticated(self, sasl: SaslExchange) -> None:
+        metrics = self._state.metrics
+        outcome = "reauthentication" if sasl.reauthentications else "success"
+        metrics.authentications[sasl.mechanism, outcome] += 1
+        # The SASL principal wins over a certificate's (Kafka's rule on SASL_SSL); a
+        # re-authentication keeps it (the exchange refuses another one).
+        self.principal = sasl.principal
+        self._context = RequestContext(self._context.client_id, self._client_host, self.principal)
+        self._guarded = bool(sasl.expires_at)
+        self._decoder.max_frame_bytes = self._state.config.max_frame_bytes
+
+    def _refuse_authentication(self, header: RequestHeader, step: SaslStep, started: float) -> None:
+        """Answer a refused exchange after Kafka's failed-authentication delay, then close:
+        meanwhile the connection reads nothing."""
+        sasl = self._sasl
+        assert sasl is not None and step.response is not None
+        state = self._state
+        state.metrics.authentications[sasl.mechanism or "-", "failure"] += 1
+        state.events.closed(ServerCloseReason.AUTHENTICATION_FAILED, self._peer, step.reason)
+        self._waiting.clear()
+        self._refusing = True
+        self._update_reading()
+        response = step.response
+        delay_s = state.security.failed_authentication_delay_ms / 1000
+
+        def answer_and_close() -> None:
+            if self._closed:
+                return
+            self._respond_with(header, response, started)
+            self.close()
+
+        if delay_s > 0:
+            self._loop.call_later(delay_s, answer_and_close)
+        else:
+            answer_and_close()
+
+    def _not_authenticated(self, reason: str) -> None:
+        self._state.metrics.authentications[
+            (self._sasl.mechanism if self._sasl is not None else "") or "-", "failure"
+        ] += 1
+        self.expire(ServerCloseReason.NOT_AUTHENTICATED, reason)
 
     def _unsupported(self, header: RequestHeader, exc: ApiError) -> dict[str, object]:
         if header.api_key == ApiKey.API_VERSIONS:
@@ -482,6 +620,7 @@ class CoordinatorConnection(asyncio.Protocol):
             or self._inflight >= self._max_inflight
             or bool(self._waiting)
             or self._request_bytes >= self._max_request_bytes
+            or self._refusing
         )
         if should_pause and not self.reading_paused:
             self.reading_paused = True

@@ -49,6 +49,12 @@ class ServerCloseReason(StrEnum):
     MALFORMED_FRAME = "malformed_frame"
     # The peer reset the connection or the socket failed.
     CONNECTION_ERROR = "connection_error"
+    # A refused SASL handshake or authentication, answered after the failed-authentication
+    # delay (KIP-306).
+    AUTHENTICATION_FAILED = "authentication_failed"
+    # A request that does not belong in the SASL exchange (any other API before the client
+    # is authenticated), or one after the session expired without re-authentication.
+    NOT_AUTHENTICATED = "not_authenticated"
 
 
 # What happens to well-behaved clients too; the rest is worth a WARNING.

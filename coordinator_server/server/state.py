@@ -14,6 +14,7 @@ from typing import Protocol
 from coordinator_protocol.errors import ErrorCode
 from coordinator_server import defaults
 from coordinator_server.metrics import ServerMetrics
+from coordinator_server.server.authentication import ListenerSecurity
 from coordinator_server.server.connection_events import ConnectionEventLog
 from coordinator_server.server.connection_limits import ConnectionQuotas, LimitedConnection
 from coordinator_server.service.replies import Handler
@@ -57,8 +58,10 @@ class ServerState:
         handlers: Mapping[int, Handler],
         api_versions_body: Callable[[ErrorCode, str | None], dict[str, object]],
         metrics: ServerMetrics | None = None,
+        security: ListenerSecurity | None = None,
     ) -> None:
         self.config = config
+        self.security = security or ListenerSecurity()
         self.handlers = handlers
         self.api_versions_body = api_versions_body
         self.draining = False
