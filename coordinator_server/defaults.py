@@ -106,3 +106,12 @@ TRANSACTION_CONCURRENT_WAIT_MS = 100
 # the most (group, topic, partition) series reported.
 LAG_REFRESH_INTERVAL_MS = 30_000
 LAG_MAX_SERIES = 10_000
+
+# ACLs and SCRAM credentials, kept on the log's partition 0: the most ACLs (a DescribeAcls
+# of them all still fits an answer) and the most users with SCRAM credentials; how long each
+# node's read of the partition waits for new records (a long poll: a new record ends the wait
+# at once; the wait is what a quiet log costs a round), and the most bytes one read brings.
+MAX_ACLS = 10_000
+MAX_SCRAM_USERS = 10_000
+SECURITY_FETCH_MAX_WAIT_MS = 250
+SECURITY_FETCH_MAX_BYTES = 1024 * 1024

@@ -16,6 +16,22 @@ from typing import Any, TypeAlias
 import msgpack
 import msgspec
 
+from coordinator_server.records.security import (
+    ACL_VALUE_VERSION,
+    SCRAM_CREDENTIAL_VALUE_VERSION,
+    AclKey,
+    AclValue,
+    ScramCredentialKey,
+    ScramCredentialValue,
+    acl_key_fields,
+    acl_key_from_fields,
+    acl_value_fields,
+    acl_value_from_fields,
+    scram_credential_key_fields,
+    scram_credential_key_from_fields,
+    scram_credential_value_fields,
+    scram_credential_value_from_fields,
+)
 from coordinator_server.records.transactional_offsets import (
     TRANSACTIONAL_OFFSET_VALUE_VERSION,
     TransactionalOffsetKey,
@@ -50,6 +66,9 @@ class RecordType(IntEnum):
     TRANSACTION = 4
     PRODUCER_ID_BLOCK = 5
     TRANSACTIONAL_OFFSET = 6
+    # The security partition's (partition 0 only): an ACL, a SCRAM credential.
+    ACL = 7
+    SCRAM_CREDENTIAL = 8
 
 
 KEY_VERSION = 0
@@ -138,6 +157,8 @@ RecordKey: TypeAlias = (
     | TransactionKey
     | ProducerIdBlockKey
     | TransactionalOffsetKey
+    | AclKey
+    | ScramCredentialKey
 )
 RecordValue: TypeAlias = (
     OffsetCommitValue
@@ -146,6 +167,8 @@ RecordValue: TypeAlias = (
     | TransactionValue
     | ProducerIdBlockValue
     | TransactionalOffsetValue
+    | AclValue
+    | ScramCredentialValue
 )
 
 
@@ -222,6 +245,24 @@ def new_transactional_offset_tombstone_record(
     return CoordinatorRecord(TransactionalOffsetKey(group, topic, partition, producer_id), None)
 
 
+def new_acl_record(key: AclKey) -> CoordinatorRecord:
+    return CoordinatorRecord(key, AclValue())
+
+
+def new_acl_tombstone_record(key: AclKey) -> CoordinatorRecord:
+    return CoordinatorRecord(key, None)
+
+
+def new_scram_credential_record(
+    user: str, mechanism: int, value: ScramCredentialValue
+) -> CoordinatorRecord:
+    return CoordinatorRecord(ScramCredentialKey(user, mechanism), value)
+
+
+def new_scram_credential_tombstone_record(user: str, mechanism: int) -> CoordinatorRecord:
+    return CoordinatorRecord(ScramCredentialKey(user, mechanism), None)
+
+
 # Encoding. Keys and values are msgpack arrays whose first elements say what they are; a
 # newer version only appends elements, so a reader ignores elements it does not know.
 
@@ -259,6 +300,10 @@ def encode_key(key: RecordKey) -> bytes:
         return _packb((_PRODUCER_ID_BLOCK_KEY_TYPE, KEY_VERSION))
     if type(key) is TransactionalOffsetKey:
         return _packb(transactional_offset_key_fields(key, KEY_VERSION))
+    if type(key) is AclKey:
+        return _packb(acl_key_fields(key, KEY_VERSION))
+    if type(key) is ScramCredentialKey:
+        return _packb(scram_credential_key_fields(key, KEY_VERSION))
     raise RecordFormatError(f"unknown key type {type(key).__name__}")
 
 
@@ -317,6 +362,10 @@ def encode_value(value: RecordValue | None) -> bytes | None:
         return _packb(producer_id_block_value_fields(value))
     if type(value) is TransactionalOffsetValue:
         return _packb(transactional_offset_value_fields(value))
+    if type(value) is AclValue:
+        return _packb(acl_value_fields(value))
+    if type(value) is ScramCredentialValue:
+        return _packb(scram_credential_value_fields(value))
     raise RecordFormatError(f"unknown value type {type(value).__name__}")
 
 
@@ -411,6 +460,10 @@ def decode_key(data: bytes) -> RecordKey:
             return ProducerIdBlockKey()
         if record_type == RecordType.TRANSACTIONAL_OFFSET:
             return transactional_offset_key_from_fields(fields[2:])
+        if record_type == RecordType.ACL:
+            return acl_key_from_fields(fields[2:])
+        if record_type == RecordType.SCRAM_CREDENTIAL:
+            return scram_credential_key_from_fields(fields[2:])
     except (IndexError, ValueError) as exc:
         raise RecordFormatError(f"bad key for record type {record_type!r}: {exc}") from exc
     raise RecordFormatError(f"unknown record type {record_type!r}")
@@ -453,6 +506,10 @@ def decode_value(key: RecordKey, data: bytes | None) -> RecordValue | None:
             return decode_producer_id_block_value(fields)
         if type(key) is TransactionalOffsetKey:
             return transactional_offset_value_from_fields(fields)
+        if type(key) is AclKey:
+            return acl_value_from_fields(fields)
+        if type(key) is ScramCredentialKey:
+            return scram_credential_value_from_fields(fields)
     except (ValueError, TypeError) as exc:
         raise RecordFormatError(f"bad value for {type(key).__name__}: {exc}") from exc
     raise RecordFormatError(f"unknown key type {type(key).__name__}")
@@ -598,13 +655,17 @@ def _bytes(value: Any) -> bytes:
 
 
 __all__ = [
+    "ACL_VALUE_VERSION",
     "GROUP_METADATA_VALUE_VERSION",
     "KEY_VERSION",
     "OFFSET_COMMIT_VALUE_VERSION",
     "PARTITION_OWNERSHIP_VALUE_VERSION",
     "PRODUCER_ID_BLOCK_VALUE_VERSION",
+    "SCRAM_CREDENTIAL_VALUE_VERSION",
     "TRANSACTIONAL_OFFSET_VALUE_VERSION",
     "TRANSACTION_VALUE_VERSION",
+    "AclKey",
+    "AclValue",
     "CoordinatorRecord",
     "GroupMemberValue",
     "GroupMetadataKey",
@@ -620,6 +681,8 @@ __all__ = [
     "RecordType",
     "RecordValue",
     "RefusedMarkers",
+    "ScramCredentialKey",
+    "ScramCredentialValue",
     "TransactionKey",
     "TransactionState",
     "TransactionValue",
@@ -633,12 +696,16 @@ __all__ = [
     "encode_offset_commits",
     "encode_record",
     "encode_value",
+    "new_acl_record",
+    "new_acl_tombstone_record",
     "new_group_metadata_record",
     "new_group_metadata_tombstone_record",
     "new_offset_commit_record",
     "new_offset_commit_tombstone_record",
     "new_partition_ownership_record",
     "new_producer_id_block_record",
+    "new_scram_credential_record",
+    "new_scram_credential_tombstone_record",
     "new_transaction_record",
     "new_transaction_tombstone_record",
     "new_transactional_offset_record",

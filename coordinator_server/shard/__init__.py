@@ -1,7 +1,7 @@
 """The shard: the state of one partition of the coordinator log (`log_partition`), and the
 doors through which the services see it (`doors`)."""
 
-from coordinator_server.shard.doors import GroupShard, TransactionShard
+from coordinator_server.shard.doors import GroupShard, SecurityShard, TransactionShard
 from coordinator_server.shard.log_partition import (
     LogPartitionShard,
     ShardConfig,
@@ -13,6 +13,7 @@ from coordinator_server.shard.log_partition import (
 __all__ = [
     "GroupShard",
     "LogPartitionShard",
+    "SecurityShard",
     "ShardConfig",
     "ShardLoadReplay",
     "ShardManagers",

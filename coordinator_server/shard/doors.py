@@ -4,8 +4,9 @@ Kafka's GroupCoordinatorService calls its GroupCoordinatorShard's per-API method
 TransactionCoordinator its TransactionStateManager's; here one shard holds both, and each
 service is typed by the door it uses: `GroupShard` for the group APIs (the group service and
 its bulk requests), `TransactionShard` for the transaction APIs (the transaction service,
-its views, the writes that end a transaction and the markers' channel). Neither names the
-managers behind the door, so a service cannot reach past it.
+its views, the writes that end a transaction and the markers' channel), `SecurityShard` for
+the ACL and SCRAM credential APIs (the security service, on the security partition). None
+names the managers behind the door, so a service cannot reach past it.
 """
 
 from __future__ import annotations
@@ -31,6 +32,18 @@ from coordinator_protocol.messages import (
     OffsetFetchResponseTopic,
     SyncGroupRequest,
     SyncGroupResponse,
+)
+from coordinator_protocol.security import (
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
+    CreateAclsRequest,
+    CreateAclsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
+    DescribeUserScramCredentialsRequest,
+    DescribeUserScramCredentialsResponse,
 )
 from coordinator_server.offsets.transactional import TransactionalCommit, TransactionalCommitAnswer
 from coordinator_server.records.transactions import RefusedMarkers, TransactionState
@@ -192,3 +205,24 @@ class TransactionShard(CoordinatorShard, Protocol):
         duration_filter_ms: int = -1,
         committed_offset: int | None = None,
     ) -> list[ListedTransaction]: ...
+
+
+class SecurityShard(CoordinatorShard, Protocol):
+    """The security APIs' door: the ACLs and SCRAM credentials of the security partition
+    (writes return records and the answer; reads answer as of the committed offset)."""
+
+    def create_acls(self, request: CreateAclsRequest) -> CoordinatorResult[CreateAclsResponse]: ...
+
+    def delete_acls(self, request: DeleteAclsRequest) -> CoordinatorResult[DeleteAclsResponse]: ...
+
+    def describe_acls(
+        self, request: DescribeAclsRequest, committed_offset: int
+    ) -> DescribeAclsResponse: ...
+
+    def alter_scram_credentials(
+        self, request: AlterUserScramCredentialsRequest
+    ) -> CoordinatorResult[AlterUserScramCredentialsResponse]: ...
+
+    def describe_scram_credentials(
+        self, request: DescribeUserScramCredentialsRequest, committed_offset: int
+    ) -> DescribeUserScramCredentialsResponse: ...

@@ -40,6 +40,18 @@ from coordinator_protocol.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
+from coordinator_protocol.security import (
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
+    CreateAclsRequest,
+    CreateAclsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
+    DescribeUserScramCredentialsRequest,
+    DescribeUserScramCredentialsResponse,
+)
 from coordinator_server.groups.manager import GroupMetadataManager
 from coordinator_server.groups.store import (
     ClassicGroupUpdate,
@@ -58,6 +70,7 @@ from coordinator_server.offsets.transactional import (
     TransactionalOffsetManager,
 )
 from coordinator_server.records import (
+    AclKey,
     CoordinatorRecord,
     GroupMetadataKey,
     GroupMetadataValue,
@@ -67,6 +80,8 @@ from coordinator_server.records import (
     PartitionOwnershipValue,
     ProducerIdBlockKey,
     ProducerIdBlockValue,
+    ScramCredentialKey,
+    ScramCredentialValue,
     TransactionalOffsetKey,
     TransactionalOffsetValue,
     TransactionKey,
@@ -81,6 +96,11 @@ from coordinator_server.runtime.api import (
     RequestContext,
     ResponseHandle,
     ShardContext,
+)
+from coordinator_server.security.acl_control import AclControlManager, AclsConfig
+from coordinator_server.security.scram_control import (
+    ScramControlManager,
+    ScramCredentialsConfig,
 )
 from coordinator_server.transactions.manager import TransactionManager
 from coordinator_server.transactions.metadata import TxnPartitions
@@ -111,6 +131,8 @@ class ShardManagers(NamedTuple):
     offsets: OffsetMetadataManager
     transactions: TransactionManager
     transactional_offsets: TransactionalOffsetManager
+    acls: AclControlManager
+    scram_credentials: ScramControlManager
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +140,8 @@ class ShardConfig:
     offsets: OffsetsConfig = field(default_factory=OffsetsConfig)
     groups: GroupsConfig = field(default_factory=GroupsConfig)
     transactions: TransactionsConfig = field(default_factory=TransactionsConfig)
+    acls: AclsConfig = field(default_factory=AclsConfig)
+    scram_credentials: ScramCredentialsConfig = field(default_factory=ScramCredentialsConfig)
 
 
 class LogPartitionShard:
@@ -164,6 +188,12 @@ class LogPartitionShard:
         self._transactional_offsets = TransactionalOffsetManager(
             offsets.pending, context.clock, groups, offsets, config.offsets
         )
+        # ACLs and SCRAM credentials: only the security partition's records and writes
+        # reach them; on the other partitions they stay empty.
+        self._acls = AclControlManager(context.snapshot_registry, config.acls)
+        self._scram_credentials = ScramControlManager(
+            context.snapshot_registry, config.scram_credentials
+        )
         # The partition's latest takeover in the log (a cluster's; None for a node alone).
         # Written before the partition loads, never by a write of the runtime, so it needs
         # no snapshot: only a load sets it.
@@ -177,7 +207,12 @@ class LogPartitionShard:
         """The managers behind the doors, to look at the state they hold: for tests and a
         debugger. The services see the shard through its doors, which do not have this."""
         return ShardManagers(
-            self._groups, self._offsets, self._transactions, self._transactional_offsets
+            self._groups,
+            self._offsets,
+            self._transactions,
+            self._transactional_offsets,
+            self._acls,
+            self._scram_credentials,
         )
 
     # The group APIs' door (GroupShard).
@@ -369,6 +404,29 @@ class LogPartitionShard:
             transactional_ids, states, producer_id_filters, duration_filter_ms, committed_offset
         )
 
+    # The security APIs' door (SecurityShard): the security partition's.
+
+    def create_acls(self, request: CreateAclsRequest) -> CoordinatorResult[CreateAclsResponse]:
+        return self._acls.create_acls(request)
+
+    def delete_acls(self, request: DeleteAclsRequest) -> CoordinatorResult[DeleteAclsResponse]:
+        return self._acls.delete_acls(request)
+
+    def describe_acls(
+        self, request: DescribeAclsRequest, committed_offset: int
+    ) -> DescribeAclsResponse:
+        return self._acls.describe_acls(request, committed_offset)
+
+    def alter_scram_credentials(
+        self, request: AlterUserScramCredentialsRequest
+    ) -> CoordinatorResult[AlterUserScramCredentialsResponse]:
+        return self._scram_credentials.alter_credentials(request)
+
+    def describe_scram_credentials(
+        self, request: DescribeUserScramCredentialsRequest, committed_offset: int
+    ) -> DescribeUserScramCredentialsResponse:
+        return self._scram_credentials.describe_credentials(request, committed_offset)
+
     # What the gauges read at scrape time (the latest state, committed or not), and the
     # consumer lag's committed offsets.
 
@@ -439,6 +497,12 @@ class LogPartitionShard:
             self._offsets.replay_transactional(
                 offset, key.group, key.topic, key.partition, key.producer_id, value
             )
+        elif type(key) is AclKey:
+            self._acls.replay(key, record.value is not None)
+        elif type(key) is ScramCredentialKey:
+            value = record.value
+            assert value is None or type(value) is ScramCredentialValue
+            self._scram_credentials.replay(key.user, key.mechanism, value)
         else:
             raise ValueError(f"unknown record key {key!r} at offset {offset}")
 
