@@ -143,4 +143,4 @@ def test_every_name_the_library_exports_resolves() -> None:
     modules = dict(item.split("=") for item in loaded)
     assert modules["GroupMember"] == "coordinator_client.member"
     assert modules["CoordinatorClient"] == "coordinator_client.rpc.client"
-    assert len(modules) == 30
+    assert len(modules) == 33

@@ -3,6 +3,9 @@
 - `CoordinatorClient`: every API of the wire contract, pipelined on one connection per
   server, with coordinator discovery, retries and typed errors (the RPC client,
   `coordinator_client.rpc`, which the tools use without the rest of the library).
+- `ClientSecurity`: how the connections to the coordinator are secured (TLS, SASL), from
+  Kafka's client property names (`read_properties_file` reads a Kafka tool's
+  `--command-config`); every entry point below takes it as `security`.
 - `GroupMember`: one member of a consumer group (join, sync, heartbeats, rebalances).
 - `RangeAssignor`, `RoundRobinAssignor`, `StickyAssignor`: how a group leader assigns
   partitions; any object with the `Assignor` shape will do.
@@ -46,6 +49,11 @@ if TYPE_CHECKING:
     )
     from coordinator_client.rpc.kafka_log import KafkaLogReader
     from coordinator_client.rpc.nodes import Node, build_ssl_context, parse_bootstrap
+    from coordinator_client.rpc.security import (
+        ClientSecurity,
+        ClientSecurityError,
+        read_properties_file,
+    )
     from coordinator_client.sticky import StickyAssignor
     from coordinator_protocol.errors import ApiError, ErrorCode
 
@@ -56,6 +64,8 @@ __all__ = [
     "Assignor",
     "ClientClosedError",
     "ClientError",
+    "ClientSecurity",
+    "ClientSecurityError",
     "CloseReason",
     "CommitFailedError",
     "ConnectionClosedError",
@@ -80,6 +90,7 @@ __all__ = [
     "TransactionalProducer",
     "build_ssl_context",
     "parse_bootstrap",
+    "read_properties_file",
 ]
 
 # Each name loads its module when first asked for (PEP 562), so that importing one module of
@@ -93,6 +104,8 @@ _EXPORTS: dict[str, str] = {
     "build_ssl_context": "coordinator_client.rpc.nodes",
     "ClientClosedError": "coordinator_client.rpc.errors",
     "ClientError": "coordinator_client.rpc.errors",
+    "ClientSecurity": "coordinator_client.rpc.security",
+    "ClientSecurityError": "coordinator_client.rpc.security",
     "CloseReason": "coordinator_client.rpc.errors",
     "CommitFailedError": "coordinator_client.errors",
     "ConnectionClosedError": "coordinator_client.rpc.errors",
@@ -110,6 +123,7 @@ _EXPORTS: dict[str, str] = {
     "parse_bootstrap": "coordinator_client.rpc.nodes",
     "PartitionErrors": "coordinator_client.rpc.errors",
     "RangeAssignor": "coordinator_client.assignors",
+    "read_properties_file": "coordinator_client.rpc.security",
     "RequestTimeoutError": "coordinator_client.rpc.errors",
     "RequestTooLargeError": "coordinator_client.rpc.errors",
     "RoundRobinAssignor": "coordinator_client.assignors",

@@ -49,6 +49,7 @@ from coordinator_client.rpc.backoff import ExponentialBackoff
 from coordinator_client.rpc.client import CoordinatorClient
 from coordinator_client.rpc.errors import ClientError
 from coordinator_client.rpc.kafka_log import KafkaLogReader, stop_consumer
+from coordinator_client.rpc.security import ClientSecurity
 from coordinator_protocol.errors import ApiError
 
 __all__ = ["CoordinatedConsumer"]
@@ -79,6 +80,10 @@ class CoordinatedConsumer:
         partition_assignment_strategy: assignors, preferred first (default: range).
         key_deserializer, value_deserializer: as in aiokafka.
         coordinator_options: more `CoordinatorClient` arguments (TLS, timeouts).
+        security: how the coordinator connections are secured (`ClientSecurity`: Kafka's
+            client settings, TLS and SASL), for the `CoordinatorClient` made here; a shared
+            `coordinator_client` has its own. It does not touch the Kafka connections, which
+            take aiokafka's security options.
         **kafka_options: more `AIOKafkaConsumer` arguments (fetch sizes, Kafka security,
             ...); its group settings do not apply, the group being ours.
     """
@@ -102,10 +107,13 @@ class CoordinatedConsumer:
         key_deserializer: Callable[[bytes], Any] | None = None,
         value_deserializer: Callable[[bytes], Any] | None = None,
         coordinator_options: Mapping[str, Any] | None = None,
+        security: ClientSecurity | None = None,
         **kafka_options: Any,
     ) -> None:
         if (coordinator_bootstrap_servers is None) == (coordinator_client is None):
             raise ValueError("give one of coordinator_bootstrap_servers and coordinator_client")
+        if security is not None and coordinator_client is not None:
+            raise ValueError("a shared coordinator_client has its own security; give it there")
         if auto_offset_reset not in _OFFSET_RESETS:
             raise ValueError(f"auto_offset_reset must be one of {_OFFSET_RESETS}")
         self._topics = frozenset(topics)
@@ -119,6 +127,7 @@ class CoordinatedConsumer:
         self._client = coordinator_client or CoordinatorClient(
             coordinator_bootstrap_servers or "",
             client_id=client_id,
+            security=security,
             **dict(coordinator_options or {}),
         )
         self._consumer = AIOKafkaConsumer(
@@ -135,7 +144,7 @@ class CoordinatedConsumer:
         )
         forbid_auto_topic_creation(self._consumer._client)
         self._log = KafkaLogReader(bootstrap_servers, **_security_options(kafka_options))
-        self._member_options = {
+        self._member_options: dict[str, Any] = {
             "session_timeout_ms": session_timeout_ms,
             "heartbeat_interval_ms": heartbeat_interval_ms,
             "rebalance_timeout_ms": max_poll_interval_ms,
@@ -170,6 +179,9 @@ class CoordinatedConsumer:
                 speak the coordinator protocol (the message says which).
             RequestTimeoutError: the coordinator did not answer in time.
             ssl.SSLError: the TLS handshake with the coordinator failed.
+            SaslAuthenticationFailedError, UnsupportedSaslMechanismError,
+            IllegalSaslStateError: the coordinator refused the authentication `security`
+                asks for (the message says why).
         """
         if self._started:
             raise RuntimeError("the consumer was already started")

@@ -57,6 +57,7 @@ from coordinator_client.rpc.backoff import ExponentialBackoff
 from coordinator_client.rpc.client import CoordinatorClient
 from coordinator_client.rpc.connection_problems import connect_cause
 from coordinator_client.rpc.errors import ClientClosedError, ClientError, OffsetCommitError
+from coordinator_client.rpc.security import ClientSecurity
 from coordinator_protocol.consumer import (
     ConsumerProtocolSubscription,
     InvalidConsumerProtocolError,
@@ -103,6 +104,14 @@ _FATAL_CODES: Final = frozenset(
         ErrorCode.POLICY_VIOLATION,
     }
 )
+# The server refused to authenticate the connection: no retry mends it.
+_AUTHENTICATION_CODES: Final = frozenset(
+    {
+        ErrorCode.SASL_AUTHENTICATION_FAILED,
+        ErrorCode.UNSUPPORTED_SASL_MECHANISM,
+        ErrorCode.ILLEGAL_SASL_STATE,
+    }
+)
 _NO_GENERATION: Final = -1
 _LEAVE_TIMEOUT_MS: Final = 5000
 
@@ -128,7 +137,9 @@ class GroupMember:
     """A member of the consumer group `group_id`, subscribed to `topics`.
 
     Args:
-        client: the client to talk to the coordinator with (not closed by the member).
+        client: the client to talk to the coordinator with (not closed by the member); or
+            the coordinator's bootstrap servers, "host:port[,host:port]", for a client of
+            the member's own (closed with it).
         group_id: the group.
         topics: the topics to subscribe to.
         partitions_for_topics: the partition count of topics, for when this member leads:
@@ -143,11 +154,17 @@ class GroupMember:
             callbacks; `on_partitions_lost` defaults to `on_partitions_revoked`.
         on_error: called (synchronously) once if the membership ends on an error.
         retry_backoff_ms: the first back-off between failed rounds (doubling to 1 s).
+        security: how the member's own client secures its connections (`ClientSecurity`:
+            Kafka's client settings, TLS and SASL); a client given has its own.
+
+    An authentication the coordinator refuses ends the membership (`GroupMemberError`, its
+    cause the Kafka error naming why), as a certificate that does not verify does: no retry
+    mends either.
     """
 
     def __init__(
         self,
-        client: CoordinatorClient,
+        client: CoordinatorClient | str,
         group_id: str,
         topics: Iterable[str],
         *,
@@ -162,9 +179,15 @@ class GroupMember:
         on_partitions_lost: PartitionsCallback | None = None,
         on_error: Callable[[GroupMemberError], None] | None = None,
         retry_backoff_ms: int = 100,
+        security: ClientSecurity | None = None,
     ) -> None:
         if not group_id:
             raise ValueError("group_id must not be empty")
+        self._owns_client = isinstance(client, str)
+        if isinstance(client, str):
+            client = CoordinatorClient(client, security=security)
+        elif security is not None:
+            raise ValueError("a client given has its own security; give it there")
         self.client = client
         self.group_id = group_id
         self._topics = frozenset(topics)
@@ -351,6 +374,8 @@ class GroupMember:
         self._reset_generation()
         self._state = MemberState.UNJOINED
         self._stable.set()
+        if self._owns_client:
+            await self.client.close()
 
     async def __aenter__(self) -> GroupMember:
         await self.start()
@@ -745,6 +770,11 @@ class GroupMember:
             except ClientClosedError:
                 return
             except (ClientError, ApiError, ssl.SSLError) as e:
+                if isinstance(e, ApiError) and e.code in _AUTHENTICATION_CODES:
+                    # Credentials refused (a password changed, a token expired): the session
+                    # would only run out before the next JoinGroup is refused the same way.
+                    self._fail(e)
+                    return
                 # The connection's own problems are logged by the client, with back-off.
                 log.debug("group %s: heartbeat failed: %s", self.group_id, e)
                 continue

@@ -35,6 +35,7 @@ from aiokafka.structs import OffsetAndMetadata, RecordMetadata, TopicPartition
 
 from coordinator_client.kafka_metadata_request import forbid_auto_topic_creation
 from coordinator_client.rpc.client import CoordinatorClient
+from coordinator_client.rpc.security import ClientSecurity
 from coordinator_client.txn_sender import CoordinatedSender
 
 __all__ = ["TransactionalProducer"]
@@ -59,6 +60,10 @@ class TransactionalProducer:
         client_id: for both Kafka and the coordinator.
         key_serializer, value_serializer: as in aiokafka.
         coordinator_options: more `CoordinatorClient` arguments (TLS, timeouts).
+        security: how the coordinator connections are secured (`ClientSecurity`: Kafka's
+            client settings, TLS and SASL), for the `CoordinatorClient` made here; a shared
+            `coordinator_client` has its own. It does not touch the Kafka connections, which
+            take aiokafka's security options.
         **kafka_options: more `AIOKafkaProducer` arguments (linger_ms, max_batch_size,
             compression_type, request_timeout_ms, retry_backoff_ms, Kafka security, ...);
             `acks` can only be "all" (idempotence requires it).
@@ -76,10 +81,13 @@ class TransactionalProducer:
         key_serializer: Callable[[Any], bytes] | None = None,
         value_serializer: Callable[[Any], bytes] | None = None,
         coordinator_options: Mapping[str, Any] | None = None,
+        security: ClientSecurity | None = None,
         **kafka_options: Any,
     ) -> None:
         if (coordinator_bootstrap_servers is None) == (coordinator_client is None):
             raise ValueError("give one of coordinator_bootstrap_servers and coordinator_client")
+        if security is not None and coordinator_client is not None:
+            raise ValueError("a shared coordinator_client has its own security; give it there")
         if not transactional_id:
             raise ValueError("transactional_id must not be empty")
         for option in ("transactional_id", "enable_idempotence", "loop"):
@@ -90,6 +98,7 @@ class TransactionalProducer:
         self._client = coordinator_client or CoordinatorClient(
             coordinator_bootstrap_servers or "",
             client_id=client_id,
+            security=security,
             **dict(coordinator_options or {}),
         )
         self._producer = AIOKafkaProducer(

@@ -13,6 +13,9 @@ discovery, retries, deadlines and fan-out are written once. An API differs in:
   after looking the coordinator up again, wherever the API puts its error codes; for the
   transaction APIs CONCURRENT_TRANSACTIONS on the same coordinator too;
 - what `raise_on_error` raises (`errors`);
+- for the security APIs (ACLs, SCRAM credentials), nothing but their errors: any node
+  answers them (the server forwards them to the node that holds them), and the SASL exchange
+  is each connection's own (`sasl`), never sent on this path;
 - for a request that names several groups (OffsetFetch, DescribeGroups, DeleteGroups) or
   transactional ids (DescribeTransactions), how it is cut into one request per key, each
   sent to its own coordinator, and how the answers are put back together in the request's
@@ -58,6 +61,22 @@ from coordinator_protocol.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
+from coordinator_protocol.security import (
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
+    CreateAclsRequest,
+    CreateAclsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
+    DescribeUserScramCredentialsRequest,
+    DescribeUserScramCredentialsResponse,
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
 from coordinator_protocol.transactions import (
     AddOffsetsToTxnRequest,
     AddOffsetsToTxnResponse,
@@ -85,12 +104,17 @@ from coordinator_protocol.transactions import (
 __all__ = [
     "ADD_OFFSETS_TO_TXN",
     "ADD_PARTITIONS_TO_TXN",
+    "ALTER_USER_SCRAM_CREDENTIALS",
     "API_VERSIONS",
+    "CREATE_ACLS",
+    "DELETE_ACLS",
     "DELETE_GROUPS",
+    "DESCRIBE_ACLS",
     "DESCRIBE_CLUSTER",
     "DESCRIBE_GROUPS",
     "DESCRIBE_TRANSACTIONS",
     "DESCRIBE_TRANSACTIONS_V1",
+    "DESCRIBE_USER_SCRAM_CREDENTIALS",
     "END_TXN",
     "FIND_COORDINATOR",
     "HEARTBEAT",
@@ -105,6 +129,8 @@ __all__ = [
     "OFFSET_FETCH",
     "RETRY_CODES",
     "RETRY_REDISCOVER",
+    "SASL_AUTHENTICATE",
+    "SASL_HANDSHAKE",
     "SYNC_GROUP",
     "TXN_OFFSET_COMMIT",
     "TXN_RETRY_CODES",
@@ -569,3 +595,98 @@ LIST_TRANSACTIONS_V1: Final = ApiHandler(
 )
 """Version 1: a page of one node's list (`CoordinatorClient.list_transactions` reads every
 page of every node, and joins them as LIST_TRANSACTIONS joins the nodes' lists)."""
+
+
+# The security APIs
+
+
+def _created_acls_retry(response: CreateAclsResponse) -> int | None:
+    # Creating an ACL that exists changes nothing, so a whole request may go again.
+    return first_retriable(result.error_code for result in response.results)
+
+
+def _created_acls_errors(response: CreateAclsResponse) -> Iterator[tuple[int, str | None]]:
+    for result in response.results:
+        yield result.error_code, result.error_message
+
+
+def _deleted_acls_retry(response: DeleteAclsResponse) -> int | None:
+    return first_retriable(result.error_code for result in response.filter_results)
+
+
+def _deleted_acls_errors(response: DeleteAclsResponse) -> Iterator[tuple[int, str | None]]:
+    for result in response.filter_results:
+        yield result.error_code, result.error_message
+        for acl in result.matching_acls:
+            yield acl.error_code, acl.error_message
+
+
+def _described_credentials_retry(response: DescribeUserScramCredentialsResponse) -> int | None:
+    return first_retriable(
+        [response.error_code, *(result.error_code for result in response.results)]
+    )
+
+
+def _described_credentials_errors(
+    response: DescribeUserScramCredentialsResponse,
+) -> Iterator[tuple[int, str | None]]:
+    yield response.error_code, response.error_message
+    for result in response.results:
+        yield result.error_code, result.error_message or f"user {result.user!r}"
+
+
+def _altered_credentials_retry(response: AlterUserScramCredentialsResponse) -> int | None:
+    return first_retriable(result.error_code for result in response.results)
+
+
+def _altered_credentials_errors(
+    response: AlterUserScramCredentialsResponse,
+) -> Iterator[tuple[int, str | None]]:
+    for result in response.results:
+        yield result.error_code, result.error_message or f"user {result.user!r}"
+
+
+SASL_HANDSHAKE: Final = ApiHandler(SaslHandshakeRequest, SaslHandshakeResponse, Lookup.BOOTSTRAP)
+"""SaslHandshake: sent by each connection for itself as it opens (`sasl.authenticate`),
+never on the request path."""
+SASL_AUTHENTICATE: Final = ApiHandler(
+    SaslAuthenticateRequest, SaslAuthenticateResponse, Lookup.BOOTSTRAP
+)
+"""SaslAuthenticate: as SaslHandshake, the connection's own."""
+DESCRIBE_ACLS: Final = ApiHandler(
+    DescribeAclsRequest,
+    DescribeAclsResponse,
+    Lookup.BOOTSTRAP,
+    retry_code=_top_level_retry,
+    errors=_top_level_error,
+)
+CREATE_ACLS: Final = ApiHandler(
+    CreateAclsRequest,
+    CreateAclsResponse,
+    Lookup.BOOTSTRAP,
+    retry_code=_created_acls_retry,
+    errors=_created_acls_errors,
+)
+DELETE_ACLS: Final = ApiHandler(
+    DeleteAclsRequest,
+    DeleteAclsResponse,
+    Lookup.BOOTSTRAP,
+    retry_code=_deleted_acls_retry,
+    errors=_deleted_acls_errors,
+)
+DESCRIBE_USER_SCRAM_CREDENTIALS: Final = ApiHandler(
+    DescribeUserScramCredentialsRequest,
+    DescribeUserScramCredentialsResponse,
+    Lookup.BOOTSTRAP,
+    retry_code=_described_credentials_retry,
+    errors=_described_credentials_errors,
+)
+ALTER_USER_SCRAM_CREDENTIALS: Final = ApiHandler(
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
+    Lookup.BOOTSTRAP,
+    retry_code=_altered_credentials_retry,
+    errors=_altered_credentials_errors,
+)
+"""The credential an upsertion carries is derived by the client (`sasl.scram_upsertion`):
+the password never travels."""

@@ -60,6 +60,18 @@ from coordinator_protocol.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
+from coordinator_protocol.security import (
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
+    CreateAclsRequest,
+    CreateAclsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
+    DescribeUserScramCredentialsRequest,
+    DescribeUserScramCredentialsResponse,
+)
 from coordinator_protocol.transactions import (
     AddOffsetsToTxnRequest,
     AddOffsetsToTxnResponse,
@@ -111,6 +123,10 @@ class CoordinatorClient(RequestPath):
         ssl_server_hostname: the name to verify the server certificate against (default:
             the host connected to).
         coordinator_cache_size: how many groups' coordinators to remember.
+        security: Kafka's client security settings (`ClientSecurity`, from Kafka's
+            property names): TLS, and SASL (PLAIN, SCRAM, OAUTHBEARER) run on each connection
+            before its first request, and again before the session's lifetime passes; give
+            TLS through it or through the ssl_* arguments, not both.
     """
 
     # Life cycle
@@ -457,6 +473,81 @@ class CoordinatorClient(RequestPath):
                     f"{what}: a page of no transaction before {page.next_cursor!r}",
                 )
             cursor = page.next_cursor
+
+    # The security APIs: any node answers them (the server forwards each to the node that
+    # holds the ACLs and credentials)
+
+    async def describe_acls(
+        self,
+        request: DescribeAclsRequest,
+        *,
+        raise_on_error: bool = True,
+        timeout_ms: int | None = None,
+    ) -> DescribeAclsResponse:
+        """DescribeAcls (29): the ACLs the request's filter selects, by resource. With
+        `raise_on_error`, the answer's error (SECURITY_DISABLED: the server has no
+        authorizer; CLUSTER_AUTHORIZATION_FAILED) is raised."""
+        return await self._call(
+            apis.DESCRIBE_ACLS, request, timeout_ms, raise_on_error=raise_on_error
+        )
+
+    async def create_acls(
+        self,
+        request: CreateAclsRequest,
+        *,
+        raise_on_error: bool = False,
+        timeout_ms: int | None = None,
+    ) -> CreateAclsResponse:
+        """CreateAcls (30): one result per creation, in the request's order; an ACL that
+        exists already is not an error. With `raise_on_error`, the first creation's error is
+        raised."""
+        return await self._call(
+            apis.CREATE_ACLS, request, timeout_ms, raise_on_error=raise_on_error
+        )
+
+    async def delete_acls(
+        self,
+        request: DeleteAclsRequest,
+        *,
+        raise_on_error: bool = False,
+        timeout_ms: int | None = None,
+    ) -> DeleteAclsResponse:
+        """DeleteAcls (31): one result per filter, naming the ACLs it deleted. With
+        `raise_on_error`, the first filter's (or deleted ACL's) error is raised."""
+        return await self._call(
+            apis.DELETE_ACLS, request, timeout_ms, raise_on_error=raise_on_error
+        )
+
+    async def describe_user_scram_credentials(
+        self,
+        request: DescribeUserScramCredentialsRequest | None = None,
+        *,
+        raise_on_error: bool = False,
+        timeout_ms: int | None = None,
+    ) -> DescribeUserScramCredentialsResponse:
+        """DescribeUserScramCredentials (50): each user's mechanisms and iterations (never a
+        salt or key); every user with a credential when `request` (or its `users`) is None.
+        A user without one is answered RESOURCE_NOT_FOUND in its result; with
+        `raise_on_error`, that (or the answer's own error) is raised."""
+        request = request or DescribeUserScramCredentialsRequest()
+        return await self._call(
+            apis.DESCRIBE_USER_SCRAM_CREDENTIALS, request, timeout_ms, raise_on_error=raise_on_error
+        )
+
+    async def alter_user_scram_credentials(
+        self,
+        request: AlterUserScramCredentialsRequest,
+        *,
+        raise_on_error: bool = False,
+        timeout_ms: int | None = None,
+    ) -> AlterUserScramCredentialsResponse:
+        """AlterUserScramCredentials (51): deletions and upsertions, one result per user.
+        An upsertion carries the salted password, never the password
+        (`coordinator_client.rpc.sasl.scram_upsertion` derives it). With `raise_on_error`,
+        the first user's error is raised."""
+        return await self._call(
+            apis.ALTER_USER_SCRAM_CREDENTIALS, request, timeout_ms, raise_on_error=raise_on_error
+        )
 
     # Helpers in Kafka's terms
 

@@ -9,6 +9,15 @@ Bounds: at most `max_in_flight_requests` requests wait for an answer (further se
 for a slot, within their timeout), and no frame larger than `max_frame_bytes` is sent or
 accepted.
 
+Authentication (SASL_PLAINTEXT, SASL_SSL): `open` runs the SASL exchange (`rpc.sasl`) right
+after connecting, before the connection is handed out, so no request goes out before it. A
+refused exchange raises the Kafka error of its code (SASL_AUTHENTICATION_FAILED,
+UNSUPPORTED_SASL_MECHANISM, ILLEGAL_SASL_STATE), which no retry mends. When the server grants
+the session a lifetime (KIP-368), the connection authenticates again on its own, as Kafka's
+client does, at a random point between 85 % and 95 % of it: meanwhile new requests are held
+(not written) and the requests already in flight keep their answers, which may arrive
+during the exchange. A failed re-authentication closes the connection.
+
 A request that times out is forgotten, but its correlation id is remembered so its late
 answer is dropped quietly; an answer to an id this connection never sent means the stream
 can no longer be trusted, and the connection closes (aiokafka's OUT_OF_SYNC). When the
@@ -21,8 +30,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import ssl
 from collections import deque
+from collections.abc import Callable
 from typing import Final, NamedTuple, TypeVar
 
 from coordinator_client.rpc.connection_problems import (
@@ -38,6 +49,7 @@ from coordinator_client.rpc.errors import (
     RequestTimeoutError,
     RequestTooLargeError,
 )
+from coordinator_client.rpc.sasl import SaslClient, authenticate
 from coordinator_protocol.api_keys import api_name
 from coordinator_protocol.envelope import RequestHeader, encode_request, split_response
 from coordinator_protocol.errors import ApiError, ProtocolError
@@ -56,6 +68,10 @@ _CORRELATION_ID_LIMIT: Final = 2**31
 # (a late answer to one of those then closes the connection as out of sync).
 _ABANDONED_PER_SLOT: Final = 4
 _CLOSE_TIMEOUT_S: Final = 1.0
+# Kafka's SaslClientAuthenticator: re-authenticate at 85 % of the session's lifetime, plus up
+# to 10 % of jitter so that many connections do not re-authenticate at once.
+_REAUTHENTICATE_AT: Final = 0.85
+_REAUTHENTICATE_JITTER: Final = 0.10
 
 
 class _Pending(NamedTuple):
@@ -78,6 +94,8 @@ class Connection:
         max_in_flight_requests: int,
         max_frame_bytes: int,
         problems: ConnectionProblems | None = None,
+        sasl: Callable[[], SaslClient] | None = None,
+        authentication_timeout_s: float = 10.0,
     ) -> None:
         if max_in_flight_requests < 1:
             raise ValueError("max_in_flight_requests must be at least 1")
@@ -102,6 +120,18 @@ class Connection:
         # Whether the peer has answered one request in the coordinator protocol: until it
         # has, a peer that closes or sends what does not decode is not a coordinator.
         self._answered = False
+        self._sasl = sasl
+        self._authentication_timeout_s = authentication_timeout_s
+        # Set while requests may be written: cleared during a SASL exchange, when the
+        # requests sent meanwhile wait.
+        self._accepting = asyncio.Event()
+        self._accepting.set()
+        self._reauthentication: asyncio.TimerHandle | None = None
+        self._reauthenticating: asyncio.Task[None] | None = None
+        self.authentications = 0
+        """SASL exchanges completed on this connection (re-authentications included)."""
+        self.session_lifetime_ms = 0
+        """The lifetime the server granted the last exchange's session (0: none)."""
         self._reader_task = asyncio.create_task(
             self._read_loop(), name=f"coordinator-client-reader {host}:{port}"
         )
@@ -119,15 +149,21 @@ class Connection:
         max_in_flight_requests: int = 256,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         problems: ConnectionProblems | None = None,
+        sasl: Callable[[], SaslClient] | None = None,
     ) -> Connection:
-        """Connect to `host:port`. Each failure, and later the connection's loss and its
+        """Connect to `host:port`, and with `sasl` (a new mechanism client for each exchange)
+        authenticate before returning. Each failure, and later the connection's loss and its
         first answer, are reported to `problems`.
 
         Raises:
             ConnectionClosedError: the connection could not be opened (refused, unreachable,
-                or not within `connect_timeout_s`); retriable.
+                or not within `connect_timeout_s`), or closed during the SASL exchange, or the
+                exchange was not answered within `connect_timeout_s`; retriable.
             ssl.SSLError: the TLS handshake failed (for example the certificate did not
                 verify); not retriable.
+            SaslAuthenticationFailedError, UnsupportedSaslMechanismError,
+            IllegalSaslStateError: the server refused the authentication (the error names
+                why); not retriable.
         """
         address = (host, port)
         try:
@@ -152,7 +188,7 @@ class Connection:
             raise ConnectionClosedError(
                 f"cannot connect to {host}:{port}: {connect_cause(e)}"
             ) from e
-        return cls(
+        connection = cls(
             host,
             port,
             reader,
@@ -161,7 +197,27 @@ class Connection:
             max_in_flight_requests=max_in_flight_requests,
             max_frame_bytes=max_frame_bytes,
             problems=problems,
+            sasl=sasl,
+            authentication_timeout_s=connect_timeout_s,
         )
+        if sasl is not None:
+            try:
+                await connection._authenticate()
+            except asyncio.CancelledError:
+                connection.close()
+                await connection.wait_closed()
+                raise
+            except Exception as e:
+                cause = f"authentication failed: {e}"
+                if connection.closed:
+                    # The server closed the connection after its answer, as Kafka's does
+                    # after a refusal: the answer is the cause to report, not the closing.
+                    _report(problems, address, cause)
+                else:
+                    connection.close(CloseReason.CONNECTION_BROKEN, e, message=cause)
+                await connection.wait_closed()
+                raise
+        return connection
 
     @property
     def closed(self) -> bool:
@@ -203,47 +259,117 @@ class Connection:
         """
         self._raise_if_closed()
         api_key = int(request.API_KEY)
-        if api_version is None:
-            api_version = request.API_VERSION
-        loop = asyncio.get_running_loop()
-        correlation_id: int | None = None
         try:
             async with asyncio.timeout(timeout_s):
-                while len(self._pending) >= self.max_in_flight_requests:
-                    await self._wait_for_slot(loop)
-                correlation_id = self._take_correlation_id()
-                header = RequestHeader(api_key, api_version, correlation_id, self.client_id)
-                payload = encode_request(header, request)
-                if len(payload) > self.max_frame_bytes:
-                    raise RequestTooLargeError(
-                        f"{api_name(api_key)} request of {len(payload)} bytes exceeds the "
-                        f"maximum frame of {self.max_frame_bytes} bytes"
-                    )
-                future: asyncio.Future[Message] = loop.create_future()
-                self._pending[correlation_id] = _Pending(api_key, api_version, future)
-                self._writer.write(encode_frame(payload))
-                try:
-                    await self._writer.drain()
-                except (OSError, RuntimeError) as e:
-                    # The reader sees the same failure; whoever is first closes.
-                    self.close(CloseReason.CONNECTION_BROKEN, e)
-                response = await future
+                response = await self._request(request, api_version, held=True)
         except TimeoutError:
             message = f"no response to {api_name(api_key)} within {timeout_s:.3f} s"
             if self._problems is not None:
                 self._problems.failed((self.host, self.port), message)
             raise RequestTimeoutError(f"{self.host}:{self.port}: {message}") from None
-        finally:
-            if correlation_id is not None and correlation_id in self._pending:
-                # Timed out or cancelled: its late answer, if any, is dropped quietly.
-                del self._pending[correlation_id]
-                self._abandon(correlation_id)
-                self._wake_slot_waiter()
         if not isinstance(response, response_type):
             raise InvalidResponseError(
                 f"expected {response_type.__name__}, got {type(response).__name__}"
             )
         return response
+
+    async def _request(self, request: Message, api_version: int | None, *, held: bool) -> Message:
+        """Write `request` and wait for its answer. With `held`, first wait until requests
+        may be written (no SASL exchange running) and a slot is free; the exchange's own
+        messages are not held."""
+        loop = asyncio.get_running_loop()
+        api_key = int(request.API_KEY)
+        if api_version is None:
+            api_version = request.API_VERSION
+        while held:
+            if not self._accepting.is_set():
+                await self._accepting.wait()
+                self._raise_if_closed()
+            elif len(self._pending) >= self.max_in_flight_requests:
+                await self._wait_for_slot(loop)
+            else:
+                break
+        # Nothing awaits from the checks above to the write: no exchange can start between.
+        self._raise_if_closed()
+        correlation_id = self._take_correlation_id()
+        try:
+            header = RequestHeader(api_key, api_version, correlation_id, self.client_id)
+            payload = encode_request(header, request)
+            if len(payload) > self.max_frame_bytes:
+                raise RequestTooLargeError(
+                    f"{api_name(api_key)} request of {len(payload)} bytes exceeds the "
+                    f"maximum frame of {self.max_frame_bytes} bytes"
+                )
+            future: asyncio.Future[Message] = loop.create_future()
+            self._pending[correlation_id] = _Pending(api_key, api_version, future)
+            self._writer.write(encode_frame(payload))
+            try:
+                await self._writer.drain()
+            except (OSError, RuntimeError) as e:
+                # The reader sees the same failure; whoever is first closes.
+                self.close(CloseReason.CONNECTION_BROKEN, e)
+            return await future
+        finally:
+            if correlation_id in self._pending:
+                # Timed out or cancelled: its late answer, if any, is dropped quietly.
+                del self._pending[correlation_id]
+                self._abandon(correlation_id)
+                self._wake_slot_waiter()
+
+    # Authentication
+
+    async def _exchange(self, request: Message, response_type: type[Message]) -> Message:
+        response = await self._request(request, None, held=False)
+        if not isinstance(response, response_type):
+            raise InvalidResponseError(
+                f"expected {response_type.__name__}, got {type(response).__name__}"
+            )
+        return response
+
+    async def _authenticate(self) -> None:
+        """One SASL exchange, new requests held meanwhile; then the next one scheduled if
+        the server set the session a lifetime."""
+        assert self._sasl is not None
+        where = f"{self.host}:{self.port}"
+        timeout_s = self._authentication_timeout_s
+        self._accepting.clear()
+        try:
+            async with asyncio.timeout(timeout_s):
+                lifetime_ms = await authenticate(self._exchange, self._sasl(), where=where)
+        except TimeoutError:
+            raise ConnectionClosedError(
+                f"{where}: no answer to the SASL exchange within {timeout_s:.3f} s",
+                CloseReason.CONNECTION_TIMEOUT,
+            ) from None
+        finally:
+            if not self.closed:
+                self._accepting.set()
+        self.authentications += 1
+        self.session_lifetime_ms = lifetime_ms
+        if lifetime_ms > 0 and not self.closed:
+            share = _REAUTHENTICATE_AT + random.random() * _REAUTHENTICATE_JITTER
+            self._reauthentication = asyncio.get_running_loop().call_later(
+                lifetime_ms * share / 1000, self._begin_reauthentication
+            )
+
+    def _begin_reauthentication(self) -> None:
+        self._reauthentication = None
+        if self.closed or self._reauthenticating is not None:
+            return
+        self._reauthenticating = asyncio.create_task(
+            self._reauthenticate(),
+            name=f"coordinator-client reauthenticate {self.host}:{self.port}",
+        )
+
+    async def _reauthenticate(self) -> None:
+        try:
+            await self._authenticate()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            self.close(CloseReason.CONNECTION_BROKEN, e, message=f"re-authentication failed: {e}")
+        finally:
+            self._reauthenticating = None
 
     def close(
         self,
@@ -285,6 +411,14 @@ class Connection:
             waiter = self._slot_waiters.popleft()
             if not waiter.done():
                 waiter.set_exception(self._closed_error())
+        # Requests held for an exchange wake and find the connection closed.
+        self._accepting.set()
+        if self._reauthentication is not None:
+            self._reauthentication.cancel()
+            self._reauthentication = None
+        reauthenticating = self._reauthenticating
+        if reauthenticating is not None and asyncio.current_task() is not reauthenticating:
+            reauthenticating.cancel()
         with contextlib.suppress(Exception):
             self._writer.close()
         if asyncio.current_task() is not self._reader_task:

@@ -25,6 +25,11 @@ A request to a coordinator that is not answered in time forgets the coordinator,
 bootstrap server moves the next one up, so that the next call does not wait on a node that
 is paused or cut off while its groups have moved elsewhere.
 
+With `security` (a `ClientSecurity`: Kafka's client settings) every connection is TLS and
+authenticated as it says, before any request goes out on it; an authentication the server
+refuses is raised at once (SASL_AUTHENTICATION_FAILED, UNSUPPORTED_SASL_MECHANISM,
+ILLEGAL_SASL_STATE), never retried, and a TLS failure too (`ssl.SSLError`).
+
 The deadline passing while a request is out raises `RequestTimeoutError`; passing during a
 back-off, or while a request sent again after one is out, raises the last error seen. Every
 other error code comes back in the response (the typed methods) or is raised as its
@@ -60,6 +65,7 @@ from coordinator_client.rpc.errors import (
 )
 from coordinator_client.rpc.nodes import Node, build_ssl_context, parse_bootstrap
 from coordinator_client.rpc.requests import raise_for_code
+from coordinator_client.rpc.security import ClientSecurity
 from coordinator_protocol.api_keys import ApiKey
 from coordinator_protocol.errors import ErrorCode, error_for_code
 from coordinator_protocol.framing import DEFAULT_MAX_FRAME_BYTES
@@ -116,11 +122,26 @@ class RequestPath:
         ssl_keyfile: str | None = None,
         ssl_server_hostname: str | None = None,
         coordinator_cache_size: int = 10_000,
+        security: ClientSecurity | None = None,
     ) -> None:
         if request_timeout_ms <= 0 or connect_timeout_ms <= 0:
             raise ValueError("timeouts must be positive")
         if coordinator_cache_size < 1:
             raise ValueError("coordinator_cache_size must be at least 1")
+        tls_given = [
+            name
+            for name, value in (
+                ("ssl_context", ssl_context),
+                ("ssl_cafile", ssl_cafile),
+                ("ssl_certfile", ssl_certfile),
+                ("ssl_keyfile", ssl_keyfile),
+            )
+            if value is not None
+        ]
+        if security is not None and tls_given:
+            raise ValueError(
+                f"give TLS through security or through {', '.join(tls_given)}, not both"
+            )
         self.bootstrap_servers = parse_bootstrap(bootstrap)
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
@@ -129,7 +150,12 @@ class RequestPath:
         self.max_frame_bytes = max_frame_bytes
         if ssl_context is None and (ssl_cafile is not None or ssl_certfile is not None):
             ssl_context = build_ssl_context(ssl_cafile, ssl_certfile, ssl_keyfile)
+        if security is not None:
+            ssl_context = security.ssl_context()
         self.ssl_context = ssl_context
+        self.security = security
+        """The security settings every connection follows (None: as the ssl_* arguments
+        say, without SASL)."""
         self.ssl_server_hostname = ssl_server_hostname
         self._backoff = ExponentialBackoff(retry_backoff_ms, retry_backoff_max_ms)
         # CONCURRENT_TRANSACTIONS: the previous transaction's markers are being written, which
@@ -152,6 +178,7 @@ class RequestPath:
         """The connection problems met, logged at WARNING as they happen."""
         self._closed = False
         self._closed_event = asyncio.Event()
+        self._sasl = security.sasl_client if security is not None and security.uses_sasl else None
 
     @property
     def open_connections(self) -> int:
@@ -324,6 +351,7 @@ class RequestPath:
                     max_in_flight_requests=self.max_in_flight_requests,
                     max_frame_bytes=self.max_frame_bytes,
                     problems=self.problems,
+                    sasl=self._sasl,
                 ),
                 name=f"coordinator-client connect {host}:{port}",
             )
