@@ -7,5 +7,6 @@ Kafka's brokers, which the markers and the tools use too:
 - reading: `load.py`, and `follow.py` for standbys;
 - the cluster's metadata: `metadata.py` and `topic.py`, with requests that never create a
   topic;
-- connecting: `security.py` (TLS and SASL settings) and `sasl.py` (the exchange).
+- connecting: `security.py` (TLS and SASL settings) and `sasl.py` (the exchange);
+- the data cluster's own ACLs, for `--authorizer kafka`: `acl_source.py`.
 """
