@@ -327,6 +327,7 @@ class KafkaAclSource:
         self._client: AIOKafkaClient | None = None
         self._task: asyncio.Task[None] | None = None
         self._loaded = asyncio.Event()
+        self._refreshing = asyncio.Lock()
         self._stopped = False
         self.failure: str | None = None
         """Why the last refresh failed; None once one succeeds."""
@@ -396,15 +397,18 @@ class KafkaAclSource:
         """One read of the data cluster's ACLs, applied to the data; whether they changed.
         Raises KafkaAclsError (logged once per kind of failure) when it fails, the ACLs in
         force left as they were."""
-        self.refreshes += 1
-        try:
-            payload = await self._describe()
-            changed = await self.apply_answer(payload)
-        except KafkaAclsError as error:
-            self._failed(error)
-            raise
-        self._succeeded()
-        return changed
+        # One at a time: a refresh asked for while the task's runs would otherwise open a
+        # second client, and apply an answer older than the other's after it.
+        async with self._refreshing:
+            self.refreshes += 1
+            try:
+                payload = await self._describe()
+                changed = await self.apply_answer(payload)
+            except KafkaAclsError as error:
+                self._failed(error)
+                raise
+            self._succeeded()
+            return changed
 
     async def apply_answer(self, payload: bytes) -> bool:
         """Make the data's ACLs those of a DescribeAcls v1 answer's body (`payload`); whether
