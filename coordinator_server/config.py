@@ -599,6 +599,29 @@ class CoordinatorConfig(SecuritySettings, BaseSettings):
         "are refused.",
         json_schema_extra=_in("limits"),
     )
+    max_acls: int = Field(
+        defaults.MAX_ACLS,
+        ge=1,
+        description="Most ACLs the coordinator keeps (CreateAcls, in the log's partition 0); "
+        "new ones beyond are refused (POLICY_VIOLATION).",
+        json_schema_extra=_in("limits"),
+    )
+    max_scram_users: int = Field(
+        defaults.MAX_SCRAM_USERS,
+        ge=1,
+        description="Most users with SCRAM credentials (AlterUserScramCredentials, in the "
+        "log's partition 0); new users beyond are refused (POLICY_VIOLATION).",
+        json_schema_extra=_in("limits"),
+    )
+    security_fetch_max_wait_ms: int = Field(
+        defaults.SECURITY_FETCH_MAX_WAIT_MS,
+        ge=1,
+        le=900,
+        description="How long each node's read of the ACLs and SCRAM credentials in the log "
+        "waits for new ones (a long poll: a change arrives at once; a quiet log costs a read "
+        "this often). Under a second, so that every node sees a change within one.",
+        json_schema_extra=_in("authorization"),
+    )
 
     _kafka_security: KafkaSecurity = PrivateAttr(default_factory=KafkaSecurity)
 

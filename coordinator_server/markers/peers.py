@@ -5,27 +5,17 @@ whose transaction another node coordinates.
 A transaction's offsets live on its groups' log partitions, which in a cluster are often
 another node's. Kafka's transaction coordinator sends WriteTxnMarkers to the broker leading
 the group's `__consumer_offsets` partition; this node sends the contract's WriteTxnMarkers
-to the node that owns the log partition now (the cluster's placement), over a connection
-of its own per request: the end of a transaction is not the hot path, and a node that just
-took the partition over is reached as soon as the placement names it. Whatever fails
-(no owner yet, a refused connection, a timeout) is answered as a retriable error code; the
-caller retries with back-off.
+to the node that owns the log partition now (the cluster's placement), through the
+node's `NodeClient` (a connection of its own per request: the end of a transaction is not
+the hot path). Whatever fails (no owner yet, a refused connection, a timeout) is answered as
+a retriable error code; the caller retries with back-off.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import itertools
-import ssl
-import struct
 from collections.abc import Callable
 
-from coordinator_protocol.api_keys import ApiKey
-from coordinator_protocol.envelope import RequestHeader, encode_request, split_response
 from coordinator_protocol.errors import ApiError, ErrorCode
-from coordinator_protocol.framing import encode_frame
-from coordinator_protocol.messages import Message, parse_response
 from coordinator_protocol.transactions import (
     DescribeTransactionsRequest,
     DescribeTransactionsResponse,
@@ -36,10 +26,7 @@ from coordinator_protocol.transactions import (
     WriteTxnMarkersResponse,
 )
 from coordinator_server.node_address import NodeAddress
-
-_LENGTH = struct.Struct(">I")
-# A WriteTxnMarkers answer names one partition: a few dozen bytes.
-_MAX_ANSWER_BYTES = 1024 * 1024
+from coordinator_server.node_client import UNREACHABLE, NodeClient
 
 
 class NodePeers:
@@ -50,18 +37,14 @@ class NodePeers:
         placement: Callable[[int], NodeAddress | None],
         this_node: int,
         log_topic: str,
-        *,
-        timeout_s: float = 10.0,
-        ssl_context: ssl.SSLContext | None = None,
+        client: NodeClient,
     ) -> None:
-        """`placement`: the node owning a log partition now; `ssl_context`: how to reach
-        nodes that serve TLS (the nodes of one cluster serve alike)."""
+        """`placement`: the node owning a log partition now; `client`: how this node's
+        requests reach the others."""
         self._placement = placement
         self._this_node = this_node
         self._log_topic = log_topic
-        self._timeout_s = timeout_s
-        self._ssl = ssl_context
-        self._correlation = itertools.count(1)
+        self._client = client
         self.requests = 0
 
     async def __call__(
@@ -90,13 +73,11 @@ class NodePeers:
         )
         self.requests += 1
         try:
-            answer = await asyncio.wait_for(
-                self._send(owner, request, ApiKey.WRITE_TXN_MARKERS), self._timeout_s
-            )
+            answer = await self._client.send(owner, request)
         except ApiError as refused:
             # An error-only answer (a node of another version, a malformed request).
             return refused.code
-        except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError):
+        except UNREACHABLE:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if not isinstance(answer, WriteTxnMarkersResponse):
             return ErrorCode.UNKNOWN_SERVER_ERROR
@@ -119,35 +100,12 @@ class NodePeers:
         request = DescribeTransactionsRequest(transactional_ids=[transactional_id])
         self.requests += 1
         try:
-            answer = await asyncio.wait_for(
-                self._send(owner, request, ApiKey.DESCRIBE_TRANSACTIONS),
-                self._timeout_s,
-            )
-        except (ApiError, OSError, TimeoutError, asyncio.IncompleteReadError, ValueError):
+            answer = await self._client.send(owner, request)
+        except (ApiError, *UNREACHABLE):
             return None
-        assert isinstance(answer, DescribeTransactionsResponse)
+        if not isinstance(answer, DescribeTransactionsResponse):
+            return None
         for state in answer.transaction_states:
             if state.transactional_id == transactional_id:
                 return state
         return None
-
-    async def _send(self, owner: NodeAddress, request: Message, api_key: ApiKey) -> Message:
-        reader, writer = await asyncio.open_connection(owner.host, owner.port, ssl=self._ssl)
-        try:
-            correlation_id = next(self._correlation) & 0x7FFFFFFF
-            header = RequestHeader(
-                api_key, 0, correlation_id, f"coordinator-node-{self._this_node}"
-            )
-            writer.write(encode_frame(encode_request(header, request.to_body())))
-            await writer.drain()
-            (length,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
-            if length > _MAX_ANSWER_BYTES:
-                raise ValueError(f"an answer of {length} bytes")
-            answered_id, body = split_response(await reader.readexactly(length))
-            if answered_id != correlation_id:
-                raise ValueError("the answer is for another request")
-            return parse_response(api_key, 0, body)
-        finally:
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()

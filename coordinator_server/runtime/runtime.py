@@ -242,7 +242,7 @@ class CoordinatorRuntime(Generic[S]):
 
         Raises:
             NotCoordinatorError: the runtime is closed.
-            NotImplementedError: the log has no follower (it is one node's own).
+            NotImplementedError: the log has no follower.
         """
         if self._closed:
             raise NotCoordinatorError("the coordinator runtime is closed")

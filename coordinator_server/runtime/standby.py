@@ -100,15 +100,14 @@ class StandbyFollower:
 
     @property
     def available(self) -> bool:
-        """Whether the log can be followed at all (a log only one node uses cannot)."""
+        """Whether the log can be followed at all (standbys exist only in a cluster, whose
+        Kafka log always can)."""
         return self._follower is not None
 
     def start(self, context: CoordinatorContext) -> None:
         """Make the INITIAL partition STANDBY and follow it from the log's start."""
         if self._follower is None:
-            raise NotImplementedError(
-                "this log has no follower (it is one node's own): there is nothing to stand by for"
-            )
+            raise NotImplementedError("this log has no follower: there is nothing to stand by with")
         context.transition_to(CoordinatorState.STANDBY)
         standby = self._standbys[context.partition] = _Standby(context)
         self._rebuild(standby)

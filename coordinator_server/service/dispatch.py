@@ -1,6 +1,7 @@
 """The one table every request passes through on its way in (Kafka's `KafkaApis.handle`):
-api key to handler, built from the group service's handlers and, on a node that coordinates
-transactions, the transaction service's.
+api key to handler, built from the group service's handlers, on a node that coordinates
+transactions the transaction service's, and the security service's (ACLs and SCRAM
+credentials).
 
 ApiVersions is answered here, from the table itself, so a client is told exactly the APIs
 this node serves. A guard in front of some handlers (the check of committed partitions
@@ -22,6 +23,7 @@ from coordinator_protocol.messages import (
 from coordinator_server.runtime.api import RequestContext
 from coordinator_server.service.group_service import GroupCoordinatorService
 from coordinator_server.service.replies import Handler, Reply, typed_handler
+from coordinator_server.service.security_service import SecurityService
 from coordinator_server.service.transaction_service import TransactionCoordinatorService
 
 __all__ = ["SERVER_NAME", "RequestDispatch"]
@@ -52,6 +54,10 @@ class RequestDispatch:
         """Answer the transaction APIs too, and FindCoordinator for transactional ids."""
         self._handlers.update(transactions.handlers)
         self._groups.serve_transactions()
+
+    def serve_security(self, security: SecurityService) -> None:
+        """Answer the ACL and SCRAM credential APIs too."""
+        self._handlers.update(security.handlers)
 
     def guard(self, api_key: ApiKey, wrap: Callable[[Handler], Handler]) -> bool:
         """Put `wrap(handler)` in place of the handler of `api_key`; False when this node

@@ -148,7 +148,8 @@ class FollowResult:
 
 
 class LogFollower(Protocol):
-    """Keeps reading partitions of the log as they grow: what a warm standby tails."""
+    """Keeps reading partitions of the log as they grow: what a warm standby tails, and what
+    every node reads the security partition's ACLs and SCRAM credentials with."""
 
     async def follow(
         self,
@@ -187,8 +188,9 @@ class CoordinatorLog(Protocol):
 
     @property
     def follower(self) -> LogFollower | None:
-        """What tails the log for standbys; None for a log only one node uses (the embedded
-        SQLite file), which has nothing to stand by for."""
+        """What tails the log: for standbys, and for the node's image of the security
+        partition (the embedded SQLite file's own server follows it for that alone); None
+        for a log that cannot be followed."""
         ...
 
     @property

@@ -12,6 +12,11 @@ and a load's view of the partition, consistent without any further locking.
 
 The connection holds the file's lock from start to close (`locking_mode=EXCLUSIVE`): a
 second server pointed at the same file fails at start instead of forking the log.
+
+Its follower (`follow`) reads a partition's committed rows past a position, waiting on the
+high watermark when there are none: nobody stands by for a file one server holds, but the
+server's own reader of the security partition keeps its image of the ACLs and SCRAM
+credentials this way, as every node of a cluster does from the Kafka log.
 """
 
 from __future__ import annotations
@@ -23,14 +28,17 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
 from coordinator_server.storage.api import (
     AppendError,
+    FollowResult,
+    FollowSink,
     HighWatermarkListener,
+    LatestRecords,
     LoadError,
     LoadSummary,
     LogFailureListener,
@@ -105,7 +113,8 @@ class PartitionCountMismatchError(SqliteLogError, ValueError):
 
 
 class SqliteLog:
-    """A CoordinatorLog (and its PartitionWriter and CoordinatorLoader) in a SQLite file."""
+    """A CoordinatorLog (and its PartitionWriter, CoordinatorLoader and LogFollower) in a
+    SQLite file."""
 
     def __init__(
         self,
@@ -132,6 +141,9 @@ class SqliteLog:
         # Worker-thread side: the connection and the offset the next record will get.
         self._connection: sqlite3.Connection | None = None
         self._log_end_offsets = [0] * num_partitions
+        # Set, and replaced by a new one, whenever a high watermark moves: what a follower
+        # with nothing to read waits on.
+        self._grown = asyncio.Event()
 
     # CoordinatorLog
 
@@ -148,10 +160,10 @@ class SqliteLog:
         return self
 
     @property
-    def follower(self) -> None:
-        """None: the file is one node's own log (its lock keeps any other server out), so
-        there is nobody to stand by for it."""
-        return None
+    def follower(self) -> SqliteLog:
+        """The file's own server follows it (its lock keeps any other out): what it keeps
+        of the security partition is read this way."""
+        return self
 
     @property
     def path(self) -> Path:
@@ -276,6 +288,69 @@ class SqliteLog:
         return LoadSummary(
             start_offset=start, end_offset=end_offset, records=records, bytes=payload_bytes
         )
+
+    # LogFollower
+
+    async def follow(
+        self,
+        positions: Mapping[int, int | None],
+        sink: FollowSink,
+        *,
+        max_wait_ms: int,
+        max_bytes: int,
+        min_bytes: int = 1,
+    ) -> FollowResult:
+        """One round over the committed rows past each position (None: from offset 0), the
+        latest of each key, at most about `max_bytes` in all; when none is there, a wait of
+        up to `max_wait_ms` for the high watermark to move. A round answers as soon as it
+        has any row (`min_bytes` is a Kafka Fetch's; one file has no round trip to save)."""
+        if self._executor is None:
+            raise LoadError("the SQLite log is not running")
+        if not self._has_rows_past(positions):
+            grown = self._grown
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(grown.wait(), max_wait_ms / 1000)
+        read: dict[int, int] = {}
+        high_watermarks: dict[int, int] = {}
+        retry: dict[int, str] = {}
+        lost: dict[int, str] = {}
+        budget = max_bytes
+        for partition, position in positions.items():
+            if not 0 <= partition < self._num_partitions:
+                lost[partition] = f"no partition {partition}"
+                continue
+            start = position or 0
+            high_watermark = self._high_watermarks[partition]
+            if start > high_watermark:
+                lost[partition] = f"the partition ends at {high_watermark}, below {start}"
+                continue
+            after = start
+            if start < high_watermark:
+                try:
+                    rows, after = await self._run_in_worker(
+                        self._read_followed_in_worker, partition, start, high_watermark, budget
+                    )
+                except (sqlite3.Error, SqliteLogError, LoadError) as error:
+                    retry[partition] = f"cannot read partition {partition}: {error}"
+                    continue
+                latest: LatestRecords = {}
+                for offset, key, value in rows:
+                    latest[key] = (offset, value)
+                    budget -= len(key) + (0 if value is None else len(value))
+                if after > start:
+                    sink(partition, latest, after)
+            read[partition] = after
+            high_watermarks[partition] = high_watermark
+        return FollowResult(read, high_watermarks, retry, lost)
+
+    def _has_rows_past(self, positions: Mapping[int, int | None]) -> bool:
+        """Whether a round would read or report something now."""
+        for partition, position in positions.items():
+            if not 0 <= partition < self._num_partitions:
+                return True
+            if (position or 0) != self._high_watermarks[partition]:
+                return True
+        return False
 
     # Compaction
 
@@ -423,6 +498,27 @@ class SqliteLog:
             _SELECT_CHUNK, (partition, from_offset, end_offset, LOAD_CHUNK_ROWS)
         ).fetchall()
 
+    def _read_followed_in_worker(
+        self, partition: int, from_offset: int, high_watermark: int, budget: int
+    ) -> tuple[list[tuple[int, bytes, bytes | None]], int]:
+        """The rows from `from_offset` below the high watermark, up to about `budget` bytes
+        (one row at least), and the offset to read on from: the high watermark when every
+        row below it came (a compacted partition has gaps), else the row after the last."""
+        connection = self._connection
+        if connection is None:
+            raise LoadError("the SQLite log is closed")
+        rows: list[tuple[int, bytes, bytes | None]] = connection.execute(
+            _SELECT_CHUNK, (partition, from_offset, high_watermark, LOAD_CHUNK_ROWS)
+        ).fetchall()
+        for index, (_, key, value) in enumerate(rows):
+            budget -= len(key) + (0 if value is None else len(value))
+            if budget <= 0 and index + 1 < len(rows):
+                kept = rows[: index + 1]
+                return kept, kept[-1][0] + 1
+        if len(rows) == LOAD_CHUNK_ROWS:
+            return rows, rows[-1][0] + 1
+        return rows, high_watermark
+
     def _compact_in_worker(self, partition: int, below_offset: int) -> int:
         connection = self._connection
         if connection is None:
@@ -450,6 +546,8 @@ class SqliteLog:
         if end_offset <= self._high_watermarks[partition]:
             return
         self._high_watermarks[partition] = end_offset
+        grown, self._grown = self._grown, asyncio.Event()
+        grown.set()
         listener = self._listener
         if listener is not None:
             try:

@@ -300,11 +300,12 @@ async def test_a_load_from_an_offset_reads_the_rest(open_log: OpenLog) -> None:
     assert (summary.start_offset, summary.end_offset, summary.records) == (4, 10, 6)
 
 
-# The follower: what standbys read. The SQLite log is one node's own and has none; tansu is
-# left out: standbys belong to a cluster, which needs Kafka's transactions (tansu has none),
-# and tansu holds a Fetch for its whole wait whatever commits meanwhile.
+# The follower: what standbys and the security image read (the SQLite log's own server
+# reads its security partition so). Tansu is left out: standbys belong to a cluster, which
+# needs Kafka's transactions (tansu has none), and tansu holds a Fetch for its whole wait
+# whatever commits meanwhile.
 
-FOLLOWING = ["memory", KAFKA]
+FOLLOWING = ["memory", "sqlite", KAFKA]
 
 
 @pytest.fixture(params=FOLLOWING)
@@ -443,6 +444,23 @@ async def test_a_follower_reports_a_position_past_the_end_as_lost(
     assert result.positions == {1: 0}
 
 
-async def test_the_sqlite_log_has_no_follower(tmp_path: Path) -> None:
+async def test_the_sqlite_log_follows_what_is_left_after_compaction(tmp_path: Path) -> None:
     log = SqliteLog(tmp_path / "coordinator.db", 1)
-    assert log.follower is None
+    await log.start()
+    try:
+        await log.writer.append(0, [(b"a", b"1"), (b"b", b"1")])
+        await log.writer.append(0, [(b"a", b"2"), (b"c", b"1")])
+        await log.writer.append(0, [(b"a", b"3")])
+        assert await log.compact(0, 5) == 2
+        followed, result = await follow(log, {0: None})
+        # The gaps compaction left are skipped; the round reads to the high watermark.
+        assert followed == [(0, 1, b"b", b"1"), (0, 3, b"c", b"1"), (0, 4, b"a", b"3")]
+        assert result.positions == {0: 5} and result.high_watermarks == {0: 5}
+    finally:
+        await log.close()
+
+
+async def test_a_stopped_sqlite_log_is_not_followed(tmp_path: Path) -> None:
+    log = SqliteLog(tmp_path / "coordinator.db", 1)
+    with pytest.raises(LoadError):
+        await log.follower.follow({0: None}, lambda *_: None, max_wait_ms=10, max_bytes=1024)

@@ -244,13 +244,9 @@ class KafkaLog:
         self._watcher = TopicWatcher(
             topic, self._fetch_metadata, self._stop_for_good, metadata_max_age_ms / 1000
         )
-        self._follower = KafkaFollower(
-            topic,
-            new_client=self._following,
-            metadata=self._watcher.refresh,
-            stopped=lambda: self._watcher.lost,
-            request_timeout_ms=request_timeout_ms,
-        )
+        self._follower = self._new_follower("follower")
+        # Followers with connections of their own (`new_follower`), closed with the log.
+        self._more_followers: list[KafkaFollower] = []
         self._failure_listener: LogFailureListener | None = None
         # Loads in progress now, and the most there have been at once (for tests).
         self.loads_running = 0
@@ -278,6 +274,26 @@ class KafkaLog:
     @property
     def follower(self) -> KafkaFollower:
         return self._follower
+
+    def new_follower(self, role: str) -> KafkaFollower:
+        """A follower with a client of its own, named after `role`: the broker answers one
+        connection's requests in order, so a reader that must not wait behind the standbys'
+        long-polled Fetches (the security image's) takes its own."""
+        follower = self._new_follower(role)
+        self._more_followers.append(follower)
+        return follower
+
+    def _new_follower(self, role: str) -> KafkaFollower:
+        async def new_client() -> AIOKafkaClient:
+            return await self._following(role)
+
+        return KafkaFollower(
+            self._topic,
+            new_client=new_client,
+            metadata=self._watcher.refresh,
+            stopped=lambda: self._watcher.lost,
+            request_timeout_ms=self._request_timeout_ms,
+        )
 
     @property
     def failure(self) -> str | None:
@@ -382,6 +398,8 @@ class KafkaLog:
         if sender is not None:
             await sender.close()
         await self._follower.close()
+        for follower in self._more_followers:
+            await follower.close()
         client, self._load_client = self._load_client, None
         if client is not None:
             with contextlib.suppress(Exception):
@@ -706,10 +724,10 @@ class KafkaLog:
                 client = self._load_client = await self._new_client("loader")
             return client
 
-    async def _following(self) -> AIOKafkaClient:
+    async def _following(self, role: str) -> AIOKafkaClient:
         if not self._started or self._closed:
             raise LoadError("the Kafka log is not running")
-        return await self._new_client("follower")
+        return await self._new_client(role)
 
     async def _new_client(self, role: str) -> AIOKafkaClient:
         client = AIOKafkaClient(
