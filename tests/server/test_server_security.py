@@ -17,7 +17,7 @@ import scramp
 from wire_client import WireClient, until
 
 from coordinator_protocol.api_keys import ApiKey
-from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.errors import ErrorCode, NotCoordinatorError
 from coordinator_protocol.security import (
     CreateAclsRequest,
     CreateAclsRequestCreation,
@@ -394,3 +394,44 @@ async def test_no_owner_or_an_owner_that_does_not_answer_is_request_timed_out() 
     answer = await answer_of(gone.describe_user_scram_credentials(EVERY_USER, CLIENT))
     assert answer.error_code == ErrorCode.REQUEST_TIMED_OUT
     assert "did not answer" in (answer.error_message or "")
+
+
+async def test_a_write_is_answered_and_seen_only_once_the_log_commits_it() -> None:
+    log = InMemoryLog(PARTITIONS, auto_commit=False)
+    app = await started(config(super_users="User:ANONYMOUS"), authorizer=True, log=log)
+    try:
+        assert app.address is not None
+        wire = await WireClient.connect(*app.address)
+        try:
+            answer = wire.send(ApiKey.CREATE_ACLS, {"creations": [GROUP_READ]})
+            await asyncio.sleep(0.3)
+            assert not answer.done()
+            assert acl_names(app) == []
+            log.writer.commit(0)
+            assert (await asyncio.wait_for(answer, 5))["results"][0]["error_code"] == 0
+            await until(lambda: acl_names(app) == ["orders-consumers"], timeout=1)
+        finally:
+            await wire.close()
+    finally:
+        await app.shutdown()
+
+
+async def test_a_security_partition_not_served_here_is_not_controller(
+    node: CoordinatorApp, client: WireClient
+) -> None:
+    assert node.runtime is not None
+    node.runtime.fail_partition(0, NotCoordinatorError("the partition moved"))
+    created = await client.call(ApiKey.CREATE_ACLS, {"creations": [GROUP_READ]})
+    assert created["results"][0]["error_code"] == ErrorCode.NOT_CONTROLLER
+    described = await client.call(ApiKey.DESCRIBE_ACLS, ANY_ACL)
+    assert described["error_code"] == ErrorCode.NOT_CONTROLLER
+    users = await client.call(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, {"users": [{"name": "a"}]})
+    assert users["error_code"] == ErrorCode.NOT_CONTROLLER
+    assert users["results"] == [
+        {
+            "user": "a",
+            "error_code": ErrorCode.NOT_CONTROLLER,
+            "error_message": users["error_message"],
+            "credential_infos": [],
+        }
+    ]
