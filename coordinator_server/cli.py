@@ -224,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             logging.getLogger("coordinator_server").error("cannot start: %s", error)
             return 1
         return 0
-    if args.command in ("groups", "transactions"):
+    if args.command in ("groups", "transactions", "acls", "users"):
         from coordinator_server.tools import admin
 
         return admin.main(args)

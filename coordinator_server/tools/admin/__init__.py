@@ -1,5 +1,6 @@
-"""The admin tool: Kafka's `kafka-consumer-groups` and `kafka-transactions` for
-coordinator-server, one tool with two commands on the same connection options.
+"""The admin tool: Kafka's `kafka-consumer-groups`, `kafka-transactions`, `kafka-acls` and
+the users of `kafka-configs` for coordinator-server, one tool with four commands on the same
+connection options.
 
 - `coordinator-server groups` (`groups`): `list`, `describe`, `offsets`, `delete` (each of
   groups named as GROUP or `--group GROUP`, several at once, or `--all-groups`),
@@ -9,9 +10,18 @@ coordinator-server, one tool with two commands on the same connection options.
   --partition P`, `find-hanging (--topic T [--partition P] | --broker-id B)`, `abort --topic T
   --partition P (--start-offset N | --producer-id ... --producer-epoch ...
   --coordinator-epoch ...)` and `force-terminate --transactional-id ID`.
+- `coordinator-server acls` (`acls`): kafka-acls.sh's `--add`, `--remove` and `--list` of ACLs,
+  with its options and its output.
+- `coordinator-server users` (`users`): `add NAME --mechanism M [--password-file F]`,
+  `delete NAME --mechanism M` and `list [NAME...]` of SCRAM credentials; the password from a
+  file or the terminal, the credential derived here (it never goes on the wire).
 
 Each prints a table for people, or JSON with `--json` for scripts, and exits 0 on success, 1
 on an error (one line on stderr), 2 on a usage error.
+
+Every command connects to coordinator-server secured as `--command-config FILE` says (Kafka
+tools' option: a .properties file of Kafka's client security settings, `security.protocol`,
+`sasl.mechanism`, `sasl.jaas.config`, `ssl.*`; `common.command_config`).
 
 Both talk to coordinator-server (`--bootstrap-server`, any node of a cluster; `common`) for
 groups, committed offsets and transactions: what spans the cluster asks every node
@@ -38,21 +48,27 @@ from __future__ import annotations
 import argparse
 from typing import TextIO
 
-from coordinator_server.tools.admin import groups, transactions
+from coordinator_server.tools.admin import acls, groups, transactions, users
 
-COMMANDS = ("groups", "transactions")
+COMMANDS = ("groups", "transactions", "acls", "users")
 
 
 def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """The tool's two commands, `groups` and `transactions`."""
+    """The tool's commands: `groups`, `transactions`, `acls` and `users`."""
     groups.add_parser(commands)
     transactions.add_parser(commands)
+    acls.add_parser(commands)
+    users.add_parser(commands)
 
 
 def main(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Runs the command `args` names (one of COMMANDS); its exit status."""
     if args.command == "transactions":
         return transactions.main(args, out, err)
+    if args.command == "acls":
+        return acls.main(args, out, err)
+    if args.command == "users":
+        return users.main(args, out, err)
     return groups.main(args, out, err)
 
 

@@ -14,9 +14,12 @@ from typing import Final, TextIO
 
 from coordinator_client import (
     ClientError,
+    ClientSecurity,
+    ClientSecurityError,
     CoordinatorClient,
     KafkaLogReader,
     build_ssl_context,
+    read_properties_file,
 )
 from coordinator_client.rpc.connection import Connection
 from coordinator_server.storage.kafka.sasl import KafkaConnector
@@ -34,7 +37,9 @@ __all__ = [
     "UsageError",
     "check_kafka",
     "check_reachable",
+    "command_config",
     "connection_options",
+    "coordinator_options",
     "kafka_cluster",
     "new_coordinator_client",
     "open_coordinator",
@@ -68,17 +73,25 @@ def configure_tool_logging(err: TextIO) -> None:
 def connection_options() -> argparse.ArgumentParser:
     """The options of every admin sub-command: where coordinator-server and the Kafka cluster
     are, how to reach them, and the output's form (a parent parser)."""
+    common = coordinator_options()
+    common.add_argument(
+        "--kafka-bootstrap-servers",
+        metavar="HOST:PORT",
+        help=f"the Kafka cluster [env {KAFKA_BOOTSTRAP_SERVERS_ENV}]",
+    )
+    add_kafka_security_options(common)
+    return common
+
+
+def coordinator_options() -> argparse.ArgumentParser:
+    """The options of a command that talks to coordinator-server alone (`acls`, `users`):
+    where it is, how to reach it, and the output's form (a parent parser)."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--bootstrap-server",
         metavar="HOST:PORT",
         help="coordinator-server to connect to, host:port[,host:port] "
         f"[env {BOOTSTRAP_SERVER_ENV}]",
-    )
-    common.add_argument(
-        "--kafka-bootstrap-servers",
-        metavar="HOST:PORT",
-        help=f"the Kafka cluster [env {KAFKA_BOOTSTRAP_SERVERS_ENV}]",
     )
     common.add_argument("--json", action="store_true", help="print JSON instead of tables")
     common.add_argument(
@@ -89,8 +102,35 @@ def connection_options() -> argparse.ArgumentParser:
     common.add_argument("--tls-certfile", help="client certificate (PEM), for mutual TLS")
     common.add_argument("--tls-keyfile", help="key of --tls-certfile")
     common.add_argument("--tls-server-hostname", help="name to verify the certificate against")
-    add_kafka_security_options(common)
+    add_command_config_option(common)
     return common
+
+
+def add_command_config_option(parser: argparse.ArgumentParser) -> None:
+    """Kafka tools' `--command-config`: how the connections to coordinator-server are secured."""
+    parser.add_argument(
+        "--command-config",
+        metavar="FILE",
+        help="a properties file of Kafka's client security settings for coordinator-server "
+        "(security.protocol, sasl.mechanism, sasl.jaas.config, ssl.*), as Kafka's tools take "
+        "it; other client properties in it are ignored with a warning",
+    )
+
+
+def command_config(args: argparse.Namespace) -> ClientSecurity | None:
+    """The security settings of `--command-config`, None without it.
+
+    Raises:
+        UsageError: the file cannot be read or its settings cannot be used (the message
+            names the property, never a secret).
+    """
+    path = getattr(args, "command_config", None)
+    if path is None:
+        return None
+    try:
+        return ClientSecurity.from_properties(read_properties_file(path))
+    except ClientSecurityError as error:
+        raise UsageError(f"--command-config {path}: {error}") from None
 
 
 def new_coordinator_client(args: argparse.Namespace, client_id: str) -> CoordinatorClient:
@@ -98,16 +138,32 @@ def new_coordinator_client(args: argparse.Namespace, client_id: str) -> Coordina
     bootstrap = args.bootstrap_server or os.environ.get(BOOTSTRAP_SERVER_ENV)
     if not bootstrap:
         raise AdminError(f"give --bootstrap-server or set {BOOTSTRAP_SERVER_ENV}")
-    tls = {
-        "ssl_cafile": args.tls_cafile,
-        "ssl_certfile": args.tls_certfile,
-        "ssl_keyfile": args.tls_keyfile,
-        "ssl_server_hostname": args.tls_server_hostname,
-    }
+    security = command_config(args)
+    tls_options = [args.tls, args.tls_cafile, args.tls_certfile, args.tls_keyfile]
+    if security is not None and any(tls_options):
+        raise UsageError(
+            "give TLS in --command-config (ssl.* properties) or with the --tls options, not both"
+        )
+    if security is not None:
+        return CoordinatorClient(
+            bootstrap,
+            client_id=client_id,
+            request_timeout_ms=args.timeout_ms,
+            security=security,
+            ssl_server_hostname=args.tls_server_hostname,
+        )
+    ssl_context = None
     if args.tls and not (args.tls_cafile or args.tls_certfile):
-        tls["ssl_context"] = build_ssl_context()
+        ssl_context = build_ssl_context()
     return CoordinatorClient(
-        bootstrap, client_id=client_id, request_timeout_ms=args.timeout_ms, **tls
+        bootstrap,
+        client_id=client_id,
+        request_timeout_ms=args.timeout_ms,
+        ssl_context=ssl_context,
+        ssl_cafile=args.tls_cafile,
+        ssl_certfile=args.tls_certfile,
+        ssl_keyfile=args.tls_keyfile,
+        ssl_server_hostname=args.tls_server_hostname,
     )
 
 

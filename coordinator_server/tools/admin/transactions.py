@@ -33,6 +33,7 @@ from coordinator_protocol.transactions import (
 from coordinator_server.storage.kafka.security import KafkaSecurityError
 from coordinator_server.tools.admin.common import (
     AdminError,
+    UsageError,
     configure_tool_logging,
     connection_options,
     kafka_cluster,
@@ -158,6 +159,9 @@ def main(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None
     command = _COMMANDS[args.transactions_command]
     try:
         asyncio.run(command(_Tool(args, out, err)))
+    except UsageError as error:
+        print(f"{_PROG}: error: {error}", file=err)
+        return 2
     except (AdminError, KafkaToolError, KafkaSecurityError) as error:
         print(f"{_PROG}: error: {error}", file=err)
         return 1

@@ -21,6 +21,7 @@ are imported when a benchmark runs.
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 SCENARIOS = ("commits", "heartbeats", "rebalance", "load")
@@ -249,12 +250,31 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     from coordinator_server.tools.kafka_options import add_kafka_security_options
 
     add_kafka_security_options(parser)
+    parser.add_argument(
+        "--command-config",
+        metavar="FILE",
+        help="a properties file of Kafka's client security settings (security.protocol, "
+        "sasl.*, ssl.*) for the bench's connections to coordinator-server, as Kafka's tools "
+        "take it; the servers the bench starts take their listener's settings through "
+        "--server-arg, and the bench's raw connections are not authenticated again during a "
+        "run (a session lifetime must outlast it)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.add_argument("--json-file", metavar="PATH", help="also write the JSON document to PATH")
     return parser
 
 
 def main(args: argparse.Namespace) -> int:
+    from coordinator_client import ClientSecurity, ClientSecurityError, read_properties_file
     from coordinator_server.tools.bench.runner import run
 
+    args.coordinator_security = None
+    if args.command_config is not None:
+        try:
+            args.coordinator_security = ClientSecurity.from_properties(
+                read_properties_file(args.command_config)
+            )
+        except ClientSecurityError as error:
+            print(f"bench: --command-config {args.command_config}: {error}", file=sys.stderr)
+            return 2
     return run(args)

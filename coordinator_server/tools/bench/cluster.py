@@ -17,6 +17,7 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
+from coordinator_client import ClientSecurity
 from coordinator_server.tools.bench.loops import Destination, LoopRun, run_loops_to
 from coordinator_server.tools.bench.ours import WireConnection, check_ours, parse_ours
 from coordinator_server.tools.bench.processes import CpuSet, ServerProcess
@@ -174,10 +175,12 @@ class ClusterTarget:
         self.others: list[int] = []
 
     @classmethod
-    async def connect(cls, name: str, nodes: dict[int, str]) -> ClusterTarget:
+    async def connect(
+        cls, name: str, nodes: dict[int, str], security: ClientSecurity | None = None
+    ) -> ClusterTarget:
         """`nodes`: node id -> its address."""
         opened = {
-            node_id: await OursTarget.connect(address, connections=1)
+            node_id: await OursTarget.connect(address, connections=1, security=security)
             for node_id, address in sorted(nodes.items())
         }
         return cls(name, opened)
@@ -291,7 +294,14 @@ class ClusterTarget:
                 continue
             target = self._nodes[node]
             destinations.append(
-                Destination(target.host, target.port, list(mine), share, min(connections, share))
+                Destination(
+                    target.host,
+                    target.port,
+                    list(mine),
+                    share,
+                    min(connections, share),
+                    target.security,
+                )
             )
         return await run_loops_to(
             destinations,

@@ -21,6 +21,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from coordinator_client import ClientSecurity
 from coordinator_server.storage.kafka.security import KafkaSecurity
 from coordinator_server.tools.bench.brokers import BenchBroker, affinity, start_broker
 from coordinator_server.tools.bench.cluster import ClusterNodes
@@ -58,6 +59,12 @@ class Environment:
         # What was started, for the report: role, what, pid, CPUs, seconds to start.
         self.started: list[dict[str, Any]] = []
         self.security = _kafka_security(args)
+        # How the bench's connections to our server are secured (`--command-config`, read
+        # by `bench.main`); the servers it starts take their listener's settings through
+        # --server-arg.
+        self.coordinator_security: ClientSecurity | None = getattr(
+            args, "coordinator_security", None
+        )
         self._security_args, security_environment = serve_settings(self.security)
         # The servers started here read the passwords from their environment, as inherited.
         os.environ.update(security_environment)

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from coordinator_client import ClientSecurity
 from coordinator_protocol.api_keys import ApiKey
 from coordinator_protocol.errors import ErrorCode
 from coordinator_protocol.hashing import partition_for
@@ -71,6 +72,8 @@ class FailoverSettings:
     session_timeout_ms: int
     heartbeat_interval_ms: int
     standby: bool
+    # How the bench's connections to the nodes are secured (None: PLAINTEXT).
+    security: ClientSecurity | None = None
 
 
 @dataclass
@@ -205,7 +208,7 @@ async def kill_and_measure(nodes: list[ServerProcess], settings: FailoverSetting
     victim, survivors = nodes[0], nodes[1:]
     moved: list[int] = (await asyncio.to_thread(_status, victim))["owned"]
     groups = groups_of(moved, settings.partitions)
-    connections = [await WireConnection.open(n.host, n.port) for n in nodes]
+    connections = [await WireConnection.open(n.host, n.port, settings.security) for n in nodes]
     try:
         at_victim, at_survivors = connections[0], connections[1:]
         for group in groups.values():

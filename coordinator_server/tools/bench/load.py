@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from coordinator_client import ClientSecurity
 from coordinator_client.kafka_metadata_request import forbid_auto_topic_creation
 from coordinator_protocol.hashing import partition_for
 from coordinator_server.records import encode_record, new_offset_commit_record
@@ -160,9 +161,11 @@ async def write_sqlite_log(
     return time.perf_counter() - started
 
 
-async def count_loaded_offsets(address: str, group_id: str) -> int:
+async def count_loaded_offsets(
+    address: str, group_id: str, security: ClientSecurity | None = None
+) -> int:
     host, _, port = address.rpartition(":")
-    connection = await WireConnection.open(host, int(port))
+    connection = await WireConnection.open(host, int(port), security)
     try:
         body = await connection.request(
             9, {"groups": [{"group_id": group_id, "topics": None}], "require_stable": False}

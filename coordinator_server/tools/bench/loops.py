@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from coordinator_client import ClientSecurity
 from coordinator_server.tools.bench.ours import Checker, ClosedLoop, Parser, Template
 from coordinator_server.tools.bench.processes import cpu_seconds, wait_until_quiet
 from coordinator_server.tools.bench.stats import LoadResult
@@ -72,6 +73,8 @@ class Destination:
     templates: list[Template]
     inflight: int
     connections: int
+    # How our server's connections are secured (None: PLAINTEXT; a peer's always is).
+    security: ClientSecurity | None = None
 
 
 async def run_loops(
@@ -86,10 +89,11 @@ async def run_loops(
     duration_s: float,
     watched: dict[str, int],
     others: list[int],
+    security: ClientSecurity | None = None,
 ) -> LoopRun:
     """`inflight` requests kept outstanding over `connections` connections of their own."""
     return await run_loops_to(
-        [Destination(host, port, templates, inflight, connections)],
+        [Destination(host, port, templates, inflight, connections, security)],
         parse,
         check,
         warmup_s,
@@ -125,7 +129,14 @@ async def run_loops_to(
                     results.append(result)
                     loops.append(
                         await ClosedLoop.open(
-                            destination.host, destination.port, mine, share, result, parse, check
+                            destination.host,
+                            destination.port,
+                            mine,
+                            share,
+                            result,
+                            parse,
+                            check,
+                            destination.security,
                         )
                     )
 

@@ -3,6 +3,12 @@
 The load loops send pre-encoded frames: an envelope whose correlation id is patched into a
 fixed-width slot, so sending a request costs a bytes join, not a msgpack encoding. Every
 response a read brings in is matched, and the requests that replace them go out in one write.
+
+With `--command-config` every connection to our server is secured as it says
+(`open_secured`): TLS, then the client library's SASL exchange on a small protocol of its
+own, after which the transport is handed to the bench's protocol, so the measured path is the
+same as over PLAINTEXT. These raw connections do not authenticate again: a server granting
+sessions a lifetime (KIP-368) must grant one longer than a run.
 """
 
 from __future__ import annotations
@@ -12,14 +18,19 @@ import itertools
 import struct
 import time
 from collections.abc import Callable
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, TypeVar, cast
 
 import msgpack
 
+from coordinator_client import ClientSecurity
+from coordinator_client.rpc.sasl import authenticate
 from coordinator_protocol.api_keys import ApiKey
-from coordinator_protocol.envelope import RequestHeader, encode_request
+from coordinator_protocol.envelope import RequestHeader, encode_request, split_response
 from coordinator_protocol.framing import FrameDecoder, encode_frame
+from coordinator_protocol.messages import Message, parse_response
 from coordinator_server.tools.bench.stats import LoadResult
+
+P = TypeVar("P", bound=asyncio.Protocol)
 
 _CORRELATION = struct.Struct(">i")
 _LENGTH = struct.Struct(">I")
@@ -77,9 +88,10 @@ class WireConnection(asyncio.Protocol):
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     @classmethod
-    async def open(cls, host: str, port: int) -> WireConnection:
-        _, protocol = await asyncio.get_running_loop().create_connection(cls, host, port)
-        return protocol
+    async def open(
+        cls, host: str, port: int, security: ClientSecurity | None = None
+    ) -> WireConnection:
+        return await open_secured(cls, host, port, security)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -175,11 +187,11 @@ class ClosedLoop(asyncio.Protocol):
         result: LoadResult,
         parse: Parser,
         check: Checker,
+        security: ClientSecurity | None = None,
     ) -> ClosedLoop:
-        _, loop = await asyncio.get_running_loop().create_connection(
-            lambda: cls(templates, inflight, result, parse, check), host, port
+        return await open_secured(
+            lambda: cls(templates, inflight, result, parse, check), host, port, security
         )
-        return loop
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -243,3 +255,72 @@ class ClosedLoop(asyncio.Protocol):
 
 def api_key_of(name: str) -> int:
     return int(ApiKey[name])
+
+
+async def open_secured(
+    factory: Callable[[], P], host: str, port: int, security: ClientSecurity | None
+) -> P:
+    """A connection to our server for the protocol `factory` makes, secured as `security`
+    says (None: PLAINTEXT): over TLS, and authenticated before the protocol sees it."""
+    loop = asyncio.get_running_loop()
+    ssl_context = None if security is None else security.ssl_context()
+    server_hostname = host if ssl_context is not None else None
+    if security is None or not security.uses_sasl:
+        _, protocol = await loop.create_connection(
+            factory, host, port, ssl=ssl_context, server_hostname=server_hostname
+        )
+        return protocol
+    transport, exchange = await loop.create_connection(
+        _SaslExchange, host, port, ssl=ssl_context, server_hostname=server_hostname
+    )
+    try:
+        await authenticate(exchange.send, security.sasl_client(), where=f"{host}:{port}")
+    except BaseException:
+        transport.close()
+        raise
+    protocol = factory()
+    transport.set_protocol(protocol)
+    protocol.connection_made(transport)
+    return protocol
+
+
+class _SaslExchange(asyncio.Protocol):
+    """The connection's protocol while it authenticates: one request at a time."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self._decoder = FrameDecoder(64 * 1024 * 1024)
+        self._correlation = itertools.count(1)
+        self._pending: dict[int, tuple[int, asyncio.Future[Message]]] = {}
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for _, future in self._pending.values():
+            if not future.done():
+                future.set_exception(ConnectionError("the server closed the connection"))
+        self._pending.clear()
+
+    def data_received(self, data: bytes) -> None:
+        for payload in self._decoder.feed(data):
+            correlation_id, body = split_response(payload)
+            api_key, future = self._pending.pop(correlation_id)
+            if not future.done():
+                try:
+                    future.set_result(parse_response(api_key, 0, body))
+                except Exception as error:
+                    future.set_exception(error)
+
+    async def send(self, request: Message, response_type: type[Message]) -> Message:
+        correlation_id = next(self._correlation)
+        future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        api_key = int(request.API_KEY)
+        self._pending[correlation_id] = (api_key, future)
+        header = RequestHeader(api_key, request.API_VERSION, correlation_id, CLIENT_ID)
+        assert self.transport is not None
+        self.transport.write(encode_frame(encode_request(header, request)))
+        response = await future
+        if not isinstance(response, response_type):
+            raise TypeError(f"expected {response_type.__name__}, got {type(response).__name__}")
+        return response

@@ -135,7 +135,7 @@ async def _repeat(runs: int, measure: Callable[[int], Awaitable[dict[str, Any]]]
 
 
 async def _targets(env: Environment, args: argparse.Namespace) -> list[Target]:
-    ours = await OursTarget.connect(env.ours())
+    ours = await OursTarget.connect(env.ours(), security=env.coordinator_security)
     # CPU time per request of the processes started here: ours runs in our server and in
     # the broker holding its log, the peer in its broker; what the others spend meanwhile is
     # reported too (they share the core and wait their turn).
@@ -418,7 +418,9 @@ async def _cold_start(
     try:
         groups = dataset_groups(args.records, args.load_topics, args.load_partitions)
         expected = min(args.records, args.load_topics * args.load_partitions)
-        found = await count_loaded_offsets(server.bootstrap, group_name(0))
+        found = await count_loaded_offsets(
+            server.bootstrap, group_name(0), env.coordinator_security
+        )
         row["loaded_ok"] = found == expected
         row["groups"] = groups
     finally:
@@ -467,6 +469,7 @@ async def _run_failover(
                 session_timeout_ms=args.cluster_session_timeout_ms,
                 heartbeat_interval_ms=args.cluster_heartbeat_interval_ms,
                 standby=standby,
+                security=env.coordinator_security,
             )
             cluster_id = f"bench-failover-{os.getpid()}-{run}-{'on' if standby else 'off'}"
             measured = await failover.measure(

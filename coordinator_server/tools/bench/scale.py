@@ -321,7 +321,9 @@ async def _connect(env: Environment, count: int) -> ClusterTarget:
     name = target_name(count)
     nodes = env.clusters[name].nodes
     target = await ClusterTarget.connect(
-        name, {i + 1: node.bootstrap for i, node in enumerate(nodes)}
+        name,
+        {i + 1: node.bootstrap for i, node in enumerate(nodes)},
+        security=env.coordinator_security,
     )
     target.watched = {f"node{i + 1}": node.pid for i, node in enumerate(nodes)}
     running = env.pids()

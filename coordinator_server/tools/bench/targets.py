@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from coordinator_client import ClientSecurity
 from coordinator_client.kafka_metadata_request import forbid_auto_topic_creation
 from coordinator_server.tools.bench.loops import LoopRun, run_loops
 from coordinator_server.tools.bench.ours import (
@@ -190,18 +191,27 @@ def parse_address(address: str) -> tuple[str, int]:
 class OursTarget:
     name = "ours"
 
-    def __init__(self, host: str, port: int, connections: list[WireConnection]) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        connections: list[WireConnection],
+        security: ClientSecurity | None = None,
+    ) -> None:
         self.host = host
         self.port = port
+        self.security = security
         self._connections = connections
         self.watched: dict[str, int] = {}
         self.others: list[int] = []
 
     @classmethod
-    async def connect(cls, address: str, connections: int = 8) -> OursTarget:
+    async def connect(
+        cls, address: str, connections: int = 8, security: ClientSecurity | None = None
+    ) -> OursTarget:
         host, port = parse_address(address)
-        opened = [await WireConnection.open(host, port) for _ in range(connections)]
-        return cls(host, port, opened)
+        opened = [await WireConnection.open(host, port, security) for _ in range(connections)]
+        return cls(host, port, opened, security)
 
     def _connection(self, index: int) -> WireConnection:
         return self._connections[index % len(self._connections)]
@@ -307,6 +317,7 @@ class OursTarget:
             duration_s,
             self.watched,
             self.others,
+            security=self.security,
         )
 
     async def commit_loop(

@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from coordinator_client import ClientSecurity
 from coordinator_client.kafka_metadata_request import forbid_auto_topic_creation
 from coordinator_server.tools.bench.environment import Environment
 from coordinator_server.tools.bench.loops import measure
@@ -100,6 +101,7 @@ class OursProducer:
         coordinator: str,
         transactional_id: str,
         coordinator_options: Mapping[str, Any],
+        security: ClientSecurity | None = None,
     ) -> None:
         from coordinator_client import TransactionalProducer
 
@@ -110,6 +112,7 @@ class OursProducer:
             transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
             client_id="bench",
             coordinator_options=coordinator_options,
+            security=security,
         )
 
     async def start(self) -> None:
@@ -185,12 +188,18 @@ class TxnTarget:
     others: list[int] = field(default_factory=list)
     # More `CoordinatorClient` arguments for ours (its retry back-off, say).
     coordinator_options: dict[str, Any] = field(default_factory=dict)
+    # How ours's connections are secured (--command-config; None: PLAINTEXT).
+    security: ClientSecurity | None = None
 
     def producer(self, transactional_id: str) -> TxnProducer:
         if self.coordinator is None:
             return KafkaProducer(self.bootstrap_servers, transactional_id)
         return OursProducer(
-            self.bootstrap_servers, self.coordinator, transactional_id, self.coordinator_options
+            self.bootstrap_servers,
+            self.coordinator,
+            transactional_id,
+            self.coordinator_options,
+            self.security,
         )
 
 
@@ -356,7 +365,7 @@ def check_args(args: argparse.Namespace) -> None:
 
 def _targets(env: Environment, args: argparse.Namespace) -> list[TxnTarget]:
     bootstrap_servers = env.kafka()
-    ours = TxnTarget("ours", bootstrap_servers, env.ours())
+    ours = TxnTarget("ours", bootstrap_servers, env.ours(), security=env.coordinator_security)
     if args.coordinator_retry_backoff_ms is not None:
         ours.coordinator_options["retry_backoff_ms"] = args.coordinator_retry_backoff_ms
     peer = TxnTarget("peer", bootstrap_servers, None)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
+    from coordinator_client import ClientSecurity
     from coordinator_server.storage.kafka.security import KafkaSecurity
 
 __all__ = ["add_parser", "main"]
@@ -101,6 +102,12 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--server", required=True, metavar="HOST:PORT", help="the live coordinator-server(s)"
     )
     audit.add_argument("--output", type=Path, help="save the differences here")
+    audit.add_argument(
+        "--command-config",
+        metavar="FILE",
+        help="a properties file of Kafka's client security settings (security.protocol, "
+        "sasl.*, ssl.*) for the connections to the live server(s), as Kafka's tools take it",
+    )
 
     history = actions.add_parser(
         "history",
@@ -232,6 +239,7 @@ def main(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None
     bench = args.analyze_command == "bench"
     try:
         security = kafka_security(args)
+        coordinator_security = _coordinator_security(args)
         if bench and args.bootstrap_servers and args.data_dir:
             raise ValueError("give --bootstrap-servers (a Kafka log) or --data-dir, not both")
         location = None if bench else location_of(args, security)
@@ -261,7 +269,7 @@ def main(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None
         if owned and location is not None:
             _fit_shuffles(spark, location)
         if args.analyze_command == "audit":
-            return _audit(spark, location, args, out)
+            return _audit(spark, location, args, out, coordinator_security)
         if args.analyze_command == "history":
             return _history(spark, location, args, out, security.properties())
         return _bench(spark, args, out, err, security)
@@ -291,10 +299,30 @@ def _fit_shuffles(spark: Any, location: Any) -> None:
     fit_shuffle_partitions(spark, records)
 
 
-def _audit(spark: Any, location: Any, args: argparse.Namespace, out: TextIO) -> int:
+def _coordinator_security(args: argparse.Namespace) -> ClientSecurity | None:
+    """The connections to the live server(s), as `--command-config` secures them (audit)."""
+    from coordinator_client import ClientSecurity, ClientSecurityError, read_properties_file
+
+    path = getattr(args, "command_config", None)
+    if path is None:
+        return None
+    try:
+        return ClientSecurity.from_properties(read_properties_file(path))
+    except ClientSecurityError as error:
+        raise ValueError(f"--command-config {path}: {error}") from None
+
+
+def _audit(
+    spark: Any,
+    location: Any,
+    args: argparse.Namespace,
+    out: TextIO,
+    coordinator_security: ClientSecurity | None,
+) -> int:
     from coordinator_server.tools.pipeline.audit import format_result, run_audit
 
-    result = run_audit(spark, location, args.server, args.output)
+    options = {} if coordinator_security is None else {"security": coordinator_security}
+    result = run_audit(spark, location, args.server, args.output, client_options=options)
     print(format_result(result), file=out)
     if args.output is not None:
         print(f"saved: {args.output / 'audit.json'}, {args.output / 'audit_differences'}", file=out)
