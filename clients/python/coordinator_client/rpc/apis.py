@@ -13,9 +13,10 @@ discovery, retries, deadlines and fan-out are written once. An API differs in:
   after looking the coordinator up again, wherever the API puts its error codes; for the
   transaction APIs CONCURRENT_TRANSACTIONS on the same coordinator too;
 - what `raise_on_error` raises (`errors`);
-- for the security APIs (ACLs, SCRAM credentials), nothing but their errors: any node
-  answers them (the server forwards them to the node that holds them), and the SASL exchange
-  is each connection's own (`sasl`), never sent on this path;
+- for the security APIs (ACLs, SCRAM credentials), nothing but their errors and that
+  NOT_CONTROLLER passes too: any node answers them (the server forwards them to the node that
+  holds them), and the SASL exchange is each connection's own (`sasl`), never sent on this
+  path;
 - for a request that names several groups (OffsetFetch, DescribeGroups, DeleteGroups) or
   transactional ids (DescribeTransactions), how it is cut into one request per key, each
   sent to its own coordinator, and how the answers are put back together in the request's
@@ -131,6 +132,7 @@ __all__ = [
     "RETRY_REDISCOVER",
     "SASL_AUTHENTICATE",
     "SASL_HANDSHAKE",
+    "SECURITY_RETRY_CODES",
     "SYNC_GROUP",
     "TXN_OFFSET_COMMIT",
     "TXN_RETRY_CODES",
@@ -599,10 +601,26 @@ page of every node, and joins them as LIST_TRANSACTIONS joins the nodes' lists).
 
 # The security APIs
 
+# The node holding the ACLs and credentials (the owner of the log's partition 0) answers
+# them, the others sending them on: REQUEST_TIMED_OUT while no node owns the partition or
+# its owner does not answer, NOT_CONTROLLER while it loads or has just moved. Both pass.
+SECURITY_RETRY_CODES: Final = RETRY_CODES | {ErrorCode.NOT_CONTROLLER}
+
+
+def _security_retriable(codes: Iterable[int]) -> int | None:
+    for code in codes:
+        if code in SECURITY_RETRY_CODES:
+            return code
+    return None
+
+
+def _described_acls_retry(response: DescribeAclsResponse) -> int | None:
+    return _security_retriable([response.error_code])
+
 
 def _created_acls_retry(response: CreateAclsResponse) -> int | None:
     # Creating an ACL that exists changes nothing, so a whole request may go again.
-    return first_retriable(result.error_code for result in response.results)
+    return _security_retriable(result.error_code for result in response.results)
 
 
 def _created_acls_errors(response: CreateAclsResponse) -> Iterator[tuple[int, str | None]]:
@@ -611,7 +629,7 @@ def _created_acls_errors(response: CreateAclsResponse) -> Iterator[tuple[int, st
 
 
 def _deleted_acls_retry(response: DeleteAclsResponse) -> int | None:
-    return first_retriable(result.error_code for result in response.filter_results)
+    return _security_retriable(result.error_code for result in response.filter_results)
 
 
 def _deleted_acls_errors(response: DeleteAclsResponse) -> Iterator[tuple[int, str | None]]:
@@ -622,7 +640,7 @@ def _deleted_acls_errors(response: DeleteAclsResponse) -> Iterator[tuple[int, st
 
 
 def _described_credentials_retry(response: DescribeUserScramCredentialsResponse) -> int | None:
-    return first_retriable(
+    return _security_retriable(
         [response.error_code, *(result.error_code for result in response.results)]
     )
 
@@ -636,7 +654,8 @@ def _described_credentials_errors(
 
 
 def _altered_credentials_retry(response: AlterUserScramCredentialsResponse) -> int | None:
-    return first_retriable(result.error_code for result in response.results)
+    # The same upsertion (its salt and salted password) sent again sets the same credential.
+    return _security_retriable(result.error_code for result in response.results)
 
 
 def _altered_credentials_errors(
@@ -657,7 +676,7 @@ DESCRIBE_ACLS: Final = ApiHandler(
     DescribeAclsRequest,
     DescribeAclsResponse,
     Lookup.BOOTSTRAP,
-    retry_code=_top_level_retry,
+    retry_code=_described_acls_retry,
     errors=_top_level_error,
 )
 CREATE_ACLS: Final = ApiHandler(

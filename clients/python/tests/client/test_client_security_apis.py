@@ -225,3 +225,28 @@ def test_the_scram_client_follows_rfc_7677s_example() -> None:
     assert client.complete
     with pytest.raises(ValueError, match="SCRAM-SHA-1"):
         salted_password("SCRAM-SHA-1", "pencil", b"salt", 4096)
+
+
+async def test_not_controller_and_request_timed_out_are_asked_again(
+    server: FakeCoordinator,
+) -> None:
+    """While the node holding the ACLs and credentials loads or moves (NOT_CONTROLLER), or
+    none answers for it (REQUEST_TIMED_OUT), any node answers so: the call asks again."""
+    answers = iter([41, 7, 0])
+
+    def handle(received: Received) -> dict[str, Any] | None:
+        if received.api_key == ApiKey.ALTER_USER_SCRAM_CREDENTIALS:
+            return {"results": [{"user": "alice", "error_code": next(answers)}]}
+        return None
+
+    server.handler = handle
+    request = AlterUserScramCredentialsRequest(
+        upsertions=[scram_upsertion("alice", "SCRAM-SHA-256", "pw")]
+    )
+    async with client_for(server) as client:
+        altered = await client.alter_user_scram_credentials(request, raise_on_error=True)
+    assert altered.results[0].error_code == 0
+    sent = server.requests(ApiKey.ALTER_USER_SCRAM_CREDENTIALS)
+    assert len(sent) == 3
+    # The same credential each time: one salt, one salted password.
+    assert len({bytes(r.body["upsertions"][0]["salt"]) for r in sent}) == 1
