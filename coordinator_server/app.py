@@ -16,7 +16,6 @@ from prometheus_client import CollectorRegistry, GCCollector, ProcessCollector
 
 from coordinator_protocol.errors import NotCoordinatorError
 from coordinator_server import __version__, defaults
-from coordinator_server.authorizer.standard import StandardAuthorizerData
 from coordinator_server.cluster.assignor import NO_GENERATION
 from coordinator_server.cluster.node import ClusterNode, ClusterSettings
 from coordinator_server.cluster.ownership import PartitionOwnership
@@ -46,6 +45,7 @@ from coordinator_server.metrics import (
 )
 from coordinator_server.node_address import NodeAddress
 from coordinator_server.node_client import NodeClient, NodeConnector, TcpNodeConnector
+from coordinator_server.node_security import NodeSecurity
 from coordinator_server.offsets.manager import OffsetsConfig
 from coordinator_server.prometheus import CoordinatorCollector, Snapshot, lag_exposition
 from coordinator_server.runtime.batch import BATCH_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES
@@ -54,17 +54,13 @@ from coordinator_server.runtime.config import RuntimeConfig
 from coordinator_server.runtime.context import CoordinatorState
 from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.security.acl_control import AclsConfig
-from coordinator_server.security.image import SecurityImage
-from coordinator_server.security.image_loader import ChangeListener, SecurityImageLoader
 from coordinator_server.security.scram_control import ScramCredentialsConfig
 from coordinator_server.server.http import OperatorHttpServer, Probe
 from coordinator_server.server.listener import CoordinatorServer, bind
 from coordinator_server.server.state import ServerConfig, ServerState
-from coordinator_server.service.authorization import RequestAuthorizer
 from coordinator_server.service.dispatch import RequestDispatch
 from coordinator_server.service.group_service import GroupCoordinatorService
 from coordinator_server.service.limits import RequestLimits
-from coordinator_server.service.security_service import SecurityService
 from coordinator_server.service.transaction_service import TransactionCoordinatorService
 from coordinator_server.shard import LogPartitionShard, ShardConfig
 from coordinator_server.starting import StartAbandoned, StartError, start_with_retries
@@ -211,21 +207,9 @@ class CoordinatorApp:
         # This node's requests to the others of its cluster (None: alone).
         self.node_connector = node_connector or TcpNodeConnector(config.peer_ssl_context())
         self.node_client: NodeClient | None = None
-        # The committed ACLs and SCRAM credentials of the log's security partition, kept by
-        # the loader on every node, and told to the change listeners after each change.
-        self.security_image = SecurityImage(
-            StandardAuthorizerData(
-                config.super_user_principals,
-                allow_everyone_if_no_acl_found=config.allow_everyone_if_no_acl_found,
-            )
-        )
-        self.security_loader: SecurityImageLoader | None = None
-        self._security_listeners: list[ChangeListener] = []
-        # The ACL and SCRAM credential APIs, and the authorizer they check requests with
-        # (None: the ACL APIs answer SECURITY_DISABLED); the authorizer's wiring sets it
-        # before `start`.
-        self.security: SecurityService | None = None
-        self.request_authorizer: RequestAuthorizer | None = None
+        # Who may connect and what they may do: the listener's authentication, the
+        # authorizer, and the image of the log's ACLs and SCRAM credentials.
+        self.security = NodeSecurity(config)
 
     async def start(self) -> None:
         config = self.config
@@ -361,6 +345,7 @@ class CoordinatorApp:
             cluster_id=config.cluster_name,
             cluster_nodes=None if self.cluster is None else self.cluster.nodes,
             limits=limits,
+            authorizer=self.security.authorizer,
         )
         self.dispatch = dispatch = RequestDispatch(service, server_version=__version__)
         self._start_security(dispatch, runtime, log)
@@ -375,8 +360,12 @@ class CoordinatorApp:
             dispatch.handlers,
             lambda code, message: dispatch.api_versions_response(code, message).to_body(),
             self.server_metrics,
+            security=self.security.listener,
         )
         self.server = server = CoordinatorServer(state)
+        exposure = self.security.exposure
+        if exposure is not None:
+            logger.warning("%s", exposure)
         if self.cluster is None:
             # Alone, the node owns every partition from the start: until each has loaded,
             # its requests get COORDINATOR_LOAD_IN_PROGRESS, never NOT_COORDINATOR (a
@@ -569,6 +558,7 @@ class CoordinatorApp:
             partitions=writer,
             producer_ids=self.producer_ids,
             max_partitions_per_transaction=config.max_partitions_per_transaction,
+            authorizer=self.security.authorizer,
         )
         dispatch.serve_transactions(transactions)
         completions.start()
@@ -640,18 +630,6 @@ class CoordinatorApp:
         )
         self.consumer_lag.start()
 
-    def add_security_listener(self, listener: ChangeListener) -> None:
-        """Call `listener()` whenever this node's `security_image` changed (the authorizer
-        drops its cached decisions there)."""
-        self._security_listeners.append(listener)
-
-    def _security_changed(self) -> None:
-        for listener in self._security_listeners:
-            try:
-                listener()
-            except Exception:
-                logger.exception("a listener of the security image's changes failed")
-
     def _start_security(
         self,
         dispatch: RequestDispatch,
@@ -659,7 +637,7 @@ class CoordinatorApp:
         log: CoordinatorLog,
     ) -> None:
         """The ACL and SCRAM credential APIs (on the security partition, or sent on to the
-        node that owns it), and the reader that keeps this node's image of them."""
+        node that owns it), and the reading of the ACLs and credentials in force."""
         config = self.config
         if self.cluster is not None:
             self.node_client = NodeClient(
@@ -668,27 +646,13 @@ class CoordinatorApp:
                 timeout_s=config.offsets_commit_timeout_ms / 1000,
                 max_answer_bytes=config.max_response_bytes,
             )
-        self.security = security = SecurityService(
+        self.security.start(
+            dispatch,
             runtime,
-            node_id=config.node_id,
+            log,
             placement=None if self.cluster is None else self.cluster.placement,
             peers=self.node_client,
-            authorizer=self.request_authorizer,
         )
-        dispatch.serve_security(security)
-        # The standbys' long-polled reads must not hold the image's up: its own connection.
-        follower = log.new_follower("security") if isinstance(log, KafkaLog) else log.follower
-        if follower is None:
-            logger.warning("the log cannot be followed: this node keeps no ACLs or credentials")
-            return
-        self.security_loader = loader = SecurityImageLoader(
-            self.security_image,
-            follower,
-            max_wait_ms=config.security_fetch_max_wait_ms,
-            max_bytes=defaults.SECURITY_FETCH_MAX_BYTES,
-        )
-        loader.add_listener(self._security_changed)
-        loader.start()
 
     def _active_shards(self) -> Iterator[tuple[int, LogPartitionShard]]:
         runtime = self.runtime
@@ -718,10 +682,8 @@ class CoordinatorApp:
         if self.cluster is not None:
             await self.cluster.start()
         await ownership.wait_first_loads()
-        if self.security_loader is not None:
-            # Requests are authorized against the image: ready once it holds what the log
-            # did when the node started, as Kafka's authorizer waits for its first load.
-            await self.security_loader.wait_caught_up()
+        # Requests are authorized against the ACLs in force: ready once they are read.
+        await self.security.wait_ready()
 
     def _cluster_node(
         self,
@@ -956,6 +918,7 @@ class CoordinatorApp:
             "connections": 0 if self.server is None else len(self.server.state.connections),
             "cluster": None if self.cluster is None else self.cluster.status(),
             "transactions": self._transactions_status(),
+            "security": self.security.status(),
         }
 
     def _transactions_status(self) -> dict[str, object]:
@@ -1034,8 +997,7 @@ class CoordinatorApp:
         if self.service is not None:
             # A large request answered in slices would hold the drain up for its seconds.
             self.service.close()
-        if self.security is not None:
-            self.security.close()
+        self.security.close()
         if self.server is not None:
             await self.server.drain(timeout_s)
         if self.completions is not None:
@@ -1054,9 +1016,7 @@ class CoordinatorApp:
         if self.partition_catalog is not None:
             await self.partition_catalog.stop()
             self.partition_catalog = None
-        if self.security_loader is not None:
-            await self.security_loader.stop()
-            self.security_loader = None
+        await self.security.stop()
         if self.runtime is not None:
             await self.runtime.flush_and_close()
             self.runtime = None

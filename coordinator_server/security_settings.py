@@ -147,6 +147,13 @@ class SecuritySettings(BaseModel):
         "open to everyone.",
         json_schema_extra=_authorization(),
     )
+    authorizer_kafka_refresh_interval_ms: int = Field(
+        1000,
+        ge=100,
+        description="With --authorizer kafka: how often the data cluster's ACLs are read "
+        "again (DescribeAcls); a change there takes effect within this.",
+        json_schema_extra=_authorization(),
+    )
     authorizer_cache_entries: int = Field(
         100_000,
         ge=1,

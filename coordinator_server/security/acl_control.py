@@ -66,6 +66,7 @@ __all__ = [
     "acl_filter",
     "acl_key_of",
     "acl_of_key",
+    "describe_acls_response",
     "sorted_acls",
 ]
 
@@ -216,6 +217,35 @@ def acl_filter(fields: _AclFilterFields) -> AclBindingFilter | str:
     )
 
 
+def describe_acls_response(
+    acls: Iterable[StandardAcl], request: DescribeAclsRequest
+) -> DescribeAclsResponse:
+    """DescribeAcls' answer of `acls`: those the request's filter matches, by resource
+    pattern (INVALID_REQUEST for a filter Kafka refuses)."""
+    selection = acl_filter(request)
+    if isinstance(selection, str):
+        return DescribeAclsResponse(error_code=ErrorCode.INVALID_REQUEST, error_message=selection)
+    resources: dict[tuple[int, str, int], DescribeAclsResponseResource] = {}
+    for acl in sorted_acls(acl for acl in acls if selection.matches(acl)):
+        pattern = (int(acl.resource_type), acl.resource_name, int(acl.pattern_type))
+        resource = resources.get(pattern)
+        if resource is None:
+            resource = resources[pattern] = DescribeAclsResponseResource(
+                resource_type=acl.resource_type,
+                resource_name=acl.resource_name,
+                pattern_type=acl.pattern_type,
+            )
+        resource.acls.append(
+            DescribeAclsResponseAcl(
+                principal=acl.principal,
+                host=acl.host,
+                operation=acl.operation,
+                permission_type=acl.permission,
+            )
+        )
+    return DescribeAclsResponse(resources=list(resources.values()))
+
+
 def _matching_acl(acl: StandardAcl) -> DeleteAclsResponseMatchingAcl:
     return DeleteAclsResponseMatchingAcl(
         resource_type=acl.resource_type,
@@ -300,33 +330,7 @@ class AclControlManager:
     ) -> DescribeAclsResponse:
         """The ACLs the request's filter matches as of `committed_offset`, by resource
         pattern."""
-        selection = acl_filter(request)
-        if isinstance(selection, str):
-            return DescribeAclsResponse(
-                error_code=ErrorCode.INVALID_REQUEST, error_message=selection
-            )
-        resources: dict[tuple[int, str, int], DescribeAclsResponseResource] = {}
-        matching = sorted_acls(
-            acl for acl in self._acls.keys_at(committed_offset) if selection.matches(acl)
-        )
-        for acl in matching:
-            pattern = (int(acl.resource_type), acl.resource_name, int(acl.pattern_type))
-            resource = resources.get(pattern)
-            if resource is None:
-                resource = resources[pattern] = DescribeAclsResponseResource(
-                    resource_type=acl.resource_type,
-                    resource_name=acl.resource_name,
-                    pattern_type=acl.pattern_type,
-                )
-            resource.acls.append(
-                DescribeAclsResponseAcl(
-                    principal=acl.principal,
-                    host=acl.host,
-                    operation=acl.operation,
-                    permission_type=acl.permission,
-                )
-            )
-        return DescribeAclsResponse(resources=list(resources.values()))
+        return describe_acls_response(self._acls.keys_at(committed_offset), request)
 
     def replay(self, key: AclKey, exists: bool) -> None:
         """An ACL record (`exists`) or its tombstone. A key no ACL can be (no server writes

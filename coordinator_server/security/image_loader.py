@@ -136,7 +136,9 @@ class SecurityImageLoader:
         result = await self._follower.follow(
             {partition: self.position},
             self._take,
-            max_wait_ms=self._max_wait_ms,
+            # Until caught up, a round takes what is there without waiting for more: a
+            # node's start waits for it.
+            max_wait_ms=self._max_wait_ms if self.caught_up else 0,
             max_bytes=self._max_bytes,
         )
         self.rounds += 1

@@ -51,11 +51,13 @@ from coordinator_protocol.security import (
     DescribeUserScramCredentialsResponseResult,
 )
 from coordinator_server.authorizer.acls import AclOperation
+from coordinator_server.authorizer.standard import StandardAuthorizerData
 from coordinator_server.node_address import NodeAddress, Placement
 from coordinator_server.node_client import NODE_CLIENT_ID_PREFIX, UNREACHABLE
 from coordinator_server.records.security import SECURITY_PARTITION
 from coordinator_server.runtime.api import CoordinatorResult, RequestContext
 from coordinator_server.runtime.runtime import CoordinatorRuntime
+from coordinator_server.security.acl_control import describe_acls_response
 from coordinator_server.service.authorization import RequestAuthorizer
 from coordinator_server.service.errors import map_operation_error
 from coordinator_server.service.replies import Handler, Reply, reply_after, reply_to, typed_handler
@@ -78,6 +80,10 @@ _NOT_SERVED_HERE: Final = frozenset(
     }
 )
 _NO_AUTHORIZER: Final = "No Authorizer is configured."
+_EXTERNAL_ACLS: Final = (
+    "the ACLs in force are the data cluster's (--authorizer kafka): change them there, with "
+    "kafka-acls.sh"
+)
 
 
 class PeerRequests(Protocol):
@@ -95,16 +101,22 @@ class SecurityService:
         placement: Placement | None = None,
         peers: PeerRequests | None = None,
         authorizer: RequestAuthorizer | None = None,
+        external_acls: StandardAuthorizerData | None = None,
         partition: int = SECURITY_PARTITION,
     ) -> None:
         """`placement`: the node that owns each log partition now (None: this node owns
         every partition); `peers`: how a request reaches that node (None: never sent on);
-        `authorizer`: the node's (None: the ACL APIs answer SECURITY_DISABLED)."""
+        `authorizer`: the node's (None: the ACL APIs answer SECURITY_DISABLED);
+        `external_acls`: the ACLs in force when they come from elsewhere than the log (the
+        data cluster's, `--authorizer kafka`): DescribeAcls then answers from them, and
+        CreateAcls and DeleteAcls are refused, the ACLs being changed where they come
+        from."""
         self._runtime = runtime
         self._node_id = node_id
         self._placement = placement
         self._peers = peers
         self.authorizer = authorizer
+        self._external_acls = external_acls
         self._partition = partition
         # The requests on their way to another node, held until answered (the loop keeps
         # only a weak reference to a task).
@@ -137,6 +149,8 @@ class SecurityService:
         refusal = self._refusal(ctx, ApiKey.DESCRIBE_ACLS, AclOperation.DESCRIBE, acls=True)
         if refusal is not None:
             return error(*refusal)
+        if self._external_acls is not None:
+            return describe_acls_response(self._external_acls, request)
         return self._read(
             request,
             ctx,
@@ -158,6 +172,8 @@ class SecurityService:
         refusal = self._refusal(ctx, ApiKey.CREATE_ACLS, AclOperation.ALTER, acls=True)
         if refusal is not None:
             return error(*refusal)
+        if self._external_acls is not None:
+            return error(ErrorCode.INVALID_REQUEST, _EXTERNAL_ACLS)
         return self._write(request, ctx, lambda shard: shard.create_acls(request), error)
 
     # DeleteAcls.
@@ -174,6 +190,8 @@ class SecurityService:
         refusal = self._refusal(ctx, ApiKey.DELETE_ACLS, AclOperation.ALTER, acls=True)
         if refusal is not None:
             return error(*refusal)
+        if self._external_acls is not None:
+            return error(ErrorCode.INVALID_REQUEST, _EXTERNAL_ACLS)
         return self._write(request, ctx, lambda shard: shard.delete_acls(request), error)
 
     # DescribeUserScramCredentials.

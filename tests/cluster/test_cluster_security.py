@@ -18,7 +18,6 @@ from wire_client import WireClient
 from coordinator_protocol.api_keys import ApiKey
 from coordinator_server.app import CoordinatorApp
 from coordinator_server.config import CoordinatorConfig
-from coordinator_server.service.authorization import RequestAuthorizer
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -59,19 +58,18 @@ def settings(broker: ApacheKafkaBroker, topic: str, node_id: int) -> Coordinator
         transactions="off",
         # The nodes reach each other, and the tests reach them, unauthenticated.
         super_users="User:ANONYMOUS",
+        authorizer="acls",
     )
 
 
 async def start_node(broker: ApacheKafkaBroker, topic: str, node_id: int) -> CoordinatorApp:
     app = CoordinatorApp(settings(broker, topic, node_id))
-    app.request_authorizer = checks = RequestAuthorizer(app.security_image.acls)
-    app.add_security_listener(checks.acls_changed)
     await asyncio.wait_for(app.start(), 120)
     return app
 
 
 def acl_names(app: CoordinatorApp) -> set[str]:
-    return {acl.resource_name for acl in app.security_image.acls}
+    return {acl.resource_name for acl in app.security.image.acls}
 
 
 async def created_through(app: CoordinatorApp, name: str) -> float:

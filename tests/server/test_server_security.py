@@ -32,7 +32,6 @@ from coordinator_server.config import CoordinatorConfig
 from coordinator_server.node_address import NodeAddress
 from coordinator_server.node_client import NodeClient, TcpNodeConnector, node_client_id
 from coordinator_server.runtime.api import RequestContext
-from coordinator_server.service.authorization import RequestAuthorizer
 from coordinator_server.service.replies import PendingReply, Reply
 from coordinator_server.service.security_service import SecurityService
 from coordinator_server.storage.memory import InMemoryLog
@@ -70,10 +69,9 @@ async def started(
 ) -> CoordinatorApp:
     """A node; with `authorizer`, one that checks requests against the ACLs of its image
     (as the wiring of --authorizer acls does), its cache dropped at every change."""
-    app = CoordinatorApp(settings, log=log)
     if authorizer:
-        app.request_authorizer = checks = RequestAuthorizer(app.security_image.acls)
-        app.add_security_listener(checks.acls_changed)
+        settings = settings.model_copy(update={"authorizer": "acls"})
+    app = CoordinatorApp(settings, log=log)
     await app.start()
     return app
 
@@ -97,7 +95,7 @@ async def client(node: CoordinatorApp) -> AsyncIterator[WireClient]:
 
 
 def acl_names(app: CoordinatorApp) -> list[str]:
-    return sorted(acl.resource_name for acl in app.security_image.acls)
+    return sorted(acl.resource_name for acl in app.security.image.acls)
 
 
 async def test_acls_round_trip_and_reach_the_image_within_a_second(
@@ -105,9 +103,9 @@ async def test_acls_round_trip_and_reach_the_image_within_a_second(
 ) -> None:
     versions = await client.call(ApiKey.API_VERSIONS, {})
     assert {key["api_key"] for key in versions["api_keys"]} >= SECURITY_APIS
-    assert node.request_authorizer is not None
+    assert node.security.authorizer is not None
     dropped: list[int] = []
-    node.add_security_listener(lambda: dropped.append(1))
+    node.security.add_listener(lambda: dropped.append(1))
 
     created = await client.call(
         ApiKey.CREATE_ACLS,
@@ -205,9 +203,9 @@ async def test_every_api_needs_its_cluster_operation() -> None:
             ]
         finally:
             await wire.close()
-        assert app.request_authorizer is not None
-        assert app.request_authorizer.denials["CreateAcls"] == 1
-        assert app.request_authorizer.denials["AlterUserScramCredentials"] == 1
+        assert app.security.authorizer is not None
+        assert app.security.authorizer.denials["CreateAcls"] == 1
+        assert app.security.authorizer.denials["AlterUserScramCredentials"] == 1
     finally:
         await app.shutdown()
 
@@ -261,12 +259,12 @@ async def test_scram_credentials_are_described_without_keys_and_authenticate(
 
     # The image holds what the SASL mechanism checks a client's proof against.
     await until(
-        lambda: node.security_image.scram_users() == {"bob": ["SCRAM-SHA-256", "SCRAM-SHA-512"]},
+        lambda: node.security.image.scram_users() == {"bob": ["SCRAM-SHA-256", "SCRAM-SHA-512"]},
         timeout=1,
     )
     for mechanism, password in (("SCRAM-SHA-256", "bob-secret"), ("SCRAM-SHA-512", "other")):
         scram = scramp.ScramClient([mechanism], "bob", password)
-        sasl = ScramSaslServer(mechanism, node.security_image)
+        sasl = ScramSaslServer(mechanism, node.security.image)
         scram.set_server_first(sasl.evaluate(scram.get_client_first().encode()).decode())
         scram.set_server_final(sasl.evaluate(scram.get_client_final().encode()).decode())
         assert sasl.complete and sasl.principal == "User:bob"
@@ -275,7 +273,7 @@ async def test_scram_credentials_are_described_without_keys_and_authenticate(
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS, {"deletions": [{"name": "bob", "mechanism": 1}]}
     )
     assert deleted["results"][0]["error_code"] == 0
-    await until(lambda: node.security_image.scram_users() == {"bob": ["SCRAM-SHA-512"]}, timeout=1)
+    await until(lambda: node.security.image.scram_users() == {"bob": ["SCRAM-SHA-512"]}, timeout=1)
 
 
 async def test_acls_and_credentials_survive_a_restart_on_the_sqlite_log(tmp_path: Path) -> None:
@@ -298,7 +296,7 @@ async def test_acls_and_credentials_survive_a_restart_on_the_sqlite_log(tmp_path
     try:
         # The start waits for the image: it holds them by the time the node is ready.
         assert acl_names(again) == ["orders-consumers"]
-        assert again.security_image.scram_credential("bob", "SCRAM-SHA-256") is not None
+        assert again.security.image.scram_credential("bob", "SCRAM-SHA-256") is not None
         assert again.address is not None
         wire = await WireClient.connect(*again.address)
         try:
@@ -358,7 +356,7 @@ async def test_a_request_is_sent_on_to_the_owner_and_its_answer_relayed(
         )
     )
     assert refused.results[0].error_code == ErrorCode.SECURITY_DISABLED
-    service.authorizer = node.request_authorizer
+    service.authorizer = node.security.authorizer
     created = await answer_of(
         service.create_acls(
             CreateAclsRequest(creations=[CreateAclsRequestCreation(**GROUP_READ)]), CLIENT
