@@ -44,7 +44,7 @@ from coordinator_server.metrics import (
     TransactionMetrics,
 )
 from coordinator_server.node_address import NodeAddress
-from coordinator_server.node_client import NodeClient, NodeConnector, TcpNodeConnector
+from coordinator_server.node_client import NodeClient, NodeConnector
 from coordinator_server.node_security import NodeSecurity
 from coordinator_server.offsets.manager import OffsetsConfig
 from coordinator_server.prometheus import CoordinatorCollector, Snapshot, lag_exposition
@@ -205,11 +205,11 @@ class CoordinatorApp:
         # Why this node serves no transactions (None: it does, or has not started).
         self.transactions_refusal: str | None = None
         # This node's requests to the others of its cluster (None: alone).
-        self.node_connector = node_connector or TcpNodeConnector(config.peer_ssl_context())
         self.node_client: NodeClient | None = None
         # Who may connect and what they may do: the listener's authentication, the
         # authorizer, and the image of the log's ACLs and SCRAM credentials.
         self.security = NodeSecurity(config)
+        self.node_connector = node_connector or self.security.node_connector()
 
     async def start(self) -> None:
         config = self.config

@@ -8,10 +8,12 @@ authenticate itself before its first request (a SASL exchange) once the nodes as
 The request goes out under this node's client id, `node_client_id`, by which a node tells a
 request another node sent on.
 
-Not the client library's RPC client: the server imports none of its clients. A connection
-per request: these requests are rare (a transaction's end on another node's partition, an
-ACL change), and a node that just took a partition over is reached as soon as the placement
-names it.
+Not the client library's RPC client: the server imports none of its clients, only its
+security settings and SASL exchanges (`coordinator_client.rpc.security`, `.sasl`), so that a
+node authenticates to another exactly as any client of ours does (`SecureNodeConnector`,
+from `--inter-node-command-config`). A connection per request: these requests are rare (a
+transaction's end on another node's partition, an ACL change), and a node that just took a
+partition over is reached as soon as the placement names it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import ssl
 import struct
 from typing import Final, Protocol
 
+from coordinator_client.rpc.sasl import authenticate
+from coordinator_client.rpc.security import ClientSecurity
 from coordinator_protocol.envelope import RequestHeader, encode_request, split_response
 from coordinator_protocol.errors import ProtocolError
 from coordinator_protocol.framing import encode_frame
@@ -34,6 +38,7 @@ __all__ = [
     "UNREACHABLE",
     "NodeClient",
     "NodeConnector",
+    "SecureNodeConnector",
     "TcpNodeConnector",
     "node_client_id",
 ]
@@ -76,6 +81,64 @@ class TcpNodeConnector:
         return await asyncio.open_connection(node.host, node.port, ssl=self._ssl)
 
 
+class SecureNodeConnector:
+    """TLS and SASL as `security` says (Kafka's client settings): the connection is
+    authenticated before it is handed over, as this node's principal (which needs
+    CLUSTER_ACTION, and ALTER and DESCRIBE on the cluster for the security APIs it sends on:
+    a super user, typically)."""
+
+    def __init__(self, security: ClientSecurity, *, max_answer_bytes: int = 1024 * 1024) -> None:
+        self._security = security
+        self._ssl = security.ssl_context()
+        self._max_answer_bytes = max_answer_bytes
+        self._correlation = itertools.count(1)
+
+    async def connect(self, node: NodeAddress) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        reader, writer = await asyncio.open_connection(node.host, node.port, ssl=self._ssl)
+        if not self._security.uses_sasl:
+            return reader, writer
+        try:
+
+            async def exchange(request: Message, _answer: type[Message]) -> Message:
+                return await _round_trip(
+                    reader,
+                    writer,
+                    request,
+                    next(self._correlation) & 0x7FFFFFFF,
+                    "coordinator-node",
+                    self._max_answer_bytes,
+                )
+
+            await authenticate(
+                exchange, self._security.sasl_client(), where=f"{node.host}:{node.port}"
+            )
+        except BaseException:
+            writer.close()
+            raise
+        return reader, writer
+
+
+async def _round_trip(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    request: Message,
+    correlation_id: int,
+    client_id: str,
+    max_answer_bytes: int,
+) -> Message:
+    api_key, api_version = request.API_KEY, request.API_VERSION
+    header = RequestHeader(api_key, api_version, correlation_id, client_id)
+    writer.write(encode_frame(encode_request(header, request.to_body())))
+    await writer.drain()
+    (length,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
+    if length > max_answer_bytes:
+        raise ValueError(f"an answer of {length} bytes")
+    answered_id, body = split_response(await reader.readexactly(length))
+    if answered_id != correlation_id:
+        raise ValueError("the answer is for another request")
+    return parse_response(api_key, api_version, body)
+
+
 class NodeClient:
     """Sends this node's requests to the other nodes, one connection each."""
 
@@ -110,18 +173,14 @@ class NodeClient:
     async def _send(self, node: NodeAddress, request: Message) -> Message:
         reader, writer = await self._connector.connect(node)
         try:
-            correlation_id = next(self._correlation) & 0x7FFFFFFF
-            api_key, api_version = request.API_KEY, request.API_VERSION
-            header = RequestHeader(api_key, api_version, correlation_id, self._client_id)
-            writer.write(encode_frame(encode_request(header, request.to_body())))
-            await writer.drain()
-            (length,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
-            if length > self._max_answer_bytes:
-                raise ValueError(f"an answer of {length} bytes")
-            answered_id, body = split_response(await reader.readexactly(length))
-            if answered_id != correlation_id:
-                raise ValueError("the answer is for another request")
-            return parse_response(api_key, api_version, body)
+            return await _round_trip(
+                reader,
+                writer,
+                request,
+                next(self._correlation) & 0x7FFFFFFF,
+                self._client_id,
+                self._max_answer_bytes,
+            )
         finally:
             writer.close()
             with contextlib.suppress(Exception):

@@ -20,11 +20,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from coordinator_client.rpc.security import ClientSecurity, read_properties_file
 from coordinator_server import defaults
 from coordinator_server.authorizer.standard import StandardAuthorizerData
 from coordinator_server.config import CoordinatorConfig
 from coordinator_server.node_address import Placement
-from coordinator_server.node_client import NodeClient
+from coordinator_server.node_client import (
+    NodeClient,
+    NodeConnector,
+    SecureNodeConnector,
+    TcpNodeConnector,
+)
 from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.security.image import SecurityImage
 from coordinator_server.security.image_loader import SecurityImageLoader
@@ -85,6 +91,24 @@ class NodeSecurity:
             )
         except (OSError, ValueError) as error:
             raise StartError(f"the listener's security settings: {error}") from None
+
+    def node_connector(self) -> NodeConnector:
+        """How this node reaches the others of its cluster: as `--inter-node-command-config`
+        says (TLS and SASL, as this node's principal), else over TLS when the nodes serve
+        it, trusting the system's CAs, else plain TCP.
+
+        Raises:
+            StartError: the file cannot be read or its settings cannot work.
+        """
+        config = self._config
+        path = config.inter_node_command_config
+        if path is None:
+            return TcpNodeConnector(config.peer_ssl_context())
+        try:
+            security = ClientSecurity.from_properties(read_properties_file(path))
+            return SecureNodeConnector(security)
+        except (OSError, ValueError) as error:
+            raise StartError(f"--inter-node-command-config {path}: {error}") from None
 
     def _authorizer_data(self) -> StandardAuthorizerData:
         config = self._config
