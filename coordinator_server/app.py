@@ -208,7 +208,7 @@ class CoordinatorApp:
         self.node_client: NodeClient | None = None
         # Who may connect and what they may do: the listener's authentication, the
         # authorizer, and the image of the log's ACLs and SCRAM credentials.
-        self.security = NodeSecurity(config)
+        self.security = NodeSecurity(config, self.server_metrics)
         self.node_connector = node_connector or self.security.node_connector()
 
     async def start(self) -> None:

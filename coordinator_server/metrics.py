@@ -134,6 +134,8 @@ class ServerMetrics:
         # SASL exchanges and TLS client certificates, by (mechanism, outcome): "success",
         # "failure", "reauthentication" (KIP-368).
         self.authentications: Counter[tuple[str, str]] = Counter()
+        # Requests (or items of one) the authorizer denied, by Kafka's name of the API.
+        self.authorization_denials: Counter[str] = Counter()
         # How late the event loop ran a periodic timer (`loop_lag`): time every callback,
         # request and timer of the process waited for the loop.
         self.event_loop_lag = Histogram(LATENCY_BUCKETS_S)

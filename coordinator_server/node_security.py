@@ -24,6 +24,7 @@ from coordinator_client.rpc.security import ClientSecurity, read_properties_file
 from coordinator_server import defaults
 from coordinator_server.authorizer.standard import StandardAuthorizerData
 from coordinator_server.config import CoordinatorConfig
+from coordinator_server.metrics import ServerMetrics
 from coordinator_server.node_address import Placement
 from coordinator_server.node_client import (
     NodeClient,
@@ -55,7 +56,8 @@ ChangeListener = Callable[[], None]
 class NodeSecurity:
     """The node's listener security, authorizer, security image and their life cycle."""
 
-    def __init__(self, config: CoordinatorConfig) -> None:
+    def __init__(self, config: CoordinatorConfig, metrics: ServerMetrics) -> None:
+        """`metrics`: where authorization denials are counted."""
         self._config = config
         self.image = SecurityImage(self._authorizer_data())
         self.loader: SecurityImageLoader | None = None
@@ -85,6 +87,8 @@ class NodeSecurity:
                 security=config.kafka_security,
                 on_change=self.authorizer.acls_changed,
             )
+        if self.authorizer is not None:
+            self.authorizer.denials = metrics.authorization_denials
         try:
             self.listener: ListenerSecurity = build_listener_security(
                 config, tls=config.tls_certfile is not None, scram_credentials=self.image

@@ -182,6 +182,23 @@ class CoordinatorCollector(Collector):
         for close in ServerCloseReason:
             closed.add_metric([close.value], server.connections_closed[close])
         yield closed
+        authentications = CounterMetricFamily(
+            "coordinator_authentications",
+            "SASL exchanges and TLS client certificates, by mechanism and outcome (success, "
+            "failure, reauthentication).",
+            labels=["mechanism", "outcome"],
+        )
+        for (mechanism, outcome), count in sorted(server.authentications.items()):
+            authentications.add_metric([mechanism, outcome], count)
+        yield authentications
+        denials = CounterMetricFamily(
+            "coordinator_authorization_denials",
+            "Requests, or items of one, the authorizer denied, by API.",
+            labels=["api"],
+        )
+        for api, count in sorted(server.authorization_denials.items()):
+            denials.add_metric([api], count)
+        yield denials
         yield CounterMetricFamily(
             "coordinator_malformed_frames",
             "Connections closed for broken framing or a malformed request header.",

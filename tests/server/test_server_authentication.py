@@ -11,6 +11,7 @@ import logging
 import ssl
 import struct
 import time
+import urllib.request
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,6 +22,7 @@ import msgpack
 import pytest
 from aiokafka.structs import TopicPartition
 from cryptography.hazmat.primitives.asymmetric import rsa
+from prometheus_client.parser import text_string_to_metric_families
 from tls_certificates import make_certificates
 from wire_client import WireClient
 
@@ -84,6 +86,24 @@ def sasl(mechanism: str, user: str, password: str, **extra: str) -> ClientSecuri
 async def commit_and_fetch(client: CoordinatorClient, group: str) -> dict[Any, Any]:
     await client.commit_offsets(group, {TopicPartition("orders", 0): 42})
     return await client.fetch_offsets(group)
+
+
+async def scrape(app: CoordinatorApp) -> dict[str, float]:
+    """Every sample of the node's /metrics as 'name{labels}' -> value."""
+
+    def get() -> str:
+        url = f"http://127.0.0.1:{app.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            body: bytes = reply.read()
+            return body.decode()
+
+    text = await asyncio.get_running_loop().run_in_executor(None, get)
+    samples: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+            samples[f"{sample.name}{{{labels}}}"] = sample.value
+    return samples
 
 
 def frame(api_key: int, body: dict[str, Any], correlation_id: int = 1) -> bytes:
@@ -161,6 +181,7 @@ async def test_a_token_over_the_receive_limit_closes_the_connection(tmp_path: Pa
 async def test_scram_users_added_by_an_admin_log_in_and_acls_decide(tmp_path: Path) -> None:
     async with serve(
         tmp_path,
+        metrics_port=0,
         authorizer="acls",
         super_users="User:admin",
         sasl_enabled_mechanisms="PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
@@ -215,6 +236,16 @@ async def test_scram_users_added_by_an_admin_log_in_and_acls_decide(tmp_path: Pa
         assert app.security.authorizer is not None
         # The client asked for payroll's coordinator first: FindCoordinator needs DESCRIBE.
         assert app.security.authorizer.denials["FindCoordinator"] >= 1
+        samples = await scrape(app)
+        assert samples["coordinator_authorization_denials_total{api=FindCoordinator}"] >= 1
+        assert (
+            samples["coordinator_authentications_total{mechanism=SCRAM-SHA-512,outcome=success}"]
+            == 1
+        )
+        assert (
+            samples["coordinator_authentications_total{mechanism=SCRAM-SHA-512,outcome=failure}"]
+            == 1
+        )
 
 
 async def test_sessions_are_renewed_by_reauthentication_without_losing_requests(
