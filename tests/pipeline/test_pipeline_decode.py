@@ -14,6 +14,7 @@ from coordinator_protocol.consumer import (
     TopicPartitions,
 )
 from coordinator_server.records import (
+    CoordinatorRecord,
     GroupMemberValue,
     GroupMetadataValue,
     RecordFormatError,
@@ -27,6 +28,12 @@ from coordinator_server.records import (
     new_transaction_tombstone_record,
     new_transactional_offset_record,
     new_transactional_offset_tombstone_record,
+)
+from coordinator_server.records.security import (
+    AclKey,
+    AclValue,
+    ScramCredentialKey,
+    ScramCredentialValue,
 )
 from coordinator_server.records.transactional_offsets import TransactionalOffsetValue
 from coordinator_server.records.transactions import TransactionValue
@@ -283,3 +290,29 @@ def test_arrow_batches_of_the_kafka_source_decode_one_for_one() -> None:
     ]
     assert [(r["log_partition"], r["log_offset"]) for r in rows] == [(4, 10), (4, 11), (4, 12)]
     assert rows[0]["log_timestamp"] is not None and rows[2]["log_timestamp"] is None
+
+
+def test_acls_and_scram_credentials_are_left_out_of_the_history() -> None:
+    """The security partition's records are not analytics data: an ACL and a credential
+    beside two commits leave the two commits' rows only, in both decoders."""
+    acl = encode_record(CoordinatorRecord(AclKey(3, "g", 3, "User:alice", "*", 3, 3), AclValue()))
+    credential = encode_record(
+        CoordinatorRecord(
+            ScramCredentialKey("alice", 2), ScramCredentialValue(b"salt", b"k", b"s", 4096)
+        )
+    )
+    commits = [encode_record(new_offset_commit_record("g", "t", 0, n, -1, "", 5)) for n in (7, 9)]
+    raw = [commits[0], acl, credential, commits[1]]
+    batches = list(
+        decode_batches(0, [(i, 1_000, k, v) for i, (k, v) in enumerate(raw)], batch_rows=10)
+    )
+    assert [v for b in batches for v in b.column("committed_offset").to_pylist()] == [7, 9]
+    source = pa.RecordBatch.from_pylist(
+        [
+            {"log_partition": 0, "log_offset": i, "log_timestamp_ms": 1_000, "key": k, "value": v}
+            for i, (k, v) in enumerate(raw)
+        ]
+    )
+    decoded = list(decode_arrow_batches([source]))
+    assert [v for b in decoded for v in b.column("log_offset").to_pylist()] == [0, 3]
+    assert b"salt" not in str([b.to_pylist() for b in decoded]).encode()

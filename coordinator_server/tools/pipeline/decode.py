@@ -52,6 +52,7 @@ from coordinator_server.records import (
     TransactionValue,
     decode_record,
 )
+from coordinator_server.records.security import is_security_key
 
 __all__ = [
     "ARROW_SCHEMA",
@@ -398,9 +399,15 @@ class RecordBatchBuilder:
 def decode_batches(
     log_partition: int, records: Iterable[RawLogRecord], batch_rows: int
 ) -> Iterator[pa.RecordBatch]:
-    """Decode one log partition's records into record batches of at most `batch_rows`."""
+    """Decode one log partition's records into record batches of at most `batch_rows`.
+
+    The security partition's ACL and SCRAM credential records are left out here and in
+    `decode_arrow_batches`: they are not the groups' and transactions' history, and
+    credentials have no business in an analytics table."""
     builder = RecordBatchBuilder()
     for log_offset, timestamp_ms, key, value in records:
+        if is_security_key(key):
+            continue
         builder.append(decode_row(log_partition, log_offset, timestamp_ms, key, value))
         if len(builder) >= batch_rows:
             yield builder.flush()
@@ -419,5 +426,7 @@ def decode_arrow_batches(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.Recor
             for name in ("log_partition", "log_offset", "log_timestamp_ms", "key", "value")
         )
         for log_partition, log_offset, timestamp_ms, key, value in zip(*columns, strict=True):
+            if is_security_key(key):
+                continue
             builder.append(decode_row(log_partition, log_offset, timestamp_ms, key, value))
         yield builder.flush()
