@@ -518,7 +518,16 @@ class Connection:
                 message = not_a_coordinator(self.host, self.port, f"it answered {e}")
             self.close(CloseReason.OUT_OF_SYNC, e, message=message)
         except (OSError, RuntimeError) as e:
-            self.close(CloseReason.CONNECTION_BROKEN, e)
+            message = None
+            if not self._answered and self._next_correlation_id > 0 and self._sasl is None:
+                # What a listener that requires SASL does to a client that sends a request
+                # without authenticating first.
+                message = (
+                    f"connection to {self.host}:{self.port} lost before any answer ({e!r}): "
+                    "does its listener require authentication (the client's security "
+                    "settings, a tool's --command-config)?"
+                )
+            self.close(CloseReason.CONNECTION_BROKEN, e, message=message)
 
     def _handle_response(self, payload: bytes) -> None:
         correlation_id, body = split_response(payload)
