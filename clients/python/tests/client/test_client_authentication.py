@@ -437,3 +437,38 @@ async def test_a_server_certificate_for_another_name_is_refused_unless_not_check
                 await checked.heartbeat(heartbeat())
         async with client_for(server, security(""), ssl_server_hostname="other.example") as ok:
             assert (await ok.heartbeat(heartbeat())).error_code == 0
+
+
+async def test_the_consumer_and_the_producer_hand_security_to_their_coordinator_client() -> None:
+    from coordinator_client import CoordinatedConsumer, TransactionalProducer
+
+    security = sasl_security("SCRAM-SHA-256")
+    consumer = CoordinatedConsumer(
+        "orders",
+        bootstrap_servers="127.0.0.1:1",
+        coordinator_bootstrap_servers="127.0.0.1:2",
+        group_id=GROUP,
+        security=security,
+    )
+    producer = TransactionalProducer(
+        bootstrap_servers="127.0.0.1:1",
+        coordinator_bootstrap_servers="127.0.0.1:2",
+        transactional_id="tx",
+        security=security,
+    )
+    assert consumer.coordinator_client.security is security
+    assert producer.coordinator_client.security is security
+    await consumer.stop()
+    await producer.stop()
+    assert consumer.coordinator_client.closed and producer.coordinator_client.closed
+    shared = CoordinatorClient("127.0.0.1:2")
+    with pytest.raises(ValueError, match="its own security"):
+        CoordinatedConsumer(
+            "orders", bootstrap_servers="127.0.0.1:1", coordinator_client=shared,
+            group_id=GROUP, security=security,
+        )  # fmt: skip
+    with pytest.raises(ValueError, match="its own security"):
+        TransactionalProducer(
+            bootstrap_servers="127.0.0.1:1", coordinator_client=shared, transactional_id="tx",
+            security=security,
+        )  # fmt: skip
