@@ -129,7 +129,7 @@ class SaslStep:
     """The exchange ended with the client authenticated (or re-authenticated) just now."""
 
 
-class _State(enum.Enum):
+class _ExchangeState(enum.Enum):
     HANDSHAKE = "handshake"
     AUTHENTICATE = "authenticate"
     AUTHENTICATED = "authenticated"
@@ -152,7 +152,7 @@ class SaslExchange:
 
     def __init__(self, security: ListenerSecurity) -> None:
         self._security = security
-        self._state = _State.HANDSHAKE
+        self._state = _ExchangeState.HANDSHAKE
         self._server: SaslServer | None = None
         self._mechanism = ""
         self.principal = ""
@@ -163,7 +163,7 @@ class SaslExchange:
 
     @property
     def authenticated(self) -> bool:
-        return self._state in (_State.AUTHENTICATED, _State.REAUTHENTICATE)
+        return self._state in (_ExchangeState.AUTHENTICATED, _ExchangeState.REAUTHENTICATE)
 
     @property
     def mechanism(self) -> str:
@@ -172,14 +172,14 @@ class SaslExchange:
     @property
     def failed(self) -> bool:
         """Refused: the connection only waits to answer so and close."""
-        return self._state is _State.FAILED
+        return self._state is _ExchangeState.FAILED
 
     def admits(self, api_key: int) -> bool:
         """Whether a request of `api_key` other than the exchange's own may be served now:
         only ApiVersions before authentication (and before the handshake)."""
         if self.authenticated:
             return True
-        return api_key == ApiKey.API_VERSIONS and self._state is _State.HANDSHAKE
+        return api_key == ApiKey.API_VERSIONS and self._state is _ExchangeState.HANDSHAKE
 
     def expired(self, now: float) -> bool:
         """Whether the session has ended and the client has not re-authenticated."""
@@ -187,7 +187,7 @@ class SaslExchange:
 
     def handshake(self, request: SaslHandshakeRequest) -> SaslStep:
         state = self._state
-        if state is _State.AUTHENTICATED:
+        if state is _ExchangeState.AUTHENTICATED:
             if not self._security.max_reauth_ms:
                 return SaslStep(
                     SaslStepKind.CLOSE,
@@ -195,14 +195,14 @@ class SaslExchange:
                     "re-authentication is off (connections.max.reauth.ms is 0)",
                 )
             reauthenticating = True
-        elif state is _State.HANDSHAKE:
+        elif state is _ExchangeState.HANDSHAKE:
             reauthenticating = False
         else:
             return SaslStep(SaslStepKind.CLOSE, reason=f"unexpected SaslHandshake ({state.value})")
         enabled = list(self._security.mechanisms)
         start = self._security.mechanisms.get(request.mechanism)
         if start is None:
-            self._state = _State.FAILED
+            self._state = _ExchangeState.FAILED
             return SaslStep(
                 SaslStepKind.REFUSE,
                 SaslHandshakeResponse(
@@ -211,7 +211,7 @@ class SaslExchange:
                 reason=f"mechanism {request.mechanism!r} is not enabled",
             )
         if reauthenticating and request.mechanism != self._mechanism:
-            self._state = _State.FAILED
+            self._state = _ExchangeState.FAILED
             return SaslStep(
                 SaslStepKind.REFUSE,
                 SaslHandshakeResponse(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=enabled),
@@ -219,12 +219,12 @@ class SaslExchange:
             )
         self._server = start()
         self._mechanism = request.mechanism
-        self._state = _State.REAUTHENTICATE if reauthenticating else _State.AUTHENTICATE
+        self._state = _ExchangeState.REAUTHENTICATE if reauthenticating else _ExchangeState.AUTHENTICATE
         return SaslStep(SaslStepKind.ANSWER, SaslHandshakeResponse(mechanisms=enabled))
 
     def authenticate(self, request: SaslAuthenticateRequest, now: float) -> SaslStep:
         server = self._server
-        if server is None or self._state not in (_State.AUTHENTICATE, _State.REAUTHENTICATE):
+        if server is None or self._state not in (_ExchangeState.AUTHENTICATE, _ExchangeState.REAUTHENTICATE):
             return SaslStep(
                 SaslStepKind.CLOSE, reason=f"unexpected SaslAuthenticate ({self._state.value})"
             )
@@ -237,17 +237,17 @@ class SaslExchange:
         if not server.complete:
             return SaslStep(SaslStepKind.ANSWER, SaslAuthenticateResponse(auth_bytes=challenge))
         principal = server.principal
-        if self._state is _State.REAUTHENTICATE and principal != self.principal:
+        if self._state is _ExchangeState.REAUTHENTICATE and principal != self.principal:
             return self._refuse(
                 ErrorCode.SASL_AUTHENTICATION_FAILED,
                 "Authentication failed: cannot change principals during re-authentication",
             )
         lifetime_ms = self._session_lifetime_ms(server)
         self.expires_at = now + lifetime_ms / 1000 if lifetime_ms else 0.0
-        if self._state is _State.REAUTHENTICATE:
+        if self._state is _ExchangeState.REAUTHENTICATE:
             self.reauthentications += 1
         self.principal = principal
-        self._state = _State.AUTHENTICATED
+        self._state = _ExchangeState.AUTHENTICATED
         self._server = None
         return SaslStep(
             SaslStepKind.ANSWER,
@@ -268,7 +268,7 @@ class SaslExchange:
         return max(1, min(max_reauth_ms, credential_ms))
 
     def _refuse(self, code: ErrorCode, message: str) -> SaslStep:
-        self._state = _State.FAILED
+        self._state = _ExchangeState.FAILED
         self._server = None
         return SaslStep(
             SaslStepKind.REFUSE,

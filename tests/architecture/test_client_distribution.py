@@ -93,17 +93,24 @@ def test_the_former_name_warns_and_hands_out_the_same_objects() -> None:
     assert set(former.__all__) == set(coordinator_client.__all__)
 
 
-def test_the_server_loads_only_the_client_librarys_kafka_metadata_requests() -> None:
+def test_the_server_loads_only_the_client_librarys_kafka_metadata_requests_and_security() -> None:
     """The library's names load their modules when first asked for: the server, which
-    imports its Kafka metadata requests, carries none of the consumer, producer or RPC
-    client."""
+    imports its Kafka metadata requests and its security settings and SASL exchanges (a node
+    authenticates to another as any client does), carries none of the consumer, producer or
+    RPC client."""
     loaded = subprocess.run(
         [sys.executable, "-c",
          "import sys, coordinator_server.app; "
          "print(*sorted(m for m in sys.modules if m.startswith('coordinator_client')))"],
         capture_output=True, text=True, check=True, timeout=60,
     ).stdout.split()  # fmt: skip
-    assert loaded == ["coordinator_client", "coordinator_client.kafka_metadata_request"]
+    assert loaded == [
+        "coordinator_client",
+        "coordinator_client.kafka_metadata_request",
+        "coordinator_client.rpc",
+        "coordinator_client.rpc.sasl",
+        "coordinator_client.rpc.security",
+    ]
 
 
 def test_the_client_distribution_ships_the_library_and_the_contract_only() -> None:

@@ -61,6 +61,8 @@ EXPORTED_METRICS: tuple[MetricFamily, ...] = (
     MetricFamily("coordinator_connections_refused_total", "counter", ("reason",)),
     MetricFamily("coordinator_connections_closed_total", "counter", ("reason",)),
     MetricFamily("coordinator_malformed_frames_total", "counter"),
+    MetricFamily("coordinator_authentications_total", "counter", ("mechanism", "outcome")),
+    MetricFamily("coordinator_authorization_denials_total", "counter", ("api",)),
     # Groups.
     MetricFamily("coordinator_groups", "gauge", ("state",)),
     MetricFamily("coordinator_group_members", "gauge"),
