@@ -219,12 +219,17 @@ class SaslExchange:
             )
         self._server = start()
         self._mechanism = request.mechanism
-        self._state = _ExchangeState.REAUTHENTICATE if reauthenticating else _ExchangeState.AUTHENTICATE
+        self._state = (
+            _ExchangeState.REAUTHENTICATE if reauthenticating else _ExchangeState.AUTHENTICATE
+        )
         return SaslStep(SaslStepKind.ANSWER, SaslHandshakeResponse(mechanisms=enabled))
 
     def authenticate(self, request: SaslAuthenticateRequest, now: float) -> SaslStep:
         server = self._server
-        if server is None or self._state not in (_ExchangeState.AUTHENTICATE, _ExchangeState.REAUTHENTICATE):
+        if server is None or self._state not in (
+            _ExchangeState.AUTHENTICATE,
+            _ExchangeState.REAUTHENTICATE,
+        ):
             return SaslStep(
                 SaslStepKind.CLOSE, reason=f"unexpected SaslAuthenticate ({self._state.value})"
             )
