@@ -13,7 +13,9 @@ The rule, as Kafka's `StandardAuthorizerData` applies it:
   all, `allow.everyone.if.no.acl.found` decides; else the action is denied.
 
 The ACLs are indexed by resource type and name: a decision looks up the exact name, the
-wildcard and each prefix of the name, never every ACL.
+wildcard and each prefix of the name, never every ACL. Only `authorize_by_resource_type` (may
+the principal take an operation on any resource of a type?) scans the ACLs of a type, as
+Kafka's does; its callers cache what it answers.
 """
 
 from __future__ import annotations
@@ -178,3 +180,92 @@ class StandardAuthorizerData:
         if allowed:
             return AuthorizationResult.ALLOWED
         return AuthorizationResult.DENIED if has_resource_acls else self.no_acl_result
+
+    def authorize_by_resource_type(
+        self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType
+    ) -> AuthorizationResult:
+        """Whether `principal` from `host` may take `operation` on at least one resource of
+        `resource_type`: Kafka's `Authorizer.authorizeByResourceType`, whose default
+        StandardAuthorizer keeps (what an idempotent producer's InitProducerId asks of the
+        topics). Allowed when a resource named "hardcode" would be (a super user, or
+        `allow_everyone_if_no_acl_found` with no ACL applying), when an ALLOW ACL of the
+        wildcard name applies, or when an applying ALLOW ACL is not dominated by an
+        applying DENY: a DENY of the same LITERAL name, or a PREFIXED DENY whose name starts
+        the ALLOW's. An applying DENY of the wildcard name denies whatever else applies.
+        Only the operation itself and ALL apply (no ALLOW implies DESCRIBE here)."""
+        assert operation not in (AclOperation.ANY, AclOperation.UNKNOWN)
+        assert resource_type not in (ResourceType.ANY, ResourceType.UNKNOWN)
+        hardcoded = Action(operation, resource_type, "hardcode")
+        if self.authorize(principal, host, hardcoded) is AuthorizationResult.ALLOWED:
+            return AuthorizationResult.ALLOWED
+        denied_literal: set[str] = set()
+        denied_prefixes: set[str] = set()
+        allowed_literal: set[str] = set()
+        allowed_prefixes: set[str] = set()
+        wildcard_allowed = False
+        for index in (self._literal, self._prefixed):
+            for (acl_type, _), acls in index.items():
+                if acl_type is not resource_type:
+                    continue
+                for acl in acls:
+                    if acl.host != WILDCARD and acl.host != host:
+                        continue
+                    if acl.principal != principal and acl.principal != WILDCARD_PRINCIPAL:
+                        continue
+                    if acl.operation is not operation and acl.operation is not AclOperation.ALL:
+                        continue
+                    literal = acl.pattern_type is PatternType.LITERAL
+                    name = acl.resource_name
+                    if acl.permission is AclPermissionType.DENY:
+                        if literal and name == WILDCARD:
+                            return AuthorizationResult.DENIED
+                        (denied_literal if literal else denied_prefixes).add(name)
+                    elif literal and name == WILDCARD:
+                        wildcard_allowed = True
+                    else:
+                        (allowed_literal if literal else allowed_prefixes).add(name)
+        if wildcard_allowed:
+            return AuthorizationResult.ALLOWED
+
+        def dominated(name: str) -> bool:
+            return any(name[:length] in denied_prefixes for length in range(1, len(name) + 1))
+
+        for name in allowed_literal:
+            if name not in denied_literal and not dominated(name):
+                return AuthorizationResult.ALLOWED
+        for name in allowed_prefixes:
+            if not dominated(name):
+                return AuthorizationResult.ALLOWED
+        return AuthorizationResult.DENIED
+
+    def rule(self, principal: str, host: str, action: Action) -> str:
+        """The rule `authorize` decides by, as Kafka's authorizer log names it: `SuperUser`,
+        `MatchingAcl(acl=StandardAcl(...))` (the applying DENY ACL, else the applying ALLOW
+        one), `DefaultAllow` or `DefaultDeny`. Asked only for a line of the log: the
+        decisions themselves never build it."""
+        if principal in self.super_users:
+            return "SuperUser"
+        has_resource_acls = False
+        allowing: StandardAcl | None = None
+        for acl in self.resource_acls(action.resource_type, action.resource_name):
+            has_resource_acls = True
+            result = acl_result(acl, principal, host, action.operation)
+            if result is AuthorizationResult.DENIED:
+                return _matching_acl(acl)
+            if result is AuthorizationResult.ALLOWED and allowing is None:
+                allowing = acl
+        if allowing is not None:
+            return _matching_acl(allowing)
+        if not has_resource_acls and self.no_acl_result is AuthorizationResult.ALLOWED:
+            return "DefaultAllow"
+        return "DefaultDeny"
+
+
+def _matching_acl(acl: StandardAcl) -> str:
+    # Kafka's StandardAcl.toString, its enums by their names.
+    return (
+        f"MatchingAcl(acl=StandardAcl(resourceType={acl.resource_type.name}, "
+        f"resourceName={acl.resource_name}, patternType={acl.pattern_type.name}, "
+        f"principal={acl.principal}, host={acl.host}, operation={acl.operation.name}, "
+        f"permissionType={acl.permission.name}))"
+    )
