@@ -12,14 +12,20 @@ not fit is answered MESSAGE_TOO_LARGE where the API has an error per item (a gro
 DescribeGroups or OffsetFetch, ListGroups' top level); a request whose items cannot all be
 answered even so gets only `{"error_code": 10, "error_message": ...}`, the answer the
 contract gives a request it cannot take.
+
+With an authorizer, each item is checked as Kafka's KafkaApis checks it, before any state is
+read: a group, key or topic the request's principal may not see or touch is answered with
+its authorization error alone, the same whether it exists or not (see each API).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Generator, Sequence
+from functools import partial
 from typing import Any, Final, TypeVar
 
+from coordinator_protocol.api_keys import ApiKey, api_name
 from coordinator_protocol.errors import ErrorCode
 from coordinator_protocol.messages import (
     DeleteGroupsRequest,
@@ -39,8 +45,10 @@ from coordinator_protocol.messages import (
     OffsetFetchRequestGroup,
     OffsetFetchResponse,
     OffsetFetchResponseGroup,
+    OffsetFetchResponsePartition,
     OffsetFetchResponseTopic,
 )
+from coordinator_server.authorizer.acls import AclOperation, ResourceType
 from coordinator_server.groups.admin_views import list_filter
 from coordinator_server.groups.answer_sizes import (
     ARRAY_EXTRA,
@@ -52,11 +60,14 @@ from coordinator_server.groups.answer_sizes import (
     coordinator_bytes,
     described_group_bytes,
     fetched_group_bytes,
+    fetched_partition_bytes,
     fetched_topic_bytes,
+    listed_group_bytes,
     str_extra,
 )
-from coordinator_server.runtime.api import CoordinatorResult
+from coordinator_server.runtime.api import CoordinatorResult, RequestContext
 from coordinator_server.runtime.runtime import CoordinatorRuntime
+from coordinator_server.service.authorization import RequestAuthorizer
 from coordinator_server.service.errors import NO_OWNERSHIP, map_operation_error
 from coordinator_server.service.limits import RequestLimits, answer_too_large, too_long
 from coordinator_server.service.slicing import (
@@ -85,6 +96,13 @@ _DELETE_RECORDS: Final = 4096
 # Partitions one OffsetFetch read looks up.
 _FETCH_CHUNK: Final = 2048
 
+# Kafka's names of the requests, which the authorizer's log and counts say.
+_FIND_COORDINATOR: Final = api_name(ApiKey.FIND_COORDINATOR)
+_DESCRIBE_GROUPS: Final = api_name(ApiKey.DESCRIBE_GROUPS)
+_DELETE_GROUPS: Final = api_name(ApiKey.DELETE_GROUPS)
+_OFFSET_FETCH: Final = api_name(ApiKey.OFFSET_FETCH)
+_LIST_GROUPS: Final = api_name(ApiKey.LIST_GROUPS)
+
 
 class ErrorOnlyResponse(Message, kw_only=True):
     """The answer of a request that could not be taken at all, whatever the API: the same
@@ -110,7 +128,10 @@ class BulkRequests:
         coordinator_of: CoordinatorOf,
         limits: RequestLimits,
         sliced: SlicedRequests,
+        authorizer: RequestAuthorizer | None = None,
     ) -> None:
+        """`authorizer`: what each item is checked against (None: nothing is checked)."""
+        self._authorizer = authorizer
         self._runtime = runtime
         self._partition_for = partition_for
         self._num_partitions = num_partitions
@@ -129,13 +150,23 @@ class BulkRequests:
 
     # FindCoordinator.
 
-    def find_coordinator(self, request: FindCoordinatorRequest) -> Message | SlicedAnswer:
+    def find_coordinator(
+        self, request: FindCoordinatorRequest, ctx: RequestContext
+    ) -> Message | SlicedAnswer:
         least = len(request.keys) * COORDINATOR_MIN_BYTES
         if least > self._limits.answer_items_bytes:
             return self._too_large(least)
-        return self._sliced.run(lambda clock: self._find_coordinator(request, clock))
+        return self._sliced.run(lambda clock: self._find_coordinator(request, ctx, clock))
 
-    def _find_coordinator(self, request: FindCoordinatorRequest, clock: SliceClock) -> Steps:
+    def _find_coordinator(
+        self, request: FindCoordinatorRequest, ctx: RequestContext, clock: SliceClock
+    ) -> Steps:
+        authorizer = self._authorizer
+        coordinator_of = (
+            self._coordinator_of
+            if authorizer is None
+            else partial(self._authorized_coordinator_of, authorizer, ctx)
+        )
         budget = self._limits.answer_items_bytes
         answers: dict[str, tuple[FindCoordinatorResponseCoordinator, int]] = {}
         coordinators: list[FindCoordinatorResponseCoordinator] = []
@@ -145,7 +176,7 @@ class BulkRequests:
             for key in keys[start : start + _ANSWER_CHUNK]:
                 answer = answers.get(key)
                 if answer is None:
-                    coordinator = self._coordinator_of(key, request.key_type)
+                    coordinator = coordinator_of(key, request.key_type)
                     answer = answers[key] = (
                         coordinator,
                         coordinator_bytes(key, coordinator.host, coordinator.error_message),
@@ -159,6 +190,41 @@ class BulkRequests:
         return FindCoordinatorResponse(coordinators=coordinators)
 
     def _coordinator_of(self, key: str, key_type: int) -> FindCoordinatorResponseCoordinator:
+        refused = self._refused_key(key, key_type)
+        if refused is not None:
+            return refused
+        return self._coordinator_of_partition(self._partition_for(key)).replace(key=key)
+
+    def _authorized_coordinator_of(
+        self, authorizer: RequestAuthorizer, ctx: RequestContext, key: str, key_type: int
+    ) -> FindCoordinatorResponseCoordinator:
+        """Kafka's `getCoordinator` with an authorizer: DESCRIBE of the group (key type 0)
+        or of the transactional id (1), else that key's authorization error and no node."""
+        refused = self._refused_key(key, key_type)
+        if refused is not None:
+            return refused
+        if key_type == 1:
+            if not authorizer.allowed(
+                ctx,
+                AclOperation.DESCRIBE,
+                ResourceType.TRANSACTIONAL_ID,
+                key,
+                api=_FIND_COORDINATOR,
+            ):
+                return FindCoordinatorResponseCoordinator(
+                    key=key, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                )
+        elif not authorizer.allowed(
+            ctx, AclOperation.DESCRIBE, ResourceType.GROUP, key, api=_FIND_COORDINATOR
+        ):
+            return FindCoordinatorResponseCoordinator(
+                key=key, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED
+            )
+        return self._coordinator_of_partition(self._partition_for(key)).replace(key=key)
+
+    def _refused_key(self, key: str, key_type: int) -> FindCoordinatorResponseCoordinator | None:
+        """The answer to a key refused from the request alone (a key type not served, an
+        empty or too long id); None for a key to look up."""
         if key_type == 1:
             # A transactional id is placed as a group id is (Kafka's two coordinators use
             # two topics; here they share the log's partitions).
@@ -187,17 +253,24 @@ class BulkRequests:
                 return FindCoordinatorResponseCoordinator(
                     key=key, error_code=ErrorCode.INVALID_GROUP_ID, error_message=refusal
                 )
-        return self._coordinator_of_partition(self._partition_for(key)).replace(key=key)
+        return None
 
     # DescribeGroups.
 
-    def describe_groups(self, request: DescribeGroupsRequest) -> Message | SlicedAnswer:
+    def describe_groups(
+        self, request: DescribeGroupsRequest, ctx: RequestContext
+    ) -> Message | SlicedAnswer:
+        """Each group named, described; with an authorizer, one the principal may not
+        DESCRIBE is answered GROUP_AUTHORIZATION_FAILED and nothing else, as one that does
+        not exist would be."""
         least = len(request.groups) * DESCRIBED_GROUP_MIN_BYTES
         if least > self._limits.answer_items_bytes:
             return self._too_large(least)
-        return self._sliced.run(lambda clock: self._describe_groups(request.groups, clock))
+        return self._sliced.run(lambda clock: self._describe_groups(request.groups, ctx, clock))
 
-    def _describe_groups(self, group_ids: list[str | None], clock: SliceClock) -> Steps:
+    def _describe_groups(
+        self, group_ids: list[str | None], ctx: RequestContext, clock: SliceClock
+    ) -> Steps:
         counts = yield from _count(group_ids, clock)
         least = yield from _least_bytes(counts, DESCRIBED_GROUP_MIN_BYTES, clock)
         # What the groups' content may add beyond the least each costs.
@@ -205,7 +278,20 @@ class BulkRequests:
         if room < 0:
             return self._too_large(least)
         answers: dict[str | None, DescribeGroupsResponseGroup] = {}
-        by_partition = yield from self._by_partition(counts, answers, _invalid_described, clock)
+        to_read = counts
+        authorizer = self._authorizer
+        if authorizer is not None:
+            to_read = yield from self._authorized_groups(
+                authorizer,
+                ctx,
+                AclOperation.DESCRIBE,
+                _DESCRIBE_GROUPS,
+                counts,
+                answers,
+                _denied_described,
+                clock,
+            )
+        by_partition = yield from self._by_partition(to_read, answers, _invalid_described, clock)
         for partition, ids in by_partition.items():
             for start in range(0, len(ids), _DESCRIBE_CHUNK):
                 chunk = ids[start : start + _DESCRIBE_CHUNK]
@@ -235,6 +321,40 @@ class BulkRequests:
         groups = yield from _in_request_order(group_ids, answers, clock)
         return DescribeGroupsResponse(groups=groups)
 
+    def _authorized_groups(
+        self,
+        authorizer: RequestAuthorizer,
+        ctx: RequestContext,
+        operation: AclOperation,
+        api: str,
+        counts: dict[str | None, int],
+        answers: dict[str | None, T],
+        denied: Callable[[str], T],
+        clock: SliceClock,
+    ) -> Generator[Step, None, dict[str | None, int]]:
+        """The groups of `counts` the principal may take `operation` on, and those it may
+        not answered `denied` at once (Kafka's `partitionSeqByAuthorized` of the request's
+        groups). A missing or too long id is left for `_by_partition` to refuse: it is
+        refused whoever asks."""
+        max_length = self._limits.max_id_length
+        allowed: dict[str | None, int] = {}
+        items = list(counts.items())
+        for start in range(0, len(items), _HASH_CHUNK):
+            for group_id, count in items[start : start + _HASH_CHUNK]:
+                if (
+                    group_id is None
+                    or len(group_id) > max_length
+                    or authorizer.allowed(
+                        ctx, operation, ResourceType.GROUP, group_id, api=api, ref_count=count
+                    )
+                ):
+                    allowed[group_id] = count
+                else:
+                    answers[group_id] = denied(group_id)
+            if clock.due():
+                yield PAUSE
+        return allowed
+
     def _by_partition(
         self,
         counts: dict[str | None, int],
@@ -260,13 +380,19 @@ class BulkRequests:
 
     # DeleteGroups.
 
-    def delete_groups(self, request: DeleteGroupsRequest) -> Message | SlicedAnswer:
+    def delete_groups(
+        self, request: DeleteGroupsRequest, ctx: RequestContext
+    ) -> Message | SlicedAnswer:
+        """Each group named, deleted; with an authorizer, one the principal may not DELETE
+        is answered GROUP_AUTHORIZATION_FAILED and left as it is."""
         least = len(request.groups_names) * DELETED_GROUP_MIN_BYTES
         if least > self._limits.answer_items_bytes:
             return self._too_large(least)
-        return self._sliced.run(lambda clock: self._delete_groups(request.groups_names, clock))
+        return self._sliced.run(lambda clock: self._delete_groups(request.groups_names, ctx, clock))
 
-    def _delete_groups(self, group_ids: list[str | None], clock: SliceClock) -> Steps:
+    def _delete_groups(
+        self, group_ids: list[str | None], ctx: RequestContext, clock: SliceClock
+    ) -> Steps:
         counts = yield from _count(group_ids, clock)
         # Every answer's size is known from the request: nothing is deleted for a request
         # that could not be answered.
@@ -274,7 +400,20 @@ class BulkRequests:
         if size > self._limits.answer_items_bytes:
             return self._too_large(size)
         answers: dict[str | None, DeleteGroupsResponseResult] = {}
-        by_partition = yield from self._by_partition(counts, answers, _invalid_deleted, clock)
+        to_delete = counts
+        authorizer = self._authorizer
+        if authorizer is not None:
+            to_delete = yield from self._authorized_groups(
+                authorizer,
+                ctx,
+                AclOperation.DELETE,
+                _DELETE_GROUPS,
+                counts,
+                answers,
+                _denied_deleted,
+                clock,
+            )
+        by_partition = yield from self._by_partition(to_delete, answers, _invalid_deleted, clock)
         # A write per partition and slice of its groups, those of every partition together;
         # each write deletes what it can within its record budget and the next goes on.
         remaining = {partition: (ids, 0) for partition, ids in by_partition.items()}
@@ -316,13 +455,28 @@ class BulkRequests:
 
     # OffsetFetch.
 
-    def offset_fetch(self, request: OffsetFetchRequest) -> Message | SlicedAnswer:
+    def offset_fetch(
+        self, request: OffsetFetchRequest, ctx: RequestContext
+    ) -> Message | SlicedAnswer:
+        """Each group's offsets; with an authorizer, as Kafka's handler answers them: a
+        group the principal may not DESCRIBE is answered GROUP_AUTHORIZATION_FAILED alone;
+        of the topics it names, one it may not DESCRIBE is answered TOPIC_AUTHORIZATION_FAILED
+        for each partition, unread; of every topic of the group (topics nil), those it may
+        not DESCRIBE are left out."""
         least = len(request.groups) * FETCHED_GROUP_MIN_BYTES
         if least > self._limits.answer_items_bytes:
             return self._too_large(least)
-        return self._sliced.run(lambda clock: self._offset_fetch(request, clock))
+        return self._sliced.run(lambda clock: self._offset_fetch(request, ctx, clock))
 
-    def _offset_fetch(self, request: OffsetFetchRequest, clock: SliceClock) -> Steps:
+    def _offset_fetch(
+        self, request: OffsetFetchRequest, ctx: RequestContext, clock: SliceClock
+    ) -> Steps:
+        authorizer = self._authorizer
+        fetch_group = (
+            self._fetch_group
+            if authorizer is None
+            else partial(self._fetch_authorized_group, authorizer, ctx)
+        )
         groups = request.groups
         least = 0
         for start in range(0, len(groups), _ANSWER_CHUNK):
@@ -343,15 +497,9 @@ class BulkRequests:
             group_id = group.group_id
             if group_id is None or len(group_id) > self._limits.max_id_length:
                 answer, extra = _fetch_error(group_id, ErrorCode.INVALID_GROUP_ID), 0
-            elif group.topics is None:
-                known = whole.get(group_id)
-                if known is None:
-                    known = yield from self._fetch_all(group_id, request.require_stable, room)
-                    whole[group_id] = known
-                answer, extra = known
             else:
-                answer, extra = yield from self._fetch_partitions(
-                    group, request.require_stable, room, clock
+                answer, extra = yield from fetch_group(
+                    group, request.require_stable, room, whole, clock
                 )
             if extra > room:
                 answer, extra = _fetch_error(group_id, ErrorCode.MESSAGE_TOO_LARGE), 0
@@ -361,6 +509,94 @@ class BulkRequests:
             if clock.due():
                 yield PAUSE
         return OffsetFetchResponse(groups=answers)
+
+    def _fetch_group(
+        self,
+        group: OffsetFetchRequestGroup,
+        require_stable: bool,
+        room: int,
+        whole: dict[str, tuple[OffsetFetchResponseGroup, int]],
+        clock: SliceClock,
+    ) -> Generator[Step, None, tuple[OffsetFetchResponseGroup, int]]:
+        """A group's answer (its id valid), and what it adds to its least; `whole` holds
+        the answers of the groups fetched whole so far."""
+        group_id = group.group_id
+        assert group_id is not None
+        if group.topics is not None:
+            return (yield from self._fetch_partitions(group, require_stable, room, clock))
+        known = whole.get(group_id)
+        if known is None:
+            known = yield from self._fetch_all(group_id, require_stable, room)
+            whole[group_id] = known
+        return known
+
+    def _fetch_authorized_group(
+        self,
+        authorizer: RequestAuthorizer,
+        ctx: RequestContext,
+        group: OffsetFetchRequestGroup,
+        require_stable: bool,
+        room: int,
+        whole: dict[str, tuple[OffsetFetchResponseGroup, int]],
+        clock: SliceClock,
+    ) -> Generator[Step, None, tuple[OffsetFetchResponseGroup, int]]:
+        """`_fetch_group` as Kafka's handler authorizes it (see `offset_fetch`)."""
+        group_id = group.group_id
+        assert group_id is not None
+        if not authorizer.allowed(
+            ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id, api=_OFFSET_FETCH
+        ):
+            return _fetch_error(group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED), 0
+        topics = group.topics
+        if topics is None:
+            answer, extra = yield from self._fetch_group(group, require_stable, room, whole, clock)
+            if answer.error_code != ErrorCode.NONE:
+                return answer, extra
+            return _visible_offsets(authorizer, ctx, answer, extra)
+        max_length = self._limits.max_id_length
+        if any(len(topic.name) > max_length for topic in topics):
+            # Refused whoever asks, before any topic is authorized.
+            return (yield from self._fetch_partitions(group, require_stable, room, clock))
+        denied = authorizer.denied(
+            ctx,
+            AclOperation.DESCRIBE,
+            ResourceType.TOPIC,
+            [topic.name for topic in topics],
+            api=_OFFSET_FETCH,
+        )
+        if not denied:
+            return (yield from self._fetch_partitions(group, require_stable, room, clock))
+        # Kafka's `fetchOffsetsForGroup`: the authorized topics fetched, then each
+        # partition of the others answered TOPIC_AUTHORIZATION_FAILED.
+        refused: list[OffsetFetchResponseTopic] = []
+        refused_bytes = 0
+        for topic in topics:
+            if topic.name in denied:
+                refused.append(
+                    OffsetFetchResponseTopic(
+                        name=topic.name,
+                        partitions=[
+                            OffsetFetchResponsePartition(
+                                partition_index=index,
+                                committed_offset=-1,
+                                error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                            )
+                            for index in topic.partition_indexes
+                        ],
+                    )
+                )
+                refused_bytes += fetched_topic_bytes(topic.name) + len(topic.partition_indexes) * (
+                    FETCHED_PARTITION_BYTES
+                )
+        authorized = group.replace(topics=[topic for topic in topics if topic.name not in denied])
+        answer, extra = yield from self._fetch_partitions(
+            authorized, require_stable, room - refused_bytes, clock
+        )
+        if answer.error_code != ErrorCode.NONE:
+            return answer, extra
+        return OffsetFetchResponseGroup(group_id=group_id, topics=answer.topics + refused), (
+            extra + refused_bytes
+        )
 
     def _fetch(
         self,
@@ -455,23 +691,46 @@ class BulkRequests:
 
     # ListGroups.
 
-    def list_groups(self, request: ListGroupsRequest) -> Message | SlicedAnswer:
+    def list_groups(
+        self, request: ListGroupsRequest, ctx: RequestContext
+    ) -> Message | SlicedAnswer:
+        """The groups of the partitions this node owns; with an authorizer, every one to a
+        principal that may DESCRIBE the cluster, else only those it may DESCRIBE (Kafka's
+        handler; neither denial logged)."""
         if not self._runtime.may_serve():
             # A cluster node that does not know what it owns (just started, or without a
             # lease) cannot say which groups there are: an empty list would say "none".
             return ListGroupsResponse(
                 error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message=NO_OWNERSHIP
             )
-        return self._sliced.run(lambda clock: self._list_groups(request, clock))
+        return self._sliced.run(lambda clock: self._list_groups(request, ctx, clock))
 
-    def _list_groups(self, request: ListGroupsRequest, clock: SliceClock) -> Steps:
+    def _list_groups(
+        self, request: ListGroupsRequest, ctx: RequestContext, clock: SliceClock
+    ) -> Steps:
         states = list_filter(request.states_filter)
         types = list_filter(request.types_filter)
+        list_op = _list_op
+        authorizer = self._authorizer
+        if authorizer is not None and not authorizer.allowed_cluster(
+            ctx, AclOperation.DESCRIBE, api=_LIST_GROUPS, log_denied=False
+        ):
+            list_op = partial(
+                _visible_list_op,
+                partial(
+                    authorizer.allowed,
+                    ctx,
+                    AclOperation.DESCRIBE,
+                    ResourceType.GROUP,
+                    api=_LIST_GROUPS,
+                    log_denied=False,
+                ),
+            )
         room = self._limits.answer_items_bytes
         groups: list[ListGroupsResponseGroup] = []
         for partition in range(self._num_partitions):
             listed = self._runtime.schedule_read(
-                "list-groups", partition, _list_op(states, types, room)
+                "list-groups", partition, list_op(states, types, room)
             )
             error = _failure(listed)
             if error is not None:
@@ -587,6 +846,57 @@ def _list_op(
     return lambda shard, committed: shard.list_groups(states, types, committed, max_bytes)
 
 
+def _visible_offsets(
+    authorizer: RequestAuthorizer, ctx: RequestContext, answer: OffsetFetchResponseGroup, extra: int
+) -> tuple[OffsetFetchResponseGroup, int]:
+    """Kafka's `fetchAllOffsetsForGroup`: of a group's offsets, those of the topics the
+    principal may not describe left out (their denials logged, as Kafka logs them), and what
+    the answer adds to its least then. `answer` is left as it is: a group named again in
+    the request is answered from it again."""
+    denied = authorizer.denied(
+        ctx,
+        AclOperation.DESCRIBE,
+        ResourceType.TOPIC,
+        [topic.name for topic in answer.topics],
+        api=_OFFSET_FETCH,
+    )
+    if not denied:
+        return answer, extra
+    visible = [topic for topic in answer.topics if topic.name not in denied]
+    size = ARRAY_EXTRA
+    for topic in visible:
+        size += fetched_topic_bytes(topic.name)
+        for partition in topic.partitions:
+            size += fetched_partition_bytes(partition.metadata)
+    return OffsetFetchResponseGroup(group_id=answer.group_id, topics=visible), size
+
+
+def _visible_list_op(
+    visible: Callable[[str], bool], states: frozenset[str], types: frozenset[str], max_bytes: int
+) -> Callable[[GroupShard, int], tuple[list[ListGroupsResponseGroup], int] | None]:
+    """`_list_op` of the groups `visible` lets the principal see. The partition's groups are
+    listed whole, then filtered: those left out must not count against `max_bytes` (a
+    principal that sees a few groups gets them however many others there are), so the work
+    is bounded by the groups a partition holds, not by the answer."""
+
+    def listed(
+        shard: GroupShard, committed: int
+    ) -> tuple[list[ListGroupsResponseGroup], int] | None:
+        every = shard.list_groups(states, types, committed)
+        assert every is not None, "no limit, no refusal"
+        kept: list[ListGroupsResponseGroup] = []
+        size = 0
+        for group in every[0]:
+            if visible(group.group_id):
+                size += listed_group_bytes(group.group_id, group.protocol_type, group.group_state)
+                if size > max_bytes:
+                    return None
+                kept.append(group)
+        return kept, size
+
+    return listed
+
+
 def _failure(future: asyncio.Future[Any]) -> BaseException | None:
     if future.cancelled():
         return asyncio.CancelledError()
@@ -607,6 +917,14 @@ def _described_error(group_id: str | None, code: ErrorCode) -> DescribeGroupsRes
 
 def _deleted_error(group_id: str | None, code: ErrorCode) -> DeleteGroupsResponseResult:
     return DeleteGroupsResponseResult(group_id=group_id or "", error_code=code)
+
+
+def _denied_described(group_id: str) -> DescribeGroupsResponseGroup:
+    return _described_error(group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+
+
+def _denied_deleted(group_id: str) -> DeleteGroupsResponseResult:
+    return _deleted_error(group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED)
 
 
 def _invalid_described(group_id: str | None) -> DescribeGroupsResponseGroup:

@@ -12,6 +12,10 @@ records are committed, its pending completion goes to the `MarkerChannel`
 (`markers/channel.py`: the markers, then the transaction's own completion), which also finds
 the prepared transactions of every partition that loads, so a transaction prepared before a
 crash or a move of its partition still ends.
+
+With an authorizer, each method checks what Kafka's KafkaApis handler of its API checks,
+after the refusals that depend on the request alone and before any state is read or written;
+without one (None) a request pays a single `is None` test for it.
 """
 
 from __future__ import annotations
@@ -19,9 +23,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Set as AbstractSet
+from functools import partial
 from typing import Any, Final, Protocol, TypeVar
 
-from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.api_keys import ApiKey, api_name
 from coordinator_protocol.errors import CoordinatorLoadInProgressError, ErrorCode
 from coordinator_protocol.messages import Message
 from coordinator_protocol.transactions import (
@@ -53,6 +59,7 @@ from coordinator_protocol.transactions import (
     WriteTxnMarkersResponseTopic,
 )
 from coordinator_server import defaults
+from coordinator_server.authorizer.acls import AclOperation, ResourceType
 from coordinator_server.groups.answer_sizes import ADDED_PARTITION_BYTES, added_topic_bytes
 from coordinator_server.offsets.transactional import (
     TransactionalCommit,
@@ -64,6 +71,7 @@ from coordinator_server.runtime.api import RequestContext
 from coordinator_server.runtime.context import CoordinatorState
 from coordinator_server.runtime.events import WriteOutcome
 from coordinator_server.runtime.runtime import CoordinatorRuntime
+from coordinator_server.service.authorization import RequestAuthorizer
 from coordinator_server.service.errors import map_operation_error
 from coordinator_server.service.limits import RequestLimits, answer_too_large
 from coordinator_server.service.replies import (
@@ -100,6 +108,18 @@ T = TypeVar("T")
 _TOPIC_CHUNK: Final = 1024
 _PARTITION_CHUNK: Final = 8192
 _CHECK_CHUNK: Final = 8192
+
+# Kafka's names of the requests, which the authorizer's log and counts say.
+_INIT_PRODUCER_ID: Final = api_name(ApiKey.INIT_PRODUCER_ID)
+_ADD_PARTITIONS_TO_TXN: Final = api_name(ApiKey.ADD_PARTITIONS_TO_TXN)
+_ADD_OFFSETS_TO_TXN: Final = api_name(ApiKey.ADD_OFFSETS_TO_TXN)
+_END_TXN: Final = api_name(ApiKey.END_TXN)
+_TXN_OFFSET_COMMIT: Final = api_name(ApiKey.TXN_OFFSET_COMMIT)
+_WRITE_TXN_MARKERS: Final = api_name(ApiKey.WRITE_TXN_MARKERS)
+
+# Kafka's internal topics (`Topic.isInternal`): AddPartitionsToTxn never authorizes a
+# producer to write them.
+_KAFKA_INTERNAL_TOPICS: Final = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
 class MarkerChannel(Protocol):
@@ -192,6 +212,7 @@ class TransactionCoordinatorService:
         partitions: PartitionCatalog | None = None,
         producer_ids: ProducerIdSource | None = None,
         max_partitions_per_transaction: int = defaults.MAX_PARTITIONS_PER_TRANSACTION,
+        authorizer: RequestAuthorizer | None = None,
     ) -> None:
         """`routing` is the group coordinator's: the same partitions, the same
         `partition_for` and FindCoordinator; `log_topic` names the log in
@@ -203,7 +224,9 @@ class TransactionCoordinatorService:
         when the shards take them from the Kafka cluster (None: from their ranges);
         `max_partitions_per_transaction`: the shards' limit, which AddPartitionsToTxn
         checks first against the request alone. `limits` (of requests) and `sliced` (what runs
-        those answered in slices) are the group coordinator's too."""
+        those answered in slices) are the group coordinator's too, as is `authorizer`, what
+        requests are checked against (None: nothing is checked)."""
+        self._authorizer = authorizer
         self._partitions = partitions
         self._max_partitions_per_transaction = max_partitions_per_transaction
         self._limits = limits
@@ -227,6 +250,7 @@ class TransactionCoordinatorService:
             refused=lambda transactional_id: self._refused_id(transactional_id) is not None,
             limits=limits,
             sliced=sliced,
+            authorizer=authorizer,
         )
         self.handlers: dict[int, Handler] = {
             ApiKey.INIT_PRODUCER_ID: typed_handler(InitProducerIdRequest, self.init_producer_id),
@@ -325,17 +349,23 @@ class TransactionCoordinatorService:
                 ErrorCode.INVALID_REQUEST,
                 "producer_id and producer_epoch are both set or both -1",
             )
+        if transactional_id is not None:
+            refusal = self._refused_id(transactional_id)
+            if refusal is not None:
+                return error(ErrorCode.INVALID_REQUEST, refusal)
+            if request.transaction_timeout_ms <= 0:
+                return error(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
+        authorizer = self._authorizer
+        if authorizer is not None:
+            denied = _init_producer_id_denial(authorizer, ctx, transactional_id)
+            if denied is not None:
+                return error(denied)
         if transactional_id is None:
             # An idempotent producer: an id from any partition this node serves.
             partition = self._any_active_partition()
             if partition is None:
                 return error(ErrorCode.COORDINATOR_NOT_AVAILABLE, "no partition is active yet")
         else:
-            refusal = self._refused_id(transactional_id)
-            if refusal is not None:
-                return error(ErrorCode.INVALID_REQUEST, refusal)
-            if request.transaction_timeout_ms <= 0:
-                return error(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
             partition = self._routing.partition_for(transactional_id)
 
         source = self._producer_ids
@@ -413,9 +443,13 @@ class TransactionCoordinatorService:
     ) -> Reply:
         """The request's partitions join its transaction, with bounded work however many it
         names: see `_add_partitions`."""
-        return sliced_reply(self._sliced.run(lambda clock: self._add_partitions(request, clock)))
+        return sliced_reply(
+            self._sliced.run(lambda clock: self._add_partitions(request, ctx, clock))
+        )
 
-    def _add_partitions(self, request: AddPartitionsToTxnRequest, clock: SliceClock) -> Steps:
+    def _add_partitions(
+        self, request: AddPartitionsToTxnRequest, ctx: RequestContext, clock: SliceClock
+    ) -> Steps:
         """AddPartitionsToTxn in slices. What the request alone decides comes first, before
         any work on the state or the cluster's metadata: an invalid transactional id, more
         distinct partitions than a transaction may hold (POLICY_VIOLATION, as the shard
@@ -423,7 +457,13 @@ class TransactionCoordinatorService:
         `max_response_bytes` (it names every partition as the request does). Then the
         partitions are checked against the cluster's metadata a part at a time and written
         as one set made beforehand, so that the write itself does little, and the answer is
-        built a part at a time."""
+        built a part at a time.
+
+        With an authorizer, once the request alone is found acceptable, Kafka's handler's
+        checks: WRITE of the transactional id, else every partition refused; then WRITE of
+        each topic (never of Kafka's internal topics): when a topic is refused, its
+        partitions are answered TOPIC_AUTHORIZATION_FAILED, those the cluster lacks
+        UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED, nothing added."""
         topics = request.topics
         limits = self._limits
         # What the answer takes, from the request alone.
@@ -475,6 +515,31 @@ class TransactionCoordinatorService:
         if not fits:
             code, message = answer_too_large(size, limits)
             return AddPartitionsToTxnResponse(error_code=code, error_message=message)
+        authorizer = self._authorizer
+        if authorizer is not None:
+            if not authorizer.allowed(
+                ctx,
+                AclOperation.WRITE,
+                ResourceType.TRANSACTIONAL_ID,
+                request.transactional_id,
+                api=_ADD_PARTITIONS_TO_TXN,
+            ):
+                code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                return (yield from _added(request, code, None, True, clock))
+            denied = authorizer.denied(
+                ctx,
+                AclOperation.WRITE,
+                ResourceType.TOPIC,
+                {
+                    name: len(indexes)
+                    for name, indexes in by_topic.items()
+                    if name not in _KAFKA_INTERNAL_TOPICS
+                },
+                api=_ADD_PARTITIONS_TO_TXN,
+            )
+            denied.update(_KAFKA_INTERNAL_TOPICS.intersection(by_topic))
+            if denied:
+                return (yield from self._refused_topics(request, by_topic, denied, clock))
         # Each topic's set frozen and sorted once, here: the write then only joins sets.
         frozen: dict[str, frozenset[int]] = {}
         sorted_indexes: dict[str, tuple[int, ...]] = {}
@@ -493,31 +558,9 @@ class TransactionCoordinatorService:
 
         catalog = self._partitions
         if catalog is not None:
-            unknown: set[tuple[str, int]] = set()
-            for piece in _pieces(sorted_indexes, _CHECK_CHUNK):
-                found = catalog.unknown_partitions_now(piece)
-                if found is None:
-                    asking = asyncio.ensure_future(catalog.unknown_partitions(piece))
-                    # Held until done: the loop keeps only a weak reference to a task.
-                    self._asking.add(asking)
-                    asking.add_done_callback(self._asking.discard)
-                    if not asking.done():
-                        yield [asking]
-                    failure = _failure(asking)
-                    if failure is not None:
-                        return (
-                            yield from _added(
-                                request,
-                                ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                f"the cluster's partitions cannot be read now: {failure!r}",
-                                True,
-                                clock,
-                            )
-                        )
-                    found = asking.result()
-                unknown |= found
-                if clock.due():
-                    yield PAUSE
+            unknown = yield from self._unknown_partitions(catalog, sorted_indexes, clock)
+            if isinstance(unknown, BaseException):
+                return (yield from _unreadable_partitions(request, unknown, clock))
             if unknown:
                 # Kafka's answer: the partitions its metadata lacks, and nothing of the rest
                 # done.
@@ -563,6 +606,59 @@ class TransactionCoordinatorService:
         assert result is not None
         return (yield from _added(request, ErrorCode.NONE, None, True, clock, each=result.error))
 
+    def _unknown_partitions(
+        self,
+        catalog: PartitionCatalog,
+        sorted_indexes: dict[str, tuple[int, ...]],
+        clock: SliceClock,
+    ) -> Generator[Step, None, set[tuple[str, int]] | BaseException]:
+        """The partitions of `sorted_indexes` the cluster lacks, checked a part at a time;
+        the failure when the cluster's metadata cannot be read."""
+        unknown: set[tuple[str, int]] = set()
+        for piece in _pieces(sorted_indexes, _CHECK_CHUNK):
+            found = catalog.unknown_partitions_now(piece)
+            if found is None:
+                asking = asyncio.ensure_future(catalog.unknown_partitions(piece))
+                # Held until done: the loop keeps only a weak reference to a task.
+                self._asking.add(asking)
+                asking.add_done_callback(self._asking.discard)
+                if not asking.done():
+                    yield [asking]
+                failure = _failure(asking)
+                if failure is not None:
+                    return failure
+                found = asking.result()
+            unknown |= found
+            if clock.due():
+                yield PAUSE
+        return unknown
+
+    def _refused_topics(
+        self,
+        request: AddPartitionsToTxnRequest,
+        by_topic: dict[str, set[int]],
+        denied: set[str],
+        clock: SliceClock,
+    ) -> Steps:
+        """AddPartitionsToTxn's answer when the principal may not write some of its topics
+        (Kafka's: the refused topics' partitions TOPIC_AUTHORIZATION_FAILED, the others'
+        UNKNOWN_TOPIC_OR_PARTITION where the cluster lacks them, else
+        OPERATION_NOT_ATTEMPTED); nothing is added."""
+        unknown: set[tuple[str, int]] = set()
+        catalog = self._partitions
+        if catalog is not None:
+            allowed = {
+                name: tuple(sorted(indexes))
+                for name, indexes in by_topic.items()
+                if indexes and name not in denied
+            }
+            found = yield from self._unknown_partitions(catalog, allowed, clock)
+            if isinstance(found, BaseException):
+                return (yield from _unreadable_partitions(request, found, clock))
+            unknown = found
+        no_error = ErrorCode.NONE
+        return (yield from _added(request, no_error, None, True, clock, unknown, denied=denied))
+
     def add_offsets_to_txn(self, request: AddOffsetsToTxnRequest, ctx: RequestContext) -> Reply:
         def error(code: ErrorCode, message: str | None = None) -> AddOffsetsToTxnResponse:
             return AddOffsetsToTxnResponse(error_code=code, error_message=message)
@@ -573,6 +669,21 @@ class TransactionCoordinatorService:
         group_id = request.group_id
         if not group_id or len(group_id) > self._max_id_length:
             return error(ErrorCode.INVALID_GROUP_ID)
+        authorizer = self._authorizer
+        if authorizer is not None:
+            # Kafka's handler: WRITE of the transactional id, then READ of the group.
+            if not authorizer.allowed(
+                ctx,
+                AclOperation.WRITE,
+                ResourceType.TRANSACTIONAL_ID,
+                request.transactional_id,
+                api=_ADD_OFFSETS_TO_TXN,
+            ):
+                return error(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+            if not authorizer.allowed(
+                ctx, AclOperation.READ, ResourceType.GROUP, group_id, api=_ADD_OFFSETS_TO_TXN
+            ):
+                return error(ErrorCode.GROUP_AUTHORIZATION_FAILED)
         group_partition = self._routing.partition_for(group_id)
 
         def to_message(result: AddOffsetsToTxnResult) -> Message:
@@ -601,6 +712,15 @@ class TransactionCoordinatorService:
         refusal = self._refused_id(request.transactional_id)
         if refusal is not None:
             return error(ErrorCode.INVALID_REQUEST, refusal)
+        authorizer = self._authorizer
+        if authorizer is not None and not authorizer.allowed(
+            ctx,
+            AclOperation.WRITE,
+            ResourceType.TRANSACTIONAL_ID,
+            request.transactional_id,
+            api=_END_TXN,
+        ):
+            return error(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         partition = self._routing.partition_for(request.transactional_id)
 
         def to_message(result: EndTxnResult) -> Message:
@@ -641,6 +761,45 @@ class TransactionCoordinatorService:
         refusal = self._refused_id(request.transactional_id)
         if refusal is not None:
             return error(ErrorCode.INVALID_REQUEST, refusal)
+        topics = request.topics
+        # The answer to a committed result, and to a transaction refused by the verification.
+        to_message: Callable[[TransactionalCommitAnswer], Message] = _txn_offset_commit_answer
+        refuse: Callable[[ErrorCode], Message] = error
+        authorizer = self._authorizer
+        if authorizer is not None:
+            # Kafka's handler: WRITE of the transactional id, else every partition refused;
+            # READ of the group, likewise; then READ of each topic, the partitions of a
+            # topic refused answered TOPIC_AUTHORIZATION_FAILED and the others committed.
+            if not authorizer.allowed(
+                ctx,
+                AclOperation.WRITE,
+                ResourceType.TRANSACTIONAL_ID,
+                request.transactional_id,
+                api=_TXN_OFFSET_COMMIT,
+            ):
+                return error(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+            if not authorizer.allowed(
+                ctx, AclOperation.READ, ResourceType.GROUP, group_id, api=_TXN_OFFSET_COMMIT
+            ):
+                return error(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+            denied = authorizer.denied(
+                ctx,
+                AclOperation.READ,
+                ResourceType.TOPIC,
+                [topic.name for topic in topics],
+                api=_TXN_OFFSET_COMMIT,
+            )
+            if denied:
+                refused = request.replace(
+                    topics=[topic for topic in topics if topic.name in denied]
+                ).error_response(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                topics = [topic for topic in topics if topic.name not in denied]
+                if not topics:
+                    # Nothing left to commit: Kafka does not ask the coordinator.
+                    return refused
+                authorized = request.replace(topics=topics)
+                to_message = partial(_with_refused_topics, refused, _txn_offset_commit_answer)
+                refuse = partial(_with_refused_topics, refused, authorized.error_response)
         group_partition = self._routing.partition_for(group_id)
         commit = TransactionalCommit(
             group_id=group_id,
@@ -663,25 +822,9 @@ class TransactionCoordinatorService:
                         for p in topic.partitions
                     ],
                 )
-                for topic in request.topics
+                for topic in topics
             ],
         )
-
-        def to_message(result: TransactionalCommitAnswer) -> Message:
-            return TxnOffsetCommitResponse(
-                topics=[
-                    TxnOffsetCommitResponseTopic(
-                        name=topic.name,
-                        partitions=[
-                            TxnOffsetCommitResponsePartition(
-                                partition_index=p.partition_index, error_code=p.error_code
-                            )
-                            for p in topic.partitions
-                        ],
-                    )
-                    for topic in result.topics
-                ]
-            )
 
         def write() -> Reply:
             outcome = self._runtime.write(
@@ -700,7 +843,7 @@ class TransactionCoordinatorService:
         )
 
         def verified(refused: int) -> Reply:
-            return write() if refused == ErrorCode.NONE else error(ErrorCode(refused))
+            return write() if refused == ErrorCode.NONE else refuse(ErrorCode(refused))
 
         def unverified(failure: BaseException) -> Message:
             _, message = map_operation_error("verify-txn", failure)
@@ -746,7 +889,20 @@ class TransactionCoordinatorService:
     def write_txn_markers(self, request: WriteTxnMarkersRequest, ctx: RequestContext) -> Reply:
         """The end of transactions on this node's log partitions: for each marker, each
         named partition of the log gets the producer's transactional offsets committed or
-        dropped (a repeat is a no-op)."""
+        dropped (a repeat is a no-op).
+
+        With an authorizer, only a principal that may ALTER the cluster or take
+        CLUSTER_ACTION on it (Kafka's check, the second logged when denied; a node's
+        principal, typically a super user) has markers written: any other gets every
+        partition answered CLUSTER_AUTHORIZATION_FAILED."""
+        authorizer = self._authorizer
+        if authorizer is not None and not (
+            authorizer.allowed_cluster(
+                ctx, AclOperation.ALTER, api=_WRITE_TXN_MARKERS, log_denied=False
+            )
+            or authorizer.allowed_cluster(ctx, AclOperation.CLUSTER_ACTION, api=_WRITE_TXN_MARKERS)
+        ):
+            return _markers_refused(request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
         loop = asyncio.get_running_loop()
         slots: list[tuple[int, str, int, asyncio.Future[int]]] = []
         for index, marker in enumerate(request.markers):
@@ -796,12 +952,12 @@ class TransactionCoordinatorService:
         request: DescribeTransactionsRequest | DescribeTransactionsV1Request,
         ctx: RequestContext,
     ) -> Reply:
-        return self._views.describe_transactions(request)
+        return self._views.describe_transactions(request, ctx)
 
     def list_transactions(
         self, request: ListTransactionsRequest | ListTransactionsV1Request, ctx: RequestContext
     ) -> Reply:
-        return self._views.list_transactions(request)
+        return self._views.list_transactions(request, ctx)
 
 
 def _added(
@@ -813,12 +969,14 @@ def _added(
     unknown: set[tuple[str, int]] | None = None,
     *,
     each: int | None = None,
+    denied: AbstractSet[str] = frozenset(),
 ) -> Generator[Step, None, AddPartitionsToTxnResponse]:
     """AddPartitionsToTxn's answer, built a part at a time: `error` at the top (with
     `message`), and every partition of the request answered `each` (by default `error`), as
-    Kafka's response does; with `unknown`, the partitions the cluster lacks answered
-    UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED. An answer that does
-    not fit (`fits` False) names no partition: it is the error at the top alone."""
+    Kafka's response does; with `unknown`, the partitions of the `denied` topics answered
+    TOPIC_AUTHORIZATION_FAILED, those the cluster lacks UNKNOWN_TOPIC_OR_PARTITION and the
+    others OPERATION_NOT_ATTEMPTED. An answer that does not fit (`fits` False) names no
+    partition: it is the error at the top alone."""
     if not fits:
         return AddPartitionsToTxnResponse(error_code=error, error_message=message)
     code = error if each is None else each
@@ -828,18 +986,22 @@ def _added(
         name = topic.name
         indexes = topic.partitions
         answered: list[AddPartitionsToTxnResponsePartition] = []
+        uniform: int | None = code
+        if unknown is not None:
+            uniform = ErrorCode.TOPIC_AUTHORIZATION_FAILED if name in denied else None
         for start in range(0, len(indexes), _PARTITION_CHUNK):
             chunk = indexes[start : start + _PARTITION_CHUNK]
-            if unknown is None:
+            if uniform is not None:
                 answered.extend(
                     [
                         AddPartitionsToTxnResponsePartition(
-                            partition_index=p, partition_error_code=code
+                            partition_index=p, partition_error_code=uniform
                         )
                         for p in chunk
                     ]
                 )
             else:
+                assert unknown is not None
                 answered.extend(
                     [
                         AddPartitionsToTxnResponsePartition(
@@ -861,6 +1023,96 @@ def _added(
     return AddPartitionsToTxnResponse(
         error_code=error, error_message=message, results_by_topic=results
     )
+
+
+def _unreadable_partitions(
+    request: AddPartitionsToTxnRequest, failure: BaseException, clock: SliceClock
+) -> Generator[Step, None, AddPartitionsToTxnResponse]:
+    return (
+        yield from _added(
+            request,
+            ErrorCode.COORDINATOR_NOT_AVAILABLE,
+            f"the cluster's partitions cannot be read now: {failure!r}",
+            True,
+            clock,
+        )
+    )
+
+
+def _init_producer_id_denial(
+    authorizer: RequestAuthorizer, ctx: RequestContext, transactional_id: str | None
+) -> ErrorCode | None:
+    """Why Kafka's handler refuses an InitProducerId, None when it does not: a
+    transactional producer needs WRITE of its transactional id; an idempotent one
+    IDEMPOTENT_WRITE of the cluster (its denial not logged) or WRITE of at least one topic
+    (Kafka 3's `authorizeByResourceType`, which logs none either)."""
+    if transactional_id is not None:
+        if authorizer.allowed(
+            ctx,
+            AclOperation.WRITE,
+            ResourceType.TRANSACTIONAL_ID,
+            transactional_id,
+            api=_INIT_PRODUCER_ID,
+        ):
+            return None
+        return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    if authorizer.allowed_cluster(
+        ctx, AclOperation.IDEMPOTENT_WRITE, api=_INIT_PRODUCER_ID, log_denied=False
+    ) or authorizer.allowed_by_resource_type(
+        ctx, AclOperation.WRITE, ResourceType.TOPIC, api=_INIT_PRODUCER_ID
+    ):
+        return None
+    return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
+def _txn_offset_commit_answer(result: TransactionalCommitAnswer) -> TxnOffsetCommitResponse:
+    return TxnOffsetCommitResponse(
+        topics=[
+            TxnOffsetCommitResponseTopic(
+                name=topic.name,
+                partitions=[
+                    TxnOffsetCommitResponsePartition(
+                        partition_index=p.partition_index, error_code=p.error_code
+                    )
+                    for p in topic.partitions
+                ],
+            )
+            for topic in result.topics
+        ]
+    )
+
+
+def _with_refused_topics(
+    refused: TxnOffsetCommitResponse,
+    answer: Callable[[T], TxnOffsetCommitResponse],
+    result: T,
+) -> Message:
+    """`answer(result)` after the topics the principal may not read, refused (Kafka's
+    `TxnOffsetCommitResponse.Builder` merges the coordinator's answer into them)."""
+    return TxnOffsetCommitResponse(topics=refused.topics + answer(result).topics)
+
+
+def _markers_refused(request: WriteTxnMarkersRequest, code: ErrorCode) -> WriteTxnMarkersResponse:
+    """Every partition of every marker answered `code` (Kafka's
+    `WriteTxnMarkersRequest.getErrorResponse`)."""
+    markers: list[WriteTxnMarkersResponseMarker] = []
+    for marker in request.markers:
+        by_name: dict[str, list[WriteTxnMarkersResponsePartition]] = {}
+        for topic in marker.topics:
+            by_name.setdefault(topic.name, []).extend(
+                WriteTxnMarkersResponsePartition(partition_index=partition, error_code=code)
+                for partition in topic.partition_indexes
+            )
+        markers.append(
+            WriteTxnMarkersResponseMarker(
+                producer_id=marker.producer_id,
+                topics=[
+                    WriteTxnMarkersResponseTopic(name=name, partitions=partitions)
+                    for name, partitions in by_name.items()
+                ],
+            )
+        )
+    return WriteTxnMarkersResponse(markers=markers)
 
 
 def _pieces(

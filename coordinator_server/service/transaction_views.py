@@ -12,6 +12,11 @@ partition's ids a part at a time too. Its version 1 answers in pages: the ids in
 (by log partition, then by id), as many as fit the largest answer, and `next_cursor`, the id
 the next page starts at; version 0 answers the whole list, or MESSAGE_TOO_LARGE at the top
 when it does not fit.
+
+With an authorizer, both answer as Kafka's handlers do: DescribeTransactions answers an id the
+principal may not DESCRIBE with TRANSACTIONAL_ID_AUTHORIZATION_FAILED alone, and leaves out
+of a described transaction the topics the principal may not DESCRIBE; ListTransactions lists
+only the ids the principal may DESCRIBE.
 """
 
 from __future__ import annotations
@@ -20,11 +25,14 @@ import asyncio
 import heapq
 import re
 from collections.abc import Callable, Generator, Iterator, Sequence
+from dataclasses import replace
+from functools import partial
 from itertools import islice
 from typing import Any, Final, cast
 
 import msgspec
 
+from coordinator_protocol.api_keys import ApiKey, api_name
 from coordinator_protocol.errors import ErrorCode
 from coordinator_protocol.transactions import (
     DescribeTransactionsRequest,
@@ -41,6 +49,7 @@ from coordinator_protocol.transactions import (
     ListTransactionsV1Request,
     ListTransactionsV1Response,
 )
+from coordinator_server.authorizer.acls import AclOperation, ResourceType
 from coordinator_server.groups.answer_sizes import (
     ARRAY_EXTRA,
     DESCRIBED_TRANSACTION_MIN_BYTES,
@@ -50,8 +59,10 @@ from coordinator_server.groups.answer_sizes import (
     str_bytes,
     str_extra,
 )
+from coordinator_server.runtime.api import RequestContext
 from coordinator_server.runtime.context import CoordinatorState
 from coordinator_server.runtime.runtime import CoordinatorRuntime
+from coordinator_server.service.authorization import RequestAuthorizer
 from coordinator_server.service.bulk_requests import ErrorOnlyResponse
 from coordinator_server.service.errors import NO_OWNERSHIP, map_operation_error
 from coordinator_server.service.limits import RequestLimits, answer_too_large, too_long
@@ -73,6 +84,10 @@ _DESCRIBE_CHUNK: Final = 64
 _LIST_CHUNK: Final = 1024
 _SORT_CHUNK: Final = 4096
 
+# Kafka's names of the requests, which the authorizer's log and counts say.
+_DESCRIBE_TRANSACTIONS: Final = api_name(ApiKey.DESCRIBE_TRANSACTIONS)
+_LIST_TRANSACTIONS: Final = api_name(ApiKey.LIST_TRANSACTIONS)
+
 _VERSION_1_HINT: Final = (
     "; ListTransactions version 1 answers the list in pages (request `cursor`, response "
     "`next_cursor`)"
@@ -89,10 +104,13 @@ class TransactionViews:
         refused: Callable[[str], bool],
         limits: RequestLimits | None = None,
         sliced: SlicedRequests | None = None,
+        authorizer: RequestAuthorizer | None = None,
     ) -> None:
         """`refused`: whether a transactional id is refused as the request's (empty, too
         long); `log_topic` names the log partitions a transaction added; `limits` and
-        `sliced`: the group coordinator's, which these views share."""
+        `sliced`: the group coordinator's, which these views share; `authorizer`: what
+        requests are checked against (None: nothing is checked)."""
+        self._authorizer = authorizer
         self._runtime = runtime
         self._partition_for = partition_for
         self._log_topic = log_topic
@@ -115,7 +133,9 @@ class TransactionViews:
     # DescribeTransactions.
 
     def describe_transactions(
-        self, request: DescribeTransactionsRequest | DescribeTransactionsV1Request
+        self,
+        request: DescribeTransactionsRequest | DescribeTransactionsV1Request,
+        ctx: RequestContext,
     ) -> Reply:
         """Version 1 also answers the markers the id's last completed transaction was
         completed without (refused for good by the brokers)."""
@@ -129,11 +149,16 @@ class TransactionViews:
         if len(ids) * least_each > self._limits.answer_items_bytes:
             return self._too_large(len(ids) * least_each)
         return sliced_reply(
-            self._sliced.run(lambda clock: self._describe(ids, version_1, least_each, clock))
+            self._sliced.run(lambda clock: self._describe(ids, version_1, least_each, ctx, clock))
         )
 
     def _describe(
-        self, ids: list[str], version_1: bool, least_each: int, clock: SliceClock
+        self,
+        ids: list[str],
+        version_1: bool,
+        least_each: int,
+        ctx: RequestContext,
+        clock: SliceClock,
     ) -> Steps:
         state_type: type[DescribeTransactionsResponseState] = (
             DescribeTransactionsV1ResponseState if version_1 else DescribeTransactionsResponseState
@@ -151,6 +176,13 @@ class TransactionViews:
         if room < 0:
             return self._too_large(least)
         answers: dict[str, DescribeTransactionsResponseState] = {}
+        describe_op = _describe_op
+        authorizer = self._authorizer
+        if authorizer is not None:
+            distinct = yield from self._authorized_ids(
+                authorizer, ctx, distinct, answers, state_type, clock
+            )
+            describe_op = partial(_visible_describe_op, self._visible_topics(authorizer, ctx))
         by_partition: dict[int, list[str]] = {}
         refused = self._refused
         partition_for = self._partition_for
@@ -170,7 +202,7 @@ class TransactionViews:
             for start in range(0, len(partition_ids), _DESCRIBE_CHUNK):
                 chunk = partition_ids[start : start + _DESCRIBE_CHUNK]
                 read = self._runtime.schedule_read(
-                    "describe-transactions", partition, _describe_op(chunk)
+                    "describe-transactions", partition, describe_op(chunk)
                 )
                 error = _failure(read)
                 if error is not None:
@@ -209,6 +241,71 @@ class TransactionViews:
                 transaction_states=cast("list[DescribeTransactionsV1ResponseState]", states)
             )
         return DescribeTransactionsResponse(transaction_states=states)
+
+    def _authorized_ids(
+        self,
+        authorizer: RequestAuthorizer,
+        ctx: RequestContext,
+        distinct: list[tuple[str, int]],
+        answers: dict[str, DescribeTransactionsResponseState],
+        state_type: type[DescribeTransactionsResponseState],
+        clock: SliceClock,
+    ) -> Generator[Step, None, list[tuple[str, int]]]:
+        """The ids of `distinct` (with how often each is named) the principal may DESCRIBE;
+        the others answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED at once. An id refused as
+        the request's is left to be refused: it is refused whoever asks."""
+        refused = self._refused
+        allowed: list[tuple[str, int]] = []
+        for start in range(0, len(distinct), _HASH_CHUNK):
+            for transactional_id, count in distinct[start : start + _HASH_CHUNK]:
+                if refused(transactional_id) or authorizer.allowed(
+                    ctx,
+                    AclOperation.DESCRIBE,
+                    ResourceType.TRANSACTIONAL_ID,
+                    transactional_id,
+                    api=_DESCRIBE_TRANSACTIONS,
+                    ref_count=count,
+                ):
+                    allowed.append((transactional_id, count))
+                else:
+                    answers[transactional_id] = state_type(
+                        error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                        transactional_id=transactional_id,
+                    )
+            if clock.due():
+                yield PAUSE
+        return allowed
+
+    def _visible_topics(
+        self, authorizer: RequestAuthorizer, ctx: RequestContext
+    ) -> Callable[[TransactionDescription], TransactionDescription]:
+        """What a described transaction shows the principal: only the topics it may
+        DESCRIBE (Kafka's handler removes the others from the answer), among them the log
+        topic of the transaction's offsets, and the refused markers of those topics."""
+        log_topic = self._log_topic
+
+        def visible(topic: str) -> bool:
+            return authorizer.allowed(
+                ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, topic, api=_DESCRIBE_TRANSACTIONS
+            )
+
+        def shown(described: TransactionDescription) -> TransactionDescription:
+            if described.error != ErrorCode.NONE:
+                return described
+            return replace(
+                described,
+                topics=tuple(topic for topic in described.topics if visible(topic[0])),
+                log_partitions=(
+                    described.log_partitions
+                    if described.log_partitions and visible(log_topic)
+                    else ()
+                ),
+                refused_markers=tuple(
+                    marker for marker in described.refused_markers if visible(marker[0])
+                ),
+            )
+
+        return shown
 
     def _described_topics(
         self, described: TransactionDescription
@@ -261,7 +358,9 @@ class TransactionViews:
     # ListTransactions.
 
     def list_transactions(
-        self, request: ListTransactionsRequest | ListTransactionsV1Request
+        self,
+        request: ListTransactionsRequest | ListTransactionsV1Request,
+        ctx: RequestContext,
     ) -> Reply:
         """Every transaction of the partitions this node serves (a client asks every node,
         as Kafka's admin client asks every broker), or with version 1 the page that starts
@@ -284,12 +383,13 @@ class TransactionViews:
         refusal = too_long("the cursor", cursor, self._limits.max_id_length)
         if refusal is not None:
             return answer_type(error_code=ErrorCode.INVALID_REQUEST, error_message=refusal)
-        return sliced_reply(self._sliced.run(lambda clock: self._list(request, cursor, clock)))
+        return sliced_reply(self._sliced.run(lambda clock: self._list(request, cursor, ctx, clock)))
 
     def _list(
         self,
         request: ListTransactionsRequest | ListTransactionsV1Request,
         cursor: str | None,
+        ctx: RequestContext,
         clock: SliceClock,
     ) -> Steps:
         version_1 = isinstance(request, ListTransactionsV1Request)
@@ -315,6 +415,20 @@ class TransactionViews:
             if clock.due():
                 yield PAUSE
         matcher = _pattern(request.transactional_id_pattern)
+        authorizer = self._authorizer
+        if authorizer is not None:
+            # Kafka's handler: only the ids the principal may DESCRIBE, each denial logged
+            # as Kafka logs it; those the pattern leaves out are not asked about.
+            matcher = _both(
+                matcher,
+                partial(
+                    authorizer.allowed,
+                    ctx,
+                    AclOperation.DESCRIBE,
+                    ResourceType.TRANSACTIONAL_ID,
+                    api=_LIST_TRANSACTIONS,
+                ),
+            )
         budget = self._limits.answer_items_bytes - unknown_bytes
         if budget < 0:
             code, message = self._refusal(unknown_bytes)
@@ -459,6 +573,27 @@ def _list_op(
     return lambda shard, offset: shard.list_transactions_of(
         transactional_ids, states, producer_ids, duration_ms, offset
     )
+
+
+def _visible_describe_op(
+    shown: Callable[[TransactionDescription], TransactionDescription],
+    transactional_ids: list[str],
+) -> Callable[[TransactionShard, int], list[TransactionDescription]]:
+    """`_describe_op` of what each description shows the principal."""
+
+    def describe(shard: TransactionShard, offset: int) -> list[TransactionDescription]:
+        return [shown(each) for each in shard.describe_transactions(transactional_ids, offset)]
+
+    return describe
+
+
+def _both(
+    first: Callable[[str], bool] | None, then: Callable[[str], bool]
+) -> Callable[[str], bool]:
+    """An id matched when `first` (None: any id) and then `then` match it."""
+    if first is None:
+        return then
+    return lambda transactional_id: first(transactional_id) and then(transactional_id)
 
 
 def _pattern(pattern: str | None) -> Callable[[str], bool] | None:
