@@ -24,28 +24,18 @@ from coordinator_server.config import CoordinatorConfig
 from coordinator_server.consumer_lag import CommittedOffset, ConsumerLag
 from coordinator_server.groups.store import GroupsConfig
 from coordinator_server.loop_lag import EventLoopLag
-from coordinator_server.markers import (
-    KafkaTransactionsCheckError,
-    KafkaTransactionsCheckUnanswered,
-    KafkaTxnMarkerWriter,
-    ProducerIdRefused,
-    check_kafka_for_transactions,
-)
-from coordinator_server.markers.channel import TxnMarkerChannel
-from coordinator_server.markers.peers import NodePeers
-from coordinator_server.markers.producer_ids import ClusterProducerIds
 from coordinator_server.metrics import (
     ClusterMetrics,
     ConsumerLagMetrics,
     GroupMetrics,
     RuntimeMetrics,
     ServerMetrics,
-    TransactionFigures,
     TransactionMetrics,
 )
 from coordinator_server.node_address import NodeAddress
 from coordinator_server.node_client import NodeClient, NodeConnector
 from coordinator_server.node_security import NodeSecurity
+from coordinator_server.node_transactions import NodeTransactions, coordinator_epoch
 from coordinator_server.offsets.manager import OffsetsConfig
 from coordinator_server.prometheus import CoordinatorCollector, Snapshot, lag_exposition
 from coordinator_server.runtime.batch import BATCH_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES
@@ -61,9 +51,14 @@ from coordinator_server.server.state import ServerConfig, ServerState
 from coordinator_server.service.dispatch import RequestDispatch
 from coordinator_server.service.group_service import GroupCoordinatorService
 from coordinator_server.service.limits import RequestLimits
-from coordinator_server.service.transaction_service import TransactionCoordinatorService
 from coordinator_server.shard import LogPartitionShard, ShardConfig
-from coordinator_server.starting import StartAbandoned, StartError, start_with_retries
+from coordinator_server.starting import (
+    START_RETRY_BACKOFF_MAX_S,
+    START_RETRY_BACKOFF_S,
+    StartAbandoned,
+    StartError,
+    start_with_retries,
+)
 from coordinator_server.storage.api import CoordinatorLog
 from coordinator_server.storage.kafka.idempotence import ProducerIdError
 from coordinator_server.storage.kafka.log import KafkaLog
@@ -76,11 +71,6 @@ logger = logging.getLogger("coordinator_server")
 # The ready line's, which configure_logging keeps at INFO.
 READY_LOGGER = "coordinator_server.ready"
 ready_logger = logging.getLogger(READY_LOGGER)
-
-# Between two attempts to start a component that waits for a slow broker at start: the
-# pause doubles from the first to the second.
-_START_RETRY_BACKOFF_S = 0.5
-_START_RETRY_BACKOFF_MAX_S = 10.0
 
 # After a produce response, the Kafka log's next request waits this many turns of the event
 # loop: the turns in which the response's appends complete, the writes they commit answer
@@ -189,21 +179,16 @@ class CoordinatorApp:
         self.http: OperatorHttpServer | None = None
         self.started_monotonic = time.monotonic()
         self._stop = asyncio.Event()
+        # The transaction coordinator's parts, when the log's Kafka cluster takes markers.
+        self.transactions = NodeTransactions(config, self._stop, self.transaction_metrics)
         # Keeps the partitions this node owns loaded (alone: all of them).
         self.ownership: PartitionOwnership | None = None
         # This node's place in its cluster (None: alone).
         self.cluster: ClusterNode | None = None
-        # The transaction coordinator's markers and completions (None: no transactions).
-        self.marker_writer: KafkaTxnMarkerWriter | None = None
         # OffsetCommit's and TxnOffsetCommit's check of the data cluster's partitions (None:
         # --offset-commit-check-partitions off).
         self.partition_catalog: DataPartitionCatalog | None = None
         self.commit_check: CommitPartitionCheck | None = None
-        self.completions: TxnMarkerChannel | None = None
-        # New producer ids, from the Kafka cluster (None: from a range, or no transactions).
-        self.producer_ids: ClusterProducerIds | None = None
-        # Why this node serves no transactions (None: it does, or has not started).
-        self.transactions_refusal: str | None = None
         # This node's requests to the others of its cluster (None: alone).
         self.node_client: NodeClient | None = None
         # Who may connect and what they may do: the listener's authentication, the
@@ -470,122 +455,15 @@ class CoordinatorApp:
     ) -> None:
         """The transaction coordinator, when the log is Kafka's and its brokers take markers
         from outside (`--transactions`)."""
-        config = self.config
-        if not config.transactions_wanted:
-            self.transactions_refusal = (
-                "--transactions off"
-                if config.bootstrap_servers
-                else "the embedded log has no Kafka cluster"
-            )
-            return
-        assert config.bootstrap_servers is not None
-        bootstrap_servers = config.bootstrap_servers
-        try:
-            # With `on`, a cluster that does not answer yet is asked again, as the load waits
-            # for it: a slow broker must not end the server. With `auto`, one that does not
-            # answer serves no transactions, as before: a broker that closes the connection on
-            # the check's request (tansu) would otherwise hold the start for good.
-            await start_with_retries(
-                "the check of the Kafka cluster for transactions",
-                lambda: check_kafka_for_transactions(
-                    bootstrap_servers,
-                    security=config.kafka_security,
-                    timeout_s=config.offsets_commit_timeout_ms / 1000,
-                ),
-                retriable=(KafkaTransactionsCheckUnanswered,)
-                if config.transactions == "on"
-                else (),
-                stop=self._stop,
-                logger=logger,
-                backoff_s=_START_RETRY_BACKOFF_S,
-                backoff_max_s=_START_RETRY_BACKOFF_MAX_S,
-            )
-        except KafkaTransactionsCheckError as refused:
-            if config.transactions == "on":
-                raise
-            logger.warning("serving no transactions (--transactions auto): %s", refused)
-            self.transactions_refusal = str(refused)
-            service.refuse_transactions(str(refused))
-            return
-        self.marker_writer = writer = KafkaTxnMarkerWriter(
-            config.bootstrap_servers,
-            security=config.kafka_security,
-            request_timeout_ms=config.offsets_commit_timeout_ms,
-            max_queued_markers=config.transaction_max_queued_markers,
-            metadata_max_age_ms=config.metadata_max_age_ms,
-        )
-        await start_with_retries(
-            "the transaction marker writer",
-            writer.start,
-            retriable=(TimeoutError, KafkaError, OSError),
-            stop=self._stop,
-            logger=logger,
-            backoff_s=_START_RETRY_BACKOFF_S,
-            backoff_max_s=_START_RETRY_BACKOFF_MAX_S,
-        )
-        producer_id_range = config.transaction_producer_id_range
-        if producer_id_range is None:
-            self.producer_ids = ClusterProducerIds(
-                writer.new_producer_id,
-                ready=defaults.TRANSACTION_PRODUCER_IDS_READY,
-                timeout_s=config.offsets_commit_timeout_ms / 1000,
-            )
-            self.producer_ids.start()
-        else:
-            await self._check_producer_id_range(writer, *producer_id_range)
-        peers = None
-        if self.cluster is not None and self.node_client is not None:
-            peers = NodePeers(
-                self.cluster.placement, node.node_id, config.offsets_topic, self.node_client
-            )
-        self.completions = completions = TxnMarkerChannel(
+        await self.transactions.start(
+            service,
+            dispatch,
             runtime,
-            writer,
-            coordinator_epoch=lambda partition: _coordinator_epoch(runtime, partition),
-            peers=peers,
-            metrics=self.transaction_metrics,
-        )
-        transactions = TransactionCoordinatorService(
-            runtime,
-            service.routing,
-            limits=service.limits,
-            sliced=service.sliced,
-            log_topic=config.offsets_topic,
-            completions=completions,
-            max_id_length=config.max_id_length,
-            transaction_lookup=None if peers is None else peers.describe_transaction,
-            concurrent_wait_ms=config.transaction_concurrent_wait_ms,
-            partitions=writer,
-            producer_ids=self.producer_ids,
-            max_partitions_per_transaction=config.max_partitions_per_transaction,
+            node,
+            placement=None if self.cluster is None else self.cluster.placement,
+            node_client=self.node_client,
             authorizer=self.security.authorizer,
         )
-        dispatch.serve_transactions(transactions)
-        completions.start()
-
-    async def _check_producer_id_range(
-        self, writer: KafkaTxnMarkerWriter, start: int, end: int
-    ) -> None:
-        """A range set by hand must lie above every id the Kafka cluster handed out: ask it
-        for one (it counts up from 0), and refuse to start on a range that does not. Another
-        deployment's overlapping range cannot be seen from here: its markers are refused,
-        which `TxnMarkerChannel` reports."""
-        handed_out = await start_with_retries(
-            "the check of the producer id range",
-            writer.new_producer_id,
-            retriable=(TimeoutError, KafkaError, OSError, ProducerIdRefused),
-            stop=self._stop,
-            logger=logger,
-            backoff_s=_START_RETRY_BACKOFF_S,
-            backoff_max_s=_START_RETRY_BACKOFF_MAX_S,
-        )
-        if handed_out >= start:
-            raise StartError(
-                f"the producer id range [{start}, {end}) overlaps the ids the Kafka cluster "
-                f"hands out itself (it has reached {handed_out}): set "
-                "--transaction-producer-id-start above them, or leave the range unset to take "
-                "every producer id from the cluster"
-            )
 
     async def _start_commit_check(self, dispatch: RequestDispatch, limits: RequestLimits) -> None:
         """OffsetCommit and TxnOffsetCommit checked against the data cluster's partitions
@@ -607,8 +485,8 @@ class CoordinatorApp:
             retriable=(TimeoutError, KafkaError, OSError),
             stop=self._stop,
             logger=logger,
-            backoff_s=_START_RETRY_BACKOFF_S,
-            backoff_max_s=_START_RETRY_BACKOFF_MAX_S,
+            backoff_s=START_RETRY_BACKOFF_S,
+            backoff_max_s=START_RETRY_BACKOFF_MAX_S,
         )
         self.commit_check = check = CommitPartitionCheck(catalog, limits)
         check.guard(dispatch)
@@ -813,17 +691,6 @@ class CoordinatorApp:
             pending += shard.num_pending_transactional_offsets()
         return by_state, ids, pending
 
-    def _transaction_figures(self) -> TransactionFigures | None:
-        completions, writer = self.completions, self.marker_writer
-        if completions is None or writer is None:
-            return None
-        return TransactionFigures(
-            completions_in_flight=completions.in_flight,
-            markers_queued=writer.queued_markers,
-            marker_requests=writer.requests_sent,
-            marker_retries=writer.retries,
-        )
-
     def snapshot(self) -> Snapshot:
         runtime = self.runtime
         server = self.server
@@ -856,7 +723,7 @@ class CoordinatorApp:
             transactions_by_state=transactions,
             transactional_ids=transactional_ids,
             pending_transactional_offsets=pending_offsets,
-            transactions=self._transaction_figures(),
+            transactions=self.transactions.figures(),
         )
 
     def readiness(self) -> Probe:
@@ -923,38 +790,12 @@ class CoordinatorApp:
 
     def _transactions_status(self) -> dict[str, object]:
         by_state, transactional_ids, pending_offsets = self._transaction_counts()
-        figures = self._transaction_figures()
-        metrics = self.transaction_metrics
         return {
-            "served": figures is not None,
-            "reason": self.transactions_refusal,
+            **self.transactions.status(),
             "transactional_ids": transactional_ids,
             "by_state": by_state,
             "pending_transactional_offsets": pending_offsets,
-            "in_flight": None if figures is None else figures.completions_in_flight,
-            "markers_queued": None if figures is None else figures.markers_queued,
-            "completed": {"commit": metrics.completed_commits, "abort": metrics.completed_aborts},
-            "timed_out": metrics.timed_out,
-            "markers_refused": {
-                "total": metrics.markers_refused,
-                "latest": [] if self.completions is None else list(self.completions.refusals),
-            },
-            "producer_ids": self._producer_ids_status(),
             "coordinator_epochs": self._coordinator_epochs(),
-        }
-
-    def _producer_ids_status(self) -> dict[str, object]:
-        """Where new producer ids come from, and the cluster's pool when they come from it."""
-        pool = self.producer_ids
-        producer_id_range = self.config.transaction_producer_id_range
-        if pool is None:
-            return {"source": "range", "range": producer_id_range}
-        return {
-            "source": "kafka",
-            "in_hand": pool.in_hand,
-            "asked": pool.asked,
-            "failures": pool.failures,
-            "last_error": pool.last_error,
         }
 
     def _coordinator_epochs(self) -> dict[str, int]:
@@ -963,7 +804,7 @@ class CoordinatorApp:
         if runtime is None:
             return {}
         return {
-            str(partition): _coordinator_epoch(runtime, partition)
+            str(partition): coordinator_epoch(runtime, partition)
             for partition, state in sorted(runtime.partitions().items())
             if state is CoordinatorState.ACTIVE
         }
@@ -1000,16 +841,7 @@ class CoordinatorApp:
         self.security.close()
         if self.server is not None:
             await self.server.drain(timeout_s)
-        if self.completions is not None:
-            # A transaction left prepared is ended by whoever loads its partition next.
-            await self.completions.stop()
-            self.completions = None
-        if self.producer_ids is not None:
-            await self.producer_ids.stop()
-            self.producer_ids = None
-        if self.marker_writer is not None:
-            await self.marker_writer.stop()
-            self.marker_writer = None
+        await self.transactions.stop()
         if self.commit_check is not None:
             await self.commit_check.stop()
             self.commit_check = None
@@ -1037,11 +869,3 @@ class CoordinatorApp:
             await self.loop_lag.stop()
             self.loop_lag = None
         logger.info("stopped")
-
-
-def _coordinator_epoch(runtime: CoordinatorRuntime[LogPartitionShard], partition: int) -> int:
-    """The epoch WriteTxnMarkers fences older coordinators of the partition with: counted on
-    at every takeover in the log (`shard.takeover_coordinator_epoch`), 0 for a log no cluster
-    ever took over."""
-    shard = runtime.shard(partition)
-    return 0 if shard is None else shard.coordinator_epoch

@@ -12,7 +12,18 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-__all__ = ["StartAbandoned", "StartError", "start_with_retries"]
+__all__ = [
+    "START_RETRY_BACKOFF_MAX_S",
+    "START_RETRY_BACKOFF_S",
+    "StartAbandoned",
+    "StartError",
+    "start_with_retries",
+]
+
+# Between two attempts to start a component that waits for a slow broker at start: the
+# pause doubles from the first to the second.
+START_RETRY_BACKOFF_S = 0.5
+START_RETRY_BACKOFF_MAX_S = 10.0
 
 T = TypeVar("T")
 
