@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +16,10 @@ from apache_kafka import ApacheKafkaBroker
 from cluster_nodes import SESSION_TIMEOUT_MS
 from wire_client import WireClient
 
+from coordinator_client import CoordinatorClient
+from coordinator_client.rpc.security import ClientSecurity
 from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.security import CreateAclsRequest, CreateAclsRequestCreation
 from coordinator_server.app import CoordinatorApp
 from coordinator_server.config import CoordinatorConfig
 
@@ -160,7 +164,7 @@ async def test_acls_reach_the_other_node_within_a_second_and_survive_a_handover(
     answered = await created_through(other, "through-the-other")
     delays.append(await seen_after(owner, "through-the-other", answered))
     delays.append(await seen_after(other, "through-the-other", answered))
-    assert other.security is not None and other.security.forwarded >= 1
+    assert other.security.service is not None and other.security.service.forwarded >= 1
     # Through the owner.
     answered = await created_through(owner, "through-the-owner")
     delays.append(await seen_after(other, "through-the-owner", answered))
@@ -181,3 +185,57 @@ async def test_acls_reach_the_other_node_within_a_second_and_survive_a_handover(
     assert acl_names(other) == {"through-the-other", "through-the-owner"}
     answered = await created_through(other, "after-the-handover")
     assert await seen_after(other, "after-the-handover", answered) < VISIBLE_WITHIN_S
+
+
+async def test_on_an_authenticating_listener_nodes_send_on_as_themselves(
+    kafka_broker: ApacheKafkaBroker,
+    unique_topic: str,
+    apps: list[CoordinatorApp],
+    tmp_path: Path,
+) -> None:
+    """SASL on the listener: the node that does not own the security partition sends the
+    admin's CreateAcls on to the owner authenticated as itself (--inter-node-command-config),
+    and a node without credentials could not."""
+    users = tmp_path / "users"
+    users.write_text("coordinator-node:node-secret\nadmin:admin-secret\n")
+    node_properties = tmp_path / "node.properties"
+    node_properties.write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+        "sasl.username=coordinator-node\nsasl.password=node-secret\n"
+    )
+    secured = {
+        "listener_security_protocol": "SASL_PLAINTEXT",
+        "sasl_plain_users_file": users,
+        "super_users": "User:coordinator-node;User:admin",
+        "inter_node_command_config": node_properties,
+    }
+    nodes = []
+    for node_id in (1, 2):
+        config = settings(kafka_broker, unique_topic, node_id).model_copy(update=secured)
+        app = CoordinatorApp(config)
+        await asyncio.wait_for(app.start(), 120)
+        apps.append(app)
+        nodes.append(app)
+    owner_id = await settled(nodes[0], nodes[1])
+    owner, other = (nodes[0], nodes[1]) if owner_id == 1 else (nodes[1], nodes[0])
+    assert other.address is not None
+    admin = ClientSecurity.from_properties(
+        {
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": "admin",
+            "sasl.password": "admin-secret",
+        }
+    )
+    async with CoordinatorClient(
+        f"{other.address[0]}:{other.address[1]}", security=admin
+    ) as client:
+        created = await client.create_acls(
+            CreateAclsRequest(creations=[CreateAclsRequestCreation(**group_read("secured"))])
+        )
+    assert [result.error_code for result in created.results] == [0]
+    assert other.security.service is not None and other.security.service.forwarded >= 1
+    answered = time.monotonic()
+    assert await seen_after(owner, "secured", answered) < VISIBLE_WITHIN_S
+    # The owner authenticated the other node as a node: a PLAIN success beside the admin's.
+    assert owner.server_metrics.authentications["PLAIN", "success"] >= 1
