@@ -32,6 +32,7 @@ from coordinator_client.rpc.security import ClientSecurity
 from coordinator_protocol.api_keys import ApiKey
 from coordinator_protocol.errors import (
     ApiError,
+    ErrorCode,
     GroupAuthorizationFailedError,
     SaslAuthenticationFailedError,
     UnsupportedSaslMechanismError,
@@ -403,3 +404,89 @@ async def test_a_listener_beyond_the_loopback_without_authentication_is_warned_o
     async with serve(tmp_path, host="127.0.0.1", listener_security_protocol="PLAINTEXT") as app:
         status = app.status()["security"]
         assert isinstance(status, dict) and status["warning"] is None
+
+
+async def authenticated(app: CoordinatorApp, user: str, password: str) -> WireClient:
+    """A raw connection that has run the PLAIN exchange."""
+    assert app.address is not None
+    client = await WireClient.connect(*app.address)
+    await client.call(ApiKey.SASL_HANDSHAKE, {"mechanism": "PLAIN"})
+    answer = await client.call(
+        ApiKey.SASL_AUTHENTICATE, {"auth_bytes": f"\0{user}\0{password}".encode()}
+    )
+    assert answer["error_code"] == 0, answer
+    return client
+
+
+async def test_acls_removed_while_a_member_is_in_its_group_refuse_its_next_heartbeat(
+    tmp_path: Path,
+) -> None:
+    async with serve(tmp_path, authorizer="acls", super_users="User:admin") as app:
+        admin = await authenticated(app, "admin", "admin-secret")
+        alice = await authenticated(app, "alice", "alice-secret")
+        try:
+            read_group = {
+                "resource_type": 3,
+                "resource_name": "billing",
+                "resource_pattern_type": 3,
+                "principal": "User:alice",
+                "host": "*",
+                "operation": 3,
+                "permission_type": 3,
+            }
+            created = await admin.call(ApiKey.CREATE_ACLS, {"creations": [read_group]})
+            assert created["results"][0]["error_code"] == 0
+            join = {
+                "group_id": "billing",
+                "session_timeout_ms": 6000,
+                "rebalance_timeout_ms": 1000,
+                "member_id": "",
+                "group_instance_id": "alice-1",
+                "protocol_type": "consumer",
+                "protocols": [{"name": "range", "metadata": b""}],
+            }
+            joined = await alice.call(ApiKey.JOIN_GROUP, join)
+            assert joined["error_code"] == 0, joined
+            heartbeat = {
+                "group_id": "billing",
+                "generation_id": joined["generation_id"],
+                "member_id": joined["member_id"],
+                "group_instance_id": "alice-1",
+            }
+            synced = await alice.call(ApiKey.SYNC_GROUP, {**heartbeat, "assignments": []})
+            assert synced["error_code"] == 0, synced
+            assert (await alice.call(ApiKey.HEARTBEAT, heartbeat))["error_code"] == 0
+
+            deleted = await admin.call(
+                ApiKey.DELETE_ACLS,
+                {
+                    "filters": [
+                        {
+                            "resource_type_filter": 3,
+                            "resource_name_filter": "billing",
+                            "pattern_type_filter": 3,
+                            "operation": 1,
+                            "permission_type": 1,
+                        }
+                    ]
+                },
+            )
+            assert len(deleted["filter_results"][0]["matching_acls"]) == 1
+            removed = time.monotonic()
+            while (await alice.call(ApiKey.HEARTBEAT, heartbeat))["error_code"] == 0:
+                assert time.monotonic() - removed < 1.0, "the ACL's removal never applied"
+                await asyncio.sleep(0.02)
+            answer = await alice.call(ApiKey.HEARTBEAT, heartbeat)
+            assert answer["error_code"] == ErrorCode.GROUP_AUTHORIZATION_FAILED
+            # The member stays until its session times out, then the group is empty; the
+            # admin (a super user) still sees it.
+            deadline = time.monotonic() + 15
+            while True:
+                described = await admin.call(ApiKey.DESCRIBE_GROUPS, {"groups": ["billing"]})
+                if described["groups"][0]["group_state"] == "Empty":
+                    break
+                assert time.monotonic() < deadline, described
+                await asyncio.sleep(0.2)
+        finally:
+            await admin.close()
+            await alice.close()
