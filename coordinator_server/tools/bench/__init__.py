@@ -40,6 +40,12 @@ def _cpus(text: str) -> list[int]:
     return parse_cpus(text)
 
 
+def _security_modes(text: str) -> list[str]:
+    from coordinator_server.tools.bench.security import parse_modes
+
+    return parse_modes(text)
+
+
 def _cpus_or_nodes(text: str) -> list[int] | str:
     from coordinator_server.tools.bench.scale import parse_cpus_or_nodes
 
@@ -244,6 +250,24 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     )
     failover.add_argument(
         "--cluster-heartbeat-interval-ms", type=int, default=1000, help="the nodes' heartbeats"
+    )
+    security = parser.add_argument_group(
+        "security (commits, heartbeats, rebalance)",
+        "What both sides run with, each mode measured in the same turns as the other: none "
+        "(PLAINTEXT, no authorizer) or scram-acls: our server with a SASL_PLAINTEXT listener "
+        "and --authorizer acls, the peer broker with a SASL_PLAINTEXT listener and Kafka's "
+        "StandardAuthorizer, the same ACLs on both (Group READ on the groups by prefix, Topic "
+        "READ and WRITE on the topic, TransactionalId WRITE by prefix), the load logging in "
+        "to both as User:bench with SCRAM-SHA-512 (not a super user, so that every request "
+        "is checked against the ACLs). The broker holding our log stays PLAINTEXT.",
+    )
+    security.add_argument(
+        "--security",
+        type=_security_modes,
+        default=None,
+        metavar="MODE[,MODE]",
+        help="none, scram-acls, or none,scram-acls: both, with what security costs each side "
+        "as ratio rows (scram-acls/none) [default none]",
     )
     # Kafka's security, for a broker given with --bootstrap-servers (the one the bench starts
     # takes PLAINTEXT): the server the bench starts and the load's writer use it.

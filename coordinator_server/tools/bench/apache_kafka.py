@@ -125,14 +125,20 @@ class ApacheKafkaBroker:
         sasl_plaintext_listener: bool = False,
         cpu: int | None = None,
         heap: str | None = None,
+        sasl_username: str = SASL_USERNAME,
+        sasl_password: str = SASL_PASSWORD,
     ) -> None:
         """`sasl_ssl_listener`: a SASL_SSL listener beside the PLAINTEXT one (its certificates
         cost a start some seconds of keytool the first time); `ssl_listener`: also an SSL
         listener that requires a client certificate (`client_certificate`, `client_key`);
         `sasl_plaintext_listener`: also SASL without TLS, for the same user. `cpu`: the one
         CPU the broker runs on (taskset; its JVM then sizes its threads for one CPU);
-        `heap`: the JVM's heap (the launcher's default otherwise)."""
+        `heap`: the JVM's heap (the launcher's default otherwise). `sasl_username` and
+        `sasl_password`: the SASL listeners' user (PLAIN, and SCRAM credentials added when
+        the storage is formatted)."""
         self._config = dict(config or {})
+        self._sasl_username = sasl_username
+        self._sasl_password = sasl_password
         self._with_sasl_ssl = sasl_ssl_listener
         self._ssl_port: int | None = free_port() if ssl_listener else None
         self._sasl_plaintext_port: int | None = free_port() if sasl_plaintext_listener else None
@@ -207,11 +213,11 @@ class ApacheKafkaBroker:
 
     @property
     def sasl_username(self) -> str:
-        return SASL_USERNAME
+        return self._sasl_username
 
     @property
     def sasl_password(self) -> str:
-        return SASL_PASSWORD
+        return self._sasl_password
 
     @property
     def pid(self) -> int:
@@ -280,7 +286,7 @@ class ApacheKafkaBroker:
         if self._sasl_ssl_port is not None:
             args += ["--sasl-ssl-port", str(self._sasl_ssl_port)]
         if self._with_sasl_ssl or self._sasl_plaintext_port is not None:
-            args += ["--sasl-user", SASL_USERNAME, "--sasl-password", SASL_PASSWORD]
+            args += ["--sasl-user", self._sasl_username, "--sasl-password", self._sasl_password]
         if self._ssl_port is not None:
             args += ["--ssl-port", str(self._ssl_port)]
         if self._sasl_plaintext_port is not None:

@@ -13,10 +13,16 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from coordinator_server.tools.bench.apache_kafka import ApacheKafkaBroker
+from coordinator_server.tools.bench.apache_kafka import (
+    SASL_PASSWORD,
+    SASL_USERNAME,
+    ApacheKafkaBroker,
+)
 from coordinator_server.tools.bench.processes import (
     LOOPBACK,
     free_port,
@@ -96,15 +102,39 @@ def kafka_settings(offsets_topic_partitions: int) -> dict[str, str]:
     }
 
 
-class BenchApacheKafka:
-    """Apache Kafka with a PLAINTEXT listener only (no TLS material to make at start)."""
+@dataclass(frozen=True)
+class SaslListener:
+    """A SASL_PLAINTEXT listener for clients beside the PLAINTEXT one: its one user (PLAIN,
+    and SCRAM credentials added when the storage is formatted) and the broker settings that
+    go with it (an authorizer, its super users)."""
 
-    def __init__(self, cpu: int | None, offsets_topic_partitions: int, heap: str) -> None:
+    username: str
+    password: str
+    config: Mapping[str, str] = field(default_factory=dict)
+
+
+class BenchApacheKafka:
+    """Apache Kafka with a PLAINTEXT listener (no TLS material to make at start) and, with
+    `sasl`, a SASL_PLAINTEXT one for clients."""
+
+    def __init__(
+        self,
+        cpu: int | None,
+        offsets_topic_partitions: int,
+        heap: str,
+        sasl: SaslListener | None = None,
+    ) -> None:
+        config = kafka_settings(offsets_topic_partitions)
+        if sasl is not None:
+            config.update(sasl.config)
         self._broker = ApacheKafkaBroker(
-            config=kafka_settings(offsets_topic_partitions),
+            config=config,
             sasl_ssl_listener=False,
+            sasl_plaintext_listener=sasl is not None,
             cpu=cpu,
             heap=heap,
+            sasl_username=SASL_USERNAME if sasl is None else sasl.username,
+            sasl_password=SASL_PASSWORD if sasl is None else sasl.password,
         )
 
     def start(self) -> BenchApacheKafka:
@@ -114,6 +144,11 @@ class BenchApacheKafka:
     @property
     def bootstrap(self) -> str:
         return self._broker.bootstrap
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        """The SASL_PLAINTEXT listener (started with `sasl` only)."""
+        return self._broker.sasl_plaintext_bootstrap
 
     @property
     def pid(self) -> int:

@@ -10,6 +10,10 @@ measured: our server and its broker while ours runs, the peer's broker while the
 log's broker used in turns keeps the peer's broker from holding our log: its cleaner, its
 segments and its page cache stay out of the peer's figures, and its JVM warms up on the
 peer's work alone. A broker given with `--bootstrap-servers` serves both, in turns.
+
+With `--security scram-acls` (see `security.py`) a second server of ours (a log topic of its
+own on the same broker) and a second peer broker run secured beside the others, on the same
+core, and are measured in the same turns.
 """
 
 from __future__ import annotations
@@ -18,14 +22,33 @@ import argparse
 import concurrent.futures
 import contextlib
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from coordinator_client import ClientSecurity
 from coordinator_server.storage.kafka.security import KafkaSecurity
-from coordinator_server.tools.bench.brokers import BenchBroker, affinity, start_broker
+from coordinator_server.tools.bench.brokers import (
+    BenchApacheKafka,
+    BenchBroker,
+    SaslListener,
+    affinity,
+    start_broker,
+)
 from coordinator_server.tools.bench.cluster import ClusterNodes
 from coordinator_server.tools.bench.processes import ServerProcess, pin_self, repin
+from coordinator_server.tools.bench.security import (
+    BENCH_USER,
+    NONE,
+    SCRAM_ACLS,
+    BenchCredentials,
+    peer_broker_config,
+    serve_args,
+    set_up_ours,
+    set_up_peer,
+)
 from coordinator_server.tools.kafka_options import kafka_security_from_args, serve_settings
 
 # The scenarios that drive a running server (and the peer); `load` starts servers of its own.
@@ -66,6 +89,15 @@ class Environment:
             args, "coordinator_security", None
         )
         self._security_args, security_environment = serve_settings(self.security)
+        # `--security`: the modes measured; for `scram-acls` the run's passwords, and the
+        # secured server and peer broker (each started on first use and set up once).
+        self.security_modes: list[str] = list(getattr(args, "security", None) or [NONE])
+        self.credentials = BenchCredentials() if SCRAM_ACLS in self.security_modes else None
+        self.secured_server: ServerProcess | None = None
+        self.secured_peer_broker: BenchApacheKafka | None = None
+        self._secured_dir: Path | None = None
+        self._secured_ours_address: str | None = None
+        self._secured_peer_set_up = False
         # The servers started here read the passwords from their environment, as inherited.
         os.environ.update(security_environment)
         if security_environment:
@@ -98,7 +130,10 @@ class Environment:
         if self.ours_address is None and self.bootstrap_servers is None:
             starts.append(self.kafka)
         if self._peer_needs_broker() and GROUP_SCENARIOS.intersection(scenarios):
-            starts.append(self.peer)
+            if NONE in self.security_modes:
+                starts.append(self.peer)
+            if SCRAM_ACLS in self.security_modes:
+                starts.append(self._secured_peer_broker)
         if len(starts) < 2:
             for start in starts:
                 start()
@@ -164,6 +199,86 @@ class Environment:
             )
             self.ours_address = self.server.bootstrap
         return self.ours_address
+
+    # The sides under each `--security` mode.
+
+    def client_security(self, mode: str) -> ClientSecurity | None:
+        """How the load's connections to our server are secured under `mode`."""
+        if mode == NONE:
+            return self.coordinator_security
+        assert self.credentials is not None
+        return self.credentials.bench
+
+    def peer_security(self, mode: str) -> ClientSecurity | None:
+        """How the load's connections to the peer are secured under `mode`."""
+        if mode == NONE:
+            return None
+        assert self.credentials is not None
+        return self.credentials.bench
+
+    async def ours_of(self, mode: str) -> str:
+        """Our server's address under `mode`: for `scram-acls` a server of its own, started
+        with a SASL listener and an authorizer and given User:bench's credential and ACLs."""
+        if mode == NONE:
+            return self.ours()
+        if self._secured_ours_address is None:
+            assert self.credentials is not None
+            self._secured_dir = Path(tempfile.mkdtemp(prefix="coordinator-bench-security-"))
+            topic = f"__coordinator_bench_secured_{os.getpid()}"
+            server_args = [
+                *self.server_args(topic),
+                *serve_args(self._secured_dir, self.credentials),
+            ]
+            self.secured_server = server = ServerProcess(server_args, self.cpu).start()
+            self._record(
+                "secured server",
+                "coordinator-server (SASL_PLAINTEXT, --authorizer acls)",
+                server.pid,
+                server.ready_at - server.started_at,
+            )
+            await set_up_ours(server.bootstrap, self.credentials)
+            self._secured_ours_address = server.bootstrap
+        return self._secured_ours_address
+
+    def _secured_peer_broker(self) -> BenchApacheKafka:
+        if self.secured_peer_broker is None:
+            assert self.credentials is not None
+            sasl = SaslListener(BENCH_USER, self.credentials.bench_password, peer_broker_config())
+            broker = BenchApacheKafka(
+                self.cpu, self.args.offsets_topic_partitions, self.broker_heap, sasl
+            ).start()
+            self._record(
+                "secured peer broker",
+                f"{broker.description} (SASL_PLAINTEXT, StandardAuthorizer)",
+                broker.pid,
+                broker.startup_s,
+            )
+            self.secured_peer_broker = broker
+        return self.secured_peer_broker
+
+    async def peer_of(self, mode: str) -> str | None:
+        """The peer's address under `mode` (None: no peer): for `scram-acls` the SASL
+        listener of a broker of its own, given the same ACLs as ours."""
+        if mode == NONE:
+            return self.peer()
+        # The secured peer is always a broker the bench starts (`security.check_args`).
+        if not self.args.peer or self.args.bootstrap_servers is not None:
+            return None
+        broker = self._secured_peer_broker()
+        if not self._secured_peer_set_up:
+            await set_up_peer(broker.bootstrap)
+            self._secured_peer_set_up = True
+        return broker.sasl_bootstrap
+
+    def peer_admin_address(self, mode: str) -> str | None:
+        """Where the peer's own principal creates the benchmark's topic under `mode` (None:
+        the peer's address)."""
+        if mode == NONE or self.secured_peer_broker is None:
+            return None
+        return self.secured_peer_broker.bootstrap
+
+    def has_peer(self) -> bool:
+        return self.peer_address is not None or self.secured_peer_broker is not None
 
     def start_cluster(self, name: str, node_cpus: list[list[int]] | None) -> ClusterNodes:
         """The nodes of a cluster named `name` on a log topic of its own (none started yet),
@@ -234,8 +349,9 @@ class Environment:
 
     def peer_description(self) -> str:
         """Whose group coordinator the peer is, for the report."""
-        if self.peer_broker is not None:
-            return f"{self.peer_broker.description}'s {self.peer_coordinator}"
+        broker = self.peer_broker or self.secured_peer_broker
+        if broker is not None:
+            return f"{broker.description}'s {self.peer_coordinator}"
         if self.broker is not None and self.peer_address == self.broker.bootstrap:
             return f"{self.broker.description}'s {self.peer_coordinator}"
         return f"the {self.peer_coordinator} at {self.peer_address}"
@@ -252,6 +368,10 @@ class Environment:
             running["broker"] = self.broker.pid
         if self.peer_broker is not None:
             running["peer broker"] = self.peer_broker.pid
+        if self.secured_server is not None:
+            running["secured server"] = self.secured_server.pid
+        if self.secured_peer_broker is not None:
+            running["secured peer broker"] = self.secured_peer_broker.pid
         for name, cluster in self.clusters.items():
             for i, node in enumerate(cluster.nodes):
                 running[f"{name}: node {i + 1}"] = node.pid
@@ -259,13 +379,17 @@ class Environment:
 
     def close(self) -> None:
         self.stop_clusters()
-        if self.server is not None:
-            self.server.stop()
-            self.server = None
-        for broker in (self.broker, self.peer_broker):
+        for server in (self.server, self.secured_server):
+            if server is not None:
+                server.stop()
+        self.server = self.secured_server = None
+        for broker in (self.broker, self.peer_broker, self.secured_peer_broker):
             if broker is not None:
                 broker.stop()
-        self.broker = self.peer_broker = None
+        self.broker = self.peer_broker = self.secured_peer_broker = None
+        if self._secured_dir is not None:
+            shutil.rmtree(self._secured_dir, ignore_errors=True)
+            self._secured_dir = None
 
 
 def _kafka_security(args: argparse.Namespace) -> KafkaSecurity:

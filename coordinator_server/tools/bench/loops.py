@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from coordinator_client import ClientSecurity
-from coordinator_server.tools.bench.ours import Checker, ClosedLoop, Parser, Template
+from coordinator_server.tools.bench.ours import Checker, ClosedLoop, Opener, Parser, Template
 from coordinator_server.tools.bench.processes import cpu_seconds, wait_until_quiet
 from coordinator_server.tools.bench.stats import LoadResult
 
@@ -73,8 +73,10 @@ class Destination:
     templates: list[Template]
     inflight: int
     connections: int
-    # How our server's connections are secured (None: PLAINTEXT; a peer's always is).
+    # How the connections are secured (None: PLAINTEXT), and who opens them (None: our
+    # server's `open_secured`; a Kafka broker's connections authenticate in its protocol).
     security: ClientSecurity | None = None
+    opener: Opener | None = None
 
 
 async def run_loops(
@@ -90,10 +92,11 @@ async def run_loops(
     watched: dict[str, int],
     others: list[int],
     security: ClientSecurity | None = None,
+    opener: Opener | None = None,
 ) -> LoopRun:
     """`inflight` requests kept outstanding over `connections` connections of their own."""
     return await run_loops_to(
-        [Destination(host, port, templates, inflight, connections, security)],
+        [Destination(host, port, templates, inflight, connections, security, opener)],
         parse,
         check,
         warmup_s,
@@ -137,6 +140,7 @@ async def run_loops_to(
                             parse,
                             check,
                             destination.security,
+                            destination.opener,
                         )
                     )
 

@@ -146,6 +146,16 @@ class Template(Protocol):
     tail: bytes
 
 
+class Opener(Protocol):
+    """Opens a loop's connection for the protocol `factory` makes, secured as `security`
+    says before the protocol sees it: `open_secured` for our server, the peer's own for a
+    Kafka broker."""
+
+    async def __call__(
+        self, factory: Callable[[], P], host: str, port: int, security: ClientSecurity | None
+    ) -> P: ...
+
+
 class ClosedLoop(asyncio.Protocol):
     """Keeps `inflight` requests outstanding on one connection of its own for a while.
 
@@ -188,8 +198,9 @@ class ClosedLoop(asyncio.Protocol):
         parse: Parser,
         check: Checker,
         security: ClientSecurity | None = None,
+        opener: Opener | None = None,
     ) -> ClosedLoop:
-        return await open_secured(
+        return await (opener or open_secured)(
             lambda: cls(templates, inflight, result, parse, check), host, port, security
         )
 

@@ -34,6 +34,8 @@ from coordinator_server.tools.bench.scale import (
     scale_checks,
     scale_summary,
 )
+from coordinator_server.tools.bench.security import NONE, SCRAM_ACLS, describe
+from coordinator_server.tools.bench.security import check_args as check_security_args
 from coordinator_server.tools.bench.stats import format_table, median_row, ratio_row, to_json
 from coordinator_server.tools.bench.targets import OursTarget, PeerTarget, Target
 
@@ -115,6 +117,11 @@ RATIO_COLUMNS = {
 }
 
 
+# The security column of the rows that say what security cost a side: its rate (latency,
+# CPU time) with SCRAM and ACLs over its own without.
+SECURITY_COST = f"{SCRAM_ACLS}/{NONE}"
+
+
 def machine() -> dict[str, Any]:
     model = platform.processor() or ""
     with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
@@ -134,30 +141,73 @@ async def _repeat(runs: int, measure: Callable[[int], Awaitable[dict[str, Any]]]
     return median_row([await measure(run) for run in range(runs)])
 
 
-async def _targets(env: Environment, args: argparse.Namespace) -> list[Target]:
-    ours = await OursTarget.connect(env.ours(), security=env.coordinator_security)
+# A target and the `--security` mode it runs under.
+Measured = tuple[str, Target]
+
+
+async def _targets(env: Environment, args: argparse.Namespace) -> list[Measured]:
+    """Ours and the peer under each `--security` mode, in that order."""
+    targets: list[Measured] = []
     # CPU time per request of the processes started here: ours runs in our server and in
     # the broker holding its log, the peer in its broker; what the others spend meanwhile is
     # reported too (they share the core and wait their turn).
-    running = env.pids()
-    for name in ("server", "broker"):
-        if name in running:
-            ours.watched[name] = running[name]
-    targets: list[Target] = [ours]
-    peer = env.peer()
-    if peer is not None:
-        peer_target = await PeerTarget.connect(peer, args.partitions)
+    for mode in env.security_modes:
+        ours = await OursTarget.connect(await env.ours_of(mode), security=env.client_security(mode))
         running = env.pids()
-        if "peer broker" in running:
-            peer_target.watched["broker"] = running["peer broker"]
+        server = running.get("server" if mode == NONE else "secured server")
+        if server is not None:
+            ours.watched["server"] = server
+        if "broker" in running:
+            ours.watched["broker"] = running["broker"]
+        targets.append((mode, ours))
+        peer = await env.peer_of(mode)
+        if peer is None:
+            continue
+        peer_target = await PeerTarget.connect(
+            peer,
+            args.partitions,
+            security=env.peer_security(mode),
+            admin_address=env.peer_admin_address(mode),
+        )
+        running = env.pids()
+        role = "peer broker" if mode == NONE else "secured peer broker"
+        if role in running:
+            peer_target.watched["broker"] = running[role]
         elif env.broker is not None and peer == env.broker.bootstrap:
             peer_target.watched["broker"] = env.broker.pid
-        targets.append(peer_target)
+        targets.append((mode, peer_target))
     running = env.pids()
-    for target in targets:
+    for _, target in targets:
         used = set(target.watched.values())
         target.others = [pid for pid in running.values() if pid not in used]
     return targets
+
+
+def _label(target: Target, mode: str) -> str:
+    return target.name if mode == NONE else f"{target.name} ({mode})"
+
+
+def comparisons(
+    by_target: dict[tuple[str, str], dict[str, Any]],
+    columns: list[str],
+    modes: list[str],
+) -> list[dict[str, Any]]:
+    """The ratio rows of one row of a scenario: ours over the peer under each security
+    mode, and with both modes measured, what security costs each side (secured over not)."""
+    rows: list[dict[str, Any]] = []
+    for mode in modes:
+        ours, peer = by_target.get(("ours", mode)), by_target.get(("peer", mode))
+        if ours is not None and peer is not None:
+            ratio = ratio_row(ours, peer, columns)
+            rows.append({"target": ratio.pop("target"), "security": mode, **ratio})
+    if NONE in modes and SCRAM_ACLS in modes:
+        for side in ("ours", "peer"):
+            plain, secured = by_target.get((side, NONE)), by_target.get((side, SCRAM_ACLS))
+            if plain is not None and secured is not None:
+                ratio = ratio_row(secured, plain, columns)
+                ratio.pop("target")
+                rows.append({"target": side, "security": SECURITY_COST, **ratio})
+    return rows
 
 
 def connections_for(target: Target, inflight: int, args: argparse.Namespace) -> int:
@@ -180,7 +230,7 @@ def _say(args: argparse.Namespace, text: str) -> None:
 async def _warm_up(
     args: argparse.Namespace,
     scenario: str,
-    targets: list[Target],
+    targets: list[Measured],
     run: Callable[[Target], Awaitable[object]],
 ) -> None:
     """Each target runs the scenario's heaviest row once, unmeasured, before the measured
@@ -190,8 +240,8 @@ async def _warm_up(
     flight, 32 us at 64)."""
     if args.jit_warmup <= 0:
         return
-    for target in targets:
-        _say(args, f"{scenario}: {target.name}, warming up")
+    for mode, target in targets:
+        _say(args, f"{scenario}: {_label(target, mode)}, warming up")
         await run(target)
 
 
@@ -216,9 +266,9 @@ async def run_commits(env: Environment, args: argparse.Namespace) -> list[dict[s
             ),
         )
         for inflight in args.inflight or [1, 16, 64]:
-            by_target: dict[str, dict[str, Any]] = {}
-            for target in targets:
-                _say(args, f"commits: {target.name}, {inflight} in flight")
+            by_target: dict[tuple[str, str], dict[str, Any]] = {}
+            for mode, target in targets:
+                _say(args, f"commits: {_label(target, mode)}, {inflight} in flight")
 
                 async def measure(
                     run: int, target: Target = target, c: int = inflight
@@ -235,14 +285,16 @@ async def run_commits(env: Environment, args: argparse.Namespace) -> list[dict[s
                     )
 
                 row = await _repeat(args.runs, measure)
-                by_target[target.name] = {"target": target.name, "inflight": inflight, **row}
-                rows.append(by_target[target.name])
-            if "peer" in by_target:
-                rows.append(
-                    ratio_row(by_target["ours"], by_target["peer"], RATIO_COLUMNS["commits"])
-                )
+                by_target[target.name, mode] = {
+                    "target": target.name,
+                    "security": mode,
+                    "inflight": inflight,
+                    **row,
+                }
+                rows.append(by_target[target.name, mode])
+            rows.extend(comparisons(by_target, RATIO_COLUMNS["commits"], env.security_modes))
     finally:
-        for target in targets:
+        for _, target in targets:
             await target.close()
     return rows
 
@@ -270,9 +322,9 @@ async def run_heartbeats(env: Environment, args: argparse.Namespace) -> list[dic
             ),
         )
         for inflight in args.inflight or [64]:
-            by_target: dict[str, dict[str, Any]] = {}
-            for target in targets:
-                _say(args, f"heartbeats: {target.name}, {inflight} in flight")
+            by_target: dict[tuple[str, str], dict[str, Any]] = {}
+            for mode, target in targets:
+                _say(args, f"heartbeats: {_label(target, mode)}, {inflight} in flight")
 
                 async def measure(
                     run: int, target: Target = target, c: int = inflight
@@ -290,14 +342,16 @@ async def run_heartbeats(env: Environment, args: argparse.Namespace) -> list[dic
                     )
 
                 row = await _repeat(args.runs, measure)
-                by_target[target.name] = {"target": target.name, "inflight": inflight, **row}
-                rows.append(by_target[target.name])
-            if "peer" in by_target:
-                rows.append(
-                    ratio_row(by_target["ours"], by_target["peer"], RATIO_COLUMNS["heartbeats"])
-                )
+                by_target[target.name, mode] = {
+                    "target": target.name,
+                    "security": mode,
+                    "inflight": inflight,
+                    **row,
+                }
+                rows.append(by_target[target.name, mode])
+            rows.extend(comparisons(by_target, RATIO_COLUMNS["heartbeats"], env.security_modes))
     finally:
-        for target in targets:
+        for _, target in targets:
             await target.close()
     return rows
 
@@ -320,9 +374,9 @@ async def run_rebalance(env: Environment, args: argparse.Namespace) -> list[dict
             ),
         )
         for size in args.sizes:
-            by_target: dict[str, dict[str, Any]] = {}
-            for target in targets:
-                _say(args, f"rebalance: {target.name}, {size} members")
+            by_target: dict[tuple[str, str], dict[str, Any]] = {}
+            for mode, target in targets:
+                _say(args, f"rebalance: {_label(target, mode)}, {size} members")
 
                 async def measure(
                     run: int, target: Target = target, n: int = size
@@ -336,14 +390,11 @@ async def run_rebalance(env: Environment, args: argparse.Namespace) -> list[dict
                     )
 
                 row = await _repeat(args.runs, measure)
-                by_target[target.name] = {"target": target.name, **row}
-                rows.append(by_target[target.name])
-            if "peer" in by_target:
-                rows.append(
-                    ratio_row(by_target["ours"], by_target["peer"], RATIO_COLUMNS["rebalance"])
-                )
+                by_target[target.name, mode] = {"target": target.name, "security": mode, **row}
+                rows.append(by_target[target.name, mode])
+            rows.extend(comparisons(by_target, RATIO_COLUMNS["rebalance"], env.security_modes))
     finally:
-        for target in targets:
+        for _, target in targets:
             await target.close()
     return rows
 
@@ -511,26 +562,68 @@ def _cpu_check(ratio: dict[str, Any], goal: str, bound: float) -> list[dict[str,
     return [{"target": goal, "value": cpu, "met": cpu <= bound}]
 
 
+def _under(row: dict[str, Any]) -> str:
+    """The security a measured row (or ours over the peer's) ran under, for a goal's words:
+    nothing for none."""
+    mode = row.get("security", NONE)
+    return "" if mode == NONE else f" ({mode})"
+
+
+def _security_checks(results: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The cost of SCRAM and ACLs to our server at 64 in flight: at most 5 % of its rate,
+    and restated in CPU time on its core."""
+    checks: list[dict[str, Any]] = []
+    for scenario, noun in (("commits", "commit"), ("heartbeats", "heartbeat")):
+        for row in results.get(scenario, []):
+            if not (
+                row["target"] == "ours"
+                and row.get("security") == SECURITY_COST
+                and row.get("inflight") == 64
+            ):
+                continue
+            rate = row.get("requests_per_s")
+            checks.append(
+                {
+                    "target": f"{scenario} at 64 in flight: SCRAM and ACLs cost our server "
+                    "at most 5 % of its rate",
+                    "value": rate,
+                    "met": rate is not None and rate >= 0.95,
+                }
+            )
+            checks.extend(
+                _cpu_check(
+                    row,
+                    f"{scenario} at 64 in flight: CPU time a {noun} on the core at most 5 % "
+                    "more with SCRAM and ACLs",
+                    1.05,
+                )
+            )
+    return checks
+
+
 def check_targets(
     results: dict[str, list[dict[str, Any]]], peer: str = "the peer's coordinator"
 ) -> list[dict[str, Any]]:
     """The goals, each with the figure that decides it. The goals against the peer are the
     issue's goals against Apache Kafka's own coordinator (`--broker kafka --peer`); `peer`
-    names whose coordinator the peer was, so that a run against another broker says so."""
+    names whose coordinator the peer was, so that a run against another broker says so.
+    With `--security`, each goal is checked under each mode, and the cost of security has
+    goals of its own."""
     checks: list[dict[str, Any]] = []
     for row in results.get("commits", []):
         if row["target"] == "ours/peer" and row.get("inflight") == 64:
             rate, p99 = row.get("requests_per_s"), row.get("p99_ms")
+            under = _under(row)
             checks.append(
                 {
-                    "target": f"commits at 64 in flight: at least the rate of {peer}",
+                    "target": f"commits at 64 in flight{under}: at least the rate of {peer}",
                     "value": rate,
                     "met": rate is not None and rate >= 1,
                 }
             )
             checks.append(
                 {
-                    "target": f"commits at 64 in flight: a p99 no worse than {peer}'s",
+                    "target": f"commits at 64 in flight{under}: a p99 no worse than {peer}'s",
                     "value": p99,
                     "met": p99 is not None and p99 <= 1,
                 }
@@ -538,17 +631,18 @@ def check_targets(
             checks.extend(
                 _cpu_check(
                     row,
-                    "commits at 64 in flight: CPU time a commit on the core no more than "
-                    f"with {peer}",
+                    f"commits at 64 in flight{under}: CPU time a commit on the core no more "
+                    f"than with {peer}",
                     1,
                 )
             )
     for row in results.get("heartbeats", []):
+        under = _under(row)
         if row["target"] == "ours/peer":
             rate = row.get("requests_per_s")
             checks.append(
                 {
-                    "target": f"heartbeats: at least 2x the rate of {peer}",
+                    "target": f"heartbeats{under}: at least 2x the rate of {peer}",
                     "value": rate,
                     "met": rate is not None and rate >= 2,
                 }
@@ -556,27 +650,28 @@ def check_targets(
             checks.extend(
                 _cpu_check(
                     row,
-                    "heartbeats: CPU time a heartbeat on the core at most half of that with "
-                    f"{peer}",
+                    f"heartbeats{under}: CPU time a heartbeat on the core at most half of that "
+                    f"with {peer}",
                     0.5,
                 )
             )
-        if row["target"] == "ours":
+        if row["target"] == "ours" and row.get("security") != SECURITY_COST:
             checks.append(
                 {
-                    "target": "heartbeats: no member expired",
+                    "target": f"heartbeats{under}: no member expired",
                     "value": row.get("expired"),
                     "met": row.get("expired") == 0 and row.get("errors") == 0,
                 }
             )
     for row in results.get("rebalance", []):
-        if row.get("members") != 1000:
+        if row.get("members") != 1000 or row.get("security") == SECURITY_COST:
             continue
+        under = _under(row)
         if row["target"] == "ours/peer":
             join = row.get("join_s")
             checks.append(
                 {
-                    "target": f"rebalance: 1,000 members joined no slower than with {peer}",
+                    "target": f"rebalance{under}: 1,000 members joined no slower than with {peer}",
                     "value": join,
                     "met": join is not None and join <= 1,
                 }
@@ -584,11 +679,12 @@ def check_targets(
         if row["target"] == "ours":
             checks.append(
                 {
-                    "target": "rebalance: 1,000 members hold their assignment within 1 s",
+                    "target": f"rebalance{under}: 1,000 members hold their assignment within 1 s",
                     "value": row["join_s"],
                     "met": row["join_s"] <= 1.0,
                 }
             )
+    checks.extend(_security_checks(results))
     checks.extend(scale_checks(results.get("scale", [])))
     for row in results.get("load", []):
         # The load's goals are the Kafka log's, written in large batches.
@@ -645,6 +741,7 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
         )
     if "transactions" in names:
         transactions.check_args(args)
+    check_security_args(args, names)
     results: dict[str, list[dict[str, Any]]] = {}
     loop = asyncio.get_running_loop()
     peer = None
@@ -654,7 +751,7 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
             results[name] = await RUNNERS[name](env, args)
             if name == "commits" and args.nodes > 1:
                 results["scale"] = await run_scale(env, args)
-        if env.peer_address is not None:
+        if env.has_peer():
             peer = env.peer_description()
     finally:
         await loop.run_in_executor(None, env.close)
@@ -677,8 +774,11 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
             "producers": args.producers,
             "send_offsets": args.send_offsets,
             "coordinator_retry_backoff_ms": args.coordinator_retry_backoff_ms,
+            "security": env.security_modes,
         },
         "peer": peer,
+        # What each side ran with under each `--security` mode.
+        "security": {mode: describe(mode, peer) for mode in env.security_modes},
         # The ratio of N nodes' commit rate to one node's (`--nodes`), and the line saying it.
         "scale": scale_summary(results.get("scale", [])),
         # What the bench started: role, what, pid, the CPUs it may run on, seconds to start.
@@ -714,6 +814,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"{m['cpus']} x {m['cpu_model']}, Python {m['python']}, {m['date']}")
     if document["peer"]:
         print(f"peer: {document['peer']}")
+    if document["settings"]["security"] != [NONE]:
+        for mode, sides in document["security"].items():
+            for side, what in sides.items():
+                print(f"security {mode}, {side}: {what}")
     for process in document["processes"]:
         cpus = ",".join(str(cpu) for cpu in process["cpus"]) or "?"
         print(
@@ -721,8 +825,11 @@ def run(args: argparse.Namespace) -> int:
             f"started in {process['startup_s']} s"
         )
     for name, rows in document["results"].items():
+        columns = COLUMNS[name]
+        if any(row.get("security", NONE) != NONE for row in rows):
+            columns = [columns[0], "security", *columns[1:]]
         print(f"\n{name}")
-        print(format_table(rows, COLUMNS[name]))
+        print(format_table(rows, columns))
     if document["scale"]:
         print(f"\n{document['scale']['line']}")
     if document["targets"]:

@@ -33,6 +33,7 @@ from coordinator_server.tools.bench.ours import (
     first_error,
     parse_ours,
 )
+from coordinator_server.tools.bench.peer_sasl import aiokafka_settings, open_kafka_secured
 
 MEMBER_ID_REQUIRED = 79
 REBALANCE_IN_PROGRESS = 27
@@ -379,16 +380,21 @@ async def _ensure_topic(address: str, partitions: int) -> None:
         await admin.close()
 
 
-async def find_coordinator(address: str, timeout_s: float = READY_TIMEOUT_S) -> tuple[str, int]:
+async def find_coordinator(
+    address: str, timeout_s: float = READY_TIMEOUT_S, security: ClientSecurity | None = None
+) -> tuple[str, int]:
     """The group coordinator a Kafka broker names (FindCoordinator), asked again while it is
     not available: Apache Kafka answers COORDINATOR_NOT_AVAILABLE until its
-    `__consumer_offsets` exists, which the first FindCoordinator has it create."""
+    `__consumer_offsets` exists, which the first FindCoordinator has it create. The broker
+    names the coordinator's endpoint on the listener asked."""
     from aiokafka.conn import create_conn
     from aiokafka.protocol.coordination import FindCoordinatorRequest
 
     host, port = parse_address(address)
     deadline = time.monotonic() + timeout_s
-    connection = await create_conn(host, port, client_id="bench", request_timeout_ms=120000)
+    connection = await create_conn(
+        host, port, client_id="bench", request_timeout_ms=120000, **aiokafka_settings(security)
+    )
     try:
         while True:
             answer = await connection.send(FindCoordinatorRequest("bench", 0))
@@ -418,13 +424,15 @@ class KafkaRequestTemplate:
 
 
 class PeerTarget:
-    """A Kafka-protocol coordinator through aiokafka's protocol classes."""
+    """A Kafka-protocol coordinator through aiokafka's protocol classes, every connection
+    secured as `security` says (None: PLAINTEXT)."""
 
     name = "peer"
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, security: ClientSecurity | None = None) -> None:
         self.host = host
         self.port = port
+        self.security = security
         self.watched: dict[str, int] = {}
         self.others: list[int] = []
         self._members: dict[int, Any] = {}
@@ -433,12 +441,20 @@ class PeerTarget:
 
     @classmethod
     async def connect(
-        cls, address: str, partitions: int = TOPIC_PARTITIONS, timeout_s: float = READY_TIMEOUT_S
+        cls,
+        address: str,
+        partitions: int = TOPIC_PARTITIONS,
+        timeout_s: float = READY_TIMEOUT_S,
+        security: ClientSecurity | None = None,
+        admin_address: str | None = None,
     ) -> PeerTarget:
-        """`partitions`: the most partitions of the benchmark topic a commit names."""
-        host, port = await find_coordinator(address, timeout_s)
-        await _ensure_topic(address, partitions)
-        return cls(host, port)
+        """`partitions`: the most partitions of the benchmark topic a commit names.
+        `admin_address`: a PLAINTEXT listener of the broker's own principal, which creates
+        the topic (the benchmark's principal may only read and write it); `address` itself
+        when not given."""
+        host, port = await find_coordinator(address, timeout_s, security)
+        await _ensure_topic(admin_address or address, partitions)
+        return cls(host, port, security)
 
     async def group_names(self, prefix: str, count: int) -> list[str]:
         return numbered_groups(prefix, count)
@@ -470,7 +486,13 @@ class PeerTarget:
     async def _open(self) -> Any:
         from aiokafka.conn import create_conn
 
-        return await create_conn(self.host, self.port, client_id="bench", request_timeout_ms=300000)
+        return await create_conn(
+            self.host,
+            self.port,
+            client_id="bench",
+            request_timeout_ms=300000,
+            **aiokafka_settings(self.security),
+        )
 
     async def _member_connection(self, index: int) -> Any:
         connection = self._members.get(index)
@@ -589,6 +611,8 @@ class PeerTarget:
             duration_s,
             self.watched,
             self.others,
+            security=self.security,
+            opener=open_kafka_secured,
         )
 
     async def commit_loop(
