@@ -96,6 +96,13 @@ class NodeSecurity:
         except (OSError, ValueError) as error:
             raise StartError(f"the listener's security settings: {error}") from None
 
+    @property
+    def _reads_image(self) -> bool:
+        """Whether decisions or logins read the image."""
+        return self._config.authorizer == "acls" or any(
+            mechanism.startswith("SCRAM-") for mechanism in self.listener.mechanisms
+        )
+
     def node_connector(self) -> NodeConnector:
         """How this node reaches the others of its cluster: as `--inter-node-command-config`
         says (TLS and SASL, as this node's principal), else over TLS when the nodes serve
@@ -174,16 +181,19 @@ class NodeSecurity:
             follower,
             max_wait_ms=config.security_fetch_max_wait_ms,
             max_bytes=defaults.SECURITY_FETCH_MAX_BYTES,
+            min_bytes=defaults.SECURITY_FETCH_MIN_BYTES,
         )
         loader.add_listener(self._image_changed)
         loader.start()
 
     async def wait_ready(self) -> None:
         """Until decisions can be made as the node's ACLs say: the image holds what the log
-        did at start (as Kafka's authorizer waits for its first load), and in Kafka mode
-        the data cluster's ACLs were read once (its failures are logged meanwhile, with
-        what to fix, as a start waiting for its broker logs them)."""
-        if self.loader is not None:
+        did at start (as Kafka's authorizer waits for its first load) when something reads
+        it (`--authorizer acls`, or SCRAM logins), and in Kafka mode the data cluster's
+        ACLs were read once (its failures are logged meanwhile, with what to fix, as a
+        start waiting for its broker logs them). A node that reads neither does not wait
+        for the image: it is kept for the security APIs alone."""
+        if self.loader is not None and self._reads_image:
             await self.loader.wait_caught_up()
         if self.kafka_acls is not None:
             await self.kafka_acls.ready()

@@ -53,6 +53,7 @@ class SecurityImageLoader:
         *,
         max_wait_ms: int,
         max_bytes: int,
+        min_bytes: int = 1,
         partition: int = SECURITY_PARTITION,
         backoff_s: float = 0.1,
         backoff_max_s: float = 5.0,
@@ -61,6 +62,7 @@ class SecurityImageLoader:
         self._follower = follower
         self._max_wait_ms = max_wait_ms
         self._max_bytes = max_bytes
+        self._min_bytes = min(min_bytes, max_bytes)
         self._partition = partition
         self._backoff_s = backoff_s
         self._backoff_max_s = backoff_max_s
@@ -133,13 +135,19 @@ class SecurityImageLoader:
         """One round; True when it must be tried again after a back-off."""
         partition = self._partition
         self._round_records = []
+        caught_up = self.caught_up
         result = await self._follower.follow(
             {partition: self.position},
             self._take,
             # Until caught up, a round takes what is there without waiting for more: a
-            # node's start waits for it.
-            max_wait_ms=self._max_wait_ms if self.caught_up else 0,
+            # node's start waits for it. (1 ms, not 0: a broker may leave a partition with
+            # nothing new out of a Fetch that may not wait at all, as tansu does.)
+            max_wait_ms=self._max_wait_ms if caught_up else 1,
             max_bytes=self._max_bytes,
+            # Afterwards a round waits for `max_wait_ms` or a batch's worth of the
+            # partition's records: the groups' commits share the partition, and a round
+            # per append would cost the broker and every node a Fetch per commit there.
+            min_bytes=self._min_bytes if caught_up else 1,
         )
         self.rounds += 1
         lost = result.lost.get(partition)
