@@ -617,9 +617,9 @@ class CoordinatorConfig(SecuritySettings, BaseSettings):
         defaults.SECURITY_FETCH_MAX_WAIT_MS,
         ge=1,
         le=900,
-        description="How long each node's read of the ACLs and SCRAM credentials in the log "
-        "waits for new ones (a long poll: a change arrives at once; a quiet log costs a read "
-        "this often). Under a second, so that every node sees a change within one.",
+        description="How often each node reads the ACLs and SCRAM credentials in the log "
+        "again (a write answered through the node is read at once). Under a second, so that "
+        "every node sees a change within one.",
         json_schema_extra=_in("authorization"),
     )
 

@@ -17,6 +17,7 @@ Kafka mode, a refresher, both waited for before the node says it is ready).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 
@@ -51,6 +52,10 @@ __all__ = ["NodeSecurity"]
 logger = logging.getLogger("coordinator_server.security")
 
 ChangeListener = Callable[[], None]
+
+# The longest a write of the security partition waits, committed, for this node's image to
+# read it before it is answered anyway (a log that stopped answering reads).
+SETTLE_TIMEOUT_S = 1.0
 
 
 class NodeSecurity:
@@ -158,6 +163,26 @@ class NodeSecurity:
         """Serve the ACL and SCRAM credential APIs, and start reading the image (and, in
         Kafka mode, the data cluster's ACLs)."""
         config = self._config
+        # The standbys' long-polled reads must not hold the image's up: its own connection.
+        follower: LogFollower | None = (
+            log.new_follower("security") if isinstance(log, KafkaLog) else log.follower
+        )
+        settled = None
+        if follower is None:
+            logger.warning("the log cannot be followed: this node keeps no ACLs or credentials")
+        else:
+            self.loader = loader = SecurityImageLoader(
+                self.image,
+                follower,
+                max_wait_ms=config.security_fetch_max_wait_ms,
+                max_bytes=defaults.SECURITY_FETCH_MAX_BYTES,
+            )
+            loader.add_listener(self._image_changed)
+            loader.start()
+
+            def settled() -> asyncio.Future[None]:
+                return loader.settled(SETTLE_TIMEOUT_S)
+
         self.service = service = SecurityService(
             runtime,
             node_id=config.node_id,
@@ -165,26 +190,11 @@ class NodeSecurity:
             peers=peers,
             authorizer=self.authorizer,
             external_acls=None if self.kafka_acls is None else self.kafka_acls.data,
+            settled=settled,
         )
         dispatch.serve_security(service)
         if self.kafka_acls is not None:
             self.kafka_acls.start()
-        # The standbys' long-polled reads must not hold the image's up: its own connection.
-        follower: LogFollower | None = (
-            log.new_follower("security") if isinstance(log, KafkaLog) else log.follower
-        )
-        if follower is None:
-            logger.warning("the log cannot be followed: this node keeps no ACLs or credentials")
-            return
-        self.loader = loader = SecurityImageLoader(
-            self.image,
-            follower,
-            max_wait_ms=config.security_fetch_max_wait_ms,
-            max_bytes=defaults.SECURITY_FETCH_MAX_BYTES,
-            min_bytes=defaults.SECURITY_FETCH_MIN_BYTES,
-        )
-        loader.add_listener(self._image_changed)
-        loader.start()
 
     async def wait_ready(self) -> None:
         """Until decisions can be made as the node's ACLs say: the image holds what the log

@@ -3,14 +3,15 @@ SecurityImage to what the log has committed there (Kafka's MetadataLoader with i
 AclPublisher and ScramPublisher, over log partition 0 instead of the metadata log).
 
 One task follows the partition through the log's `LogFollower` (`follow`: the committed
-records past a position, the latest of each key, in long-polled rounds of at most
-`max_wait_ms`), on every node, the partition's owner too: the image changes only when the
-log has committed, so no node ever authorizes against an ACL a failed write left behind.
-The partition is read from its start when the node starts (compaction keeps each key's
-latest record: exactly the current ACLs and credentials), and again from its start when the
-log says the position is lost (the records it held are gone): that image is built apart and
-put in place once it has caught up, so the node's ACLs are never a partial set. Records of
-other types (the groups of partition 0) are skipped by their key's first bytes.
+records past a position, the latest of each key) on every node, the partition's owner too:
+a round at once until it has caught up, then one every `max_wait_ms`, or as soon as a write
+of the partition is answered through this node (`poke`). The image changes only when the log
+has committed, so no node ever authorizes against an ACL a failed write left behind. The
+partition is read from its start when the node starts (compaction keeps each key's latest
+record: exactly the current ACLs and credentials), and again from its start when the log says
+the position is lost (the records it held are gone): that image is built apart and put in
+place once it has caught up, so the node's ACLs are never a partial set. Records of other
+types (the groups of partition 0) are skipped by their key's first bytes.
 
 After each round that changed the image, the change listeners are called (the authorizer
 drops its cached decisions there). Whatever fails (the log not running yet, a broker down)
@@ -53,7 +54,6 @@ class SecurityImageLoader:
         *,
         max_wait_ms: int,
         max_bytes: int,
-        min_bytes: int = 1,
         partition: int = SECURITY_PARTITION,
         backoff_s: float = 0.1,
         backoff_max_s: float = 5.0,
@@ -62,7 +62,12 @@ class SecurityImageLoader:
         self._follower = follower
         self._max_wait_ms = max_wait_ms
         self._max_bytes = max_bytes
-        self._min_bytes = min(min_bytes, max_bytes)
+        # Set by `poke`: a write of the security partition was answered, read it now.
+        self._poked = asyncio.Event()
+        # Who waits for a round that starts after they asked (`settled`), and those the
+        # round under way will answer.
+        self._waiting: list[asyncio.Future[None]] = []
+        self._answering: list[asyncio.Future[None]] = []
         self._partition = partition
         self._backoff_s = backoff_s
         self._backoff_max_s = backoff_max_s
@@ -93,6 +98,24 @@ class SecurityImageLoader:
         """Until `caught_up`."""
         await self._caught_up.wait()
 
+    def poke(self) -> None:
+        """A write of the security partition was just committed (here, or by the node this
+        one sent it on to): read the partition now rather than at the next round."""
+        self._poked.set()
+
+    def settled(self, timeout_s: float) -> asyncio.Future[None]:
+        """Done once a round that starts now or later has read the partition, or after
+        `timeout_s` (the log not answering): the image then holds every record committed
+        before this call (a write's answer waits for it, so that its client sees the change
+        on this node at once). Pokes the reader."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        timer = loop.call_later(timeout_s, _settle, waiter)
+        waiter.add_done_callback(lambda _: timer.cancel())
+        self._waiting.append(waiter)
+        self.poke()
+        return waiter
+
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(
@@ -100,6 +123,8 @@ class SecurityImageLoader:
             )
 
     async def stop(self) -> None:
+        for waiter in (*self._waiting, *self._answering):
+            _settle(waiter)
         task, self._task = self._task, None
         if task is None:
             return
@@ -109,7 +134,12 @@ class SecurityImageLoader:
 
     async def _run(self) -> None:
         backoff_s = self._backoff_s
+        loop = asyncio.get_running_loop()
+        period_s = self._max_wait_ms / 1000
         while True:
+            started = loop.time()
+            was_caught_up = self.caught_up
+            self._answering, self._waiting = self._waiting, []
             try:
                 retry = await self._round()
             except asyncio.CancelledError:
@@ -126,28 +156,37 @@ class SecurityImageLoader:
                     )
                 retry = True
             if retry:
+                # Those waiting wait for the next round that reads.
+                self._waiting[:0] = self._answering
                 await asyncio.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, self._backoff_max_s)
-            else:
-                backoff_s = self._backoff_s
+                continue
+            for waiter in self._answering:
+                _settle(waiter)
+            self._answering = []
+            backoff_s = self._backoff_s
+            if was_caught_up:
+                # A round per `max_wait_ms`, sooner when poked: the groups' commits share
+                # the partition, and a reader woken by each record would pay a round (and
+                # on Kafka, the broker a Fetch) per commit there.
+                rest_s = started + period_s - loop.time()
+                if rest_s > 0 and not self._poked.is_set() and not self._waiting:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._poked.wait(), rest_s)
+            self._poked.clear()
 
     async def _round(self) -> bool:
         """One round; True when it must be tried again after a back-off."""
         partition = self._partition
         self._round_records = []
-        caught_up = self.caught_up
         result = await self._follower.follow(
             {partition: self.position},
             self._take,
-            # Until caught up, a round takes what is there without waiting for more: a
-            # node's start waits for it. (1 ms, not 0: a broker may leave a partition with
-            # nothing new out of a Fetch that may not wait at all, as tansu does.)
-            max_wait_ms=self._max_wait_ms if caught_up else 1,
+            # A round takes what is there without waiting for more (the rounds are paced
+            # by `_run`). 1 ms, not 0: a broker may leave a partition with nothing new out
+            # of a Fetch that may not wait at all, as tansu does.
+            max_wait_ms=1,
             max_bytes=self._max_bytes,
-            # Afterwards a round waits for `max_wait_ms` or a batch's worth of the
-            # partition's records: the groups' commits share the partition, and a round
-            # per append would cost the broker and every node a Fetch per commit there.
-            min_bytes=self._min_bytes if caught_up else 1,
         )
         self.rounds += 1
         lost = result.lost.get(partition)
@@ -224,3 +263,8 @@ class SecurityImageLoader:
                 listener()
             except Exception:
                 logger.exception("a listener of the security image's changes failed")
+
+
+def _settle(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

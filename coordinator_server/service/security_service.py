@@ -60,7 +60,7 @@ from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.security.acl_control import describe_acls_response
 from coordinator_server.service.authorization import RequestAuthorizer
 from coordinator_server.service.errors import map_operation_error
-from coordinator_server.service.replies import Handler, Reply, reply_after, reply_to, typed_handler
+from coordinator_server.service.replies import Handler, Reply, reply_after, typed_handler
 from coordinator_server.shard import SecurityShard
 
 __all__ = ["PeerRequests", "SecurityService"]
@@ -80,6 +80,10 @@ _NOT_SERVED_HERE: Final = frozenset(
     }
 )
 _NO_AUTHORIZER: Final = "No Authorizer is configured."
+# The APIs that write the security partition.
+_WRITES: Final = frozenset(
+    {ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS, ApiKey.ALTER_USER_SCRAM_CREDENTIALS}
+)
 _EXTERNAL_ACLS: Final = (
     "the ACLs in force are the data cluster's (--authorizer kafka): change them there, with "
     "kafka-acls.sh"
@@ -102,6 +106,7 @@ class SecurityService:
         peers: PeerRequests | None = None,
         authorizer: RequestAuthorizer | None = None,
         external_acls: StandardAuthorizerData | None = None,
+        settled: Callable[[], asyncio.Future[None]] | None = None,
         partition: int = SECURITY_PARTITION,
     ) -> None:
         """`placement`: the node that owns each log partition now (None: this node owns
@@ -110,13 +115,16 @@ class SecurityService:
         `external_acls`: the ACLs in force when they come from elsewhere than the log (the
         data cluster's, `--authorizer kafka`): DescribeAcls then answers from them, and
         CreateAcls and DeleteAcls are refused, the ACLs being changed where they come
-        from."""
+        from; `settled`: a future done once this node's image holds what the log committed
+        before (a write is answered after it, so that the client sees its change on this node
+        at once)."""
         self._runtime = runtime
         self._node_id = node_id
         self._placement = placement
         self._peers = peers
         self.authorizer = authorizer
         self._external_acls = external_acls
+        self._settled = settled
         self._partition = partition
         # The requests on their way to another node, held until answered (the loop keeps
         # only a weak reference to a task).
@@ -301,7 +309,23 @@ class SecurityService:
             return error(*owner)
         name = api_name(request.API_KEY)
         outcome = self._runtime.write(name, self._partition, operation)
-        return reply_to(outcome, lambda failure: error(*self._failure(name, failure)))
+
+        def failed(failure: BaseException) -> Message:
+            return error(*self._failure(name, failure))
+
+        if outcome.future is None:
+            if outcome.error is not None:
+                return failed(outcome.error)
+            assert outcome.response is not None
+            return self._seen_here(outcome.response)
+        return reply_after(outcome.future, self._seen_here, failed)
+
+    def _seen_here(self, answer: M) -> Reply:
+        """`answer`, once this node's image holds the write it answers."""
+        settled = self._settled
+        if settled is None:
+            return answer
+        return reply_after(settled(), lambda _: answer, lambda _: answer)
 
     def _read(
         self,
@@ -339,6 +363,9 @@ class SecurityService:
         def relay(answer: Message) -> Reply:
             if answer.API_KEY != request.API_KEY:
                 return error(ErrorCode.UNKNOWN_SERVER_ERROR, "another API's answer")
+            if request.API_KEY in _WRITES:
+                # The owner committed it: this node reads it before the client hears so.
+                return self._seen_here(answer)
             return answer
 
         def failed(failure: BaseException) -> Message:

@@ -284,3 +284,65 @@ async def test_a_listener_that_fails_is_logged_and_the_others_still_hear(
     finally:
         await loader.stop()
         await log.close()
+
+
+async def test_once_caught_up_a_round_per_period_however_busy_the_partition(
+    log: CoordinatorLog,
+) -> None:
+    """The groups' commits share partition 0: the reader is not woken by each of them."""
+    assert log.follower is not None
+    loader = SecurityImageLoader(
+        SecurityImage(), log.follower, max_wait_ms=200, max_bytes=1 << 20, backoff_s=0.01
+    )
+    loader.start()
+    try:
+        await asyncio.wait_for(loader.wait_caught_up(), 10)
+        rounds = loader.rounds
+        started = asyncio.get_running_loop().time()
+        for offset in range(100):
+            await append(log, 0, new_offset_commit_record("g", "t", 0, offset, -1, "", 1))
+            await asyncio.sleep(0.005)
+        elapsed = asyncio.get_running_loop().time() - started
+        # A round per 200 ms (and the one under way): not a round per commit.
+        assert loader.rounds - rounds <= elapsed / 0.2 + 2, (loader.rounds - rounds, elapsed)
+    finally:
+        await loader.stop()
+
+
+async def test_settled_is_done_once_the_image_holds_what_was_committed_before(
+    log: CoordinatorLog,
+) -> None:
+    """A write's answer waits for it: the client then sees its change on this node, though
+    the next round would be a whole period away."""
+    assert log.follower is not None
+    loader = SecurityImageLoader(
+        SecurityImage(), log.follower, max_wait_ms=900, max_bytes=1 << 20, backoff_s=0.01
+    )
+    loader.start()
+    try:
+        await asyncio.wait_for(loader.wait_caught_up(), 10)
+        await asyncio.sleep(0.05)
+        await append(log, 0, new_acl_record(acl_key("g1")))
+        started = asyncio.get_running_loop().time()
+        await asyncio.wait_for(loader.settled(timeout_s=5), 5)
+        assert names(loader.image) == ["g1"]
+        assert asyncio.get_running_loop().time() - started < 0.5
+    finally:
+        await loader.stop()
+
+
+async def test_settled_gives_up_waiting_after_its_timeout() -> None:
+    log = InMemoryLog(1)
+    await log.start()
+    assert log.follower is not None
+    loader = SecurityImageLoader(
+        SecurityImage(), log.follower, max_wait_ms=50, max_bytes=1 << 20, backoff_s=0.01
+    )
+    try:
+        # The reader never started: nothing reads, the waiter ends at its timeout.
+        waiter = loader.settled(timeout_s=0.1)
+        await asyncio.wait_for(waiter, 2)
+        assert waiter.done()
+    finally:
+        await loader.stop()
+        await log.close()
