@@ -61,6 +61,7 @@ from coordinator_server.service.limits import (
     offset_delete_refusal,
     sync_group_refusal,
 )
+from coordinator_server.service.offset_fetch import OffsetFetchRequests
 from coordinator_server.service.replies import (
     Handler,
     Reply,
@@ -130,6 +131,9 @@ class GroupCoordinatorService:
             limits,
             self._sliced,
             authorizer,
+        )
+        self._offset_fetches = OffsetFetchRequests(
+            runtime, routing.partition_for, limits, self._sliced, authorizer
         )
         self.handlers: dict[int, Handler] = {
             ApiKey.FIND_COORDINATOR: typed_handler(FindCoordinatorRequest, self.find_coordinator),
@@ -398,7 +402,7 @@ class GroupCoordinatorService:
         return reply_to(outcome, on_error)
 
     def offset_fetch(self, request: OffsetFetchRequest, ctx: RequestContext) -> Reply:
-        return sliced_reply(self._bulk.offset_fetch(request, ctx))
+        return sliced_reply(self._offset_fetches.offset_fetch(request, ctx))
 
     def offset_delete(self, request: OffsetDeleteRequest, ctx: RequestContext) -> Reply:
         group_id = request.group_id
