@@ -67,10 +67,10 @@ from coordinator_protocol.transactions import (
 )
 from coordinator_server.markers.leaders import LeaderCache, LeaderLookupError
 from coordinator_server.runtime.api import RequestContext
+from coordinator_server.service.add_partitions_to_txn import PartitionCatalog
 from coordinator_server.service.bulk_requests import ErrorOnlyResponse
 from coordinator_server.service.limits import RequestLimits, commit_answer_refusal
 from coordinator_server.service.replies import Handler, PendingReply, Reply
-from coordinator_server.service.transaction_service import PartitionCatalog
 from coordinator_server.storage.kafka.security import KafkaSecurity
 
 __all__ = ["CommitPartitionCheck", "DataPartitionCatalog"]
