@@ -34,6 +34,7 @@ ABOVE_THE_SHARD = [
 TYPED_BY_A_DOOR = {
     "service/group_service.py": "GroupShard",
     "service/bulk_requests.py": "GroupShard",
+    "service/offset_fetch.py": "GroupShard",
     "service/transaction_service.py": "TransactionShard",
     "service/add_partitions_to_txn.py": "TransactionShard",
     "service/transaction_views.py": "TransactionShard",
