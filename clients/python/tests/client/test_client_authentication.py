@@ -355,7 +355,6 @@ async def test_the_exchange_runs_over_any_send() -> None:
 
 @pytest.fixture
 def certificates(tmp_path: Path) -> Any:
-    pytest.importorskip("cryptography")
     from tls_certificates import make_certificates
 
     return make_certificates(tmp_path)

@@ -375,7 +375,6 @@ def test_a_password_given_as_text_is_kept_as_a_secret() -> None:
 
 
 def test_a_wrong_key_password_names_the_files_not_the_password(tmp_path: Path) -> None:
-    pytest.importorskip("cryptography")
     from tls_certificates import make_certificates
 
     certificates = make_certificates(tmp_path)
