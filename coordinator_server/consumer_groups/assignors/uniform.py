@@ -1,0 +1,396 @@
+"""Kafka's `uniform` server-side assignor (UniformAssignor): partitions spread evenly over the
+members, each member keeping what it owns wherever the balance allows.
+
+Two builders, chosen by the group's subscription type, as Kafka's:
+
+- homogeneous (every member subscribes to the same topics): each member has a quota of
+  total/members partitions, the first total%members members (in the group's order) one more;
+  a member keeps its current partitions up to its quota, and the partitions nobody keeps go to
+  the members under quota. Sizes differ by at most one.
+- heterogeneous: a member keeps its current partitions of the topics it still subscribes to;
+  unassigned partitions go, topic by topic, to the topic's least loaded subscribers; then
+  partitions move from the most to the least loaded subscribers of each topic until no move
+  improves the balance (or after 16 rounds over the topics, Kafka's bound on overlapping
+  subscriptions that converge slowly).
+
+Neither builder uses racks (Kafka's do not either).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
+
+from coordinator_server.consumer_groups.assignors.api import (
+    GroupAssignment,
+    GroupSpec,
+    MemberAssignment,
+    PartitionAssignorError,
+    SubscribedTopicDescriber,
+    SubscriptionType,
+    TopicId,
+)
+
+NAME = "uniform"
+
+MAX_BALANCE_ROUNDS = 16
+"""Rounds over the topics of the heterogeneous balancing (Kafka's MAX_ITERATION_COUNT): a
+round where every subscriber set is identical converges at once; overlapping ones roughly
+halve the imbalance per round."""
+
+
+class UniformAssignor:
+    """Kafka's UniformAssignor."""
+
+    @property
+    def name(self) -> str:
+        return NAME
+
+    def assign(self, group_spec: GroupSpec, topics: SubscribedTopicDescriber) -> GroupAssignment:
+        if not group_spec.members:
+            return GroupAssignment({})
+        if group_spec.subscription_type is SubscriptionType.HOMOGENEOUS:
+            return _assign_homogeneous(group_spec, topics)
+        return _HeterogeneousBuilder(group_spec, topics).build()
+
+
+def _missing_topic(topic_id: TopicId) -> PartitionAssignorError:
+    return PartitionAssignorError(
+        f"Members are subscribed to topic {topic_id.hex()} which doesn't exist in the topic "
+        "metadata."
+    )
+
+
+def _copy(partitions: Iterable[tuple[TopicId, AbstractSet[int]]]) -> dict[TopicId, set[int]]:
+    return {topic_id: set(owned) for topic_id, owned in partitions}
+
+
+def _assign_homogeneous(spec: GroupSpec, topics: SubscribedTopicDescriber) -> GroupAssignment:
+    first = next(iter(spec.members.values()))
+    subscribed = first.subscribed_topic_ids
+    if not subscribed:
+        return GroupAssignment({})
+
+    # Partitions nobody owns, topic by topic in topic id order (Kafka's order is its hash
+    # set's; any fixed order serves).
+    unassigned: list[tuple[TopicId, int]] = []
+    total = 0
+    for topic_id in sorted(subscribed):
+        count = topics.partition_count(topic_id)
+        if count is None:
+            raise _missing_topic(topic_id)
+        owners = spec.partition_owners(topic_id)
+        if owners:
+            unassigned.extend((topic_id, p) for p in range(count) if p not in owners)
+        else:
+            unassigned.extend((topic_id, p) for p in range(count))
+        total += count
+
+    members = len(spec.members)
+    min_quota, extra = divmod(total, members)
+
+    target: dict[str, MemberAssignment] = {}
+    # Members with room left, with how much, in the group's order.
+    unfilled: list[tuple[str, int]] = []
+    for member_id, member in spec.members.items():
+        quota = min_quota
+        if extra > 0:
+            quota += 1
+            extra -= 1
+        current = member.assignment.partitions
+        changed: dict[TopicId, set[int]] | None = None
+        for topic_id, owned in current.items():
+            if topic_id not in subscribed:
+                if changed is None:
+                    changed = _copy(current.items())
+                del changed[topic_id]
+            elif len(owned) <= quota:
+                quota -= len(owned)
+            else:
+                # Over quota: keep the first `quota`, give up the rest.
+                if changed is None:
+                    changed = _copy(current.items())
+                kept = changed[topic_id]
+                for partition in owned:
+                    if quota > 0:
+                        quota -= 1
+                    else:
+                        kept.discard(partition)
+                        unassigned.append((topic_id, partition))
+                if not kept:
+                    del changed[topic_id]
+        if quota > 0:
+            unfilled.append((member_id, quota))
+        # An unchanged assignment is handed back as it came, uncopied.
+        target[member_id] = member.assignment if changed is None else MemberAssignment(changed)
+
+    next_unassigned = 0
+    for member_id, room in unfilled:
+        if next_unassigned >= len(unassigned):
+            break
+        grown = _copy(target[member_id].partitions.items())
+        for topic_id, partition in unassigned[next_unassigned : next_unassigned + room]:
+            growing = grown.get(topic_id)
+            if growing is None:
+                grown[topic_id] = {partition}
+            else:
+                growing.add(partition)
+        next_unassigned += room
+        target[member_id] = MemberAssignment(grown)
+    if next_unassigned < len(unassigned):
+        raise PartitionAssignorError("Partitions were left unassigned")
+    return GroupAssignment(target)
+
+
+class _HeterogeneousBuilder:
+    """Kafka's UniformHeterogeneousAssignmentBuilder. Members are numbered 0..M-1 in the
+    group's order; sizes and partition owners are lists indexed by member number."""
+
+    def __init__(self, spec: GroupSpec, topics: SubscribedTopicDescriber) -> None:
+        self.spec = spec
+        self.member_ids = list(spec.members)
+        self.sizes = [0] * len(self.member_ids)
+        # Topic -> the numbers of its subscribers, ascending.
+        self.subscribers: dict[TopicId, list[int]] = {}
+        self.partition_counts: dict[TopicId, int] = {}
+        for index, member in enumerate(spec.members.values()):
+            for topic_id in member.subscribed_topic_ids:
+                if topic_id not in self.partition_counts:
+                    count = topics.partition_count(topic_id)
+                    if count is None:
+                        raise _missing_topic(topic_id)
+                    self.partition_counts[topic_id] = count
+                    self.subscribers[topic_id] = []
+                self.subscribers[topic_id].append(index)
+        # Topic -> partition -> owner's number in the target, -1 when unassigned.
+        self.owners = {t: [-1] * n for t, n in self.partition_counts.items()}
+        # Member number -> its target, copied from the current assignment on first change.
+        self.target: list[dict[TopicId, set[int]] | None] = [None] * len(self.member_ids)
+
+    def build(self) -> GroupAssignment:
+        if not self.partition_counts:
+            return GroupAssignment({})
+        self._keep_subscribed()
+        self._assign_unassigned()
+        self._balance()
+        return GroupAssignment(
+            {
+                member_id: (
+                    self.spec.members[member_id].assignment
+                    if partitions is None
+                    else MemberAssignment(partitions)
+                )
+                for member_id, partitions in zip(self.member_ids, self.target, strict=True)
+            }
+        )
+
+    def _topic_order_key(self, topic_id: TopicId) -> tuple[float, int, TopicId]:
+        # Most partitions per subscriber first (they are the hardest to balance), then fewest
+        # subscribers, then topic id for a reproducible order.
+        subscribers = len(self.subscribers[topic_id])
+        return (-self.partition_counts[topic_id] / subscribers, subscribers, topic_id)
+
+    def _sorted_topics(self, topic_ids: Iterable[TopicId]) -> list[TopicId]:
+        return sorted(topic_ids, key=self._topic_order_key)
+
+    def _keep_subscribed(self) -> None:
+        """Members keep their current partitions of the topics they still subscribe to."""
+        for index, member in enumerate(self.spec.members.values()):
+            current = member.assignment.partitions
+            for topic_id, partitions in current.items():
+                if topic_id in member.subscribed_topic_ids:
+                    self.sizes[index] += len(partitions)
+                    owners = self.owners[topic_id]
+                    for partition in partitions:
+                        owners[partition] = index
+                else:
+                    changed = self.target[index]
+                    if changed is None:
+                        changed = self.target[index] = _copy(current.items())
+                    del changed[topic_id]
+
+    def _assign_unassigned(self) -> None:
+        unassigned: dict[TopicId, list[int]] = {}
+        for topic_id, owners in self.owners.items():
+            free = [p for p, owner in enumerate(owners) if owner == -1]
+            if free:
+                unassigned[topic_id] = free
+        balancer = _Balancer(self.sizes)
+        for topic_id in self._sorted_topics(unassigned):
+            balancer.start(self.subscribers[topic_id])
+            for partition in unassigned[topic_id]:
+                self._move(topic_id, partition, balancer.next_least_loaded())
+
+    def _balance(self) -> None:
+        # A topic with one subscriber has nothing to balance.
+        movable = [t for t, members in self.subscribers.items() if len(members) >= 2]
+        if not movable:
+            return
+        ordered = self._sorted_topics(movable)
+        balancer = _Balancer(self.sizes)
+        last_moved = -1
+        for _ in range(MAX_BALANCE_ROUNDS):
+            for position, topic_id in enumerate(ordered):
+                if position == last_moved:
+                    # A whole round since the last move: nothing more to gain.
+                    return
+                if self._balance_topic(topic_id, balancer) > 0 or last_moved == -1:
+                    last_moved = position
+
+    def _balance_topic(self, topic_id: TopicId, balancer: _Balancer) -> int:
+        """Moves partitions of the topic from its most to its least loaded subscribers until
+        their sizes are within one of each other or the most loaded own none of it."""
+        if balancer.start(self.subscribers[topic_id]) <= 1:
+            return 0
+        owners = self.owners[topic_id]
+        # The topic's partitions grouped by owner, so that a member's are a slice.
+        partitions = sorted(range(len(owners)), key=lambda p: (owners[p], p))
+        start: dict[int, int] = {}
+        end: dict[int, int] = {}
+        for position, partition in enumerate(partitions):
+            owner = owners[partition]
+            start.setdefault(owner, position)
+            end[owner] = position + 1
+
+        moved = 0
+        while not balancer.is_balanced():
+            giver = -1
+            while True:
+                giver = balancer.next_most_loaded()
+                if giver == -1:
+                    break
+                if end.get(giver, 0) - start.get(giver, 0) <= 0:
+                    # It owns none of this topic: out of the range for this topic.
+                    balancer.exclude_most_loaded()
+                    continue
+                break
+            if giver == -1:
+                break
+            end[giver] -= 1
+            partition = partitions[end[giver]]
+            taker = balancer.next_least_loaded()
+            if balancer.is_balanced():
+                break
+            self._move(topic_id, partition, taker)
+            moved += 1
+        return moved
+
+    def _partitions_of(self, index: int) -> dict[TopicId, set[int]]:
+        partitions = self.target[index]
+        if partitions is None:
+            current = self.spec.members[self.member_ids[index]].assignment.partitions
+            partitions = self.target[index] = _copy(current.items())
+        return partitions
+
+    def _move(self, topic_id: TopicId, partition: int, to: int) -> None:
+        owners = self.owners[topic_id]
+        previous = owners[partition]
+        if previous != -1:
+            giving = self._partitions_of(previous)
+            owned = giving.get(topic_id)
+            if owned is not None:
+                owned.discard(partition)
+                if not owned:
+                    del giving[topic_id]
+            self.sizes[previous] -= 1
+        taking = self._partitions_of(to)
+        owned = taking.get(topic_id)
+        if owned is None:
+            taking[topic_id] = {partition}
+        else:
+            owned.add(partition)
+        owners[partition] = to
+        self.sizes[to] += 1
+
+
+class _Balancer:
+    """Kafka's MemberAssignmentBalancer: the subscribers of one topic sorted by size, with two
+    ranges over them. The least loaded range [0, least_end) grows rightwards and hands out
+    partitions round-robin, its level rising by one each time every member in it has taken
+    one; the most loaded range [most_start, most_end) grows leftwards and gives partitions up
+    the same way. Balanced when the two levels are within one.
+
+        partitions  |          most loaded ->  [##<- ]#
+                    |                        ##[#####]#
+                    | [..->  ]  <- least     ##[#####]#
+                    | [######]##             ##[#####]#
+                    +---------------------------------> members
+    """
+
+    __slots__ = (
+        "least_end",
+        "least_level",
+        "members",
+        "most_end",
+        "most_level",
+        "most_start",
+        "next_least",
+        "next_most",
+        "sizes",
+    )
+
+    def __init__(self, sizes: list[int]) -> None:
+        self.sizes = sizes
+        self.members: list[int] = []
+        self.least_end = self.least_level = self.next_least = 0
+        self.most_start = self.most_end = self.most_level = self.next_most = 0
+
+    def start(self, members: Sequence[int]) -> int:
+        """Sorts the members by size and resets the ranges; returns the spread of sizes."""
+        assert members, "a topic's balancer needs a subscriber"
+        sizes = self.sizes
+        self.members = sorted(members, key=lambda m: (sizes[m], m))
+        smallest = sizes[self.members[0]]
+        largest = sizes[self.members[-1]]
+        self.least_end = 0
+        self.least_level = smallest - 1
+        self.next_least = 0
+        self.most_start = self.most_end = len(self.members)
+        self.most_level = largest + 1
+        self.next_most = len(self.members) - 1
+        return largest - smallest
+
+    def next_least_loaded(self) -> int:
+        if self.next_least >= self.least_end:
+            # Everyone in the range has had one more: raise its level and take in the members
+            # now at that level.
+            self.least_level += 1
+            members, sizes = self.members, self.sizes
+            while (
+                self.least_end < len(members) and sizes[members[self.least_end]] == self.least_level
+            ):
+                self.least_end += 1
+            self.next_least = 0
+        member = self.members[self.next_least]
+        self.next_least += 1
+        return member
+
+    def next_most_loaded(self) -> int:
+        """The next member to give a partition up, -1 when none is left."""
+        members, sizes = self.members, self.sizes
+        if self.next_most < self.most_start:
+            if self.most_end <= self.most_start and self.most_start > 0:
+                # Every member of the range was excluded: restart the level from the member
+                # just left of it, so that the range surely grows.
+                self.most_level = sizes[members[self.most_start - 1]]
+            else:
+                self.most_level -= 1
+            while self.most_start > 0 and sizes[members[self.most_start - 1]] == self.most_level:
+                self.most_start -= 1
+            self.next_most = self.most_end - 1
+        if self.next_most < 0:
+            return -1
+        member = members[self.next_most]
+        self.next_most -= 1
+        return member
+
+    def exclude_most_loaded(self) -> None:
+        """Takes the member just returned by next_most_loaded out of the most loaded range
+        (it has nothing of this topic to give)."""
+        members = self.members
+        last = self.most_end - 1
+        members[self.next_most + 1], members[last] = members[last], members[self.next_most + 1]
+        self.most_end -= 1
+
+    def is_balanced(self) -> bool:
+        return self.most_level - self.least_level <= 1
