@@ -339,7 +339,9 @@ class _Balancer:
         """Sorts the members by size and resets the ranges; returns the spread of sizes."""
         assert members, "a topic's balancer needs a subscriber"
         sizes = self.sizes
-        self.members = sorted(members, key=lambda m: (sizes[m], m))
+        # By size, ties by member number: the subscribers come in ascending order and the
+        # sort is stable, so the size alone is the key (and a C-level one).
+        self.members = sorted(members, key=sizes.__getitem__)
         smallest = sizes[self.members[0]]
         largest = sizes[self.members[-1]]
         self.least_end = 0
