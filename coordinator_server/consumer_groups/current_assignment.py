@@ -81,7 +81,8 @@ class CurrentAssignmentBuilder:
             return self._next_assignment(member.member_epoch)
         # UNKNOWN: written by a newer coordinator. Starting over from nothing is the only
         # safe way, so the member is fenced until it comes back holding no partition.
-        if self.owned_topic_partitions is None or any(self.owned_topic_partitions.values()):
+        # As Kafka: a heartbeat naming any topic, even with no partition, is not "nothing".
+        if self.owned_topic_partitions is None or self.owned_topic_partitions:
             raise FencedMemberEpochError(
                 "The consumer group member is in an unknown state; it must give up all its "
                 "partitions and join again."
@@ -89,8 +90,8 @@ class CurrentAssignmentBuilder:
         return self._next_assignment(self.target_assignment_epoch)
 
     def _still_owns_any(self, partitions: TopicPartitions) -> bool:
-        """Whether the heartbeat reports any of `partitions`; True when it reports none,
-        since a member that did not say what it holds may hold everything."""
+        """Whether the heartbeat reports any of `partitions`; True when the heartbeat did
+        not say what the member holds, since it may then hold all of them still."""
         owned = self.owned_topic_partitions
         if owned is None:
             return True
