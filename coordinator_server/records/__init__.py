@@ -16,6 +16,47 @@ from typing import Any, TypeAlias
 import msgpack
 import msgspec
 
+from coordinator_server.records.consumer_groups import (
+    CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_VALUE_VERSION,
+    CONSUMER_GROUP_MEMBER_METADATA_VALUE_VERSION,
+    CONSUMER_GROUP_METADATA_VALUE_VERSION,
+    CONSUMER_GROUP_REGULAR_EXPRESSION_VALUE_VERSION,
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_VALUE_VERSION,
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_VALUE_VERSION,
+    CONSUMER_GROUP_TYPES,
+    ClassicMemberMetadata,
+    ClassicProtocol,
+    ConsumerGroupCurrentMemberAssignmentKey,
+    ConsumerGroupCurrentMemberAssignmentValue,
+    ConsumerGroupMemberMetadataKey,
+    ConsumerGroupMemberMetadataValue,
+    ConsumerGroupMetadataKey,
+    ConsumerGroupMetadataValue,
+    ConsumerGroupRegularExpressionKey,
+    ConsumerGroupRegularExpressionValue,
+    ConsumerGroupTargetAssignmentMemberKey,
+    ConsumerGroupTargetAssignmentMemberValue,
+    ConsumerGroupTargetAssignmentMetadataKey,
+    ConsumerGroupTargetAssignmentMetadataValue,
+    MemberState,
+    TopicIdPartitions,
+    consumer_group_key_fields,
+    consumer_group_key_from_fields,
+    consumer_group_member_key_fields,
+    consumer_group_metadata_value_fields,
+    consumer_group_metadata_value_from_fields,
+    current_member_assignment_value_fields,
+    current_member_assignment_value_from_fields,
+    member_metadata_value_fields,
+    member_metadata_value_from_fields,
+    regular_expression_key_fields,
+    regular_expression_value_fields,
+    regular_expression_value_from_fields,
+    target_assignment_member_value_fields,
+    target_assignment_member_value_from_fields,
+    target_assignment_metadata_value_fields,
+    target_assignment_metadata_value_from_fields,
+)
 from coordinator_server.records.security import (
     ACL_VALUE_VERSION,
     SCRAM_CREDENTIAL_VALUE_VERSION,
@@ -69,6 +110,13 @@ class RecordType(IntEnum):
     # The security partition's (partition 0 only): an ACL, a SCRAM credential.
     ACL = 7
     SCRAM_CREDENTIAL = 8
+    # The consumer group protocol's (KIP-848), Kafka's consumer group records.
+    CONSUMER_GROUP_METADATA = 9
+    CONSUMER_GROUP_MEMBER_METADATA = 10
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA = 11
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER = 12
+    CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT = 13
+    CONSUMER_GROUP_REGULAR_EXPRESSION = 14
 
 
 KEY_VERSION = 0
@@ -159,6 +207,12 @@ RecordKey: TypeAlias = (
     | TransactionalOffsetKey
     | AclKey
     | ScramCredentialKey
+    | ConsumerGroupMetadataKey
+    | ConsumerGroupMemberMetadataKey
+    | ConsumerGroupTargetAssignmentMetadataKey
+    | ConsumerGroupTargetAssignmentMemberKey
+    | ConsumerGroupCurrentMemberAssignmentKey
+    | ConsumerGroupRegularExpressionKey
 )
 RecordValue: TypeAlias = (
     OffsetCommitValue
@@ -169,6 +223,12 @@ RecordValue: TypeAlias = (
     | TransactionalOffsetValue
     | AclValue
     | ScramCredentialValue
+    | ConsumerGroupMetadataValue
+    | ConsumerGroupMemberMetadataValue
+    | ConsumerGroupTargetAssignmentMetadataValue
+    | ConsumerGroupTargetAssignmentMemberValue
+    | ConsumerGroupCurrentMemberAssignmentValue
+    | ConsumerGroupRegularExpressionValue
 )
 
 
@@ -263,6 +323,76 @@ def new_scram_credential_tombstone_record(user: str, mechanism: int) -> Coordina
     return CoordinatorRecord(ScramCredentialKey(user, mechanism), None)
 
 
+def new_consumer_group_metadata_record(
+    group: str, value: ConsumerGroupMetadataValue
+) -> CoordinatorRecord:
+    return CoordinatorRecord(ConsumerGroupMetadataKey(group), value)
+
+
+def new_consumer_group_metadata_tombstone_record(group: str) -> CoordinatorRecord:
+    return CoordinatorRecord(ConsumerGroupMetadataKey(group), None)
+
+
+def new_consumer_group_member_metadata_record(
+    group: str, member_id: str, value: ConsumerGroupMemberMetadataValue
+) -> CoordinatorRecord:
+    return CoordinatorRecord(ConsumerGroupMemberMetadataKey(group, member_id), value)
+
+
+def new_consumer_group_member_metadata_tombstone_record(
+    group: str, member_id: str
+) -> CoordinatorRecord:
+    return CoordinatorRecord(ConsumerGroupMemberMetadataKey(group, member_id), None)
+
+
+def new_consumer_group_target_assignment_metadata_record(
+    group: str, value: ConsumerGroupTargetAssignmentMetadataValue
+) -> CoordinatorRecord:
+    return CoordinatorRecord(ConsumerGroupTargetAssignmentMetadataKey(group), value)
+
+
+def new_consumer_group_target_assignment_metadata_tombstone_record(
+    group: str,
+) -> CoordinatorRecord:
+    return CoordinatorRecord(ConsumerGroupTargetAssignmentMetadataKey(group), None)
+
+
+def new_consumer_group_target_assignment_member_record(
+    group: str, member_id: str, value: ConsumerGroupTargetAssignmentMemberValue
+) -> CoordinatorRecord:
+    return CoordinatorRecord(ConsumerGroupTargetAssignmentMemberKey(group, member_id), value)
+
+
+def new_consumer_group_target_assignment_member_tombstone_record(
+    group: str, member_id: str
+) -> CoordinatorRecord:
+    return CoordinatorRecord(ConsumerGroupTargetAssignmentMemberKey(group, member_id), None)
+
+
+def new_consumer_group_current_member_assignment_record(
+    group: str, member_id: str, value: ConsumerGroupCurrentMemberAssignmentValue
+) -> CoordinatorRecord:
+    return CoordinatorRecord(ConsumerGroupCurrentMemberAssignmentKey(group, member_id), value)
+
+
+def new_consumer_group_current_member_assignment_tombstone_record(
+    group: str, member_id: str
+) -> CoordinatorRecord:
+    return CoordinatorRecord(ConsumerGroupCurrentMemberAssignmentKey(group, member_id), None)
+
+
+def new_consumer_group_regular_expression_record(
+    group: str, regular_expression: str, value: ConsumerGroupRegularExpressionValue
+) -> CoordinatorRecord:
+    return CoordinatorRecord(ConsumerGroupRegularExpressionKey(group, regular_expression), value)
+
+
+def new_consumer_group_regular_expression_tombstone_record(
+    group: str, regular_expression: str
+) -> CoordinatorRecord:
+    return CoordinatorRecord(ConsumerGroupRegularExpressionKey(group, regular_expression), None)
+
+
 # Encoding. Keys and values are msgpack arrays whose first elements say what they are; a
 # newer version only appends elements, so a reader ignores elements it does not know.
 
@@ -304,6 +434,19 @@ def encode_key(key: RecordKey) -> bytes:
         return _packb(acl_key_fields(key, KEY_VERSION))
     if type(key) is ScramCredentialKey:
         return _packb(scram_credential_key_fields(key, KEY_VERSION))
+    if (
+        type(key) is ConsumerGroupMetadataKey
+        or type(key) is ConsumerGroupTargetAssignmentMetadataKey
+    ):
+        return _packb(consumer_group_key_fields(key, KEY_VERSION))
+    if (
+        type(key) is ConsumerGroupMemberMetadataKey
+        or type(key) is ConsumerGroupTargetAssignmentMemberKey
+        or type(key) is ConsumerGroupCurrentMemberAssignmentKey
+    ):
+        return _packb(consumer_group_member_key_fields(key, KEY_VERSION))
+    if type(key) is ConsumerGroupRegularExpressionKey:
+        return _packb(regular_expression_key_fields(key, KEY_VERSION))
     raise RecordFormatError(f"unknown key type {type(key).__name__}")
 
 
@@ -366,6 +509,18 @@ def encode_value(value: RecordValue | None) -> bytes | None:
         return _packb(acl_value_fields(value))
     if type(value) is ScramCredentialValue:
         return _packb(scram_credential_value_fields(value))
+    if type(value) is ConsumerGroupMetadataValue:
+        return _packb(consumer_group_metadata_value_fields(value))
+    if type(value) is ConsumerGroupMemberMetadataValue:
+        return _packb(member_metadata_value_fields(value))
+    if type(value) is ConsumerGroupTargetAssignmentMetadataValue:
+        return _packb(target_assignment_metadata_value_fields(value))
+    if type(value) is ConsumerGroupTargetAssignmentMemberValue:
+        return _packb(target_assignment_member_value_fields(value))
+    if type(value) is ConsumerGroupCurrentMemberAssignmentValue:
+        return _packb(current_member_assignment_value_fields(value))
+    if type(value) is ConsumerGroupRegularExpressionValue:
+        return _packb(regular_expression_value_fields(value))
     raise RecordFormatError(f"unknown value type {type(value).__name__}")
 
 
@@ -464,6 +619,8 @@ def decode_key(data: bytes) -> RecordKey:
             return acl_key_from_fields(fields[2:])
         if record_type == RecordType.SCRAM_CREDENTIAL:
             return scram_credential_key_from_fields(fields[2:])
+        if type(record_type) is int and record_type in CONSUMER_GROUP_TYPES:
+            return consumer_group_key_from_fields(record_type, fields[2:])
     except (IndexError, ValueError) as exc:
         raise RecordFormatError(f"bad key for record type {record_type!r}: {exc}") from exc
     raise RecordFormatError(f"unknown record type {record_type!r}")
@@ -510,6 +667,18 @@ def decode_value(key: RecordKey, data: bytes | None) -> RecordValue | None:
             return acl_value_from_fields(fields)
         if type(key) is ScramCredentialKey:
             return scram_credential_value_from_fields(fields)
+        if type(key) is ConsumerGroupMetadataKey:
+            return consumer_group_metadata_value_from_fields(fields)
+        if type(key) is ConsumerGroupMemberMetadataKey:
+            return member_metadata_value_from_fields(fields)
+        if type(key) is ConsumerGroupTargetAssignmentMetadataKey:
+            return target_assignment_metadata_value_from_fields(fields)
+        if type(key) is ConsumerGroupTargetAssignmentMemberKey:
+            return target_assignment_member_value_from_fields(fields)
+        if type(key) is ConsumerGroupCurrentMemberAssignmentKey:
+            return current_member_assignment_value_from_fields(fields)
+        if type(key) is ConsumerGroupRegularExpressionKey:
+            return regular_expression_value_from_fields(fields)
     except (ValueError, TypeError) as exc:
         raise RecordFormatError(f"bad value for {type(key).__name__}: {exc}") from exc
     raise RecordFormatError(f"unknown key type {type(key).__name__}")
@@ -656,6 +825,12 @@ def _bytes(value: Any) -> bytes:
 
 __all__ = [
     "ACL_VALUE_VERSION",
+    "CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_VALUE_VERSION",
+    "CONSUMER_GROUP_MEMBER_METADATA_VALUE_VERSION",
+    "CONSUMER_GROUP_METADATA_VALUE_VERSION",
+    "CONSUMER_GROUP_REGULAR_EXPRESSION_VALUE_VERSION",
+    "CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_VALUE_VERSION",
+    "CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_VALUE_VERSION",
     "GROUP_METADATA_VALUE_VERSION",
     "KEY_VERSION",
     "OFFSET_COMMIT_VALUE_VERSION",
@@ -666,10 +841,25 @@ __all__ = [
     "TRANSACTION_VALUE_VERSION",
     "AclKey",
     "AclValue",
+    "ClassicMemberMetadata",
+    "ClassicProtocol",
+    "ConsumerGroupCurrentMemberAssignmentKey",
+    "ConsumerGroupCurrentMemberAssignmentValue",
+    "ConsumerGroupMemberMetadataKey",
+    "ConsumerGroupMemberMetadataValue",
+    "ConsumerGroupMetadataKey",
+    "ConsumerGroupMetadataValue",
+    "ConsumerGroupRegularExpressionKey",
+    "ConsumerGroupRegularExpressionValue",
+    "ConsumerGroupTargetAssignmentMemberKey",
+    "ConsumerGroupTargetAssignmentMemberValue",
+    "ConsumerGroupTargetAssignmentMetadataKey",
+    "ConsumerGroupTargetAssignmentMetadataValue",
     "CoordinatorRecord",
     "GroupMemberValue",
     "GroupMetadataKey",
     "GroupMetadataValue",
+    "MemberState",
     "OffsetCommitKey",
     "OffsetCommitValue",
     "PartitionOwnershipKey",
@@ -683,6 +873,7 @@ __all__ = [
     "RefusedMarkers",
     "ScramCredentialKey",
     "ScramCredentialValue",
+    "TopicIdPartitions",
     "TransactionKey",
     "TransactionState",
     "TransactionValue",
@@ -698,6 +889,18 @@ __all__ = [
     "encode_value",
     "new_acl_record",
     "new_acl_tombstone_record",
+    "new_consumer_group_current_member_assignment_record",
+    "new_consumer_group_current_member_assignment_tombstone_record",
+    "new_consumer_group_member_metadata_record",
+    "new_consumer_group_member_metadata_tombstone_record",
+    "new_consumer_group_metadata_record",
+    "new_consumer_group_metadata_tombstone_record",
+    "new_consumer_group_regular_expression_record",
+    "new_consumer_group_regular_expression_tombstone_record",
+    "new_consumer_group_target_assignment_member_record",
+    "new_consumer_group_target_assignment_member_tombstone_record",
+    "new_consumer_group_target_assignment_metadata_record",
+    "new_consumer_group_target_assignment_metadata_tombstone_record",
     "new_group_metadata_record",
     "new_group_metadata_tombstone_record",
     "new_offset_commit_record",
