@@ -6,10 +6,11 @@ id and current target assignment) and the subscribed topics through a
 `SubscribedTopicDescriber` (partition counts and partition racks), and answers a
 `GroupAssignment`: member id -> topic id -> partitions.
 
-Topic ids are plain `bytes`, the 16 bytes of Kafka's Uuid: they hash and compare fast (the
-assignors key every map by them, 50,000 partitions at a time) and need no conversion from the
-records that carry them. They order bytewise; Kafka's Uuid orders by two signed longs, so ties
-broken by topic id can differ from Kafka's when an id's first or ninth byte is 0x80 or above.
+Topic ids are `topics.TopicId`, plain `bytes`, the 16 bytes of Kafka's Uuid: they hash and
+compare fast (the assignors key every map by them, 50,000 partitions at a time) and need no
+conversion from the records that carry them. They order bytewise; Kafka's Uuid orders by two
+signed longs, so ties broken by topic id can differ from Kafka's when an id's first or ninth
+byte is 0x80 or above.
 
 Assignments are read-only by contract: an assignor returns a member's current assignment
 object itself when it keeps it unchanged (as Kafka does), so callers never mutate what they
@@ -24,8 +25,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Protocol
 
-TopicId = bytes
-"""The 16 bytes of Kafka's topic Uuid."""
+from coordinator_server.consumer_groups.topics import TopicId
 
 Partitions = Mapping[TopicId, AbstractSet[int]]
 """Topic id -> partition indexes: one member's assignment, read-only."""
