@@ -295,3 +295,8 @@ def test_consumer_group_records_round_trip(record: CoordinatorRecord) -> None:
     assert decode_record(key, value) == record
     assert decode_record(key, None) == CoordinatorRecord(record.key, None)
     assert decode_offset_commit(key, value) is None
+
+
+def test_every_record_type_has_its_row_in_the_documented_key_table() -> None:
+    rows = set(re.findall(r"^\| (\d+) \| [a-zA-Z]", RECORDS_DOC.read_text(), re.M))
+    assert {str(int(record_type)) for record_type in RecordType} <= rows
