@@ -18,8 +18,9 @@ __all__ = ["SUPPORTED_VERSIONS", "ApiKey", "api_name", "is_supported", "version_
 class ApiKey(IntEnum):
     """Kafka's api keys for the coordinator APIs of the contract: the group coordinator's,
     the transaction coordinator's (WriteTxnMarkers among them, which only nodes send),
-    DescribeCluster, which names the nodes of a coordinator cluster, and the security APIs
-    (the SASL exchange, ACLs and SCRAM credentials).
+    DescribeCluster, which names the nodes of a coordinator cluster, the security APIs
+    (the SASL exchange, ACLs and SCRAM credentials) and the consumer group protocol's
+    (KIP-848: ConsumerGroupHeartbeat and ConsumerGroupDescribe).
 
     The contract defining an API does not mean a server answers it: a server lists in
     ApiVersions only the APIs it serves, and answers any other UNSUPPORTED_VERSION."""
@@ -52,6 +53,8 @@ class ApiKey(IntEnum):
     DESCRIBE_CLUSTER = 60
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
 
 
 SUPPORTED_VERSIONS: Final[Mapping[ApiKey, tuple[int, int]]] = MappingProxyType(
@@ -84,6 +87,8 @@ SUPPORTED_VERSIONS: Final[Mapping[ApiKey, tuple[int, int]]] = MappingProxyType(
         ApiKey.DESCRIBE_CLUSTER: (0, 0),
         ApiKey.DESCRIBE_TRANSACTIONS: (0, 1),
         ApiKey.LIST_TRANSACTIONS: (0, 1),
+        ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 0),
+        ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 0),
     }
 )
 """(min_version, max_version) per api key, both inclusive."""
@@ -123,6 +128,8 @@ _NAMES: Final[Mapping[int, str]] = MappingProxyType(
         ApiKey.DESCRIBE_CLUSTER: "DescribeCluster",
         ApiKey.DESCRIBE_TRANSACTIONS: "DescribeTransactions",
         ApiKey.LIST_TRANSACTIONS: "ListTransactions",
+        ApiKey.CONSUMER_GROUP_HEARTBEAT: "ConsumerGroupHeartbeat",
+        ApiKey.CONSUMER_GROUP_DESCRIBE: "ConsumerGroupDescribe",
     }
 )
 

@@ -1,5 +1,5 @@
 """What every message of the contract is built from: `Message`, the base of each request,
-response and nested item, and the int types of Kafka's schemas with their ranges.
+response and nested item, and the int and uuid types of Kafka's schemas with their ranges.
 
 Apart from `messages` so that the modules holding the messages of one family of
 APIs (`transactions`) build on it while `messages` keeps the one registry
@@ -8,19 +8,36 @@ of every API.
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Self, TypeAlias, cast
+from typing import Annotated, ClassVar, Final, Self, TypeAlias, cast
 
 import msgspec
 
 from coordinator_protocol.api_keys import ApiKey
 from coordinator_protocol.errors import ProtocolError
 
-__all__ = ["Int8", "Int16", "Int32", "Int64", "InvalidResponseError", "Message"]
+__all__ = [
+    "AUTHORIZED_OPERATIONS_OMITTED",
+    "NO_UUID",
+    "Int8",
+    "Int16",
+    "Int32",
+    "Int64",
+    "InvalidResponseError",
+    "Message",
+    "Uuid",
+]
 
 Int8: TypeAlias = Annotated[int, msgspec.Meta(ge=-(2**7), le=2**7 - 1)]
 Int16: TypeAlias = Annotated[int, msgspec.Meta(ge=-(2**15), le=2**15 - 1)]
 Int32: TypeAlias = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
 Int64: TypeAlias = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+# Kafka's uuid (a topic id): 16 bytes, a msgpack bin (PROTOCOL.md, "Extending the contract").
+Uuid: TypeAlias = Annotated[bytes, msgspec.Meta(min_length=16, max_length=16)]
+
+NO_UUID: Final = bytes(16)
+"""Kafka's zero uuid (`Uuid.ZERO_UUID`), the default of a uuid field."""
+# Kafka's "authorized operations not requested" (Integer.MIN_VALUE).
+AUTHORIZED_OPERATIONS_OMITTED: Final = -(2**31)
 
 
 class InvalidResponseError(ProtocolError):

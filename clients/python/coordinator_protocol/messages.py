@@ -26,7 +26,8 @@ handler builds are trusted to use the declared types.
 `UnsupportedVersionError` or `InvalidRequestError`, both answered on the open connection.
 `parse_response` is the client's.
 
-The transaction APIs' messages are in `transactions` (the base they share, in
+The transaction APIs' messages are in `transactions`, the security APIs' in `security` and
+the consumer group protocol's (KIP-848) in `consumer_groups` (the base they share, in
 `message_base`); the registries here hold every API of the contract.
 """
 
@@ -40,6 +41,7 @@ import msgspec
 
 from coordinator_protocol import _msgpack
 from coordinator_protocol.api_keys import ApiKey, api_name, version_range
+from coordinator_protocol.consumer_groups import CONSUMER_GROUP_MESSAGE_PAIRS
 from coordinator_protocol.envelope import MSGPACK_ERRORS, EnvelopeError, RequestHeader
 from coordinator_protocol.errors import (
     ErrorCode,
@@ -48,6 +50,7 @@ from coordinator_protocol.errors import (
     error_for_code,
 )
 from coordinator_protocol.message_base import (
+    AUTHORIZED_OPERATIONS_OMITTED,
     Int8,
     Int16,
     Int32,
@@ -543,8 +546,6 @@ class OffsetDeleteResponse(Message, kw_only=True):
 # Kafka's endpoint types: the brokers, or (KIP-919) the controllers.
 ENDPOINT_TYPE_BROKERS: Final = 1
 ENDPOINT_TYPE_CONTROLLERS: Final = 2
-# Kafka's "authorized operations not requested" (Integer.MIN_VALUE).
-AUTHORIZED_OPERATIONS_OMITTED: Final = -(2**31)
 
 
 class DescribeClusterRequest(Message, kw_only=True):
@@ -593,6 +594,7 @@ _MESSAGE_PAIRS: Final = (
     (DescribeClusterRequest, DescribeClusterResponse),
     *TRANSACTION_MESSAGE_PAIRS,
     *SECURITY_MESSAGE_PAIRS,
+    *CONSUMER_GROUP_MESSAGE_PAIRS,
 )
 
 # Every API started at version 0 in v1 of the contract; a new body shape adds a pair of its

@@ -17,10 +17,10 @@ discovery, retries, deadlines and fan-out are written once. An API differs in:
   NOT_CONTROLLER passes too: any node answers them (the server forwards them to the node that
   holds them), and the SASL exchange is each connection's own (`sasl`), never sent on this
   path;
-- for a request that names several groups (OffsetFetch, DescribeGroups, DeleteGroups) or
-  transactional ids (DescribeTransactions), how it is cut into one request per key, each
-  sent to its own coordinator, and how the answers are put back together in the request's
-  order (`split`, `item`, `join`).
+- for a request that names several groups (OffsetFetch, DescribeGroups, DeleteGroups,
+  ConsumerGroupDescribe) or transactional ids (DescribeTransactions), how it is cut into one
+  request per key, each sent to its own coordinator, and how the answers are put back
+  together in the request's order (`split`, `item`, `join`).
 """
 
 from __future__ import annotations
@@ -31,6 +31,12 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Generic, Protocol, TypeVar
 
 from coordinator_protocol.api_keys import api_name
+from coordinator_protocol.consumer_groups import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+)
 from coordinator_protocol.errors import ErrorCode, error_for_code
 from coordinator_protocol.messages import (
     ApiVersionsRequest,
@@ -107,6 +113,8 @@ __all__ = [
     "ADD_PARTITIONS_TO_TXN",
     "ALTER_USER_SCRAM_CREDENTIALS",
     "API_VERSIONS",
+    "CONSUMER_GROUP_DESCRIBE",
+    "CONSUMER_GROUP_HEARTBEAT",
     "CREATE_ACLS",
     "DELETE_ACLS",
     "DELETE_GROUPS",
@@ -480,6 +488,32 @@ DELETE_GROUPS: Final = ApiHandler(
     ],
     item=lambda response: single(response.results, "DeleteGroups"),
     join=lambda _, results: DeleteGroupsResponse(results=results),
+)
+CONSUMER_GROUP_HEARTBEAT: Final = ApiHandler(
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+    Lookup.COORDINATOR,
+    retry_code=_top_level_retry,
+    errors=_top_level_error,
+    key=lambda request: _group_of(request.group_id),
+)
+CONSUMER_GROUP_DESCRIBE: Final = ApiHandler(
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    Lookup.COORDINATOR,
+    retry_code=lambda response: first_retriable(g.error_code for g in response.groups),
+    split=lambda request: [
+        (
+            group_id or "",
+            ConsumerGroupDescribeRequest(
+                group_ids=[group_id],
+                include_authorized_operations=request.include_authorized_operations,
+            ),
+        )
+        for group_id in request.group_ids
+    ],
+    item=lambda response: single(response.groups, "ConsumerGroupDescribe"),
+    join=lambda _, groups: ConsumerGroupDescribeResponse(groups=groups),
 )
 LIST_GROUPS: Final = ApiHandler(
     ListGroupsRequest,

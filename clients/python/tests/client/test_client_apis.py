@@ -296,3 +296,30 @@ def test_pages_of_listed_transactions_are_joined_only_when_each_is_whole() -> No
     # A node's next pages are the client's to follow (`CoordinatorClient.list_transactions`).
     with pytest.raises(ApiError):
         join(ListTransactionsV1Request(), [page("a", next_cursor="b"), page("c")])
+
+
+def test_consumer_group_apis_go_to_the_coordinator_of_each_group() -> None:
+    from coordinator_protocol.consumer_groups import (
+        ConsumerGroupDescribeRequest,
+        ConsumerGroupDescribeResponse,
+        ConsumerGroupDescribeResponseGroup,
+        ConsumerGroupHeartbeatRequest,
+    )
+
+    heartbeat = ConsumerGroupHeartbeatRequest(group_id="g", member_id="m", member_epoch=0)
+    assert apis.CONSUMER_GROUP_HEARTBEAT.lookup is Lookup.COORDINATOR
+    assert apis.CONSUMER_GROUP_HEARTBEAT.key(heartbeat) == "g"
+    request = ConsumerGroupDescribeRequest(
+        group_ids=["a", None], include_authorized_operations=True
+    )
+    split = apis.CONSUMER_GROUP_DESCRIBE.split(request)  # type: ignore[misc]
+    assert split == [
+        ("a", ConsumerGroupDescribeRequest(group_ids=["a"], include_authorized_operations=True)),
+        ("", ConsumerGroupDescribeRequest(group_ids=[None], include_authorized_operations=True)),
+    ]
+    groups = [ConsumerGroupDescribeResponseGroup(group_id=g) for g in ("a", "")]
+    items = [
+        apis.CONSUMER_GROUP_DESCRIBE.item(ConsumerGroupDescribeResponse(groups=[g])) for g in groups
+    ]
+    joined = apis.CONSUMER_GROUP_DESCRIBE.join(request, items)  # type: ignore[misc]
+    assert joined == ConsumerGroupDescribeResponse(groups=groups)

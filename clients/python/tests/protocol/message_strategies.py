@@ -21,6 +21,15 @@ def _int_bounds(metadata: list[Any]) -> tuple[int, int]:
     return low, high
 
 
+def _length_bounds(metadata: list[Any], default_max: int) -> tuple[int, int]:
+    low, high = 0, default_max
+    for constraint in metadata:
+        if isinstance(constraint, msgspec.Meta):
+            low = low if constraint.min_length is None else constraint.min_length
+            high = high if constraint.max_length is None else constraint.max_length
+    return low, max(low, high)
+
+
 def field_strategy(annotation: Any, metadata: list[Any]) -> st.SearchStrategy[Any]:
     origin = get_origin(annotation)
     if origin is Annotated:
@@ -41,7 +50,9 @@ def field_strategy(annotation: Any, metadata: list[Any]) -> st.SearchStrategy[An
     if annotation is str:
         return st.text(max_size=12)
     if annotation is bytes:
-        return st.binary(max_size=12)
+        # A uuid is bytes of exactly 16.
+        low, high = _length_bounds(metadata, 12)
+        return st.binary(min_size=low, max_size=high)
     if isinstance(annotation, type) and issubclass(annotation, Message):
         return message_strategy(annotation)
     raise AssertionError(f"no strategy for {annotation!r}")

@@ -43,6 +43,8 @@ def test_kafka_numbers() -> None:
         "DESCRIBE_CLUSTER": 60,
         "DESCRIBE_TRANSACTIONS": 65,
         "LIST_TRANSACTIONS": 66,
+        "CONSUMER_GROUP_HEARTBEAT": 68,
+        "CONSUMER_GROUP_DESCRIBE": 69,
     }
 
 
@@ -66,6 +68,9 @@ def test_kafka_numbers() -> None:
         (ApiKey.INIT_PRODUCER_ID, "InitProducerId"),
         (ApiKey.TXN_OFFSET_COMMIT, "TxnOffsetCommit"),
         (66, "ListTransactions"),
+        (ApiKey.CONSUMER_GROUP_HEARTBEAT, "ConsumerGroupHeartbeat"),
+        (69, "ConsumerGroupDescribe"),
+        (67, "Unknown(67)"),
         (23, "Unknown(23)"),
         (-1, "Unknown(-1)"),
     ],

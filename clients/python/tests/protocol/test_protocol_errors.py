@@ -62,4 +62,6 @@ def test_contract_codes_exist() -> None:
     # Every code PROTOCOL.md lists, by Kafka's number.
     listed = [0, -1, 7, 12, 14, 15, 16, 22, 23, 24, 25, 26, 27, 28, 30, 33, 34, 35, 42, 58]
     listed += [68, 69, 79, 81, 82, 86, 88]
+    # And those of the consumer group protocol's APIs (KIP-848).
+    listed += [110, 111, 112, 113, 128]
     assert set(listed) <= {code.value for code in ErrorCode}
