@@ -10,9 +10,9 @@ from coordinator_server.consumer_groups.assignors.api import (
     MemberAssignment,
     MemberSubscription,
     SubscriptionType,
-    TopicId,
     TopicMetadata,
 )
+from coordinator_server.consumer_groups.topics import TopicId
 
 Owned = Mapping[TopicId, Iterable[int]]
 

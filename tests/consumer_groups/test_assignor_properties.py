@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 
 from coordinator_server.consumer_groups.assignors.api import (
     GroupSpec,
-    TopicId,
     TopicMetadata,
 )
 from coordinator_server.consumer_groups.assignors.range import RangeAssignor
 from coordinator_server.consumer_groups.assignors.uniform import UniformAssignor
+from coordinator_server.consumer_groups.topics import TopicId
 
 Plain = dict[str, dict[TopicId, set[int]]]
 

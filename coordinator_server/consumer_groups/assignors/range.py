@@ -21,8 +21,8 @@ from coordinator_server.consumer_groups.assignors.api import (
     PartitionRange,
     Partitions,
     SubscribedTopicDescriber,
-    TopicId,
 )
+from coordinator_server.consumer_groups.topics import TopicId
 
 NAME = "range"
 

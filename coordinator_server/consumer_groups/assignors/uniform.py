@@ -28,8 +28,8 @@ from coordinator_server.consumer_groups.assignors.api import (
     PartitionAssignorError,
     SubscribedTopicDescriber,
     SubscriptionType,
-    TopicId,
 )
+from coordinator_server.consumer_groups.topics import TopicId
 
 NAME = "uniform"
 
