@@ -104,6 +104,24 @@ async def test_an_api_of_the_contract_the_service_does_not_serve_is_unsupported_
         # An invalid body of an API not served is still a bad request first.
         invalid = await client.call(ApiKey.END_TXN, {"committed": "yes"})
         assert invalid["error_code"] == ErrorCode.INVALID_REQUEST
+
+
+async def test_the_consumer_group_protocols_apis_are_in_the_contract_but_not_served() -> None:
+    # ConsumerGroupHeartbeat and ConsumerGroupDescribe are defined before a server answers
+    # them: a client that reads ApiVersions keeps to the classic protocol meanwhile.
+    async with serve() as app, connect(app) as client:
+        versions = await client.call(ApiKey.API_VERSIONS, {})
+        listed = {k["api_key"] for k in versions["api_keys"]}
+        for api_key, body in [
+            (
+                ApiKey.CONSUMER_GROUP_HEARTBEAT,
+                {"group_id": "g", "member_id": "m", "member_epoch": 0},
+            ),
+            (ApiKey.CONSUMER_GROUP_DESCRIBE, {"group_ids": ["g"]}),
+        ]:
+            assert api_key not in listed
+            answer = await client.call(api_key, body)
+            assert answer["error_code"] == ErrorCode.UNSUPPORTED_VERSION, api_key
         assert (await client.call(ApiKey.API_VERSIONS, {}))["error_code"] == 0
 
 
