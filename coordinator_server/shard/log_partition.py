@@ -52,6 +52,7 @@ from coordinator_protocol.security import (
     DescribeUserScramCredentialsRequest,
     DescribeUserScramCredentialsResponse,
 )
+from coordinator_server.consumer_groups.manager import ConsumerGroupManager
 from coordinator_server.groups.manager import GroupMetadataManager
 from coordinator_server.groups.store import (
     ClassicGroupUpdate,
@@ -89,6 +90,14 @@ from coordinator_server.records import (
     decode_offset_commit,
     decode_record,
 )
+from coordinator_server.records.consumer_groups import (
+    ConsumerGroupCurrentMemberAssignmentKey,
+    ConsumerGroupMemberMetadataKey,
+    ConsumerGroupMetadataKey,
+    ConsumerGroupRegularExpressionKey,
+    ConsumerGroupTargetAssignmentMemberKey,
+    ConsumerGroupTargetAssignmentMetadataKey,
+)
 from coordinator_server.records.transactions import RefusedMarkers, TransactionState
 from coordinator_server.runtime.api import (
     CoordinatorResult,
@@ -121,6 +130,16 @@ from coordinator_server.transactions.results import (
 GROUP_EXPIRATION_KEY = "expire-group-metadata"
 
 LOAD_RUN_LIMIT = 1024
+
+CONSUMER_GROUP_KEYS = (
+    ConsumerGroupMetadataKey,
+    ConsumerGroupMemberMetadataKey,
+    ConsumerGroupTargetAssignmentMetadataKey,
+    ConsumerGroupTargetAssignmentMemberKey,
+    ConsumerGroupCurrentMemberAssignmentKey,
+    ConsumerGroupRegularExpressionKey,
+)
+"""The keys of the consumer group records (KIP-848), which the consumer groups replay."""
 """Offset commits a load holds before replaying them (see ShardLoadReplay)."""
 
 
@@ -133,6 +152,7 @@ class ShardManagers(NamedTuple):
     transactional_offsets: TransactionalOffsetManager
     acls: AclControlManager
     scram_credentials: ScramControlManager
+    consumer_groups: ConsumerGroupManager
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +214,11 @@ class LogPartitionShard:
         self._scram_credentials = ScramControlManager(
             context.snapshot_registry, config.scram_credentials
         )
+        # The consumer groups (KIP-848), rebuilt from their records; the classic groups'
+        # limit on a group's size bounds them too.
+        self._consumer_groups = ConsumerGroupManager(
+            context.snapshot_registry, config.groups.max_size
+        )
         # The partition's latest takeover in the log (a cluster's; None for a node alone).
         # Written before the partition loads, never by a write of the runtime, so it needs
         # no snapshot: only a load sets it.
@@ -213,6 +238,7 @@ class LogPartitionShard:
             self._transactional_offsets,
             self._acls,
             self._scram_credentials,
+            self._consumer_groups,
         )
 
     # The group APIs' door (GroupShard).
@@ -503,6 +529,8 @@ class LogPartitionShard:
             value = record.value
             assert value is None or type(value) is ScramCredentialValue
             self._scram_credentials.replay(key.user, key.mechanism, value)
+        elif isinstance(key, CONSUMER_GROUP_KEYS):
+            self._consumer_groups.replay(key, record.value)
         else:
             raise ValueError(f"unknown record key {key!r} at offset {offset}")
 
