@@ -98,6 +98,7 @@ class Context:
         self.static_members: dict[str, str] = {}
         self.topic_ids: dict[str, TopicId] = {}
         self.partition_counts: dict[TopicId, int] = {}
+        self.resolved_regular_expressions: dict[str, frozenset[str]] = {}
 
     def add_topic(self, name: str, partitions: int) -> TopicId:
         topic_id = uuid.uuid4().bytes
@@ -111,9 +112,13 @@ class Context:
         topics: list[str],
         target: Assignment,
         instance_id: str | None = None,
+        regex: str = "",
     ) -> None:
         self.members[member_id] = ConsumerGroupMember(
-            member_id, subscribed_topic_names=frozenset(topics), instance_id=instance_id
+            member_id,
+            subscribed_topic_names=frozenset(topics),
+            subscribed_topic_regex=regex,
+            instance_id=instance_id,
         )
         if instance_id is not None:
             self.static_members[instance_id] = member_id
@@ -159,7 +164,7 @@ class Context:
         return member_subscription(member, target, self._resolve(member))
 
     def _resolve(self, member: ConsumerGroupMember) -> frozenset[TopicId]:
-        return resolve_subscription(member, self.topic_ids, {})
+        return resolve_subscription(member, self.topic_ids, self.resolved_regular_expressions)
 
     def build(self) -> TargetAssignmentResult:
         every_member = {**self.members, **{k: v for k, v in self.updated_members.items() if v}}
@@ -420,6 +425,37 @@ def test_replace_static_member() -> None:
     assert spec.assignment.partitions == assignment((foo, (5, 6)), (bar, (5, 6)))
 
 
+def test_regular_expressions() -> None:
+    context = Context()
+    foo = context.add_topic("foo", 6)
+    bar = context.add_topic("bar", 6)
+    context.add_member("member-1", ["bar", "zar"], {}, regex="foo*")
+    context.add_member("member-2", ["foo", "bar", "zar"], {})
+    context.add_member("member-3", [], {}, regex="foo*")
+    context.resolved_regular_expressions["foo*"] = frozenset({"foo"})
+    context.prepare("member-1", assignment((foo, (1, 2)), (bar, (1, 2, 3))))
+    context.prepare("member-2", assignment((foo, (3, 4)), (bar, (4, 5, 6))))
+    context.prepare("member-3", assignment((foo, (5, 6))))
+
+    result = context.build()
+
+    assert result.records == [
+        target_record("member-1", assignment((foo, (1, 2)), (bar, (1, 2, 3)))),
+        target_record("member-2", assignment((foo, (3, 4)), (bar, (4, 5, 6)))),
+        target_record("member-3", assignment((foo, (5, 6)))),
+        epoch_record(),
+    ]
+    assert targets(result) == {
+        "member-1": assignment((foo, (1, 2)), (bar, (1, 2, 3))),
+        "member-2": assignment((foo, (3, 4)), (bar, (4, 5, 6))),
+        "member-3": assignment((foo, (5, 6))),
+    }
+    # Names and the expression's topics together; the expression's alone.
+    spec = context.assignor.calls[0][0]
+    assert spec.member_subscription("member-1").subscribed_topic_ids == {foo, bar}
+    assert spec.member_subscription("member-3").subscribed_topic_ids == {foo}
+
+
 # Beyond Kafka's cases.
 
 
@@ -505,3 +541,37 @@ def test_assignor_failure_propagates() -> None:
 
     with pytest.raises(PartitionAssignorError):
         context.build()
+
+
+@pytest.mark.parametrize(
+    ("second_topics", "expected"),
+    [
+        (frozenset({"foo", "bar"}), SubscriptionType.HOMOGENEOUS),
+        (frozenset({"foo"}), SubscriptionType.HETEROGENEOUS),
+    ],
+)
+def test_subscription_type_follows_the_subscriptions_when_not_given(
+    second_topics: frozenset[str], expected: SubscriptionType
+) -> None:
+    foo, bar = uuid.uuid4().bytes, uuid.uuid4().bytes
+    topic_ids = {"foo": foo, "bar": bar}
+    members = {
+        "a": ConsumerGroupMember("a", subscribed_topic_names=frozenset({"foo", "bar"})),
+        "b": ConsumerGroupMember("b", subscribed_topic_names=second_topics),
+    }
+    assignor = FakeAssignor()
+
+    TargetAssignmentBuilder(
+        group_id=GROUP,
+        group_epoch=EPOCH,
+        assignor=assignor,
+        members=members,
+        target_assignment={},
+        subscribed_topic_ids={
+            member_id: resolve_subscription(member, topic_ids, {})
+            for member_id, member in members.items()
+        },
+        topics=TopicMetadata({foo: 2, bar: 2}),
+    ).build()
+
+    assert assignor.calls[0][0].subscription_type is expected
