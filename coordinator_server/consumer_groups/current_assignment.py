@@ -27,7 +27,7 @@ from coordinator_protocol.errors import FencedMemberEpochError
 from coordinator_server.consumer_groups.member import (
     EMPTY_TOPIC_PARTITIONS,
     ConsumerGroupMember,
-    MemberState,
+    ReconciliationState,
     topic_partitions,
 )
 from coordinator_server.consumer_groups.topics import TopicId, TopicPartitions
@@ -65,19 +65,19 @@ class CurrentAssignmentBuilder:
         """
         member = self.member
         state = member.state
-        if state is MemberState.STABLE:
+        if state is ReconciliationState.STABLE:
             if member.member_epoch != self.target_assignment_epoch:
                 return self._next_assignment(member.member_epoch)
             if self.has_subscription_changed:
                 return self._without_unsubscribed_topics()
             return member
-        if state is MemberState.UNREVOKED_PARTITIONS:
+        if state is ReconciliationState.UNREVOKED_PARTITIONS:
             if self._still_owns_any(member.partitions_pending_revocation):
                 if self.has_subscription_changed:
                     return self._without_unsubscribed_topics()
                 return member
             return self._next_assignment(member.member_epoch)
-        if state is MemberState.UNRELEASED_PARTITIONS:
+        if state is ReconciliationState.UNRELEASED_PARTITIONS:
             return self._next_assignment(member.member_epoch)
         # UNKNOWN: written by a newer coordinator. Starting over from nothing is the only
         # safe way, so the member is fenced until it comes back holding no partition.
@@ -122,7 +122,7 @@ class CurrentAssignmentBuilder:
         pending_revocation = topic_partitions(pending)
         if self._still_owns_any(pending_revocation):
             return member.with_member_epoch(member.member_epoch).replace(
-                state=MemberState.UNREVOKED_PARTITIONS,
+                state=ReconciliationState.UNREVOKED_PARTITIONS,
                 assigned_partitions=assigned,
                 partitions_pending_revocation=pending_revocation,
             )
@@ -163,7 +163,7 @@ class CurrentAssignmentBuilder:
         if revoking and self._still_owns_any(revoking):
             # Revoke before assigning: the member stays at its epoch until it lets them go.
             return member.with_member_epoch(member_epoch).replace(
-                state=MemberState.UNREVOKED_PARTITIONS,
+                state=ReconciliationState.UNREVOKED_PARTITIONS,
                 assigned_partitions=kept,
                 partitions_pending_revocation=revoking,
             )
@@ -176,7 +176,9 @@ class CurrentAssignmentBuilder:
         else:
             assigned = kept
         return member.with_member_epoch(self.target_assignment_epoch).replace(
-            state=MemberState.UNRELEASED_PARTITIONS if has_unreleased else MemberState.STABLE,
+            state=ReconciliationState.UNRELEASED_PARTITIONS
+            if has_unreleased
+            else ReconciliationState.STABLE,
             assigned_partitions=assigned,
             partitions_pending_revocation=EMPTY_TOPIC_PARTITIONS,
         )

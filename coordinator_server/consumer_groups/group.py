@@ -27,7 +27,7 @@ from coordinator_server.consumer_groups.current_assignment import NO_OWNER_EPOCH
 from coordinator_server.consumer_groups.member import (
     EMPTY_TOPIC_PARTITIONS,
     ConsumerGroupMember,
-    MemberState,
+    ReconciliationState,
     topic_partitions,
 )
 from coordinator_server.consumer_groups.topics import TopicId, TopicPartitions
@@ -130,7 +130,7 @@ def member_with_assignment(
     return member.replace(
         member_epoch=value.member_epoch,
         previous_member_epoch=value.previous_member_epoch,
-        state=MemberState.from_value(value.state),
+        state=ReconciliationState.from_value(value.state),
         assigned_partitions=partitions_from_record(value.assigned_partitions),
         partitions_pending_revocation=partitions_from_record(value.partitions_pending_revocation),
     )
@@ -310,7 +310,7 @@ class ConsumerGroup:
         elif self._group_epoch.get() > target_epoch:
             state = ConsumerGroupState.ASSIGNING
         elif all(
-            member.state is MemberState.STABLE and member.member_epoch == target_epoch
+            member.state is ReconciliationState.STABLE and member.member_epoch == target_epoch
             for member in self._members.values()
         ):
             state = ConsumerGroupState.STABLE

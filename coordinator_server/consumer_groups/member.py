@@ -21,8 +21,9 @@ from types import MappingProxyType
 from coordinator_server.consumer_groups.topics import TopicId, TopicPartitions
 
 
-class MemberState(enum.Enum):
-    """Where a member stands between its current and its target assignment.
+class ReconciliationState(enum.Enum):
+    """Where a member stands between its current and its target assignment (Kafka's
+    MemberState; named for what it says, the client library having a MemberState of its own).
 
     The values are Kafka's, as the current member assignment record stores them.
     """
@@ -40,7 +41,7 @@ class MemberState(enum.Enum):
     """A state written by a newer coordinator: the member is fenced and starts over."""
 
     @classmethod
-    def from_value(cls, value: int) -> MemberState:
+    def from_value(cls, value: int) -> ReconciliationState:
         """The state stored as `value`; UNKNOWN for a value this version does not know."""
         try:
             return cls(value)
@@ -72,7 +73,7 @@ class ConsumerGroupMember:
     member_id: str
     member_epoch: int = 0
     previous_member_epoch: int = -1
-    state: MemberState = MemberState.STABLE
+    state: ReconciliationState = ReconciliationState.STABLE
     instance_id: str | None = None
     rack_id: str | None = None
     rebalance_timeout_ms: int = -1

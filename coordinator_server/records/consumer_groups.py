@@ -39,7 +39,6 @@ reject (ValueError).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import IntEnum
 from typing import Any, Final
 
 CONSUMER_GROUP_METADATA_TYPE: Final = 9
@@ -60,15 +59,6 @@ TOPIC_ID_SIZE: Final = 16
 
 TopicIdPartitions = tuple[tuple[bytes, tuple[int, ...]], ...]
 """Partitions by topic id: ((16-byte topic id, (partition, ...)), ...), sorted."""
-
-
-class MemberState(IntEnum):
-    """Kafka's MemberState, by the ids its current member assignment record writes."""
-
-    STABLE = 0
-    UNREVOKED_PARTITIONS = 1
-    UNRELEASED_PARTITIONS = 2
-    UNKNOWN = 127
 
 
 @dataclass(slots=True, unsafe_hash=True)
@@ -158,7 +148,7 @@ class ConsumerGroupCurrentMemberAssignmentValue:
     member_epoch: int
     # The epoch before the last bump: a member that missed the bump's answer retries with it.
     previous_member_epoch: int
-    # Kafka's MemberState id.
+    # Kafka's MemberState id (`consumer_groups.member.ReconciliationState`).
     state: int
     assigned_partitions: TopicIdPartitions
     partitions_pending_revocation: TopicIdPartitions
@@ -490,7 +480,6 @@ __all__ = [
     "ConsumerGroupTargetAssignmentMemberValue",
     "ConsumerGroupTargetAssignmentMetadataKey",
     "ConsumerGroupTargetAssignmentMetadataValue",
-    "MemberState",
     "TopicIdPartitions",
     "consumer_group_key_fields",
     "consumer_group_key_from_fields",

@@ -9,8 +9,8 @@ from coordinator_server.consumer_groups.assignors.api import (
     GroupSpec,
     MemberAssignment,
     MemberSubscription,
+    SubscribedTopicMetadata,
     SubscriptionType,
-    TopicMetadata,
 )
 from coordinator_server.consumer_groups.topics import TopicId
 
@@ -42,8 +42,8 @@ def group(
     return GroupSpec(dict(members), subscription_type)
 
 
-def metadata(counts: Mapping[TopicId, int]) -> TopicMetadata:
-    return TopicMetadata(dict(counts))
+def metadata(counts: Mapping[TopicId, int]) -> SubscribedTopicMetadata:
+    return SubscribedTopicMetadata(dict(counts))
 
 
 def plain(assignment: GroupAssignment) -> dict[str, dict[TopicId, set[int]]]:

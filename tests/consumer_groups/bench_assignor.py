@@ -37,7 +37,7 @@ from coordinator_server.consumer_groups.assignors.api import (  # noqa: E402
     GroupSpec,
     MemberSubscription,
     PartitionAssignor,
-    TopicMetadata,
+    SubscribedTopicMetadata,
 )
 
 BUCKETS = 5
@@ -76,7 +76,7 @@ def measure(
     assignor: PartitionAssignor,
     subscribed: dict[str, frozenset[bytes]],
     previous: GroupAssignment | None,
-    metadata: TopicMetadata,
+    metadata: SubscribedTopicMetadata,
 ) -> tuple[float, float]:
     times = []
     for _ in range(rounds):
@@ -98,7 +98,9 @@ def main() -> None:
 
     topics = [topic_id(n) for n in range(args.topics)]
     per_topic, extra = divmod(args.partitions, args.topics)
-    metadata = TopicMetadata({t: per_topic + (1 if n < extra else 0) for n, t in enumerate(topics)})
+    metadata = SubscribedTopicMetadata(
+        {t: per_topic + (1 if n < extra else 0) for n, t in enumerate(topics)}
+    )
     print(
         f"{args.members} members, {args.topics} topics, {args.partitions} partitions; "
         f"CPU ms per assignment, median (best) of {args.rounds}"

@@ -12,17 +12,17 @@ from hypothesis import strategies as st
 
 from coordinator_server.consumer_groups.assignors.api import (
     GroupSpec,
-    TopicMetadata,
+    SubscribedTopicMetadata,
 )
-from coordinator_server.consumer_groups.assignors.range import RangeAssignor
-from coordinator_server.consumer_groups.assignors.uniform import UniformAssignor
+from coordinator_server.consumer_groups.assignors.range import RangeServerAssignor
+from coordinator_server.consumer_groups.assignors.uniform import UniformServerAssignor
 from coordinator_server.consumer_groups.topics import TopicId
 
 Plain = dict[str, dict[TopicId, set[int]]]
 
 
 @st.composite
-def groups(draw: st.DrawFn, homogeneous: bool) -> tuple[GroupSpec, TopicMetadata]:
+def groups(draw: st.DrawFn, homogeneous: bool) -> tuple[GroupSpec, SubscribedTopicMetadata]:
     counts = {topic_id(n): draw(st.integers(0, 12)) for n in range(draw(st.integers(1, 5)))}
     topics = sorted(counts)
     member_ids = [f"m{n}" for n in range(draw(st.integers(1, 7)))]
@@ -43,7 +43,7 @@ def groups(draw: st.DrawFn, homogeneous: bool) -> tuple[GroupSpec, TopicMetadata
     return spec, metadata(counts)
 
 
-def check_valid(spec: GroupSpec, topics: TopicMetadata, result: Plain) -> None:
+def check_valid(spec: GroupSpec, topics: SubscribedTopicMetadata, result: Plain) -> None:
     assert set(result) <= set(spec.members)
     subscribed = set().union(*(m.subscribed_topic_ids for m in spec.members.values()))
     seen: Counter[tuple[TopicId, int]] = Counter()
@@ -72,9 +72,9 @@ def owned_subscribed(spec: GroupSpec, member_id: str) -> set[tuple[TopicId, int]
 
 @settings(max_examples=300, deadline=None)
 @given(groups(homogeneous=True))
-def test_uniform_homogeneous(case: tuple[GroupSpec, TopicMetadata]) -> None:
+def test_uniform_homogeneous(case: tuple[GroupSpec, SubscribedTopicMetadata]) -> None:
     spec, topics = case
-    result = plain(UniformAssignor().assign(spec, topics))
+    result = plain(UniformServerAssignor().assign(spec, topics))
     check_valid(spec, topics, result)
     if not result:
         return
@@ -94,9 +94,9 @@ def test_uniform_homogeneous(case: tuple[GroupSpec, TopicMetadata]) -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(groups(homogeneous=False))
-def test_uniform_heterogeneous(case: tuple[GroupSpec, TopicMetadata]) -> None:
+def test_uniform_heterogeneous(case: tuple[GroupSpec, SubscribedTopicMetadata]) -> None:
     spec, topics = case
-    result = plain(UniformAssignor().assign(spec, topics))
+    result = plain(UniformServerAssignor().assign(spec, topics))
     check_valid(spec, topics, result)
     if not result:
         return
@@ -113,14 +113,14 @@ def test_uniform_heterogeneous(case: tuple[GroupSpec, TopicMetadata]) -> None:
         {m: member(s.subscribed_topic_ids, result.get(m, {})) for m, s in spec.members.items()}
     )
     if max(sizes.values()) - min(sizes.values()) <= 1:
-        assert plain(UniformAssignor().assign(again, topics)) == result
+        assert plain(UniformServerAssignor().assign(again, topics)) == result
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.booleans().flatmap(lambda homogeneous: groups(homogeneous=homogeneous)))
-def test_range(case: tuple[GroupSpec, TopicMetadata]) -> None:
+def test_range(case: tuple[GroupSpec, SubscribedTopicMetadata]) -> None:
     spec, topics = case
-    result = plain(RangeAssignor().assign(spec, topics))
+    result = plain(RangeServerAssignor().assign(spec, topics))
     check_valid(spec, topics, result)
     for t, count in topics.partition_counts.items():
         subscribers = [m for m, s in spec.members.items() if t in s.subscribed_topic_ids]

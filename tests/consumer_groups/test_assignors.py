@@ -21,8 +21,8 @@ from coordinator_server.consumer_groups.assignors.api import (
     PartitionRange,
     SubscriptionType,
 )
-from coordinator_server.consumer_groups.assignors.range import RangeAssignor
-from coordinator_server.consumer_groups.assignors.uniform import UniformAssignor
+from coordinator_server.consumer_groups.assignors.range import RangeServerAssignor
+from coordinator_server.consumer_groups.assignors.uniform import UniformServerAssignor
 
 HOMO = SubscriptionType.HOMOGENEOUS
 HETERO = SubscriptionType.HETEROGENEOUS
@@ -31,8 +31,8 @@ T2, T3, T1 = (topic_id(n) for n in range(1, 4))
 # Elsewhere, ids in Kafka's order (its Uuid order of the same ids).
 H1, H2, H3, H4 = (topic_id(n) for n in range(11, 15))
 
-uniform = UniformAssignor()
-range_assignor = RangeAssignor()
+uniform = UniformServerAssignor()
+range_assignor = RangeServerAssignor()
 
 
 # -- uniform, homogeneous ---------------------------------------------------------------------

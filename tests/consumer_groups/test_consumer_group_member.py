@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from coordinator_server.consumer_groups.member import ConsumerGroupMember, MemberState
+from coordinator_server.consumer_groups.member import ConsumerGroupMember, ReconciliationState
 
 T1 = uuid.uuid4().bytes
 T2 = uuid.uuid4().bytes
@@ -51,7 +51,7 @@ def test_new_member() -> None:
 def test_defaults_are_kafkas() -> None:
     member = ConsumerGroupMember("m")
     assert (member.member_epoch, member.previous_member_epoch) == (0, -1)
-    assert member.state is MemberState.STABLE
+    assert member.state is ReconciliationState.STABLE
     assert member.instance_id is None
     assert member.rack_id is None
     assert member.rebalance_timeout_ms == -1
@@ -113,16 +113,16 @@ def test_with_member_epoch_keeps_the_previous_one() -> None:
 @pytest.mark.parametrize(
     ("value", "state"),
     [
-        (0, MemberState.STABLE),
-        (1, MemberState.UNREVOKED_PARTITIONS),
-        (2, MemberState.UNRELEASED_PARTITIONS),
-        (127, MemberState.UNKNOWN),
-        (3, MemberState.UNKNOWN),
-        (-1, MemberState.UNKNOWN),
+        (0, ReconciliationState.STABLE),
+        (1, ReconciliationState.UNREVOKED_PARTITIONS),
+        (2, ReconciliationState.UNRELEASED_PARTITIONS),
+        (127, ReconciliationState.UNKNOWN),
+        (3, ReconciliationState.UNKNOWN),
+        (-1, ReconciliationState.UNKNOWN),
     ],
 )
-def test_member_state_from_value(value: int, state: MemberState) -> None:
-    assert MemberState.from_value(value) is state
+def test_member_state_from_value(value: int, state: ReconciliationState) -> None:
+    assert ReconciliationState.from_value(value) is state
 
 
 def test_owns_partition() -> None:

@@ -13,7 +13,7 @@ from coordinator_server.consumer_groups.group import (
     ConsumerGroupState,
 )
 from coordinator_server.consumer_groups.manager import ConsumerGroupManager
-from coordinator_server.consumer_groups.member import MemberState
+from coordinator_server.consumer_groups.member import ReconciliationState
 from coordinator_server.records import CoordinatorRecord
 from coordinator_server.records.consumer_groups import (
     ConsumerGroupCurrentMemberAssignmentKey,
@@ -68,7 +68,7 @@ def current(
     epoch: int,
     assigned: TopicIdPartitions,
     pending: TopicIdPartitions = (),
-    state: MemberState = MemberState.STABLE,
+    state: ReconciliationState = ReconciliationState.STABLE,
     previous: int = 0,
 ) -> CoordinatorRecord:
     return CoordinatorRecord(
@@ -140,8 +140,10 @@ def test_partitions_pending_revocation_keep_their_owners_epoch() -> None:
             target("B", ((BAR, (0,)), (FOO, (1,)))),
             target_epoch(2),
             # A must give foo-1 up before it moves on; B gets bar-0, foo-1 is withheld.
-            current("A", 1, ((FOO, (0,)),), ((FOO, (1,)),), MemberState.UNREVOKED_PARTITIONS),
-            current("B", 2, ((BAR, (0,)),), (), MemberState.UNRELEASED_PARTITIONS),
+            current(
+                "A", 1, ((FOO, (0,)),), ((FOO, (1,)),), ReconciliationState.UNREVOKED_PARTITIONS
+            ),
+            current("B", 2, ((BAR, (0,)),), (), ReconciliationState.UNRELEASED_PARTITIONS),
         ]
     )
     group = consumer_groups(ctx).group(GROUP)

@@ -13,12 +13,12 @@ import pytest
 
 from coordinator_protocol.errors import FencedMemberEpochError
 from coordinator_server.consumer_groups.current_assignment import CurrentAssignmentBuilder
-from coordinator_server.consumer_groups.member import ConsumerGroupMember, MemberState
+from coordinator_server.consumer_groups.member import ConsumerGroupMember, ReconciliationState
 from coordinator_server.consumer_groups.topics import TopicId, TopicPartitions
 
-STABLE = MemberState.STABLE
-UNREVOKED = MemberState.UNREVOKED_PARTITIONS
-UNRELEASED = MemberState.UNRELEASED_PARTITIONS
+STABLE = ReconciliationState.STABLE
+UNREVOKED = ReconciliationState.UNREVOKED_PARTITIONS
+UNRELEASED = ReconciliationState.UNRELEASED_PARTITIONS
 
 T1: TopicId = uuid.uuid4().bytes
 T2: TopicId = uuid.uuid4().bytes
@@ -30,7 +30,7 @@ def parts(*topics: tuple[TopicId, tuple[int, ...]]) -> dict[TopicId, frozenset[i
 
 
 def member(
-    state: MemberState,
+    state: ReconciliationState,
     epoch: int,
     previous: int,
     assigned: dict[TopicId, frozenset[int]],
@@ -221,7 +221,7 @@ def test_unreleased_partitions_to_unrevoked_partitions() -> None:
 
 def test_unknown_state() -> None:
     current = member(
-        MemberState.UNKNOWN,
+        ReconciliationState.UNKNOWN,
         11,
         11,
         parts((T1, (3,)), (T2, (6,))),

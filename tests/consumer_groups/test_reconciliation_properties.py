@@ -25,7 +25,7 @@ from coordinator_server.consumer_groups.current_assignment import (
     NO_OWNER_EPOCH,
     CurrentAssignmentBuilder,
 )
-from coordinator_server.consumer_groups.member import ConsumerGroupMember, MemberState
+from coordinator_server.consumer_groups.member import ConsumerGroupMember, ReconciliationState
 from coordinator_server.consumer_groups.topics import TopicId, TopicPartitions
 
 TOPICS: tuple[TopicId, ...] = (b"\x01" * 16, b"\x02" * 16)
@@ -92,7 +92,7 @@ class GroupReconciliation(RuleBasedStateMachine):
         ).build()
         # The epoch never goes back, and moves only when nothing is left to revoke.
         assert updated.member_epoch >= member.member_epoch
-        if updated.state is MemberState.UNREVOKED_PARTITIONS:
+        if updated.state is ReconciliationState.UNREVOKED_PARTITIONS:
             assert updated.member_epoch == member.member_epoch
         else:
             assert updated.member_epoch == self.target_epoch
@@ -175,7 +175,7 @@ class GroupReconciliation(RuleBasedStateMachine):
                 self.no_partition_has_two_owners()
         for member_id, member in self.members.items():
             expected = self._expected(member_id)
-            assert member.state is MemberState.STABLE, (member_id, member)
+            assert member.state is ReconciliationState.STABLE, (member_id, member)
             assert member.member_epoch == self.target_epoch
             assert flat(member.assigned_partitions) == expected
             assert not member.partitions_pending_revocation
@@ -190,7 +190,7 @@ class GroupReconciliation(RuleBasedStateMachine):
 
     def _settled(self) -> bool:
         return all(
-            member.state is MemberState.STABLE
+            member.state is ReconciliationState.STABLE
             and member.member_epoch == self.target_epoch
             and flat(member.assigned_partitions) == self._expected(member_id)
             and self.clients[member_id].held == self._expected(member_id)

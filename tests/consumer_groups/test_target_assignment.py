@@ -26,8 +26,8 @@ from coordinator_server.consumer_groups.assignors.api import (
     PartitionAssignorError,
     Partitions,
     SubscribedTopicDescriber,
+    SubscribedTopicMetadata,
     SubscriptionType,
-    TopicMetadata,
 )
 from coordinator_server.consumer_groups.member import ConsumerGroupMember
 from coordinator_server.consumer_groups.target_assignment import (
@@ -168,7 +168,7 @@ class Context:
 
     def build(self) -> TargetAssignmentResult:
         every_member = {**self.members, **{k: v for k, v in self.updated_members.items() if v}}
-        topics = TopicMetadata(self.partition_counts)
+        topics = SubscribedTopicMetadata(self.partition_counts)
         result = TargetAssignmentBuilder(
             group_id=GROUP,
             group_epoch=EPOCH,
@@ -476,7 +476,7 @@ def uniform_builder(
             member_id: resolve_subscription(member, topic_ids, {})
             for member_id, member in members.items()
         },
-        topics=TopicMetadata(partition_counts),
+        topics=SubscribedTopicMetadata(partition_counts),
         assignment_timestamp_ms=1234,
     )
 
@@ -571,7 +571,7 @@ def test_subscription_type_follows_the_subscriptions_when_not_given(
             member_id: resolve_subscription(member, topic_ids, {})
             for member_id, member in members.items()
         },
-        topics=TopicMetadata({foo: 2, bar: 2}),
+        topics=SubscribedTopicMetadata({foo: 2, bar: 2}),
     ).build()
 
     assert assignor.calls[0][0].subscription_type is expected

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from coordinator_server.consumer_groups.member import ReconciliationState
 from coordinator_server.records import (
     ClassicMemberMetadata,
     ClassicProtocol,
@@ -26,7 +27,6 @@ from coordinator_server.records import (
     ConsumerGroupTargetAssignmentMemberValue,
     ConsumerGroupTargetAssignmentMetadataValue,
     CoordinatorRecord,
-    MemberState,
     RecordFormatError,
     RecordType,
     decode_offset_commit,
@@ -56,7 +56,7 @@ MEMBER = ConsumerGroupMemberMetadataValue(
     None, "r1", "c", "/10.0.0.1", ("orders",), None, 300000, "uniform"
 )
 CURRENT = ConsumerGroupCurrentMemberAssignmentValue(
-    5, 4, MemberState.UNREVOKED_PARTITIONS, ((TOPIC_ID, (0,)),), ((TOPIC_ID, (1,)),)
+    5, 4, ReconciliationState.UNREVOKED_PARTITIONS.value, ((TOPIC_ID, (0,)),), ((TOPIC_ID, (1,)),)
 )
 
 # (record, its tombstone, key hex, value hex), each as docs/RECORDS.md shows it.
@@ -270,7 +270,7 @@ _records = st.one_of(
             ConsumerGroupCurrentMemberAssignmentValue,
             _int32,
             _int32,
-            st.sampled_from([int(state) for state in MemberState]),
+            st.sampled_from([state.value for state in ReconciliationState]),
             _partitions,
             _partitions,
         ),

@@ -7,12 +7,12 @@ from collections.abc import Mapping
 
 from coordinator_protocol.errors import UnsupportedAssignorError
 from coordinator_server.consumer_groups.assignors.api import PartitionAssignor
-from coordinator_server.consumer_groups.assignors.range import RangeAssignor
-from coordinator_server.consumer_groups.assignors.uniform import UniformAssignor
+from coordinator_server.consumer_groups.assignors.range import RangeServerAssignor
+from coordinator_server.consumer_groups.assignors.uniform import UniformServerAssignor
 
 ASSIGNORS: Mapping[str, PartitionAssignor] = {
-    "uniform": UniformAssignor(),
-    "range": RangeAssignor(),
+    "uniform": UniformServerAssignor(),
+    "range": RangeServerAssignor(),
 }
 
 

@@ -149,7 +149,7 @@ class SubscribedTopicDescriber(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class TopicMetadata:
+class SubscribedTopicMetadata:
     """A `SubscribedTopicDescriber` over plain maps: partition counts by topic id, and the
     racks of each partition's replicas where they are known."""
 

@@ -1,4 +1,4 @@
-"""Kafka's `range` server-side assignor (RangeAssignor): each topic's partitions cut into
+"""Kafka's `range` server-side assignor (RangeServerAssignor): each topic's partitions cut into
 contiguous ranges, one per subscriber, in the order of the subscribers.
 
 Subscribers are ordered static members first (by instance id), then the others by member id,
@@ -47,7 +47,7 @@ class _TopicRanges:
         return PartitionRange(start, end) if start < end else None
 
 
-class RangeAssignor:
+class RangeServerAssignor:
     """Kafka's server-side RangeAssignor."""
 
     @property

@@ -1,4 +1,4 @@
-"""Kafka's `uniform` server-side assignor (UniformAssignor): partitions spread evenly over the
+"""Kafka's `uniform` server-side assignor (UniformServerAssignor): partitions spread evenly over the
 members, each member keeping what it owns wherever the balance allows.
 
 Two builders, chosen by the group's subscription type, as Kafka's:
@@ -39,7 +39,7 @@ round where every subscriber set is identical converges at once; overlapping one
 halve the imbalance per round."""
 
 
-class UniformAssignor:
+class UniformServerAssignor:
     """Kafka's UniformAssignor."""
 
     @property
