@@ -216,6 +216,15 @@ CONSUMER_GROUP_TYPES: Final = frozenset(
     }
 )
 
+# A key is a msgpack fixarray (header 0x90 | length) whose first element, the record type,
+# is a positive fixint: its second byte.
+_FIXARRAY_HEADERS: Final = range(0x90, 0xA0)
+
+
+def is_consumer_group_key(key: bytes) -> bool:
+    """Whether the encoded key is one of a consumer group's records, without decoding it."""
+    return len(key) > 1 and key[0] in _FIXARRAY_HEADERS and key[1] in CONSUMER_GROUP_TYPES
+
 
 ConsumerGroupRecordKey = (
     ConsumerGroupMetadataKey
@@ -488,6 +497,7 @@ __all__ = [
     "consumer_group_metadata_value_from_fields",
     "current_member_assignment_value_fields",
     "current_member_assignment_value_from_fields",
+    "is_consumer_group_key",
     "member_metadata_value_fields",
     "member_metadata_value_from_fields",
     "regular_expression_key_fields",

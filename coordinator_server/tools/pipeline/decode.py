@@ -52,6 +52,7 @@ from coordinator_server.records import (
     TransactionValue,
     decode_record,
 )
+from coordinator_server.records.consumer_groups import is_consumer_group_key
 from coordinator_server.records.security import is_security_key
 
 __all__ = [
@@ -403,10 +404,11 @@ def decode_batches(
 
     The security partition's ACL and SCRAM credential records are left out here and in
     `decode_arrow_batches`: they are not the groups' and transactions' history, and
-    credentials have no business in an analytics table."""
+    credentials have no business in an analytics table. So are the records of Kafka's
+    consumer group protocol (KIP-848), whose groups the tables do not describe yet."""
     builder = RecordBatchBuilder()
     for log_offset, timestamp_ms, key, value in records:
-        if is_security_key(key):
+        if is_security_key(key) or is_consumer_group_key(key):
             continue
         builder.append(decode_row(log_partition, log_offset, timestamp_ms, key, value))
         if len(builder) >= batch_rows:
@@ -426,7 +428,7 @@ def decode_arrow_batches(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.Recor
             for name in ("log_partition", "log_offset", "log_timestamp_ms", "key", "value")
         )
         for log_partition, log_offset, timestamp_ms, key, value in zip(*columns, strict=True):
-            if is_security_key(key):
+            if is_security_key(key) or is_consumer_group_key(key):
                 continue
             builder.append(decode_row(log_partition, log_offset, timestamp_ms, key, value))
         yield builder.flush()
