@@ -1,0 +1,277 @@
+"""What a ConsumerGroupHeartbeat needs besides the group: the coordinator's settings for
+consumer groups, the data cluster's topics as the heartbeat reads them, the request's
+validation and the records and answers it builds (Kafka's helpers around
+`GroupMetadataManager.consumerGroupHeartbeat`).
+
+Kept apart from the manager so that the manager reads as Kafka's steps (validate, get or
+create the member, bump the group epoch, recompute the target, reconcile, answer) while
+the shapes of records and answers live here. Pure: the time and the topics come in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from coordinator_protocol.consumer_groups import (
+    JOIN_GROUP_MEMBER_EPOCH,
+    LEAVE_GROUP_MEMBER_EPOCH,
+    LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatRequestTopicPartitions,
+    ConsumerGroupHeartbeatResponseAssignment,
+    ConsumerGroupHeartbeatResponseTopicPartitions,
+)
+from coordinator_protocol.errors import (
+    FencedMemberEpochError,
+    InvalidRequestError,
+    UnsupportedAssignorError,
+)
+from coordinator_server.consumer_groups.assignors import ASSIGNORS
+from coordinator_server.consumer_groups.assignors.api import PartitionAssignor
+from coordinator_server.consumer_groups.member import ConsumerGroupMember
+from coordinator_server.consumer_groups.target_assignment import record_partitions
+from coordinator_server.consumer_groups.topics import TopicId, TopicPartitions
+from coordinator_server.records import (
+    CoordinatorRecord,
+    new_consumer_group_current_member_assignment_record,
+    new_consumer_group_current_member_assignment_tombstone_record,
+    new_consumer_group_member_metadata_record,
+    new_consumer_group_member_metadata_tombstone_record,
+    new_consumer_group_target_assignment_member_tombstone_record,
+)
+from coordinator_server.records.consumer_groups import (
+    ConsumerGroupCurrentMemberAssignmentValue,
+    ConsumerGroupMemberMetadataValue,
+)
+
+KAFKA_MAX_GROUP_SIZE = 2**31 - 1
+"""Kafka's default `group.consumer.max.size` (Integer.MAX_VALUE): no limit of its own."""
+
+
+@dataclass(frozen=True)
+class ConsumerGroupConfig:
+    """Kafka's `group.consumer.*` settings that a heartbeat reads, with Kafka's defaults.
+
+    `assignors` are the server-side assignors by name, in the configured order: the first
+    is the default of a group whose members name none.
+    """
+
+    session_timeout_ms: int = 45_000
+    heartbeat_interval_ms: int = 5_000
+    assignors: Mapping[str, PartitionAssignor] = field(default_factory=lambda: dict(ASSIGNORS))
+    max_size: int = KAFKA_MAX_GROUP_SIZE
+
+    def __post_init__(self) -> None:
+        if not self.assignors:
+            raise ValueError("group.consumer.assignors must name at least one assignor")
+
+    @property
+    def default_assignor(self) -> str:
+        return next(iter(self.assignors))
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterTopic:
+    """A topic of the data cluster: its id and its number of partitions."""
+
+    topic_id: TopicId
+    partition_count: int
+
+
+class ClusterTopics(Protocol):
+    """The data cluster's topics as a heartbeat reads them: by name to subscribe, by id to
+    name the partitions of an answer."""
+
+    def topic(self, name: str) -> ClusterTopic | None:
+        """The topic of that name, None when the cluster has none."""
+        ...
+
+    def topic_name(self, topic_id: TopicId) -> str | None:
+        """The name of the topic of that id, None when the cluster has none."""
+        ...
+
+
+class ClusterTopicsSnapshot:
+    """`ClusterTopics` over a plain map of the cluster's topics by name."""
+
+    __slots__ = ("_by_name", "_names")
+
+    def __init__(self, topics: Mapping[str, ClusterTopic]) -> None:
+        self._by_name = dict(topics)
+        self._names = {topic.topic_id: name for name, topic in self._by_name.items()}
+
+    def topic(self, name: str) -> ClusterTopic | None:
+        return self._by_name.get(name)
+
+    def topic_name(self, topic_id: TopicId) -> str | None:
+        return self._names.get(topic_id)
+
+
+def validate_heartbeat(request: ConsumerGroupHeartbeatRequest, config: ConsumerGroupConfig) -> None:
+    """Raise Kafka's INVALID_REQUEST or UNSUPPORTED_ASSIGNOR for a request no group state
+    can make valid (Kafka's `throwIfConsumerGroupHeartbeatRequestIsInvalid`).
+
+    The member id is required at every epoch, joining included: the bodies are Kafka's
+    version 1, from which the member generates its id (KIP-1082).
+    """
+    if not request.member_id:
+        raise InvalidRequestError("MemberId can't be empty.")
+    if not request.group_id:
+        raise InvalidRequestError("GroupId can't be empty.")
+    if request.instance_id == "":
+        raise InvalidRequestError("InstanceId can't be empty.")
+    if request.rack_id == "":
+        raise InvalidRequestError("RackId can't be empty.")
+    epoch = request.member_epoch
+    if epoch == JOIN_GROUP_MEMBER_EPOCH:
+        if request.rebalance_timeout_ms == -1:
+            raise InvalidRequestError("RebalanceTimeoutMs must be provided in first request.")
+        if request.topic_partitions is None or request.topic_partitions:
+            raise InvalidRequestError("TopicPartitions must be empty when (re-)joining.")
+        # An empty list or an empty regex is accepted: a member subscribed to nothing.
+        if request.subscribed_topic_names is None and request.subscribed_topic_regex is None:
+            raise InvalidRequestError(
+                "Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when "
+                "(re-)joining."
+            )
+    elif epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+        if request.instance_id is None:
+            raise InvalidRequestError("InstanceId can't be null.")
+    elif epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+        raise InvalidRequestError("MemberEpoch is invalid.")
+    assignor = request.server_assignor
+    if assignor is not None and assignor not in config.assignors:
+        raise UnsupportedAssignorError(
+            f"ServerAssignor {assignor} is not supported. Supported assignors: "
+            f"{', '.join(config.assignors)}."
+        )
+
+
+def owned_partitions(
+    topic_partitions: Iterable[ConsumerGroupHeartbeatRequestTopicPartitions],
+) -> dict[TopicId, frozenset[int]]:
+    """The partitions a heartbeat says the member owns, by topic id."""
+    owned: dict[TopicId, frozenset[int]] = {}
+    for topic in topic_partitions:
+        owned[topic.topic_id] = owned.get(topic.topic_id, frozenset()) | set(topic.partitions)
+    return owned
+
+
+def check_member_epoch(
+    member: ConsumerGroupMember,
+    received_epoch: int,
+    owned: Mapping[TopicId, frozenset[int]] | None,
+) -> None:
+    """Raise FENCED_MEMBER_EPOCH for an epoch the member may not heartbeat with (Kafka's
+    `throwIfConsumerGroupMemberEpochIsInvalid`). The previous epoch is accepted while the
+    member owns only partitions it is assigned: the answer that moved it on may be lost."""
+    if received_epoch > member.member_epoch:
+        raise FencedMemberEpochError(
+            f"The consumer group member has a greater member epoch ({received_epoch}) than "
+            f"the one known by the group coordinator ({member.member_epoch}). The member "
+            "must abandon all its partitions and rejoin."
+        )
+    if received_epoch < member.member_epoch and (
+        received_epoch != member.previous_member_epoch
+        or not _is_subset(owned, member.assigned_partitions)
+    ):
+        raise FencedMemberEpochError(
+            f"The consumer group member has a smaller member epoch ({received_epoch}) than "
+            f"the one known by the group coordinator ({member.member_epoch}). The member "
+            "must abandon all its partitions and rejoin."
+        )
+
+
+def _is_subset(owned: Mapping[TopicId, frozenset[int]] | None, assigned: TopicPartitions) -> bool:
+    # As Kafka: a heartbeat that does not say what it owns is not a subset.
+    if owned is None:
+        return False
+    return all(
+        topic_id in assigned and partitions <= assigned[topic_id]
+        for topic_id, partitions in owned.items()
+    )
+
+
+def is_leave_epoch(epoch: int) -> bool:
+    return epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH)
+
+
+def member_metadata_record(group_id: str, member: ConsumerGroupMember) -> CoordinatorRecord:
+    """The member's metadata record (Kafka's `newConsumerGroupMemberSubscriptionRecord`)."""
+    return new_consumer_group_member_metadata_record(
+        group_id,
+        member.member_id,
+        ConsumerGroupMemberMetadataValue(
+            instance_id=member.instance_id,
+            rack_id=member.rack_id,
+            client_id=member.client_id,
+            client_host=member.client_host,
+            subscribed_topic_names=tuple(sorted(member.subscribed_topic_names)),
+            subscribed_topic_regex=member.subscribed_topic_regex or None,
+            rebalance_timeout_ms=member.rebalance_timeout_ms,
+            server_assignor=member.server_assignor,
+        ),
+    )
+
+
+def current_assignment_record(group_id: str, member: ConsumerGroupMember) -> CoordinatorRecord:
+    """The member's current assignment record (Kafka's
+    `newConsumerGroupCurrentAssignmentRecord`)."""
+    return new_consumer_group_current_member_assignment_record(
+        group_id,
+        member.member_id,
+        ConsumerGroupCurrentMemberAssignmentValue(
+            member_epoch=member.member_epoch,
+            previous_member_epoch=member.previous_member_epoch,
+            state=member.state.value,
+            assigned_partitions=record_partitions(member.assigned_partitions),
+            partitions_pending_revocation=record_partitions(member.partitions_pending_revocation),
+        ),
+    )
+
+
+def member_removal_records(group_id: str, member_id: str) -> list[CoordinatorRecord]:
+    """A departed member's tombstones, in the order replay requires (Kafka's
+    `removeMember`): current assignment, target assignment, then metadata."""
+    return [
+        new_consumer_group_current_member_assignment_tombstone_record(group_id, member_id),
+        new_consumer_group_target_assignment_member_tombstone_record(group_id, member_id),
+        new_consumer_group_member_metadata_tombstone_record(group_id, member_id),
+    ]
+
+
+def response_assignment(
+    partitions: TopicPartitions, topics: ClusterTopics
+) -> ConsumerGroupHeartbeatResponseAssignment:
+    """The member's whole assignment as an answer carries it: by topic id, with the topic's
+    name beside it ("" for a topic the cluster no longer has), sorted so that one
+    assignment always reads the same."""
+    return ConsumerGroupHeartbeatResponseAssignment(
+        topic_partitions=[
+            ConsumerGroupHeartbeatResponseTopicPartitions(
+                topic_id=topic_id,
+                topic_name=topics.topic_name(topic_id) or "",
+                partitions=sorted(indexes),
+            )
+            for topic_id, indexes in sorted(partitions.items())
+        ]
+    )
+
+
+__all__ = [
+    "KAFKA_MAX_GROUP_SIZE",
+    "ClusterTopic",
+    "ClusterTopics",
+    "ClusterTopicsSnapshot",
+    "ConsumerGroupConfig",
+    "check_member_epoch",
+    "current_assignment_record",
+    "is_leave_epoch",
+    "member_metadata_record",
+    "member_removal_records",
+    "owned_partitions",
+    "response_assignment",
+    "validate_heartbeat",
+]
