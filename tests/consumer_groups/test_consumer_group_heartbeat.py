@@ -34,6 +34,7 @@ from coordinator_server.records.consumer_groups import (
     ConsumerGroupTargetAssignmentMetadataKey,
     ConsumerGroupTargetAssignmentMetadataValue,
 )
+from coordinator_server.runtime.api import RecordRun
 from coordinator_server.timeline import SnapshotRegistry
 
 GROUP = "fooup"
@@ -60,8 +61,8 @@ class Context:
             request, client_id="client", client_host="/10.0.0.1", topics=TOPICS, now_ms=NOW_MS
         )
         assert result.response is not None
+        assert not isinstance(result.records, RecordRun)
         records = list(result.records)
-        assert all(isinstance(record, CoordinatorRecord) for record in records)
         for record in records:
             replay(self.manager, record)
         self.log.extend(records)
