@@ -22,7 +22,9 @@ SASL requests (and asks it whether any other request may go through) and acts on
   expiry; none when `connections.max.reauth.ms` is 0, as in Kafka). A client re-authenticates
   on the same connection (KIP-368) with a new SaslHandshake of the same mechanism, and must
   come out of it as the same principal; a request after the session has expired closes the
-  connection.
+  connection. Without re-authentication, a SaslHandshake or SaslAuthenticate after the
+  exchange is answered ILLEGAL_SASL_STATE and the connection kept, as Kafka's KafkaApis
+  answers them (and so are they on a listener without SASL).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ __all__ = [
     "SecurityProtocol",
     "SslClientAuth",
     "certificate_principal",
+    "illegal_sasl_state",
 ]
 
 SASL_API_KEYS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
@@ -189,10 +192,13 @@ class SaslExchange:
         state = self._state
         if state is _ExchangeState.AUTHENTICATED:
             if not self._security.max_reauth_ms:
+                # Kafka's KafkaApis: answered ILLEGAL_SASL_STATE, the connection kept.
                 return SaslStep(
-                    SaslStepKind.CLOSE,
-                    reason="SaslHandshake on an authenticated connection, and "
-                    "re-authentication is off (connections.max.reauth.ms is 0)",
+                    SaslStepKind.ANSWER,
+                    SaslHandshakeResponse(
+                        error_code=ErrorCode.ILLEGAL_SASL_STATE,
+                        mechanisms=list(self._security.mechanisms),
+                    ),
                 )
             reauthenticating = True
         elif state is _ExchangeState.HANDSHAKE:
@@ -226,6 +232,15 @@ class SaslExchange:
 
     def authenticate(self, request: SaslAuthenticateRequest, now: float) -> SaslStep:
         server = self._server
+        if self._state is _ExchangeState.AUTHENTICATED:
+            # Kafka's KafkaApis: answered ILLEGAL_SASL_STATE, the connection kept.
+            return SaslStep(
+                SaslStepKind.ANSWER,
+                SaslAuthenticateResponse(
+                    error_code=ErrorCode.ILLEGAL_SASL_STATE,
+                    error_message="SaslAuthenticate after the client authenticated",
+                ),
+            )
         if server is None or self._state not in (
             _ExchangeState.AUTHENTICATE,
             _ExchangeState.REAUTHENTICATE,
@@ -280,6 +295,18 @@ class SaslExchange:
             SaslAuthenticateResponse(error_code=code, error_message=message),
             reason=message,
         )
+
+
+def illegal_sasl_state(request: Message) -> Message:
+    """The answer to a SaslHandshake or SaslAuthenticate where no exchange is under way:
+    ILLEGAL_SASL_STATE (Kafka's KafkaApis, on a listener without SASL or after the client
+    authenticated)."""
+    if isinstance(request, SaslHandshakeRequest):
+        return SaslHandshakeResponse(error_code=ErrorCode.ILLEGAL_SASL_STATE)
+    return SaslAuthenticateResponse(
+        error_code=ErrorCode.ILLEGAL_SASL_STATE,
+        error_message="this listener does not authenticate with SASL",
+    )
 
 
 def certificate_principal(transport: asyncio.BaseTransport, mapper: SslPrincipalMapper) -> str:

@@ -38,6 +38,8 @@ from functools import partial
 from time import monotonic, perf_counter
 from typing import TYPE_CHECKING, cast
 
+import msgspec
+
 from coordinator_protocol.api_keys import ApiKey
 from coordinator_protocol.envelope import (
     EnvelopeError,
@@ -60,6 +62,7 @@ from coordinator_server.server.authentication import (
     SaslStep,
     SaslStepKind,
     certificate_principal,
+    illegal_sasl_state,
 )
 from coordinator_server.server.connection_events import RefusalReason, ServerCloseReason
 from coordinator_server.service.slicing import BuildSlot
@@ -323,9 +326,13 @@ class CoordinatorConnection(asyncio.Protocol):
             self._protocol_violation(str(exc))
             return
         if handler is None:
-            if header.api_key in SASL_API_KEYS and self._sasl is not None:
-                # Re-authentication (KIP-368) on a connection whose session does not expire.
-                self._sasl_step(header, request, started)
+            if header.api_key in SASL_API_KEYS:
+                if self._sasl is not None:
+                    # After the exchange: a re-authentication (KIP-368), or a refusal.
+                    self._sasl_step(header, request, started)
+                else:
+                    # A listener without SASL answers the exchange as Kafka's KafkaApis does.
+                    self._respond_with(header, illegal_sasl_state(request), started)
                 return
             self._respond(
                 header,
@@ -363,7 +370,7 @@ class CoordinatorConnection(asyncio.Protocol):
 
     # Authentication.
 
-    def _guard(self, header: RequestHeader, body: object, started: float) -> bool:
+    def _guard(self, header: RequestHeader, body: msgspec.Raw, started: float) -> bool:
         """The SASL exchange's turn at a request; True when it took the request (answered
         it, or closed the connection for it)."""
         sasl = self._sasl
@@ -374,7 +381,7 @@ class CoordinatorConnection(asyncio.Protocol):
             return True
         if api_key in SASL_API_KEYS:
             try:
-                request = parse_request(header, body)  # type: ignore[arg-type]
+                request = parse_request(header, body)
             except (ApiError, EnvelopeError) as exc:
                 self._not_authenticated(f"malformed {header.api_key} during SASL: {exc}")
                 return True

@@ -490,3 +490,28 @@ async def test_acls_removed_while_a_member_is_in_its_group_refuse_its_next_heart
         finally:
             await admin.close()
             await alice.close()
+
+
+async def test_a_listener_without_sasl_answers_the_exchange_illegal_sasl_state(
+    tmp_path: Path,
+) -> None:
+    """As Kafka's brokers answer a SASL exchange on a PLAINTEXT listener: ILLEGAL_SASL_STATE,
+    the connection kept."""
+    async with serve(tmp_path, listener_security_protocol="PLAINTEXT") as app:
+        assert app.address is not None
+        client = await WireClient.connect(*app.address)
+        try:
+            handshake = await client.call(ApiKey.SASL_HANDSHAKE, {"mechanism": "PLAIN"})
+            assert handshake["error_code"] == ErrorCode.ILLEGAL_SASL_STATE
+            answer = await client.call(ApiKey.SASL_AUTHENTICATE, {"auth_bytes": b"\0a\0b"})
+            assert answer["error_code"] == ErrorCode.ILLEGAL_SASL_STATE
+            assert (await client.call(ApiKey.API_VERSIONS, {}))["error_code"] == 0
+        finally:
+            await client.close()
+        with pytest.raises(Exception, match="PLAINTEXT or SSL"):
+            async with CoordinatorClient(
+                bootstrap(app),
+                security=sasl("PLAIN", "alice", "alice-secret"),
+                request_timeout_ms=3000,
+            ) as sasl_client:
+                await sasl_client.fetch_offsets("billing")

@@ -170,8 +170,18 @@ def test_a_reauthentication_may_not_change_the_principal_nor_the_mechanism() -> 
     assert step.kind is SaslStepKind.REFUSE
 
 
-def test_without_connections_max_reauth_ms_a_second_handshake_closes() -> None:
+def test_without_connections_max_reauth_ms_the_exchange_is_over_once_authenticated() -> None:
+    """Kafka's KafkaApis answers a SaslHandshake or SaslAuthenticate after the exchange
+    ILLEGAL_SASL_STATE and keeps the connection; the client stays who it was."""
     exchange = SaslExchange(security(max_reauth_ms=0))
     exchange.handshake(SaslHandshakeRequest(mechanism="PLAIN"))
     exchange.authenticate(plain("alice", "alice-secret"), now=0)
-    assert exchange.handshake(SaslHandshakeRequest(mechanism="PLAIN")).kind is SaslStepKind.CLOSE
+    step = exchange.handshake(SaslHandshakeRequest(mechanism="PLAIN"))
+    assert step.kind is SaslStepKind.ANSWER
+    assert isinstance(step.response, SaslHandshakeResponse)
+    assert step.response.error_code == ErrorCode.ILLEGAL_SASL_STATE
+    step = exchange.authenticate(plain("bob", "bob-secret"), now=0)
+    assert step.kind is SaslStepKind.ANSWER and not step.authenticated
+    assert isinstance(step.response, SaslAuthenticateResponse)
+    assert step.response.error_code == ErrorCode.ILLEGAL_SASL_STATE
+    assert exchange.principal == "User:alice" and exchange.authenticated
