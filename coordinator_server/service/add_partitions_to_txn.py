@@ -32,7 +32,7 @@ from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.service.authorization import RequestAuthorizer
 from coordinator_server.service.errors import map_operation_error
 from coordinator_server.service.limits import RequestLimits, answer_too_large
-from coordinator_server.service.replies import Reply, sliced_reply
+from coordinator_server.service.replies import Reply, future_failure, sliced_reply
 from coordinator_server.service.slicing import PAUSE, SliceClock, SlicedRequests, Step, Steps
 from coordinator_server.shard import TransactionShard
 from coordinator_server.transactions.metadata import TxnPartitions
@@ -264,7 +264,7 @@ class AddPartitionsToTxn:
         if future is not None:
             if not future.done():
                 yield [future]
-            error = _failure(future)
+            error = future_failure(future)
             result = None if error is not None else future.result()
         if error is not None:
             code, why = map_operation_error("add-partitions-to-txn", error)
@@ -290,7 +290,7 @@ class AddPartitionsToTxn:
                 asking.add_done_callback(self._asking.discard)
                 if not asking.done():
                     yield [asking]
-                failure = _failure(asking)
+                failure = future_failure(asking)
                 if failure is not None:
                     return failure
                 found = asking.result()
@@ -423,9 +423,3 @@ def _pieces(
                 piece, room = [], size
     if piece:
         yield piece
-
-
-def _failure(future: asyncio.Future[Any]) -> BaseException | None:
-    if future.cancelled():
-        return asyncio.CancelledError()
-    return future.exception()

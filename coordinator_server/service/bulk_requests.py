@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Generator
 from functools import partial
-from typing import Any, Final, TypeVar
+from typing import Final, TypeVar
 
 from coordinator_protocol.api_keys import ApiKey, api_name
 from coordinator_protocol.errors import ErrorCode
@@ -59,6 +59,7 @@ from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.service.authorization import RequestAuthorizer
 from coordinator_server.service.errors import NO_OWNERSHIP, map_operation_error
 from coordinator_server.service.limits import RequestLimits, answer_too_large, too_long
+from coordinator_server.service.replies import future_failure
 from coordinator_server.service.slicing import (
     PAUSE,
     SliceClock,
@@ -283,7 +284,7 @@ class BulkRequests:
                 described = self._runtime.schedule_read(
                     "describe-groups", partition, _describe_op(chunk)
                 )
-                error = _failure(described)
+                error = future_failure(described)
                 if error is not None:
                     code, _ = map_operation_error("describe-groups", error)
                     for group_id in chunk:
@@ -418,7 +419,7 @@ class BulkRequests:
             clock.built_bytes = built
             yield [deleted for _, _, deleted in writes]
             for partition, chunk, deleted in writes:
-                error = _failure(deleted)
+                error = future_failure(deleted)
                 if error is None:
                     results = deleted.result()
                 else:
@@ -481,7 +482,7 @@ class BulkRequests:
             listed = self._runtime.schedule_read(
                 "list-groups", partition, list_op(states, types, room)
             )
-            error = _failure(listed)
+            error = future_failure(listed)
             if error is not None:
                 code, _ = map_operation_error("list-groups", error)
                 # Partitions this node does not own are someone else's to list (Kafka's
@@ -587,12 +588,6 @@ def _visible_list_op(
         return kept, size
 
     return listed
-
-
-def _failure(future: asyncio.Future[Any]) -> BaseException | None:
-    if future.cancelled():
-        return asyncio.CancelledError()
-    return future.exception()
 
 
 def _id_extra(group_id: str | None) -> int:

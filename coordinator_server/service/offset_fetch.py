@@ -46,6 +46,7 @@ from coordinator_server.service.authorization import RequestAuthorizer
 from coordinator_server.service.bulk_requests import ErrorOnlyResponse
 from coordinator_server.service.errors import map_operation_error
 from coordinator_server.service.limits import RequestLimits, answer_too_large
+from coordinator_server.service.replies import future_failure
 from coordinator_server.service.slicing import (
     PAUSE,
     SliceClock,
@@ -261,7 +262,7 @@ class OffsetFetchRequests:
         )
         if not fetched.done():
             yield [fetched]
-        error = _failure(fetched)
+        error = future_failure(fetched)
         if error is not None:
             code, _ = map_operation_error("fetch-offsets", error, require_stable=require_stable)
             return _fetch_error(group_id, code), 0
@@ -304,7 +305,7 @@ class OffsetFetchRequests:
             if not fetched.done():
                 clock.built_bytes = built + size
                 yield [fetched]
-            error = _failure(fetched)
+            error = future_failure(fetched)
             if error is not None:
                 code, _ = map_operation_error("fetch-offsets", error, require_stable=require_stable)
                 return _fetch_error(group_id, code), 0
@@ -381,12 +382,6 @@ def _visible_offsets(
         for partition in topic.partitions:
             size += fetched_partition_bytes(partition.metadata)
     return OffsetFetchResponseGroup(group_id=answer.group_id, topics=visible), size
-
-
-def _failure(future: asyncio.Future[Any]) -> BaseException | None:
-    if future.cancelled():
-        return asyncio.CancelledError()
-    return future.exception()
 
 
 def _fetch_error(group_id: str | None, code: ErrorCode) -> OffsetFetchResponseGroup:

@@ -32,6 +32,7 @@ __all__ = [
     "Handler",
     "PendingReply",
     "Reply",
+    "future_failure",
     "reply_after",
     "reply_gathered",
     "reply_then",
@@ -200,3 +201,11 @@ def typed_handler(request_type: type[M], method: Callable[[M, RequestContext], R
     (parse_request builds the type registered for the handler's api key), so no wrapper
     checks the type again on every request; `request_type` documents the pairing."""
     return cast(Handler, method)
+
+
+def future_failure(future: asyncio.Future[Any]) -> BaseException | None:
+    """What a done future failed with: its exception, a CancelledError when it was cancelled,
+    None when it has a result."""
+    if future.cancelled():
+        return asyncio.CancelledError()
+    return future.exception()

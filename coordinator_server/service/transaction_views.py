@@ -21,14 +21,13 @@ only the ids the principal may DESCRIBE.
 
 from __future__ import annotations
 
-import asyncio
 import heapq
 import re
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import replace
 from functools import partial
 from itertools import islice
-from typing import Any, Final, cast
+from typing import Final, cast
 
 import msgspec
 
@@ -66,7 +65,7 @@ from coordinator_server.service.authorization import RequestAuthorizer
 from coordinator_server.service.bulk_requests import ErrorOnlyResponse
 from coordinator_server.service.errors import NO_OWNERSHIP, map_operation_error
 from coordinator_server.service.limits import RequestLimits, answer_too_large, too_long
-from coordinator_server.service.replies import Reply, sliced_reply
+from coordinator_server.service.replies import Reply, future_failure, sliced_reply
 from coordinator_server.service.slicing import PAUSE, SliceClock, SlicedRequests, Step, Steps
 from coordinator_server.shard import TransactionShard
 from coordinator_server.transactions.metadata import TransactionState
@@ -204,7 +203,7 @@ class TransactionViews:
                 read = self._runtime.schedule_read(
                     "describe-transactions", partition, describe_op(chunk)
                 )
-                error = _failure(read)
+                error = future_failure(read)
                 if error is not None:
                     code, _ = map_operation_error("describe-transactions", error)
                     for transactional_id in chunk:
@@ -448,7 +447,7 @@ class TransactionViews:
             read = self._runtime.schedule_read(
                 "list-transactions", partition, _transactional_ids_op
             )
-            if _failure(read) is not None:
+            if future_failure(read) is not None:
                 # The partition unloaded meanwhile: its transactions are another node's to
                 # list now.
                 continue
@@ -462,7 +461,7 @@ class TransactionViews:
                     partition,
                     _list_op(batch, states, producer_ids, request.duration_filter),
                 )
-                if _failure(found) is not None:
+                if future_failure(found) is not None:
                     break
                 for txn in found.result():
                     if matcher is not None and not matcher(txn.transactional_id):
@@ -535,12 +534,6 @@ def _sorted(ids: list[str], clock: SliceClock) -> Generator[Step, None, Iterator
     if len(parts) == 1:
         return iter(parts[0])
     return heapq.merge(*parts)
-
-
-def _failure(future: asyncio.Future[Any]) -> BaseException | None:
-    if future.cancelled():
-        return asyncio.CancelledError()
-    return future.exception()
 
 
 def _listed_state(txn: ListedTransaction) -> ListTransactionsResponseState:
