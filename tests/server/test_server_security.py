@@ -22,16 +22,27 @@ from coordinator_protocol.security import (
     CreateAclsRequest,
     CreateAclsRequestCreation,
     CreateAclsResponse,
+    DeleteAclsRequest,
+    DeleteAclsRequestFilter,
     DescribeAclsRequest,
     DescribeAclsResponse,
     DescribeUserScramCredentialsRequest,
 )
 from coordinator_server.app import CoordinatorApp
 from coordinator_server.authentication.scram import ScramSaslServer, salted_password
+from coordinator_server.authorizer.acls import (
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+    StandardAcl,
+)
+from coordinator_server.authorizer.standard import StandardAuthorizerData
 from coordinator_server.config import CoordinatorConfig
 from coordinator_server.node_address import NodeAddress
 from coordinator_server.node_client import NodeClient, TcpNodeConnector, node_client_id
 from coordinator_server.runtime.api import RequestContext
+from coordinator_server.service.authorization import RequestAuthorizer
 from coordinator_server.service.replies import PendingReply, Reply
 from coordinator_server.service.security_service import SecurityService
 from coordinator_server.storage.memory import InMemoryLog
@@ -433,3 +444,64 @@ async def test_a_security_partition_not_served_here_is_not_controller(
             "credential_infos": [],
         }
     ]
+
+
+async def test_with_the_data_clusters_acls_describe_answers_them_and_writes_are_refused() -> None:
+    """--authorizer kafka: the ACLs in force are the data cluster's. DescribeAcls answers
+    them, without the log; CreateAcls and DeleteAcls are refused, the ACLs being changed
+    where they come from."""
+    data = StandardAuthorizerData()
+    data.add(
+        StandardAcl(
+            ResourceType.GROUP,
+            "billing",
+            PatternType.LITERAL,
+            "User:alice",
+            "*",
+            AclOperation.READ,
+            AclPermissionType.ALLOW,
+        )
+    )
+    admin = RequestContext("admin", "/127.0.0.1", "User:admin")
+    service = SecurityService(
+        Elsewhere(),  # type: ignore[arg-type]
+        node_id=2,
+        authorizer=RequestAuthorizer(StandardAuthorizerData(["User:admin"])),
+        external_acls=data,
+    )
+    described = await answer_of(
+        service.describe_acls(
+            DescribeAclsRequest(
+                resource_type_filter=1, pattern_type_filter=1, operation=1, permission_type=1
+            ),
+            admin,
+        )
+    )
+    assert described.error_code == ErrorCode.NONE
+    assert [(r.resource_name, [a.principal for a in r.acls]) for r in described.resources] == [
+        ("billing", ["User:alice"])
+    ]
+    created = await answer_of(
+        service.create_acls(
+            CreateAclsRequest(creations=[CreateAclsRequestCreation(**GROUP_READ)]), admin
+        )
+    )
+    assert [r.error_code for r in created.results] == [ErrorCode.INVALID_REQUEST]
+    assert "kafka-acls.sh" in (created.results[0].error_message or "")
+    deleted = await answer_of(
+        service.delete_acls(
+            DeleteAclsRequest(
+                filters=[
+                    DeleteAclsRequestFilter(
+                        resource_type_filter=1,
+                        pattern_type_filter=1,
+                        operation=1,
+                        permission_type=1,
+                    )
+                ]
+            ),
+            admin,
+        )
+    )
+    assert [r.error_code for r in deleted.filter_results] == [ErrorCode.INVALID_REQUEST]
+    assert len(data) == 1
