@@ -390,3 +390,64 @@ async def refresh_until(
             return
         assert time.monotonic() < deadline, source.failure
         await asyncio.sleep(0.05)
+
+
+async def test_a_node_with_authorizer_kafka_decides_by_the_clusters_acls(
+    authorizing_broker: ApacheKafkaBroker, unique: str
+) -> None:
+    """The wiring of `--authorizer kafka`: a node's requests are decided by the data
+    cluster's ACLs (read before the node serves), and its own ACL writes are refused."""
+    from wire_client import WireClient
+
+    from coordinator_server.app import CoordinatorApp
+    from coordinator_server.config import CoordinatorConfig
+
+    allowed, other = f"wired-{unique}", f"wired-other-{unique}"
+    await create_acls(
+        authorizing_broker.bootstrap,
+        acl(ResourceType.GROUP, allowed, "User:ANONYMOUS", AclOperation.READ),
+    )
+    config = CoordinatorConfig(
+        port=0,
+        metrics_port=-1,
+        bootstrap_servers=authorizing_broker.bootstrap,
+        offsets_topic=f"coordinator-{unique}",
+        offsets_topic_partitions=2,
+        offsets_topic_replication_factor=1,
+        cluster="off",
+        transactions="off",
+        authorizer="kafka",
+        authorizer_kafka_refresh_interval_ms=100,
+    )
+    app = CoordinatorApp(config)
+    await asyncio.wait_for(app.start(), 60)
+    try:
+        assert app.address is not None and app.security.kafka_acls is not None
+        await wait_until(lambda: len(app.security.kafka_acls.data) > 0)
+        wire = await WireClient.connect(*app.address)
+        try:
+            # Over PLAINTEXT the client is User:ANONYMOUS, allowed on one group only.
+            answer = await wire.call(9, {"groups": [{"group_id": allowed}, {"group_id": other}]})
+            codes = {g["group_id"]: g["error_code"] for g in answer["groups"]}
+            assert codes == {allowed: 0, other: 30}
+            created = await wire.call(
+                30,
+                {
+                    "creations": [
+                        {
+                            "resource_type": 3,
+                            "resource_name": other,
+                            "principal": "User:ANONYMOUS",
+                            "host": "*",
+                            "operation": 3,
+                            "permission_type": 3,
+                        }
+                    ]
+                },
+            )
+            # Cluster ALTER is checked first, against the data cluster's ACLs: not granted.
+            assert created["results"][0]["error_code"] == 31
+        finally:
+            await wire.close()
+    finally:
+        await app.shutdown()
