@@ -74,10 +74,29 @@ class ConsumerGroupConfig:
 
 @dataclass(frozen=True, slots=True)
 class ClusterTopic:
-    """A topic of the data cluster: its id and its number of partitions."""
+    """A topic of the data cluster: its id and its number of partitions. `internal`: one of
+    the cluster's own topics (Kafka's `__consumer_offsets`, `__transaction_state`,
+    `__share_group_state`, this coordinator's log topic), kept so that a subscription that
+    names it finds it, and flagged so that what a regular expression is matched against may
+    leave it out (as a Kafka consumer's `exclude.internal.topics`, true by default, leaves
+    internal topics out of its pattern subscriptions)."""
 
     topic_id: TopicId
     partition_count: int
+    internal: bool = False
+
+
+class TopicDescription(Protocol):
+    """What a source of the cluster's topics says of one topic (`ClusterTopic` is one)."""
+
+    @property
+    def topic_id(self) -> TopicId: ...
+
+    @property
+    def partition_count(self) -> int: ...
+
+    @property
+    def internal(self) -> bool: ...
 
 
 class ClusterTopics(Protocol):
@@ -94,19 +113,80 @@ class ClusterTopics(Protocol):
 
 
 class ClusterTopicsSnapshot:
-    """`ClusterTopics` over a plain map of the cluster's topics by name."""
+    """`ClusterTopics` over a plain map of the cluster's topics by name, as read at one time.
 
-    __slots__ = ("_by_name", "_names")
+    `version` orders the snapshots of one source: a snapshot whose topics differ from the
+    previous one's has a larger version, so a reader may tell "nothing changed" from the
+    version alone. Immutable: a source replaces its snapshot, never changes it."""
 
-    def __init__(self, topics: Mapping[str, ClusterTopic]) -> None:
+    __slots__ = ("_by_name", "_names", "_sorted_names", "_version")
+
+    def __init__(self, topics: Mapping[str, ClusterTopic], version: int = 0) -> None:
         self._by_name = dict(topics)
         self._names = {topic.topic_id: name for name, topic in self._by_name.items()}
+        self._version = version
+        # Built on first use: most snapshots are read by name and id only.
+        self._sorted_names: tuple[str, ...] | None = None
+
+    @classmethod
+    def of(cls, topics: Mapping[str, TopicDescription], version: int = 0) -> ClusterTopicsSnapshot:
+        """The snapshot of what a source describes (its own value per topic)."""
+        return cls(
+            {
+                name: ClusterTopic(topic.topic_id, topic.partition_count, topic.internal)
+                for name, topic in topics.items()
+            },
+            version,
+        )
+
+    @property
+    def version(self) -> int:
+        return self._version
 
     def topic(self, name: str) -> ClusterTopic | None:
         return self._by_name.get(name)
 
     def topic_name(self, topic_id: TopicId) -> str | None:
         return self._names.get(topic_id)
+
+    def topic_names(self, *, include_internal: bool = True) -> list[str]:
+        """The names of the cluster's topics, sorted; without the internal ones when
+        `include_internal` is false (what a regular expression is matched against)."""
+        names = self._sorted_names
+        if names is None:
+            names = self._sorted_names = tuple(sorted(self._by_name))
+        if include_internal:
+            return list(names)
+        by_name = self._by_name
+        return [name for name in names if not by_name[name].internal]
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+    def __repr__(self) -> str:
+        return f"ClusterTopicsSnapshot(version={self._version}, topics={len(self._by_name)})"
+
+
+class ClusterTopicsSource(Protocol):
+    """Where a node reads the data cluster's topics from (a Kafka cluster's metadata, or a
+    file for a node without one), kept current in the background.
+
+    `snapshot()` answers at once, never waiting on I/O: the latest snapshot read (an empty
+    one at version 0 before the first). `refresh_now()` reads again now, for a heartbeat that
+    names a topic the snapshot lacks; the source bounds how often that reaches the cluster,
+    and a failure keeps the last snapshot (it is logged, not raised). `wait_ready(timeout_s)`
+    returns once the first snapshot is read (raises TimeoutError otherwise). `start()` once
+    before use, `stop()` at the end."""
+
+    def snapshot(self) -> ClusterTopicsSnapshot: ...
+
+    async def refresh_now(self) -> None: ...
+
+    async def wait_ready(self, timeout_s: float) -> None: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
 
 
 def validate_heartbeat(request: ConsumerGroupHeartbeatRequest, config: ConsumerGroupConfig) -> None:
@@ -265,7 +345,9 @@ __all__ = [
     "ClusterTopic",
     "ClusterTopics",
     "ClusterTopicsSnapshot",
+    "ClusterTopicsSource",
     "ConsumerGroupConfig",
+    "TopicDescription",
     "check_member_epoch",
     "current_assignment_record",
     "is_leave_epoch",
