@@ -19,17 +19,8 @@ from coordinator_client import (
     KafkaLogReader,
     OffsetDeleteError,
 )
-from coordinator_protocol.consumer import (
-    ConsumerProtocolAssignment,
-    ConsumerProtocolSubscription,
-    InvalidConsumerProtocolError,
-)
 from coordinator_protocol.errors import ApiError, ErrorCode
-from coordinator_protocol.messages import (
-    DeleteGroupsRequest,
-    DescribeGroupsResponseGroup,
-    DescribeGroupsResponseMember,
-)
+from coordinator_protocol.messages import DeleteGroupsRequest
 from coordinator_server.storage.kafka.security import KafkaSecurityError
 from coordinator_server.tools.admin.common import (
     CONNECT_CHECK_S,
@@ -41,6 +32,16 @@ from coordinator_server.tools.admin.common import (
     connection_options,
     kafka_cluster,
     new_coordinator_client,
+)
+from coordinator_server.tools.admin.group_views import (
+    GroupView,
+    MemberView,
+    describe_any,
+    members_table,
+    state_warning,
+    states_table,
+    type_name,
+    types_filter,
 )
 from coordinator_server.tools.admin.reset_offsets import parse_topics, reset_offsets
 
@@ -80,11 +81,38 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     listing.add_argument(
         "--state", action="append", default=[], help="only groups in this state (repeatable)"
     )
+    listing.add_argument(
+        "--type",
+        action="append",
+        nargs="?",
+        const="",
+        dest="types",
+        metavar="TYPES",
+        help="show each group's type (classic or consumer); with TYPES (comma-separated, "
+        "repeatable), only groups of these types",
+    )
 
     describe = actions.add_parser(
         "describe", parents=[common], help="groups' state, protocol and members"
     )
     _add_groups(describe)
+    view = describe.add_mutually_exclusive_group()
+    view.add_argument(
+        "--members",
+        action="store_true",
+        help="one line per member: its host, client id and number of partitions",
+    )
+    view.add_argument(
+        "--state",
+        action="store_true",
+        help="one line per group: its coordinator, assignor, state and number of members",
+    )
+    describe.add_argument(
+        "--verbose",
+        action="store_true",
+        help="with --members, each member's epoch, current and target assignment; with "
+        "--state, the group's epoch and its target assignment's",
+    )
 
     offsets = actions.add_parser(
         "offsets",
@@ -199,26 +227,49 @@ async def _run(command: Callable[[Context], Coroutine[Any, Any, None]], context:
         await command(context)
 
 
-async def _groups(context: Context) -> tuple[list[str], bool]:
-    """The groups the command names, and whether there may be several (--all-groups, or more
-    than one named: then JSON is a list, and a plan's CSV names the group)."""
+@dataclass
+class _Named:
+    """The groups a command acts on."""
+
+    ids: list[str]
+    several: bool
+    """Whether there may be several (--all-groups, or more than one named): then JSON is a
+    list, and a plan's CSV names the group."""
+    types: dict[str, str]
+    """Each group's type, when ListGroups said it (--all-groups)."""
+
+
+async def _named(context: Context) -> _Named:
     args = context.args
     named = list(dict.fromkeys([*args.group, *args.groups]))
     if args.all_groups:
         if named:
             raise UsageError("give groups or --all-groups, not both")
         listed = await context.client.list_all_groups()
-        return [group.group_id for group in listed], True
+        return _Named(
+            [group.group_id for group in listed],
+            True,
+            {group.group_id: group.group_type for group in listed},
+        )
     if not named:
         raise UsageError("give a group (GROUP or --group GROUP) or --all-groups")
-    return named, len(named) > 1
+    return _Named(named, len(named) > 1, {})
+
+
+async def _groups(context: Context) -> tuple[list[str], bool]:
+    """The groups the command names, and whether there may be several."""
+    named = await _named(context)
+    return named.ids, named.several
 
 
 # list
 
 
 async def _list(context: Context) -> None:
-    groups = await context.client.list_all_groups(states_filter=context.args.state)
+    types = types_filter(context.args.types)
+    groups = await context.client.list_all_groups(
+        states_filter=context.args.state, types_filter=types or ()
+    )
     if context.args.json:
         context.emit(
             [
@@ -232,125 +283,74 @@ async def _list(context: Context) -> None:
             ]
         )
         return
+    if types is None:
+        context.table(
+            ["GROUP", "STATE", "PROTOCOL-TYPE"],
+            [(g.group_id, g.group_state, g.protocol_type or "") for g in groups],
+        )
+        return
+    # --type shows each group's type, as kafka-consumer-groups.sh --list --type does.
     context.table(
-        ["GROUP", "STATE", "PROTOCOL-TYPE"],
-        [(g.group_id, g.group_state, g.protocol_type or "") for g in groups],
-    )
+        ["GROUP", "TYPE", "STATE", "PROTOCOL-TYPE"],
+        [(g.group_id, type_name(g.group_type), g.group_state, g.protocol_type or "")
+         for g in groups],
+    )  # fmt: skip
 
 
 # describe
 
 
-@dataclass
-class _MemberView:
-    """A member as the tool shows it, its "consumer" protocol bytes decoded."""
-
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    subscription: list[str] | None
-    """Subscribed topics; None when not decodable (or not a "consumer" group)."""
-    assignment: dict[str, list[int]] | None
-    """Assigned partitions by topic; None when not decodable."""
-
-    @classmethod
-    def of(
-        cls, group: DescribeGroupsResponseGroup, member: DescribeGroupsResponseMember
-    ) -> _MemberView:
-        subscription: list[str] | None = None
-        assignment: dict[str, list[int]] | None = None
-        if group.protocol_type == "consumer":
-            with contextlib.suppress(InvalidConsumerProtocolError):
-                subscription = sorted(
-                    ConsumerProtocolSubscription.decode(member.member_metadata).topics
-                )
-            with contextlib.suppress(InvalidConsumerProtocolError):
-                by_topic: dict[str, list[int]] = {}
-                for item in ConsumerProtocolAssignment.decode(member.member_assignment).partitions:
-                    by_topic.setdefault(item.topic, []).extend(item.partitions)
-                assignment = {topic: sorted(p) for topic, p in sorted(by_topic.items())}
-        return cls(
-            member.member_id,
-            member.group_instance_id,
-            member.client_id,
-            member.client_host,
-            subscription,
-            assignment,
-        )
-
-    def partitions(self) -> list[TopicPartition]:
-        return [
-            TopicPartition(topic, p)
-            for topic, indexes in (self.assignment or {}).items()
-            for p in indexes
-        ]
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "member_id": self.member_id,
-            "group_instance_id": self.group_instance_id,
-            "client_id": self.client_id,
-            "client_host": self.client_host,
-            "subscription": self.subscription,
-            "assignment": None
-            if self.assignment is None
-            else [{"topic": t, "partitions": p} for t, p in self.assignment.items()],
-        }
-
-    def assignment_text(self) -> str:
-        if self.assignment is None:
-            return "-"
-        return (
-            " ".join(
-                f"{topic}:{','.join(map(str, indexes))}"
-                for topic, indexes in self.assignment.items()
-            )
-            or "(none)"
-        )
-
-
 async def _describe_group(context: Context) -> None:
-    groups, several = await _groups(context)
-    described: list[dict[str, object]] = []
+    named = await _named(context)
+    args = context.args
+    found: list[GroupView] = []
     missing: list[str] = []
-    for index, group_id in enumerate(groups):
+    for group_id in named.ids:
         try:
-            group = await context.client.describe_group(group_id)
+            found.append(await describe_any(context.client, group_id, named.types.get(group_id)))
         except ApiError as error:
-            if not several or error.code is not ErrorCode.GROUP_ID_NOT_FOUND:
+            if not named.several or error.code is not ErrorCode.GROUP_ID_NOT_FOUND:
                 raise
             context.warn(f"error: consumer group {group_id!r} does not exist")
             missing.append(group_id)
-            continue
-        members = [_MemberView.of(group, member) for member in group.members]
-        described.append(
-            {
-                "group_id": group.group_id,
-                "state": group.group_state,
-                "protocol_type": group.protocol_type,
-                "protocol": group.protocol_data,
-                "members": [m.to_json() for m in members],
-            }
-        )
-        if not context.args.json:
+    if args.json:
+        described = [group.to_json() for group in found]
+        context.emit(described if named.several else described[0])
+    elif args.members or args.state:
+        for group in found:
+            warning = state_warning(group)
+            if warning is not None:
+                context.warn(warning)
+        if args.members:
+            context.table(*members_table(found, args.verbose))
+        else:
+            context.table(
+                *states_table(
+                    ((group, _coordinator(context, group.group_id)) for group in found),
+                    args.verbose,
+                )
+            )
+    else:
+        for index, group in enumerate(found):
             if index:
                 print(file=context.out)
-            _print_group(context, group, members)
-    if context.args.json:
-        context.emit(described if several else described[0])
+            _print_group(context, group)
     if missing:
-        raise AdminError(f"{len(missing)} of {len(groups)} groups do not exist")
+        raise AdminError(f"{len(missing)} of {len(named.ids)} groups do not exist")
 
 
-def _print_group(
-    context: Context, group: DescribeGroupsResponseGroup, members: list[_MemberView]
-) -> None:
+def _coordinator(context: Context, group_id: str) -> str | None:
+    """The group's coordinator as Kafka's tool shows it (the one that just answered)."""
+    node = context.client.cached_coordinator(group_id)
+    return None if node is None else f"{node.host}:{node.port} ({node.node_id})"
+
+
+def _print_group(context: Context, group: GroupView) -> None:
+    members = group.members
     context.table(
         ["GROUP", "STATE", "PROTOCOL-TYPE", "PROTOCOL", "MEMBERS"],
-        [(group.group_id, group.group_state, group.protocol_type, group.protocol_data,
-          len(members))],
-    )  # fmt: skip
+        [(group.group_id, group.state, group.protocol_type, group.protocol, len(members))],
+    )
     if not members:
         return
     print(file=context.out)
@@ -362,7 +362,7 @@ def _print_group(
                 m.group_instance_id,
                 m.client_id,
                 m.client_host,
-                None if m.subscription is None else ",".join(m.subscription),
+                m.subscription_text(),
                 m.assignment_text(),
             )
             for m in members
@@ -373,11 +373,11 @@ def _print_group(
 # offsets
 
 
-async def _describe_or_none(
-    client: CoordinatorClient, group_id: str
-) -> DescribeGroupsResponseGroup | None:
+async def _view_or_none(
+    client: CoordinatorClient, group_id: str, group_type: str | None
+) -> GroupView | None:
     try:
-        return await client.describe_group(group_id)
+        return await describe_any(client, group_id, group_type)
     except ApiError as e:
         if e.code is ErrorCode.GROUP_ID_NOT_FOUND:
             return None
@@ -395,7 +395,8 @@ class _GroupOffsets:
 
 
 async def _offsets(context: Context) -> None:
-    groups, several = await _groups(context)
+    named = await _named(context)
+    groups, several = named.ids, named.several
     found: list[_GroupOffsets] = []
     missing: list[str] = []
     async with contextlib.AsyncExitStack() as stack:
@@ -406,7 +407,9 @@ async def _offsets(context: Context) -> None:
             context.warn("log-end offsets and lag need --kafka-bootstrap-servers")
         gone: set[str] = set()
         for group_id in groups:
-            offsets = await _group_offsets(context, group_id, kafka, gone)
+            offsets = await _group_offsets(
+                context, group_id, named.types.get(group_id), kafka, gone
+            )
             if offsets is None:
                 if not several:
                     raise AdminError(f"consumer group {group_id!r} does not exist")
@@ -432,19 +435,22 @@ async def _offsets(context: Context) -> None:
 
 
 async def _group_offsets(
-    context: Context, group_id: str, kafka: KafkaLogReader | None, gone: set[str]
+    context: Context,
+    group_id: str,
+    group_type: str | None,
+    kafka: KafkaLogReader | None,
+    gone: set[str],
 ) -> _GroupOffsets | None:
     """One group's rows (None: no such group); `gone` collects the topics Kafka lacks."""
-    group = await _describe_or_none(context.client, group_id)
+    group = await _view_or_none(context.client, group_id, group_type)
     committed = await context.client.fetch_offsets(group_id)
     if group is None and not committed:
         return None
-    owners: dict[TopicPartition, _MemberView] = {}
+    owners: dict[TopicPartition, MemberView] = {}
     if group is not None:
         for member in group.members:
-            view = _MemberView.of(group, member)
-            for tp in view.partitions():
-                owners[tp] = view
+            for tp in member.partitions():
+                owners[tp] = member
     partitions = sorted(set(committed) | set(owners))
     log_end: dict[TopicPartition, int] = {}
     if kafka is not None:
@@ -473,7 +479,7 @@ async def _group_offsets(
                 "client_id": owner.client_id if owner else None,
             }
         )
-    return _GroupOffsets(group_id, group.group_state if group else None, rows)
+    return _GroupOffsets(group_id, group.state if group else None, rows)
 
 
 # delete

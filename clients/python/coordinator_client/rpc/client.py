@@ -27,6 +27,11 @@ from coordinator_client.rpc.requests import (
     partition_errors,
     raise_for_code,
 )
+from coordinator_protocol.consumer_groups import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupDescribeResponseGroup,
+)
 from coordinator_protocol.errors import ErrorCode, error_for_code
 from coordinator_protocol.messages import (
     ApiVersionsRequest,
@@ -240,6 +245,15 @@ class CoordinatorClient(RequestPath):
         """DescribeGroups (15), each group asked of its own coordinator; group errors
         (GROUP_ID_NOT_FOUND, ...) stay in the response."""
         return await self._call(apis.DESCRIBE_GROUPS, request, timeout_ms)
+
+    async def consumer_group_describe(
+        self, request: ConsumerGroupDescribeRequest, *, timeout_ms: int | None = None
+    ) -> ConsumerGroupDescribeResponse:
+        """ConsumerGroupDescribe (69), each group asked of its own coordinator; group errors
+        (GROUP_ID_NOT_FOUND for an id that is not a consumer group's, ...) stay in the
+        response. A server that does not serve the consumer group protocol raises
+        UNSUPPORTED_VERSION."""
+        return await self._call(apis.CONSUMER_GROUP_DESCRIBE, request, timeout_ms)
 
     async def list_groups(
         self, request: ListGroupsRequest | None = None, *, timeout_ms: int | None = None
@@ -633,6 +647,24 @@ class CoordinatorClient(RequestPath):
         )
         group = single(response.groups, "DescribeGroups")
         raise_for_code(group.error_code, f"group {group_id!r}")
+        return group
+
+    async def describe_consumer_group(
+        self, group_id: str, *, timeout_ms: int | None = None
+    ) -> ConsumerGroupDescribeResponseGroup:
+        """One consumer group's description (KIP-848): its state, epochs, assignor, and each
+        member's current and target assignment.
+
+        Raises:
+            ApiError: the group's error, with the server's message (GROUP_ID_NOT_FOUND for
+                an id no group has, or a classic group's: `describe_group` describes those),
+                or UNSUPPORTED_VERSION from a server that does not serve ConsumerGroupDescribe.
+        """
+        response = await self.consumer_group_describe(
+            ConsumerGroupDescribeRequest(group_ids=[group_id]), timeout_ms=timeout_ms
+        )
+        group = single(response.groups, "ConsumerGroupDescribe")
+        raise_for_code(group.error_code, group.error_message or f"group {group_id!r}")
         return group
 
     async def list_all_groups(
