@@ -31,6 +31,8 @@ from coordinator_protocol.consumer_groups import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupDescribeResponse,
     ConsumerGroupDescribeResponseGroup,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
 )
 from coordinator_protocol.errors import ErrorCode, error_for_code
 from coordinator_protocol.messages import (
@@ -223,6 +225,21 @@ class CoordinatorClient(RequestPath):
         """LeaveGroup (13). With `raise_on_error`, a per-member error is raised too."""
         return await self._call(
             apis.LEAVE_GROUP, request, timeout_ms, raise_on_error=raise_on_error
+        )
+
+    async def consumer_group_heartbeat(
+        self,
+        request: ConsumerGroupHeartbeatRequest,
+        *,
+        raise_on_error: bool = False,
+        timeout_ms: int | None = None,
+    ) -> ConsumerGroupHeartbeatResponse:
+        """ConsumerGroupHeartbeat (68), the consumer group protocol's one member API (join,
+        reconcile, leave), to the group's coordinator. Coordinator errors are retried within
+        the deadline; the others come back in the response (a member reads them there), or
+        with `raise_on_error` are raised."""
+        return await self._call(
+            apis.CONSUMER_GROUP_HEARTBEAT, request, timeout_ms, raise_on_error=raise_on_error
         )
 
     async def offset_commit(
@@ -579,7 +596,8 @@ class CoordinatorClient(RequestPath):
 
         With the defaults (generation -1, empty member_id) it is a simple commit, which the
         server accepts only while the group has no members; a member commits with its
-        generation and member id.
+        member id and its generation (classic protocol) or member epoch (consumer protocol,
+        which the request carries in the same field).
 
         Raises:
             OffsetCommitError: one or more partitions were refused; `errors` maps each
@@ -604,10 +622,16 @@ class CoordinatorClient(RequestPath):
         partitions: Iterable[TopicPartition] | None = None,
         *,
         require_stable: bool = False,
+        member_id: str | None = None,
+        member_epoch: int = -1,
         timeout_ms: int | None = None,
     ) -> dict[TopicPartition, OffsetAndMetadata]:
         """The committed offsets of `group_id`: of `partitions`, or of every partition
         with a commit when None. A partition without a commit is left out.
+
+        A member of a consumer-protocol group asks with its `member_id` and `member_epoch`
+        (Kafka's consumer sends them while it is in the group; the coordinator then answers
+        STALE_MEMBER_EPOCH or UNKNOWN_MEMBER_ID to a member it no longer knows so).
 
         Raises:
             ApiError: the group's error (GROUP_AUTHORIZATION_FAILED, ...) or a partition's.
@@ -615,7 +639,14 @@ class CoordinatorClient(RequestPath):
         topics = None if partitions is None else fetch_topics(partitions)
         response = await self.offset_fetch(
             OffsetFetchRequest(
-                groups=[OffsetFetchRequestGroup(group_id=group_id, topics=topics)],
+                groups=[
+                    OffsetFetchRequestGroup(
+                        group_id=group_id,
+                        member_id=member_id,
+                        member_epoch=member_epoch,
+                        topics=topics,
+                    )
+                ],
                 require_stable=require_stable,
             ),
             timeout_ms=timeout_ms,

@@ -1,5 +1,6 @@
-"""`GroupMember`: one member of a classic consumer group (Kafka's AbstractCoordinator and
-ConsumerCoordinator, eager protocol).
+"""The classic protocol's rounds of a `GroupMember` (Kafka's AbstractCoordinator and
+ConsumerCoordinator, eager protocol): `ClassicRounds`, the part of `GroupMember` that joins,
+syncs, heartbeats and leaves by JoinGroup, SyncGroup, Heartbeat and LeaveGroup.
 
 Theory of operation. A background task keeps the member in the group:
 
@@ -36,28 +37,21 @@ import contextlib
 import enum
 import logging
 import ssl
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Final
 
-from aiokafka.structs import OffsetAndMetadata, TopicPartition
+from aiokafka.structs import TopicPartition
 
 from coordinator_client.assignors import (
     Assignment,
     Assignor,
-    RangeAssignor,
     Subscription,
     from_topic_partitions,
 )
-from coordinator_client.errors import (
-    AssignmentTimeoutError,
-    CommitFailedError,
-    GroupMemberError,
-)
+from coordinator_client.errors import GroupMemberError
 from coordinator_client.rpc.backoff import ExponentialBackoff
 from coordinator_client.rpc.client import CoordinatorClient
-from coordinator_client.rpc.connection_problems import connect_cause
-from coordinator_client.rpc.errors import ClientClosedError, ClientError, OffsetCommitError
-from coordinator_client.rpc.security import ClientSecurity
+from coordinator_client.rpc.errors import ClientClosedError, ClientError
 from coordinator_protocol.consumer import (
     ConsumerProtocolSubscription,
     InvalidConsumerProtocolError,
@@ -74,21 +68,20 @@ from coordinator_protocol.messages import (
     SyncGroupRequestAssignment,
 )
 
-__all__ = ["GroupMember", "MemberState", "PartitionCounts", "PartitionsCallback"]
+__all__ = ["NO_GENERATION", "RESET_CODES", "ClassicRounds", "MemberState", "PartitionCounts"]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("coordinator_client.member")
 
 PROTOCOL_TYPE: Final = "consumer"
-
-PartitionsCallback = Callable[[frozenset[TopicPartition]], Awaitable[None]]
-"""An async callback given a set of partitions."""
 
 PartitionCounts = Callable[[Collection[str]], Awaitable[Mapping[str, int]]]
 """How the leader learns the partition count of the topics it assigns (topics that do
 not exist are left out)."""
 
+_Callback = Callable[[frozenset[TopicPartition]], Awaitable[None]]
+
 # Errors that reset the member: it rejoins as a new member, its partitions lost.
-_RESET_CODES: Final = frozenset({ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID})
+RESET_CODES: Final = frozenset({ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID})
 # Errors no retry can fix.
 _FATAL_CODES: Final = frozenset(
     {
@@ -112,7 +105,7 @@ _AUTHENTICATION_CODES: Final = frozenset(
         ErrorCode.ILLEGAL_SASL_STATE,
     }
 )
-_NO_GENERATION: Final = -1
+NO_GENERATION: Final = -1
 _LEAVE_TIMEOUT_MS: Final = 5000
 
 
@@ -133,326 +126,54 @@ class _Rejoin(Exception):
         self.backoff = backoff
 
 
-class GroupMember:
-    """A member of the consumer group `group_id`, subscribed to `topics`.
+class ClassicRounds:
+    """The classic protocol's part of `GroupMember`, which sets the state below and gives
+    the methods declared at the end (its shared ones)."""
 
-    Args:
-        client: the client to talk to the coordinator with (not closed by the member); or
-            the coordinator's bootstrap servers, "host:port[,host:port]", for a client of
-            the member's own (closed with it).
-        group_id: the group.
-        topics: the topics to subscribe to.
-        partitions_for_topics: the partition count of topics, for when this member leads:
-            a mapping, or an async function of the topic names.
-        assignors: the assignors this member supports, preferred first (default: range,
-            Kafka's classic default).
-        session_timeout_ms, rebalance_timeout_ms: Kafka's `session.timeout.ms` and
-            `max.poll.interval.ms` (the JoinGroup rebalance timeout).
-        heartbeat_interval_ms: default a third of the session timeout.
-        group_instance_id: makes the member static (KIP-345).
-        on_partitions_revoked, on_partitions_assigned, on_partitions_lost: async
-            callbacks; `on_partitions_lost` defaults to `on_partitions_revoked`.
-        on_error: called (synchronously) once if the membership ends on an error.
-        retry_backoff_ms: the first back-off between failed rounds (doubling to 1 s).
-        security: how the member's own client secures its connections (`ClientSecurity`:
-            Kafka's client settings, TLS and SASL); a client given has its own.
-
-    An authentication the coordinator refuses ends the membership (`GroupMemberError`, its
-    cause the Kafka error naming why), as a certificate that does not verify does: no retry
-    mends either.
-    """
-
-    def __init__(
-        self,
-        client: CoordinatorClient | str,
-        group_id: str,
-        topics: Iterable[str],
-        *,
-        partitions_for_topics: PartitionCounts | Mapping[str, int],
-        assignors: Sequence[Assignor] | None = None,
-        session_timeout_ms: int = 45_000,
-        rebalance_timeout_ms: int = 300_000,
-        heartbeat_interval_ms: int | None = None,
-        group_instance_id: str | None = None,
-        on_partitions_revoked: PartitionsCallback | None = None,
-        on_partitions_assigned: PartitionsCallback | None = None,
-        on_partitions_lost: PartitionsCallback | None = None,
-        on_error: Callable[[GroupMemberError], None] | None = None,
-        retry_backoff_ms: int = 100,
-        security: ClientSecurity | None = None,
-    ) -> None:
-        if not group_id:
-            raise ValueError("group_id must not be empty")
-        self._owns_client = isinstance(client, str)
-        if isinstance(client, str):
-            client = CoordinatorClient(client, security=security)
-        elif security is not None:
-            raise ValueError("a client given has its own security; give it there")
-        self.client = client
-        self.group_id = group_id
-        self._topics = frozenset(topics)
-        if isinstance(partitions_for_topics, Mapping):
-            counts = dict(partitions_for_topics)
-
-            async def from_mapping(topics: Collection[str]) -> Mapping[str, int]:
-                return {topic: counts[topic] for topic in topics if topic in counts}
-
-            self._partitions_for_topics: PartitionCounts = from_mapping
-        else:
-            self._partitions_for_topics = partitions_for_topics
-        self.assignors: list[Assignor] = list(assignors or [RangeAssignor()])
-        if not self.assignors:
-            raise ValueError("at least one assignor is needed")
-        names = [assignor.name for assignor in self.assignors]
-        if len(set(names)) != len(names):
-            raise ValueError(f"assignor names must be unique: {names}")
-        self.session_timeout_ms = session_timeout_ms
-        self.rebalance_timeout_ms = rebalance_timeout_ms
-        self.heartbeat_interval_ms = heartbeat_interval_ms or max(session_timeout_ms // 3, 1)
-        if self.heartbeat_interval_ms >= session_timeout_ms:
-            raise ValueError("heartbeat_interval_ms must be lower than session_timeout_ms")
-        self.group_instance_id = group_instance_id
-        self._on_revoked = on_partitions_revoked
-        self._on_assigned = on_partitions_assigned
-        self._on_lost = on_partitions_lost
-        self._on_error = on_error
-        self._backoff = ExponentialBackoff(retry_backoff_ms, max(retry_backoff_ms, 1000))
-
-        self._member_id = ""
-        self._generation_id = _NO_GENERATION
-        self._leader_id = ""
-        self._protocol_name: str | None = None
-        self._state = MemberState.UNJOINED
-        self._assignment: frozenset[TopicPartition] = frozenset()
-        # Whether partitions were handed out (a generation completed) and not given up yet.
-        self._owns_assignment = False
-        self._generation_lost = False
-        self._rejoin_needed = True
-        self._closing = False
-        self._fatal: GroupMemberError | None = None
-        self._wake = asyncio.Event()
-        self._stable = asyncio.Event()
-        self._run_task: asyncio.Task[None] | None = None
-        self._heartbeat_task: asyncio.Task[None] | None = None
-        # Why the last round of join/sync failed, for the timeout `wait_for_assignment`
-        # raises; cleared once the member is stable.
-        self._last_failure: str | None = None
-        self.rebalances = 0
-        """Completed joins (generations this member took part in)."""
-
-    # What the member knows
-
-    @property
-    def member_id(self) -> str:
-        return self._member_id
-
-    @property
-    def generation_id(self) -> int:
-        """The current generation; -1 while the member has none."""
-        return self._generation_id
-
-    @property
-    def leader_id(self) -> str:
-        return self._leader_id
+    client: CoordinatorClient
+    group_id: str
+    assignors: list[Assignor]
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    heartbeat_interval_ms: int
+    group_instance_id: str | None
+    rebalances: int
+    _topics: frozenset[str]
+    _partitions_for_topics: PartitionCounts | None
+    _on_revoked: _Callback | None
+    _on_assigned: _Callback | None
+    _on_lost: _Callback | None
+    _backoff: ExponentialBackoff
+    _member_id: str
+    _generation_id: int
+    _leader_id: str
+    _protocol_name: str | None
+    _state: MemberState
+    _assignment: frozenset[TopicPartition]
+    _owns_assignment: bool
+    _generation_lost: bool
+    _rejoin_needed: bool
+    _closing: bool
+    _fatal: GroupMemberError | None
+    _wake: asyncio.Event
+    _stable: asyncio.Event
+    _heartbeat_task: asyncio.Task[None] | None
+    _last_failure: str | None
 
     @property
     def is_leader(self) -> bool:
         return bool(self._member_id) and self._leader_id == self._member_id
 
-    @property
-    def protocol_name(self) -> str | None:
-        """The assignor the group chose."""
-        return self._protocol_name
-
-    @property
-    def state(self) -> MemberState:
-        return self._state
-
-    @property
-    def assignment(self) -> frozenset[TopicPartition]:
-        """The partitions assigned in the current generation (empty while rebalancing)."""
-        return self._assignment
-
-    @property
-    def topics(self) -> frozenset[str]:
-        return self._topics
-
-    @property
-    def error(self) -> GroupMemberError | None:
-        """The error that ended the membership, if any."""
-        return self._fatal
-
-    # Life cycle
-
-    async def start(self) -> None:
-        """Start joining in the background; `wait_for_assignment` waits for the result."""
-        if self._run_task is not None:
-            raise RuntimeError("the member was already started")
-        self._run_task = asyncio.create_task(self._run(), name=f"group member {self.group_id}")
-
-    async def wait_for_assignment(
-        self, timeout_s: float | None = None
-    ) -> frozenset[TopicPartition]:
-        """Wait until the member is stable and return its assignment.
-
-        Raises:
-            GroupMemberError: the membership ended on an error.
-            AssignmentTimeoutError: not stable within `timeout_s` (a `TimeoutError`; its
-                message names the coordinator and the last error reaching it). The member
-                keeps trying.
-        """
-        try:
-            async with asyncio.timeout(timeout_s):
-                while True:
-                    self._raise_if_failed()
-                    if self._closing:
-                        raise ClientClosedError(f"group {self.group_id}: the member was closed")
-                    # Set only once `on_partitions_assigned` has run, so the caller sees a
-                    # member whose partitions are ready.
-                    if self._stable.is_set():
-                        return self._assignment
-                    await self._stable.wait()
-        except TimeoutError:
-            raise AssignmentTimeoutError(
-                f"group {self.group_id!r}: no assignment from the coordinator at "
-                f"{self.coordinator_address()} within {timeout_s:.1f} s{self._why_waiting()}"
-            ) from None
-
-    def coordinator_address(self) -> str:
-        """Where the group's coordinator is, or the bootstrap servers while it is not known."""
-        node = self.client.cached_coordinator(self.group_id)
-        if node is not None:
-            return f"{node.host}:{node.port}"
-        return self.client.describe_bootstrap()
-
-    def _why_waiting(self) -> str:
-        node = self.client.cached_coordinator(self.group_id)
-        addresses = [node.address] if node is not None else self.client.bootstrap_servers
-        last_error = self.client.last_error(addresses)
-        if last_error:
-            return last_error
-        if self._last_failure is not None:
-            return f": last error: {self._last_failure}"
-        return f": no error seen; the member is {self._state.value}"
-
-    def subscribe(self, topics: Iterable[str]) -> None:
-        """Change the subscription; the member rejoins if it changed."""
-        topics = frozenset(topics)
-        if topics != self._topics:
-            self._topics = topics
-            self.request_rejoin("the subscription changed")
-
     def request_rejoin(self, reason: str = "requested") -> None:
-        """Rejoin the group soon (revoking first)."""
-        if not self._rejoin_needed:
-            log.info("group %s: member %s will rejoin: %s", self.group_id, self._member_id, reason)
-        self._rejoin_needed = True
-        self._stable.clear()
-        self._wake.set()
-
-    async def close(self, *, leave_group: bool | None = None) -> None:
-        """Stop: revoke the partitions (the callback runs), then leave the group.
-
-        Args:
-            leave_group: send LeaveGroup; by default only a dynamic member does (a static
-                member keeps its place until its session times out, as in Kafka).
-        """
-        if self._closing:
-            return
-        self._closing = True
-        self._wake.set()
-        await self._stop_heartbeat()
-        if self._run_task is not None:
-            self._run_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._run_task
-        await self._give_up_partitions()
-        if leave_group is None:
-            leave_group = self.group_instance_id is None
-        if leave_group and self._member_id and not self.client.closed:
-            await self._leave_group("the consumer is being closed")
-        self._reset_generation()
-        self._state = MemberState.UNJOINED
-        self._stable.set()
-        if self._owns_client:
-            await self.client.close()
-
-    async def __aenter__(self) -> GroupMember:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-    # Commits under this member's generation
-
-    async def commit_offsets(
-        self,
-        offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
-        *,
-        timeout_ms: int | None = None,
-    ) -> None:
-        """Commit `offsets` as this member (with its generation and member id).
-
-        Raises:
-            CommitFailedError: the member has no valid generation, or the server says the
-                group rebalanced (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID: the member resets
-                and rejoins; REBALANCE_IN_PROGRESS: it rejoins).
-            OffsetCommitError: other per-partition errors.
-        """
-        generation, member_id = self._generation_id, self._member_id
-        if generation == _NO_GENERATION or not member_id:
-            raise CommitFailedError(
-                f"group {self.group_id}: the member has no generation (it is rebalancing or "
-                "lost its membership); the partitions will be reassigned"
-            )
-        if not offsets:
-            return
-        try:
-            await self.client.commit_offsets(
-                self.group_id,
-                offsets,
-                generation=generation,
-                member_id=member_id,
-                group_instance_id=self.group_instance_id,
-                timeout_ms=timeout_ms,
-            )
-        except OffsetCommitError as e:
-            codes = {error.code for error in e.errors.values()}
-            if codes & _RESET_CODES:
-                if (self._generation_id, self._member_id) == (generation, member_id):
-                    self._lose_membership(f"a commit was answered {sorted(c.name for c in codes)}")
-                raise CommitFailedError(
-                    f"group {self.group_id}: commit failed, the group has rebalanced"
-                ) from e
-            if ErrorCode.REBALANCE_IN_PROGRESS in codes:
-                self.request_rejoin("a commit was answered REBALANCE_IN_PROGRESS")
-                raise CommitFailedError(
-                    f"group {self.group_id}: commit failed, the group is rebalancing"
-                ) from e
-            if ErrorCode.FENCED_INSTANCE_ID in codes:
-                self._fail(error_for_code(ErrorCode.FENCED_INSTANCE_ID))
-            raise
-
-    # The membership loop
-
-    def _raise_if_failed(self) -> None:
-        if self._fatal is not None:
-            raise GroupMemberError(str(self._fatal)) from self._fatal.__cause__
+        raise NotImplementedError
 
     def _fail(self, cause: BaseException) -> None:
-        if self._fatal is None:
-            reason = str(cause)
-            if isinstance(cause, ssl.SSLError):
-                reason = f"the coordinator at {self.coordinator_address()}: {connect_cause(cause)}"
-            error = GroupMemberError(f"group {self.group_id}: membership ended: {reason}")
-            error.__cause__ = cause
-            self._fatal = error
-            log.error("%s", error)
-            if self._on_error is not None:
-                self._on_error(error)
-        self._stable.set()
-        self._wake.set()
+        raise NotImplementedError
+
+    async def _callback(
+        self, callback: _Callback | None, partitions: frozenset[TopicPartition], name: str
+    ) -> None:
+        raise NotImplementedError
 
     async def _run(self) -> None:
         attempts = 0
@@ -589,7 +310,7 @@ class GroupMember:
 
     def _on_error_code(self, code: int, message: str | None, api: str) -> _Rejoin:
         self._rejoin_needed = True
-        if code in _RESET_CODES:
+        if code in RESET_CODES:
             # Kafka's resetGenerationOnResponseError: a new member id, partitions lost.
             self._lose_membership(f"{api} answered {ErrorCode(code).name}")
             return _Rejoin(f"{api} answered {ErrorCode(code).name}", backoff=False)
@@ -648,6 +369,7 @@ class GroupMember:
             )
         topics = sorted({topic for s in subscriptions.values() for topic in s.topics})
         try:
+            assert self._partitions_for_topics is not None  # required by the classic protocol
             counts = await self._partitions_for_topics(topics)
         except Exception as e:
             raise _Rejoin(f"cannot read the partition counts of {topics}: {e!r}") from e
@@ -680,25 +402,8 @@ class GroupMember:
             await self._callback(self._on_revoked, partitions, "on_partitions_revoked")
         self._assignment = frozenset()
 
-    async def _callback(
-        self,
-        callback: PartitionsCallback | None,
-        partitions: frozenset[TopicPartition],
-        name: str,
-    ) -> None:
-        if callback is None:
-            return
-        try:
-            await callback(partitions)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            # Kafka hands a listener's exception to the application and carries on with
-            # the rebalance; the member's part is to keep the group going.
-            log.exception("group %s: %s failed", self.group_id, name)
-
     def _reset_generation(self) -> None:
-        self._generation_id = _NO_GENERATION
+        self._generation_id = NO_GENERATION
         self._member_id = ""
         self._leader_id = ""
 
@@ -789,7 +494,7 @@ class GroupMember:
                     self.request_rejoin("a heartbeat was answered REBALANCE_IN_PROGRESS")
                     return
                 continue
-            if code in _RESET_CODES:
+            if code in RESET_CODES:
                 self._lose_membership(f"a heartbeat was answered {ErrorCode(code).name}")
                 return
             if code in _FATAL_CODES:
