@@ -6,7 +6,9 @@
 - `ClientSecurity`: how the connections to the coordinator are secured (TLS, SASL), from
   Kafka's client property names (`read_properties_file` reads a Kafka tool's
   `--command-config`); every entry point below takes it as `security`.
-- `GroupMember`: one member of a consumer group (join, sync, heartbeats, rebalances).
+- `GroupMember`: one member of a consumer group, by Kafka's classic protocol (join, sync,
+  heartbeats, eager rebalances) or its consumer group protocol (KIP-848:
+  `group_protocol="consumer"`, the coordinator assigns and members reconcile).
 - `RangeAssignor`, `RoundRobinAssignor`, `StickyAssignor`: how a group leader assigns
   partitions; any object with the `Assignor` shape will do.
 - `CoordinatedConsumer`: an aiokafka consumer whose group and offsets live in

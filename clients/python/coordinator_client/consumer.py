@@ -9,20 +9,26 @@ application (`getone`, `getmany`, `async for`); a commit stores, per partition, 
 after the last record handed out. So a record fetched but never handed out is never
 committed, and the partition's next owner reads it.
 
-Rebalances (eager, as Kafka's classic protocol):
+Rebalances, by the group protocol chosen (`group_protocol`): Kafka's classic one (eager:
+every rebalance revokes every partition of every member, then assigns the whole assignment)
+or its consumer group protocol (KIP-848: a reconciliation revokes only the partitions this
+member loses and assigns only those it gains; the others are read on throughout). The steps
+are the same for the partitions concerned:
 
 - Revoked: the consumer first stops handing out records of those partitions, then commits
-  their positions (with auto-commit on; the generation is still valid, so the commit is
-  accepted), then calls the listener's `on_partitions_revoked` (where an application that
-  commits by hand commits), then stops fetching them. The next owner starts exactly where
-  this one stopped.
+  their positions (with auto-commit on; the generation or member epoch is still valid, so
+  the commit is accepted), then calls the listener's `on_partitions_revoked` (where an
+  application that commits by hand commits), then stops fetching them. The next owner
+  starts exactly where this one stopped.
 - Lost (the member was fenced: its session expired or the group moved on without it): no
   commit, which the coordinator would refuse anyway; the listener's
   `on_partitions_revoked` runs, as Kafka's default `onPartitionsLost` does.
 - Assigned: each partition starts at its committed offset (a stable one: an offset a
   transaction is committing is waited for); with none, at
   `auto_offset_reset`: "earliest" (the log start), "latest" (the high watermark a Fetch
-  reports, see `rpc.kafka_log`) or "none" (an error). Then `on_partitions_assigned` runs.
+  reports, see `rpc.kafka_log`) or "none" (an error). Then `on_partitions_assigned` runs
+  (with the consumer protocol, with the partitions added: after every reconciliation, with
+  none if none were).
 
 Auto-commit (on by default) commits the consumed positions every `auto_commit_interval_ms`
 and when the consumer stops.
@@ -44,7 +50,7 @@ from aiokafka.structs import ConsumerRecord, OffsetAndMetadata, TopicPartition
 from coordinator_client.assignors import Assignor, RangeAssignor
 from coordinator_client.errors import CommitFailedError
 from coordinator_client.kafka_metadata_request import forbid_auto_topic_creation
-from coordinator_client.member import GroupMember
+from coordinator_client.member import GROUP_PROTOCOLS, GroupMember
 from coordinator_client.rpc.backoff import ExponentialBackoff
 from coordinator_client.rpc.client import CoordinatorClient
 from coordinator_client.rpc.errors import ClientError
@@ -69,6 +75,14 @@ class CoordinatedConsumer:
             pass `coordinator_client` to share a `CoordinatorClient` (not closed here).
         group_id: the consumer group.
         group_instance_id: makes the member static (KIP-345).
+        group_protocol: "classic" (the default) or "consumer" (Kafka's consumer group
+            protocol, KIP-848: the coordinator assigns; `partition_assignment_strategy`
+            does not apply).
+        subscribed_topic_regex: with the consumer protocol, an RE2 regular expression the
+            coordinator matches against whole topic names (Kafka's
+            `subscribe(SubscriptionPattern)`), beside or instead of `topics`.
+        server_assignor: with the consumer protocol, the coordinator's assignor to ask for
+            (Kafka's `group.remote.assignor`: "uniform", "range"; None: its default).
         client_id: for both Kafka and the coordinator.
         auto_offset_reset: where to start a partition with no committed offset:
             "earliest", "latest" (default, as in aiokafka) or "none" (raise).
@@ -76,8 +90,10 @@ class CoordinatedConsumer:
             background (default every 5 s), and before partitions are revoked.
         session_timeout_ms, heartbeat_interval_ms, max_poll_interval_ms: the group
             member's session timeout, heartbeat interval and rebalance timeout (aiokafka's
-            defaults: 10 s, 3 s, 300 s).
-        partition_assignment_strategy: assignors, preferred first (default: range).
+            defaults: 10 s, 3 s, 300 s); with the consumer protocol the coordinator sets
+            the first two.
+        partition_assignment_strategy: assignors, preferred first (default: range; classic
+            protocol only).
         key_deserializer, value_deserializer: as in aiokafka.
         coordinator_options: more `CoordinatorClient` arguments (TLS, timeouts).
         security: how the coordinator connections are secured (`ClientSecurity`: Kafka's
@@ -96,6 +112,9 @@ class CoordinatedConsumer:
         coordinator_bootstrap_servers: str | None = None,
         coordinator_client: CoordinatorClient | None = None,
         group_instance_id: str | None = None,
+        group_protocol: str = "classic",
+        subscribed_topic_regex: str | None = None,
+        server_assignor: str | None = None,
         client_id: str = "coordinated-consumer",
         auto_offset_reset: str = "latest",
         enable_auto_commit: bool = True,
@@ -116,7 +135,19 @@ class CoordinatedConsumer:
             raise ValueError("a shared coordinator_client has its own security; give it there")
         if auto_offset_reset not in _OFFSET_RESETS:
             raise ValueError(f"auto_offset_reset must be one of {_OFFSET_RESETS}")
+        if group_protocol not in GROUP_PROTOCOLS:
+            raise ValueError(f"group_protocol must be one of {GROUP_PROTOCOLS}")
+        consumer_protocol = group_protocol == "consumer"
+        if consumer_protocol and partition_assignment_strategy is not None:
+            # As Kafka's consumer refuses partition.assignment.strategy with it.
+            raise ValueError("the consumer protocol's coordinator assigns: no client assignors")
+        if not consumer_protocol and (subscribed_topic_regex or server_assignor):
+            raise ValueError(
+                "subscribed_topic_regex and server_assignor need the consumer protocol"
+            )
+        self.group_protocol = group_protocol
         self._topics = frozenset(topics)
+        self._topic_regex = subscribed_topic_regex
         self.bootstrap_servers = bootstrap_servers
         self.group_id = group_id
         self.group_instance_id = group_instance_id
@@ -148,8 +179,14 @@ class CoordinatedConsumer:
             "session_timeout_ms": session_timeout_ms,
             "heartbeat_interval_ms": heartbeat_interval_ms,
             "rebalance_timeout_ms": max_poll_interval_ms,
+            "group_protocol": group_protocol,
         }
-        self._assignors = list(partition_assignment_strategy or [RangeAssignor()])
+        if consumer_protocol:
+            self._member_options["server_assignor"] = server_assignor
+        else:
+            self._member_options["assignors"] = list(
+                partition_assignment_strategy or [RangeAssignor()]
+            )
         self._listener: ConsumerRebalanceListener | None = None
         self._member: GroupMember | None = None
         # Partitions whose records may be handed out; empty while rebalancing.
@@ -185,7 +222,7 @@ class CoordinatedConsumer:
         """
         if self._started:
             raise RuntimeError("the consumer was already started")
-        if not self._topics:
+        if not self._topics and not self._topic_regex:
             raise ValueError("subscribe to at least one topic before start()")
         self._started = True
         # As aiokafka's start fails when no bootstrap server answers, this one fails when the
@@ -201,12 +238,14 @@ class CoordinatedConsumer:
         await self._consumer.start()
         try:
             await self._log.start()
+            if self.group_protocol == "consumer":
+                self._member_options["subscribed_topic_regex"] = self._topic_regex
+            else:
+                self._member_options["partitions_for_topics"] = self._log.partition_counts
             self._member = GroupMember(
                 self._client,
                 self.group_id,
                 self._topics,
-                partitions_for_topics=self._log.partition_counts,
-                assignors=self._assignors,
                 group_instance_id=self.group_instance_id,
                 on_partitions_revoked=self._on_partitions_revoked,
                 on_partitions_assigned=self._on_partitions_assigned,
@@ -256,17 +295,32 @@ class CoordinatedConsumer:
     # Subscription and assignment
 
     def subscribe(
-        self, topics: Iterable[str], listener: ConsumerRebalanceListener | None = None
+        self,
+        topics: Iterable[str] = (),
+        listener: ConsumerRebalanceListener | None = None,
+        *,
+        subscribed_topic_regex: str | None = None,
     ) -> None:
         """Subscribe to `topics` (replacing the subscription), with an aiokafka
-        `ConsumerRebalanceListener` whose methods may be coroutines."""
+        `ConsumerRebalanceListener` whose methods may be coroutines; with the consumer
+        protocol, to the topics `subscribed_topic_regex` matches too (RE2, matched by the
+        coordinator)."""
+        if subscribed_topic_regex is not None and self.group_protocol != "consumer":
+            raise ValueError("subscribed_topic_regex needs the consumer protocol")
         self._topics = frozenset(topics)
+        self._topic_regex = subscribed_topic_regex
         self._listener = listener
         if self._member is not None:
-            self._member.subscribe(self._topics)
+            if self.group_protocol == "consumer":
+                self._member.subscribe(self._topics, topic_regex=self._topic_regex)
+            else:
+                self._member.subscribe(self._topics)
 
     def subscription(self) -> frozenset[str]:
         return self._topics
+
+    def subscribed_topic_regex(self) -> str | None:
+        return self._topic_regex
 
     def assignment(self) -> set[TopicPartition]:
         """The partitions currently assigned to this consumer (empty while rebalancing)."""
@@ -274,7 +328,7 @@ class CoordinatedConsumer:
 
     @property
     def member(self) -> GroupMember:
-        """The group member (its id, generation, leadership)."""
+        """The group member (its id, generation or member epoch, leadership)."""
         if self._member is None:
             raise RuntimeError("the consumer is not started")
         return self._member
@@ -430,7 +484,7 @@ class CoordinatedConsumer:
         self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None
     ) -> None:
         """Commit `offsets`, or by default the consumed position of every assigned
-        partition, under this member's generation.
+        partition, under this member's generation (or member epoch).
 
         Raises:
             CommitFailedError: the group rebalanced; the partitions will be reassigned.
@@ -444,7 +498,10 @@ class CoordinatedConsumer:
 
     async def committed(self, partition: TopicPartition) -> int | None:
         """The committed offset of `partition` in this group, or None."""
-        offsets = await self._client.fetch_offsets(self.group_id, [partition])
+        if self._member is not None:
+            offsets = await self._member.fetch_committed([partition])
+        else:
+            offsets = await self._client.fetch_offsets(self.group_id, [partition])
         committed = offsets.get(partition)
         return None if committed is None else committed.offset
 
@@ -477,25 +534,31 @@ class CoordinatedConsumer:
             if self._active:
                 await self._commit_consumed(self._active, "auto")
 
-    # Rebalance callbacks of the group member
+    # Rebalance callbacks of the group member (whole assignments with the classic protocol,
+    # the partitions that change with the consumer protocol: handled alike, partition by
+    # partition)
 
     async def _on_partitions_revoked(self, partitions: frozenset[TopicPartition]) -> None:
-        self._active = frozenset()
-        self._assigned.clear()
+        self._deactivate(partitions)
         if self.enable_auto_commit:
             await self._commit_consumed(partitions, "pre-revoke")
         await self._call_listener("on_partitions_revoked", partitions)
         self._unassign(partitions)
 
     async def _on_partitions_lost(self, partitions: frozenset[TopicPartition]) -> None:
-        self._active = frozenset()
-        self._assigned.clear()
+        self._deactivate(partitions)
         await self._call_listener("on_partitions_revoked", partitions)
         self._unassign(partitions)
 
+    def _deactivate(self, partitions: frozenset[TopicPartition]) -> None:
+        self._active -= partitions
+        if not self._active:
+            self._assigned.clear()
+
     def _unassign(self, partitions: frozenset[TopicPartition]) -> None:
-        self._positions.clear()
-        self._committed.clear()
+        for tp in partitions:
+            self._positions.pop(tp, None)
+            self._committed.pop(tp, None)
         # Paused rather than unassigned until the next assignment replaces them: aiokafka's
         # fetcher can lose the cancellation of a stop() that follows an assignment change
         # (see rpc.kafka_log._idle).
@@ -514,23 +577,41 @@ class CoordinatedConsumer:
                 self._fail(e)
                 return
             except (ClientError, ApiError, OSError, KafkaError) as e:
-                # Without a starting point nothing can be read; keep trying while this
-                # generation lasts (heartbeats keep the membership meanwhile).
-                if member.generation_id != generation:
+                # Without a starting point nothing can be read; keep trying while the member
+                # holds the partitions (heartbeats keep the membership meanwhile): its
+                # generation lasts (classic), it is in the group (consumer protocol, whose
+                # epoch moves on without taking them away).
+                if self._closed or not _still_held(member, generation):
                     return
                 log.warning(
                     "group %s: cannot find where to start %s: %s", self.group_id, partitions, e
                 )
                 await asyncio.sleep(backoff.backoff_ms(attempt) / 1000)
                 attempt += 1
-        self._consumer.assign(sorted(partitions))
+        if partitions:
+            self._add_to_consumer(partitions, starts)
+        self._positions.update(starts)
+        self._committed.update(committed)
+        self._active |= partitions
+        if self._active:
+            self._assigned.set()
+        await self._call_listener("on_partitions_assigned", partitions)
+
+    def _add_to_consumer(
+        self, partitions: frozenset[TopicPartition], starts: Mapping[TopicPartition, int]
+    ) -> None:
+        """Fetch `partitions` from `starts` too, and the partitions kept from where they are:
+        aiokafka's assignment is replaced whole, which forgets the positions it had (and
+        its pauses: the application's are put back)."""
+        kept = self._active
+        paused = self._consumer.paused() & kept
+        self._consumer.assign(sorted(kept | partitions))
+        for tp in kept:
+            self._consumer.seek(tp, self._positions[tp])
         for tp, offset in starts.items():
             self._consumer.seek(tp, offset)
-        self._positions = dict(starts)
-        self._committed = dict(committed)
-        self._active = partitions
-        self._assigned.set()
-        await self._call_listener("on_partitions_assigned", partitions)
+        if paused:
+            self._consumer.pause(*paused)
 
     async def _starting_offsets(
         self, partitions: frozenset[TopicPartition]
@@ -541,7 +622,7 @@ class CoordinatedConsumer:
         # committed is pending until its markers land; read before that, the partition would
         # start at the offset before it and hand out the transaction's input again. The
         # coordinator answers UNSTABLE_OFFSET_COMMIT meanwhile, and the caller retries.
-        fetched = await self._client.fetch_offsets(self.group_id, partitions, require_stable=True)
+        fetched = await self.member.fetch_committed(partitions, require_stable=True)
         committed = {tp: value.offset for tp, value in fetched.items()}
         starts = dict(committed)
         missing = [tp for tp in partitions if tp not in committed]
@@ -560,6 +641,13 @@ class CoordinatedConsumer:
         result = getattr(self._listener, method)(set(partitions))
         if asyncio.iscoroutine(result):
             await result
+
+
+def _still_held(member: GroupMember, generation: int) -> bool:
+    """Whether the partitions handed to the member at `generation` are still its own."""
+    if member.group_protocol == "consumer":
+        return member.generation_id != -1
+    return member.generation_id == generation
 
 
 def _offset_of(value: int | OffsetAndMetadata) -> int:
