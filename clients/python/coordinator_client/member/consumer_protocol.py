@@ -515,10 +515,14 @@ class ConsumerMembership:
     # The assignment
 
     def _assignment_received(self, assignment: ConsumerGroupHeartbeatResponseAssignment) -> None:
+        # A topic already held keeps its name if an answer leaves it out (Kafka's consumer
+        # keeps the names of its assigned topics for the same reason).
+        names = {topic_id: name for topic_id, (name, _) in self._current.topics.items()}
         topics: dict[bytes, tuple[str, frozenset[int]]] = {}
         for topic in assignment.topic_partitions:
-            name, partitions = topics.get(topic.topic_id, (topic.topic_name, frozenset()))
-            topics[topic.topic_id] = (topic.topic_name or name, partitions | set(topic.partitions))
+            name = topic.topic_name or names.get(topic.topic_id, "")
+            _, partitions = topics.get(topic.topic_id, (name, frozenset()))
+            topics[topic.topic_id] = (name, partitions | set(topic.partitions))
         if self._target is _NO_ASSIGNMENT or topics != self._target.topics:
             self._target = _LocalAssignment(self._target.local_epoch + 1, topics)
         if not self._reconciled():

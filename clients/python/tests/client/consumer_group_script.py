@@ -52,6 +52,8 @@ class ScriptedConsumerGroup:
         self.on_join: Callable[[ScriptedMember], dict[str, list[int]]] = self._everything
         # Heartbeats left unanswered (a lost answer: the client's deadline passes).
         self.drop_heartbeats = 0
+        # Topics whose names the heartbeat answers leave out (their ids only).
+        self.nameless: set[str] = set()
 
     def topic_name(self, topic_id: bytes) -> str:
         return next(name for name, known in self.topic_ids.items() if known == topic_id)
@@ -94,7 +96,11 @@ class ScriptedConsumerGroup:
 
     def _topics_body(self, assignment: Mapping[str, list[int]]) -> list[dict[str, Any]]:
         return [
-            {"topic_id": self.topic_ids[topic], "topic_name": topic, "partitions": partitions}
+            {
+                "topic_id": self.topic_ids[topic],
+                "topic_name": "" if topic in self.nameless else topic,
+                "partitions": partitions,
+            }
             for topic, partitions in sorted(assignment.items())
         ]
 

@@ -395,6 +395,35 @@ async def test_a_regex_subscription_is_the_coordinators_to_resolve(
     assert changes == [("", ["t"])]
 
 
+async def test_a_held_topic_keeps_its_name_and_a_topic_never_named_is_left_out(
+    group: tuple[FakeCoordinator, ScriptedConsumerGroup], client: CoordinatorClient
+) -> None:
+    server, script = group
+    events = Events()
+    async with member_of(client, events, topics=("t", "u")) as member:
+        await member.wait_for_assignment(5)
+        script.nameless = {"t"}
+        script.assign(member.member_id, 2, {"t": [0, 1, 2, 3], "u": [0, 1]})
+        await wait_for(lambda: member.generation_id == 2 and settled(member))
+        script.nameless = {"u"}
+        script.assign(member.member_id, 3, {"t": [0, 1, 2, 3]})
+        await wait_for(lambda: member.generation_id == 3 and settled(member))
+        assert member.assignment == tps("t", 0, 1, 2, 3)
+        # A topic the member never held, without a name: not readable, not acknowledged.
+        script.assign(member.member_id, 4, {"t": [0, 1, 2, 3], "u": [0]})
+        await wait_for(lambda: member.generation_id == 4 and settled(member))
+        assert member.assignment == tps("t", 0, 1, 2, 3)
+        last_ack = [b for b in heartbeats(server) if b["topic_partitions"] is not None][-1]
+    assert owned(last_ack, script) == set(tps("t", 0, 1, 2, 3))
+    # The same assignment at epoch 2 (t by id only) was nothing to reconcile.
+    assert events.log[1:] == [
+        ("revoked", tps("u", 0, 1)),
+        ("assigned", frozenset()),
+        ("assigned", frozenset()),
+        ("revoked", tps("t", 0, 1, 2, 3)),
+    ]
+
+
 @pytest.mark.parametrize(
     "code",
     [
