@@ -11,7 +11,8 @@ coordinator-server, and `--peer-bootstrap` names any other Kafka-protocol coordi
 `transactions` measures transactional producers coordinated by our server beside Kafka's own
 transaction coordinator in the broker holding our log (see `transactions.py`).
 `commits --nodes N` also measures one node of a cluster and then N nodes, each on CPUs of its
-own, and their ratio (see `scale.py`).
+own, and their ratio (see `scale.py`). `consumer-groups` measures Kafka's consumer group
+protocol (KIP-848) beside Apache Kafka's own coordinator (see `consumer_groups.py`).
 docs/PERFORMANCE.md has the figures and how to reproduce them.
 
 This module only builds the parser, so the command line stays quick to start; the scenarios
@@ -26,8 +27,9 @@ from typing import Any
 
 SCENARIOS = ("commits", "heartbeats", "rebalance", "load")
 # Scenarios run only when named ("all" leaves them out): a failover starts clusters of nodes;
-# transactions need Kafka's transactions (no tansu) and start our server serving them.
-NAMED_ONLY = ("failover", "transactions")
+# transactions need Kafka's transactions (no tansu) and start our server serving them;
+# consumer-groups needs Apache Kafka 4 and starts our server and the peer with its settings.
+NAMED_ONLY = ("failover", "transactions", "consumer-groups")
 
 
 def _ints(text: str) -> list[int]:
@@ -251,6 +253,48 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     failover.add_argument(
         "--cluster-heartbeat-interval-ms", type=int, default=1000, help="the nodes' heartbeats"
     )
+    consumer = parser.add_argument_group(
+        "consumer-groups",
+        "Kafka's consumer group protocol (KIP-848) on both sides with the same settings: "
+        "--members members on a topic of --consumer-partitions partitions; --inflight, "
+        "--duration and --warmup for the steady heartbeats; --connections for ours, "
+        "--peer-connections for the peer (0: a connection per member, as Kafka's consumers "
+        "have, and per request in flight in the measured heartbeats).",
+    )
+    consumer.add_argument(
+        "--consumer-partitions",
+        type=int,
+        default=2000,
+        metavar="N",
+        help="partitions of the topic the members subscribe to (more than --members, so "
+        "that one more member takes some)",
+    )
+    consumer.add_argument(
+        "--group-consumer-heartbeat-interval-ms",
+        type=int,
+        default=1000,
+        metavar="MS",
+        help="group.consumer.heartbeat.interval.ms on both sides (the bounds widened to it)",
+    )
+    consumer.add_argument(
+        "--group-consumer-session-timeout-ms",
+        type=int,
+        default=45_000,
+        metavar="MS",
+        help="group.consumer.session.timeout.ms on both sides",
+    )
+    consumer.add_argument(
+        "--group-consumer-assignment-interval-ms",
+        type=int,
+        default=1000,
+        metavar="MS",
+        help="group.consumer.assignment.interval.ms on both sides (Kafka 4.3's default)",
+    )
+    consumer.add_argument(
+        "--assignor-members", type=int, default=1000, metavar="N", help="the assignor alone"
+    )
+    consumer.add_argument("--assignor-topics", type=int, default=1000, metavar="N")
+    consumer.add_argument("--assignor-partitions", type=int, default=50_000, metavar="N")
     security = parser.add_argument_group(
         "security (commits, heartbeats, rebalance)",
         "What both sides run with, each mode measured in the same turns as the other: none "

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from coordinator_server.event_loop import run_async
-from coordinator_server.tools.bench import failover, scenarios, transactions
+from coordinator_server.tools.bench import consumer_groups, failover, scenarios, transactions
 from coordinator_server.tools.bench.apache_kafka import ApacheKafkaStartError
 from coordinator_server.tools.bench.brokers import BrokerStartError
 from coordinator_server.tools.bench.environment import Environment
@@ -685,6 +685,7 @@ def check_targets(
                 }
             )
     checks.extend(_security_checks(results))
+    checks.extend(consumer_groups.checks(results, peer))
     checks.extend(scale_checks(results.get("scale", [])))
     for row in results.get("load", []):
         # The load's goals are the Kafka log's, written in large batches.
@@ -718,6 +719,7 @@ COLUMNS = {
     "failover": FAILOVER_COLUMNS,
     "scale": SCALE_COLUMNS,
     "transactions": transactions.TRANSACTION_COLUMNS,
+    **consumer_groups.TABLE_COLUMNS,
 }
 RUNNERS: dict[str, Callable[[Environment, argparse.Namespace], Awaitable[list[dict[str, Any]]]]] = {
     "commits": run_commits,
@@ -727,6 +729,10 @@ RUNNERS: dict[str, Callable[[Environment, argparse.Namespace], Awaitable[list[di
     "failover": run_failover,
     "transactions": transactions.run_transactions,
 }
+# Scenarios that report several tables, by name.
+TABLES: dict[
+    str, Callable[[Environment, argparse.Namespace], Awaitable[dict[str, list[dict[str, Any]]]]]
+] = {"consumer-groups": consumer_groups.run}
 # What "all" runs.
 ALL = ("commits", "heartbeats", "rebalance", "load")
 
@@ -748,6 +754,9 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
     try:
         await loop.run_in_executor(None, env.prepare, names)
         for name in names:
+            if name in TABLES:
+                results.update(await TABLES[name](env, args))
+                continue
             results[name] = await RUNNERS[name](env, args)
             if name == "commits" and args.nodes > 1:
                 results["scale"] = await run_scale(env, args)
