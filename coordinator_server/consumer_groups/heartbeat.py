@@ -60,12 +60,30 @@ class ConsumerGroupConfig:
 
     session_timeout_ms: int = 45_000
     heartbeat_interval_ms: int = 5_000
+    # The least time between two computations of a group's target (KIP-1263); 0 computes
+    # at every change, as Kafka before 4.3. The server's setting defaults to Kafka's 1000.
+    assignment_interval_ms: int = 0
     assignors: Mapping[str, PartitionAssignor] = field(default_factory=lambda: dict(ASSIGNORS))
     max_size: int = KAFKA_MAX_GROUP_SIZE
+    # Subscriptions by regular expression (consumer_groups/regex.py): the least time between
+    # two refreshes of a group's resolutions (Kafka's REGEX_BATCH_REFRESH_MIN_INTERVAL_MS),
+    # the age at which one is made again even if the topics did not change
+    # (`group.consumer.regex.refresh.interval.ms`), and the bounds of the compiled patterns
+    # kept: how many, and RE2's memory for each.
+    regex_refresh_min_interval_ms: int = 10_000
+    regex_refresh_interval_ms: int = 600_000
+    regex_cache_max_patterns: int = 128
+    regex_max_memory_bytes: int = 1 << 20
 
     def __post_init__(self) -> None:
         if not self.assignors:
             raise ValueError("group.consumer.assignors must name at least one assignor")
+        for name, value in (
+            ("regex_refresh_min_interval_ms", self.regex_refresh_min_interval_ms),
+            ("regex_refresh_interval_ms", self.regex_refresh_interval_ms),
+        ):
+            if value < 0:
+                raise ValueError(f"{name} must be at least 0, got {value}")
 
     @property
     def default_assignor(self) -> str:
@@ -109,6 +127,16 @@ class ClusterTopics(Protocol):
 
     def topic_name(self, topic_id: TopicId) -> str | None:
         """The name of the topic of that id, None when the cluster has none."""
+        ...
+
+    @property
+    def version(self) -> int:
+        """What orders the reads of one source: a read whose topics differ has another."""
+        ...
+
+    def topic_names(self, *, include_internal: bool = True) -> list[str]:
+        """The names of the cluster's topics (what a regular expression is matched
+        against, without the internal ones)."""
         ...
 
 
