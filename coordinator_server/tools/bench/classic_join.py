@@ -30,6 +30,8 @@ from coordinator_server.tools.bench.targets import (
     Target,
 )
 
+# How long the members' heartbeats (and a rejoin under way) may take to end once stopped.
+STOP_TIMEOUT_S = 60.0
 # What a classic heartbeat answers a member that must join again.
 _REJOIN = frozenset({REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID})
 
@@ -116,6 +118,9 @@ async def paced(
         stopped = sum(1 for m in members if m.generation_id != before[m.index])
     finally:
         stopping.set()
+        _, late = await asyncio.wait(tasks, timeout=STOP_TIMEOUT_S)
+        for task in late:
+            task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await scenarios.leave(target, group, [*members, extra])
+        await asyncio.wait_for(scenarios.leave(target, group, [*members, extra]), STOP_TIMEOUT_S)
     return {"extra_s": round(extra_s, 4), "members_stopped": stopped}

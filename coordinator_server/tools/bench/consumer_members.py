@@ -44,6 +44,8 @@ RETRIABLE = frozenset({COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, 
 # Answered to a member the coordinator no longer knows at its epoch: it joins again.
 REJOIN = frozenset({UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH})
 RETRY_S = 0.1
+# A heartbeat unanswered this long ends the run (the coordinator is stuck or gone).
+REQUEST_TIMEOUT_S = 30.0
 JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
 
@@ -284,27 +286,39 @@ class MemberDriver:
             delay = spread_s * i / len(starting)
             self._tasks[member.index] = asyncio.ensure_future(self._run(member, delay))
 
-    async def stop(self) -> None:
-        """Stop heartbeating once each member's heartbeat in flight is answered."""
+    async def stop(self, raise_failures: bool = True) -> None:
+        """Stop heartbeating once each member's heartbeat in flight is answered (or after
+        REQUEST_TIMEOUT_S, when the coordinator answers no more)."""
         self._stopping = True
         self._wake.set()
         tasks = list(self._tasks.values())
         self._tasks.clear()
         if tasks:
+            _, late = await asyncio.wait(tasks, timeout=REQUEST_TIMEOUT_S)
+            for task in late:
+                task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         self._wake = asyncio.Event()
-        _raise_failure(tasks)
+        if raise_failures:
+            _raise_failure(tasks)
 
     async def leave(self) -> None:
         """Every member leaves (epoch -1), so that no session of theirs expires later, while
-        the other side is measured on the same core."""
-        await self.stop()
+        the other side is measured on the same core. Never raises: it also ends a run that
+        failed."""
+        await self.stop(raise_failures=False)
         beats = [
-            self.side.heartbeat(m.index, Beat(self.group_id, m.member_id, LEAVE_EPOCH))
+            asyncio.ensure_future(
+                self.side.heartbeat(m.index, Beat(self.group_id, m.member_id, LEAVE_EPOCH))
+            )
             for m in self.members
             if m.member_id
         ]
-        await asyncio.gather(*beats, return_exceptions=True)
+        if beats:
+            _, late = await asyncio.wait(beats, timeout=REQUEST_TIMEOUT_S)
+            for beat in late:
+                beat.cancel()
+            await asyncio.gather(*beats, return_exceptions=True)
 
     async def _run(self, member: SimMember, delay_s: float) -> None:
         try:
@@ -321,7 +335,15 @@ class MemberDriver:
         while not self._stopping:
             beat = member.beat(self.group_id, self.topic, self.rebalance_timeout_ms)
             sent = loop.time()
-            answer = await self.side.heartbeat(member.index, beat)
+            try:
+                answer = await asyncio.wait_for(
+                    self.side.heartbeat(member.index, beat), REQUEST_TIMEOUT_S
+                )
+            except TimeoutError:
+                raise BenchError(
+                    f"{self.side.name}: member {member.index} of {self.group_id}: no answer "
+                    f"to a heartbeat in {REQUEST_TIMEOUT_S:g} s"
+                ) from None
             member.heartbeats += 1
             pause = self._apply(member, beat, answer)
             if member.must_acknowledge and not pause:
@@ -402,7 +424,10 @@ class MemberDriver:
                 lambda: self.settled_at is not None and extra(), deadline, "never settled"
             )
             at = self.settled_at
-            view = await self.side.describe(self.group_id)
+            view = await asyncio.wait_for(
+                self.side.describe(self.group_id),
+                max(0.0, deadline - time.perf_counter()) + REQUEST_TIMEOUT_S,
+            )
             if self._confirmed(view) and self.settled_at == at:
                 assert at is not None
                 return at
