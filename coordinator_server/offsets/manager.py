@@ -3,8 +3,10 @@
 Pure, like Kafka's class of the same name: request handlers read the state and return
 records plus a response; `replay` is the only method that changes the state. Offsets live in
 timeline collections, so reads can be answered as of the committed offset and a failed
-append is undone by the runtime. Group membership is the GroupMetadataManager's: it
-validates commits of group members and says which topics a group subscribes to.
+append is undone by the runtime. Group membership is the groups': a group id names either a
+consumer group (KIP-848, the ConsumerGroupManager's, asked first) or a classic one (the
+GroupMetadataManager's); the group validates commits and fetches of its members and says
+which topics it subscribes to.
 """
 
 from __future__ import annotations
@@ -12,13 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.errors import ApiError, ErrorCode
 from coordinator_protocol.messages import (
     OffsetCommitRequest,
     OffsetCommitRequestPartition,
     OffsetCommitResponse,
-    OffsetCommitResponsePartition,
-    OffsetCommitResponseTopic,
     OffsetDeleteRequest,
     OffsetDeleteResponse,
     OffsetDeleteResponsePartition,
@@ -29,6 +29,9 @@ from coordinator_protocol.messages import (
     OffsetFetchResponseTopic,
 )
 from coordinator_server import defaults
+from coordinator_server.consumer_groups import offsets as consumer_group_offsets
+from coordinator_server.consumer_groups.group import ConsumerGroup
+from coordinator_server.consumer_groups.manager import ConsumerGroupManager
 from coordinator_server.groups.answer_sizes import (
     FETCHED_PARTITION_BYTES,
     fetched_partition_bytes,
@@ -37,6 +40,7 @@ from coordinator_server.groups.answer_sizes import (
 )
 from coordinator_server.groups.classic import ClassicGroupState
 from coordinator_server.groups.manager import GroupMetadataManager
+from coordinator_server.offsets.commit_answers import all_committed_answer, answer_per_partition
 from coordinator_server.offsets.pending import PendingTransactionalOffsets
 from coordinator_server.records import (
     CoordinatorRecord,
@@ -120,11 +124,14 @@ class OffsetMetadataManager:
         clock: Clock,
         config: OffsetsConfig,
         groups: GroupMetadataManager,
+        consumer_groups: ConsumerGroupManager | None = None,
     ) -> None:
+        """`consumer_groups`: the partition's consumer groups (None: classic groups only)."""
         self._registry = registry
         self._clock = clock
         self._config = config
         self._groups = groups
+        self._consumer_groups = consumer_groups
         # group -> (topic, partition) -> committed offset. The inner dicts are timeline
         # collections; the outer dict only indexes them and is pruned lazily.
         self._offsets: dict[str, TimelineDict[TopicPartition, OffsetCommitValue]] = {}
@@ -151,10 +158,10 @@ class OffsetMetadataManager:
         self, request: OffsetCommitRequest, ctx: RequestContext | None = None
     ) -> CoordinatorResult[OffsetCommitResponse]:
         """Kafka's OffsetCommit (v9+ semantics): a member of a group must be the group's at
-        its generation; a negative generation is a simple commit, allowed while the group
-        has no members and creating the group when it does not exist (when its records are
-        replayed). `ctx` is the caller's, as for the group handlers; a classic commit does
-        not need it.
+        its generation (a consumer group's: at its member epoch); a negative generation is a
+        simple commit, allowed while the group has no members and creating a classic group
+        when none exists (when its records are replayed). `ctx` is the caller's, as for the
+        group handlers; a commit does not need it.
 
         The limits: a topic name longer than `max_id_length` is INVALID_REQUEST and metadata
         over `offset_metadata_max_bytes` OFFSET_METADATA_TOO_LARGE, for their partitions;
@@ -165,15 +172,25 @@ class OffsetMetadataManager:
         """
         group_id = request.group_id
         assert group_id is not None, "the service answers a missing group id"
-        error = self._groups.validate_offset_commit(
-            group_id,
-            request.member_id,
-            request.group_instance_id,
-            request.generation_id_or_member_epoch,
-        )
+        # Inlined `consumer_group`: every commit asks.
+        consumer_groups = self._consumer_groups
+        consumer_group = None if consumer_groups is None else consumer_groups.group(group_id)
+        if consumer_group is not None:
+            # A consumer group's member keeps its session by heartbeats only.
+            error = consumer_group_offsets.validate_offset_commit(
+                consumer_group, request.member_id, request.generation_id_or_member_epoch
+            )
+        else:
+            error = self._groups.validate_offset_commit(
+                group_id,
+                request.member_id,
+                request.group_instance_id,
+                request.generation_id_or_member_epoch,
+            )
+            if error is None:
+                self._groups.rearm_heartbeat_on_commit(group_id, request.member_id)
         if error is not None:
             return CoordinatorResult(response=request.error_response(error.code))
-        self._groups.rearm_heartbeat_on_commit(group_id, request.member_id)
 
         config = self._config
         now_ms = self._clock.now_ms()
@@ -235,7 +252,7 @@ class OffsetMetadataManager:
         response = (
             self._answer_with_refusals(request, offsets, admitted)
             if refusing
-            else _all_committed_answer(tuple(shape))
+            else all_committed_answer(tuple(shape))
         )
         if not commits:
             return CoordinatorResult(response=response)
@@ -314,26 +331,47 @@ class OffsetMetadataManager:
                     return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
             return ErrorCode.NONE
 
-        return _answer_per_partition(request, code_of)
+        return answer_per_partition(request, code_of)
 
     def fetch_offsets(
         self, request: OffsetFetchRequestGroup, committed_offset: int | None
     ) -> OffsetFetchResponseGroup:
-        """Offsets as of `committed_offset` (None: the latest state, for require_stable)."""
+        """Offsets as of `committed_offset` (None: the latest state, for require_stable); a
+        consumer group's refusal of the member is the group's error code."""
         group_id = request.group_id
         assert group_id is not None, "the service answers a missing group id"
-        if request.topics is None:
-            fetched = self.fetch_all_offsets(group_id, committed_offset)
-        else:
-            fetched = self.fetch_partition_offsets(
-                group_id, [(t.name, t.partition_indexes) for t in request.topics], committed_offset
-            )
+        member_id, member_epoch = request.member_id, request.member_epoch
+        try:
+            if request.topics is None:
+                fetched = self.fetch_all_offsets(
+                    group_id, committed_offset, member_id=member_id, member_epoch=member_epoch
+                )
+            else:
+                fetched = self.fetch_partition_offsets(
+                    group_id,
+                    [(t.name, t.partition_indexes) for t in request.topics],
+                    committed_offset,
+                    member_id=member_id,
+                    member_epoch=member_epoch,
+                )
+        except ApiError as error:
+            return OffsetFetchResponseGroup(group_id=group_id, error_code=error.code, topics=[])
         assert fetched is not None, "no limit, no refusal"
         return OffsetFetchResponseGroup(group_id=group_id, topics=fetched[0])
 
     def _visible_offsets(
-        self, group_id: str, committed_offset: int | None
+        self, group_id: str, committed_offset: int | None, member_id: str | None, member_epoch: int
     ) -> TimelineDict[TopicPartition, OffsetCommitValue] | None:
+        consumer_groups = self._consumer_groups
+        if consumer_groups is not None:
+            consumer_group = consumer_groups.group(group_id, committed_offset)
+            if consumer_group is not None:
+                error = consumer_group_offsets.validate_offset_fetch(
+                    consumer_group, member_id, member_epoch, committed_offset
+                )
+                if error is not None:
+                    raise error
+                return self._offsets.get(group_id)
         group = self._groups.group(group_id, committed_offset)
         # An unknown or Dead group has no offsets to show.
         if group is None or group.state is ClassicGroupState.DEAD:
@@ -346,12 +384,18 @@ class OffsetMetadataManager:
         topics: Sequence[tuple[str, Sequence[int]]],
         committed_offset: int | None,
         max_bytes: int | None = None,
+        *,
+        member_id: str | None = None,
+        member_epoch: int = -1,
     ) -> tuple[list[OffsetFetchResponseTopic], int] | None:
         """The offsets of the partitions of `topics` ((name, partition indexes), in the
         request's order; -1 where there is none) as of `committed_offset` (None: the latest
         state), and the bytes they take in the answer; None once they would take more than
-        `max_bytes`."""
-        offsets = self._visible_offsets(group_id, committed_offset)
+        `max_bytes`. `member_id` and `member_epoch` are the request's: a consumer group refuses
+        a member it does not have at that epoch by raising the error (Kafka's
+        `validateOffsetFetch`; none and -1 are an admin's fetch); classic groups ignore
+        them."""
+        offsets = self._visible_offsets(group_id, committed_offset, member_id, member_epoch)
         # A fetch of the latest state is a require_stable one: a partition with a pending
         # transactional offset is unstable (Kafka's C8), committed offset or not. (A group
         # with pending offsets exists: deleting it deletes them.)
@@ -400,12 +444,19 @@ class OffsetMetadataManager:
         return fetched, size
 
     def fetch_all_offsets(
-        self, group_id: str, committed_offset: int | None, max_bytes: int | None = None
+        self,
+        group_id: str,
+        committed_offset: int | None,
+        max_bytes: int | None = None,
+        *,
+        member_id: str | None = None,
+        member_epoch: int = -1,
     ) -> tuple[list[OffsetFetchResponseTopic], int] | None:
         """Every offset of the group as of `committed_offset` (None: the latest state), by
         topic and partition, and the bytes they take in the answer; None once they would
-        take more than `max_bytes`."""
-        offsets = self._visible_offsets(group_id, committed_offset)
+        take more than `max_bytes`. `member_id` and `member_epoch` as for
+        `fetch_partition_offsets`."""
+        offsets = self._visible_offsets(group_id, committed_offset, member_id, member_epoch)
         if offsets is None:
             return [], 0
         if max_bytes is not None and len(offsets) * FETCHED_PARTITION_BYTES > max_bytes:
@@ -452,8 +503,7 @@ class OffsetMetadataManager:
                 offsets.pop((topic, partition))
                 self._maybe_empty.add(group)
             return
-        # Offsets of a group that does not exist are a consumer's that only stores them.
-        self._groups.ensure_simple_group(group)
+        self._ensure_group(group)
         if offsets is None:
             offsets = self._offsets[group] = TimelineDict(self._registry)
         offsets[(self.topic_name(topic), partition)] = value
@@ -475,7 +525,7 @@ class OffsetMetadataManager:
         an OffsetCommitRun, live or loaded. Topic names are `topic_name`'s."""
         if self._maybe_empty:
             self._prune()
-        self._groups.ensure_simple_group(group)
+        self._ensure_group(group)
         offsets = self._offsets.get(group)
         if offsets is None:
             offsets = self._offsets[group] = TimelineDict(self._registry)
@@ -497,8 +547,15 @@ class OffsetMetadataManager:
         when `value` is None): the producer's pending offset of the partition. Like a
         commit, it creates the group it names."""
         if value is not None:
-            self._groups.ensure_simple_group(group)
+            self._ensure_group(group)
         self.pending.replay(offset, group, self.topic_name(topic), partition, producer_id, value)
+
+    def _ensure_group(self, group: str) -> None:
+        # Offsets of a group that does not exist are a consumer's that only stores them: a
+        # simple classic group holds them (a consumer group's are its own).
+        consumer_groups = self._consumer_groups
+        if consumer_groups is None or consumer_groups.group(group) is None:
+            self._groups.ensure_simple_group(group)
 
     def _prune(self) -> None:
         for group in list(self._maybe_empty):
@@ -512,25 +569,21 @@ class OffsetMetadataManager:
     def delete_offsets(
         self, request: OffsetDeleteRequest
     ) -> CoordinatorResult[OffsetDeleteResponse]:
-        """Kafka's OffsetDelete: the group must exist; a group with members only if it uses
-        the "consumer" protocol, and never for a topic it subscribes to."""
+        """Kafka's OffsetDelete: the group must exist; a classic group with members only if
+        it uses the "consumer" protocol (a consumer group whatever its members), and never
+        for a topic it subscribes to."""
         group_id = request.group_id
         assert group_id, "the service answers a missing or empty group id"
-        group = self._groups.group(group_id)
-        if group is None or group.state is ClassicGroupState.DEAD:
-            return CoordinatorResult(
-                response=OffsetDeleteResponse(error_code=ErrorCode.GROUP_ID_NOT_FOUND)
-            )
-        error = group.validate_offset_delete()
-        if error is not None:
-            return CoordinatorResult(response=OffsetDeleteResponse(error_code=error.code))
+        is_subscribed = self._subscription_check(group_id)
+        if isinstance(is_subscribed, ErrorCode):
+            return CoordinatorResult(response=OffsetDeleteResponse(error_code=is_subscribed))
         offsets = self._offsets.get(group_id)
         records: list[CoordinatorRecord] = []
         topics: list[OffsetDeleteResponseTopic] = []
         # A partition named again is answered again (as Kafka does) but deleted once.
         deleted: set[TopicPartition] = set()
         for topic in request.topics:
-            subscribed = group.is_subscribed_to_topic(topic.name)
+            subscribed = is_subscribed(topic.name)
             partitions: list[OffsetDeleteResponsePartition] = []
             for partition in topic.partitions:
                 index = partition.partition_index
@@ -561,6 +614,20 @@ class OffsetMetadataManager:
             records, OffsetDeleteResponse(error_code=ErrorCode.NONE, topics=topics)
         )
 
+    def _subscription_check(self, group_id: str) -> Callable[[str], bool] | ErrorCode:
+        """Whether the group subscribes to a topic, or why OffsetDelete may not delete its
+        offsets at all."""
+        consumer_group = self.consumer_group(group_id)
+        if consumer_group is not None:
+            return consumer_group_offsets.subscription_check(consumer_group)
+        group = self._groups.group(group_id)
+        if group is None or group.state is ClassicGroupState.DEAD:
+            return ErrorCode.GROUP_ID_NOT_FOUND
+        error = group.validate_offset_delete()
+        if error is not None:
+            return error.code
+        return group.is_subscribed_to_topic
+
     def delete_all_offsets(self, group_id: str, records: list[CoordinatorRecord]) -> int:
         """Tombstones for every committed offset and every pending transactional offset of
         the group (DeleteGroups)."""
@@ -587,25 +654,33 @@ class OffsetMetadataManager:
     ) -> bool:
         """Tombstones for the group's expired offsets, by Kafka's rules: only offsets of
         topics the group does not subscribe to, when the group's expiration condition says
-        so, and never an offset with a pending transactional offset. True when the group
-        has no offset left afterwards and no pending one."""
+        so (a consumer group's: `offsets_retention_ms` after the commit), and never an offset
+        with a pending transactional offset. True when the group has no offset left
+        afterwards and no pending one."""
         offsets = self._offsets.get(group_id)
         pending = self.pending.of_group(group_id)
         if offsets is None or not len(offsets):
             return pending is None
-        group = self._groups.group(group_id)
-        if group is None:
-            return False
-        condition = group.offset_expiration_condition()
-        if condition is None:
-            return False
+        is_subscribed: Callable[[str], bool]
+        is_expired: Callable[[OffsetCommitValue, int, int], bool]
+        consumer_group = self.consumer_group(group_id)
+        if consumer_group is not None:
+            is_subscribed = consumer_group_offsets.subscription_check(consumer_group)
+            is_expired = consumer_group_offsets.is_offset_expired
+        else:
+            group = self._groups.group(group_id)
+            condition = None if group is None else group.offset_expiration_condition()
+            if group is None or condition is None:
+                return False
+            is_subscribed = group.is_subscribed_to_topic
+            is_expired = condition.is_offset_expired
         now_ms = self._clock.now_ms()
         before = len(records)
         all_expired = True
         for (topic, partition), value in sorted(offsets.items()):
             if (
-                not group.is_subscribed_to_topic(topic)
-                and condition.is_offset_expired(value, now_ms, offsets_retention_ms)
+                not is_subscribed(topic)
+                and is_expired(value, now_ms, offsets_retention_ms)
                 and (pending is None or not pending.get((topic, partition)))
             ):
                 records.append(new_offset_commit_tombstone_record(group_id, topic, partition))
@@ -615,6 +690,12 @@ class OffsetMetadataManager:
         return all_expired and pending is None
 
     # Views for other parts of the shard and for tests.
+
+    def consumer_group(self, group_id: str) -> ConsumerGroup | None:
+        """The consumer group of that id (the latest state), None when the id is a classic
+        group's or no group's."""
+        consumer_groups = self._consumer_groups
+        return None if consumer_groups is None else consumer_groups.group(group_id)
 
     def committed_offset(self, group: str, topic: str, partition: int) -> OffsetCommitValue | None:
         offsets = self._offsets.get(group)
@@ -671,68 +752,3 @@ def _unstable(partition: int) -> OffsetFetchResponsePartition:
 
 def _metadata_too_large(metadata: str | None, max_bytes: int) -> bool:
     return _metadata_length(metadata or "") > max_bytes
-
-
-# Answers are values nobody changes once made, and the same few are made again and again (a
-# partition committed without error, a commit of the same partitions as the last one):
-# share them rather than build a new one each time. A shared response also lets a
-# connection reuse the encoding of the last response it sent.
-_ANSWERS_KEPT = 65536
-_partition_answers: dict[tuple[int, ErrorCode], OffsetCommitResponsePartition] = {}
-_RESPONSES_KEPT = 4096
-_RESPONSE_MAX_PARTITIONS = 256
-_all_committed_answers: dict[tuple[tuple[str, tuple[int, ...]], ...], OffsetCommitResponse] = {}
-
-
-def _partition_answer(partition_index: int, code: ErrorCode) -> OffsetCommitResponsePartition:
-    answer = _partition_answers.get((partition_index, code))
-    if answer is None:
-        if len(_partition_answers) >= _ANSWERS_KEPT:
-            _partition_answers.clear()
-        answer = _partition_answers[(partition_index, code)] = OffsetCommitResponsePartition(
-            partition_index=partition_index, error_code=code
-        )
-    return answer
-
-
-def _all_committed_answer(shape: tuple[tuple[str, tuple[int, ...]], ...]) -> OffsetCommitResponse:
-    """The answer to a commit of every partition of `shape`, (topic, partition indexes) in
-    the request's order, without error."""
-    response = _all_committed_answers.get(shape)
-    if response is not None:
-        return response
-    response = OffsetCommitResponse(
-        topics=[
-            OffsetCommitResponseTopic(
-                name=name,
-                partitions=[_partition_answer(index, ErrorCode.NONE) for index in indexes],
-            )
-            for name, indexes in shape
-        ]
-    )
-    # Answers to commits of many partitions are not kept: they are rarely the same twice.
-    if sum(len(indexes) for _, indexes in shape) <= _RESPONSE_MAX_PARTITIONS:
-        if len(_all_committed_answers) >= _RESPONSES_KEPT:
-            _all_committed_answers.clear()
-        _all_committed_answers[shape] = response
-    return response
-
-
-def _answer_per_partition(
-    request: OffsetCommitRequest,
-    code_of: Callable[[str, OffsetCommitRequestPartition], ErrorCode],
-) -> OffsetCommitResponse:
-    """Every partition of the request answered with `code_of` its topic's name and it, in
-    the request's order."""
-    return OffsetCommitResponse(
-        topics=[
-            OffsetCommitResponseTopic(
-                name=topic.name,
-                partitions=[
-                    _partition_answer(p.partition_index, code_of(topic.name, p))
-                    for p in topic.partitions
-                ],
-            )
-            for topic in request.topics
-        ]
-    )

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from coordinator_protocol.errors import ErrorCode
+from coordinator_server.consumer_groups import offsets as consumer_group_offsets
 from coordinator_server.groups.answer_sizes import str_bytes
 from coordinator_server.groups.manager import GroupMetadataManager
 from coordinator_server.offsets.manager import OffsetMetadataManager, OffsetsConfig
@@ -141,7 +142,9 @@ class TransactionalOffsetManager:
     ) -> CoordinatorResult[TransactionalCommitAnswer]:
         """Kafka's TxnOffsetCommit (validateTransactionalOffsetCommit, then
         commitTransactionalOffset): the offsets become the producer's pending ones. That the
-        producer's transaction is ongoing is the caller's to check.
+        producer's transaction is ongoing is the caller's to check. A consumer group checks
+        the member as Kafka's `ConsumerGroup.validateOffsetCommit` does for a transactional
+        commit; a classic group, or no group, as before.
 
         The limits, as OffsetCommit's: a topic name longer than `max_id_length` is
         INVALID_REQUEST and metadata over `offset_metadata_max_bytes`
@@ -155,9 +158,15 @@ class TransactionalOffsetManager:
         group_id = request.group_id
         if not group_id:
             return _error(request, ErrorCode.INVALID_GROUP_ID)
-        error = self._groups.validate_transactional_offset_commit(
-            group_id, request.member_id, request.group_instance_id, request.generation_id
-        )
+        consumer_group = self._committed.consumer_group(group_id)
+        if consumer_group is not None:
+            error = consumer_group_offsets.validate_transactional_offset_commit(
+                consumer_group, request.member_id, request.group_instance_id, request.generation_id
+            )
+        else:
+            error = self._groups.validate_transactional_offset_commit(
+                group_id, request.member_id, request.group_instance_id, request.generation_id
+            )
         if error is not None:
             return _error(request, error.code)
         store = self._store
