@@ -272,15 +272,19 @@ def test_a_simple_commit_needs_a_group_without_members() -> None:
     assert commit(ctx, {("foo", 0): 10}, "A", -1) == {("foo", 0): NONE}
 
 
-def test_an_accepted_commit_arms_no_timer() -> None:
+def test_an_accepted_commit_does_not_keep_the_session_alive() -> None:
     # Classic members' commits keep their sessions; a consumer group's members keep
-    # theirs by heartbeats only.
+    # theirs by heartbeats only: a member that only commits is fenced when its session
+    # (45 s by default) ends.
     ctx = ShardTestContext()
     epoch = join(ctx, "A", "foo")
-    timers = {key: (t.deadline_ms, t.seq) for key, t in ctx.timer._timeouts.items()}
-    ctx.clock.advance(1000)
+    ctx.sleep(40_000)
     assert commit(ctx, {("foo", 0): 1}, "A", epoch) == {("foo", 0): NONE}
-    assert {key: (t.deadline_ms, t.seq) for key, t in ctx.timer._timeouts.items()} == timers
+    ctx.sleep(5_000)
+    group = consumer_groups(ctx).group(GROUP)
+    assert group is not None
+    assert group.member("A") is None
+    assert commit(ctx, {("foo", 0): 2}, "A", epoch) == {("foo", 0): UNKNOWN_MEMBER}
 
 
 def test_a_commit_to_no_group_still_makes_a_simple_classic_group() -> None:
