@@ -34,6 +34,7 @@ from coordinator_server.metrics import (
 )
 from coordinator_server.node_address import NodeAddress
 from coordinator_server.node_client import NodeClient, NodeConnector
+from coordinator_server.node_consumer_groups import NodeConsumerGroups, consumer_group_config
 from coordinator_server.node_security import NodeSecurity
 from coordinator_server.node_transactions import NodeTransactions, coordinator_epoch
 from coordinator_server.offsets.manager import OffsetsConfig
@@ -194,6 +195,8 @@ class CoordinatorApp:
         # Who may connect and what they may do: the listener's authentication, the
         # authorizer, and the image of the log's ACLs and SCRAM credentials.
         self.security = NodeSecurity(config, self.server_metrics)
+        # The consumer group protocol (KIP-848): the data cluster's topics, and its APIs.
+        self.consumer_groups = NodeConsumerGroups(config)
         self.node_connector = node_connector or self.security.node_connector()
 
     async def start(self) -> None:
@@ -251,6 +254,7 @@ class CoordinatorApp:
             scram_credentials=ScramCredentialsConfig(
                 max_scram_users=config.max_scram_users, max_id_length=config.max_id_length
             ),
+            consumer_groups=consumer_group_config(config),
         )
         self.runtime = runtime = CoordinatorRuntime[LogPartitionShard](
             shard_builder=lambda context: LogPartitionShard(
@@ -259,6 +263,7 @@ class CoordinatorApp:
                 self.group_metrics,
                 self.groups_on_node,
                 self.transactional_ids_on_node,
+                self.consumer_groups.topics,
             ),
             writer=log.writer,
             loader=log.loader,
@@ -321,6 +326,7 @@ class CoordinatorApp:
             max_member_metadata_bytes=config.max_member_metadata_bytes,
             max_response_bytes=config.max_response_bytes,
             max_frame_bytes=config.max_frame_bytes,
+            max_subscribed_topics=config.max_subscribed_topics,
         )
         self.service = service = GroupCoordinatorService(
             runtime,
@@ -337,6 +343,10 @@ class CoordinatorApp:
         try:
             await self._start_transactions(service, dispatch, runtime, node)
             await self._start_commit_check(dispatch, limits)
+            await self.consumer_groups.start(self._stop)
+            self.consumer_groups.serve(
+                dispatch, runtime, service.routing, limits, self.security.authorizer
+            )
         except StartAbandoned as abandoned:
             logger.info("%s", abandoned)
             return
@@ -655,13 +665,15 @@ class CoordinatorApp:
         only when InitProducerId would create one."""
         return self._sum_over_active(lambda shard: shard.num_transactional_ids())
 
-    def _group_counts(self) -> tuple[dict[str, int], int]:
-        """Groups by state and members, over every ACTIVE partition."""
+    def _group_counts(self) -> tuple[dict[str, int], int, dict[str, int], int]:
+        """Classic groups by state and their members, then consumer groups by state and
+        their members, over every ACTIVE partition."""
         runtime = self.runtime
         by_state: dict[str, int] = {}
-        members = 0
+        consumer_by_state: dict[str, int] = {}
+        members = consumer_members = 0
         if runtime is None:
-            return by_state, members
+            return by_state, members, consumer_by_state, consumer_members
         for partition, state in runtime.partitions().items():
             if state is not CoordinatorState.ACTIVE:
                 continue
@@ -671,7 +683,10 @@ class CoordinatorApp:
             for name, count in shard.count_groups_by_state().items():
                 by_state[name] = by_state.get(name, 0) + count
             members += shard.num_members()
-        return by_state, members
+            for name, count in shard.count_consumer_groups_by_state().items():
+                consumer_by_state[name] = consumer_by_state.get(name, 0) + count
+            consumer_members += shard.num_consumer_group_members()
+        return by_state, members, consumer_by_state, consumer_members
 
     def _transaction_counts(self) -> tuple[dict[str, int], int, int]:
         """Transactional ids by state, transactional ids and pending transactional offsets,
@@ -707,7 +722,7 @@ class CoordinatorApp:
                 if stats is not None:
                     queue_depth += stats.queued_events
                     uncommitted[partition] = stats.last_written_offset - stats.last_committed_offset
-        groups, members = self._group_counts()
+        groups, members, consumer_groups, consumer_members = self._group_counts()
         transactions, transactional_ids, pending_offsets = self._transaction_counts()
         return Snapshot(
             requests_in_flight=0 if server is None else server.state.requests_in_flight(),
@@ -718,6 +733,8 @@ class CoordinatorApp:
             committed_offsets=committed_offsets,
             groups_by_state=groups,
             members=members,
+            consumer_groups_by_state=consumer_groups,
+            consumer_group_members=consumer_members,
             log_failed=self._log_failure() is not None,
             cluster=None if self.cluster is None else self.cluster.gauges(),
             transactions_by_state=transactions,
@@ -768,7 +785,7 @@ class CoordinatorApp:
         return Probe(ok, detail)
 
     def status(self) -> dict[str, object]:
-        groups, members = self._group_counts()
+        groups, members, consumer_groups, consumer_members = self._group_counts()
         states = self._partition_states()
         return {
             "version": __version__,
@@ -782,6 +799,8 @@ class CoordinatorApp:
             },
             "groups_by_state": groups,
             "members": members,
+            "consumer_groups_by_state": consumer_groups,
+            "consumer_group_members": consumer_members,
             "connections": 0 if self.server is None else len(self.server.state.connections),
             "cluster": None if self.cluster is None else self.cluster.status(),
             "transactions": self._transactions_status(),
@@ -842,6 +861,7 @@ class CoordinatorApp:
         if self.server is not None:
             await self.server.drain(timeout_s)
         await self.transactions.stop()
+        await self.consumer_groups.stop()
         if self.commit_check is not None:
             await self.commit_check.stop()
             self.commit_check = None

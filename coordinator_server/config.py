@@ -23,6 +23,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from coordinator_server import defaults
+from coordinator_server.consumer_group_settings import ConsumerGroupSettings
 from coordinator_server.security_settings import SecuritySettings
 from coordinator_server.storage.kafka.security import (
     EndpointIdentification,
@@ -64,7 +65,7 @@ def setting_group(field: FieldInfo) -> str:
     return group
 
 
-class CoordinatorConfig(SecuritySettings, BaseSettings):
+class CoordinatorConfig(SecuritySettings, ConsumerGroupSettings, BaseSettings):
     # Inputs stay out of validation errors: one of them may be a password.
     model_config = SettingsConfigDict(
         env_prefix="COORDINATOR_", extra="forbid", hide_input_in_errors=True
@@ -671,6 +672,7 @@ class CoordinatorConfig(SecuritySettings, BaseSettings):
         if self.tls_keyfile is not None and self.tls_certfile is None:
             raise ValueError("tls-keyfile needs tls-certfile")
         self.check_security(tls=self.tls_certfile is not None)
+        self.check_consumer_groups()
         if self.offset_commit_check_partitions and self.data_cluster is None:
             # Not checking while asked to would commit what the check is there to refuse.
             raise ValueError(

@@ -35,6 +35,9 @@ from coordinator_server.metrics import (
 )
 from coordinator_server.server.connection_events import RefusalReason, ServerCloseReason
 
+# Kafka's consumer group states as the gauge lists them (a deleted group is gone, not Dead).
+CONSUMER_GROUP_STATES = ("Empty", "Assigning", "Reconciling", "Stable")
+
 LAG_FAMILY = "coordinator_consumer_group_lag"
 _LAG_HELP = (
     "Messages a group has not consumed: the partition's log end offset on the data cluster "
@@ -95,6 +98,9 @@ class Snapshot:
     pending_transactional_offsets: int = 0
     # The completion driver's and marker writer's figures; None: no transactions served.
     transactions: TransactionFigures | None = None
+    # Consumer groups (KIP-848) by state (Kafka's names), and their members.
+    consumer_groups_by_state: dict[str, int] = field(default_factory=dict)
+    consumer_group_members: int = 0
 
 
 class CoordinatorCollector(Collector):
@@ -248,6 +254,22 @@ class CoordinatorCollector(Collector):
         yield groups
         yield GaugeMetricFamily(
             "coordinator_group_members", "Members of all groups.", value=snapshot.members
+        )
+        consumer_groups = GaugeMetricFamily(
+            "coordinator_consumer_groups",
+            "Consumer groups (KIP-848) by state (every state, 0 included; Kafka's "
+            "consumer-group-count).",
+            labels=["state"],
+        )
+        for consumer_state in CONSUMER_GROUP_STATES:
+            consumer_groups.add_metric(
+                [consumer_state], snapshot.consumer_groups_by_state.get(consumer_state, 0)
+            )
+        yield consumer_groups
+        yield GaugeMetricFamily(
+            "coordinator_consumer_group_members",
+            "Members of all consumer groups (KIP-848).",
+            value=snapshot.consumer_group_members,
         )
 
     def _collect_runtime(self) -> Iterator[Metric]:

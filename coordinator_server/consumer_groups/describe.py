@@ -16,7 +16,7 @@ to what builds them. Pure.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable
 from typing import Final
 
 from coordinator_protocol.consumer_groups import (
@@ -29,10 +29,11 @@ from coordinator_protocol.consumer_groups import (
 from coordinator_protocol.envelope import encode_body
 from coordinator_protocol.errors import ErrorCode
 from coordinator_protocol.messages import DescribeGroupsResponseGroup, ListGroupsResponseGroup
+from coordinator_server.consumer_groups.assignors import preferred_assignor
 from coordinator_server.consumer_groups.group import ConsumerGroup, ConsumerGroupState
 from coordinator_server.consumer_groups.heartbeat import ClusterTopics
-from coordinator_server.consumer_groups.manager import ConsumerGroupManager, _preferred_assignor
-from coordinator_server.consumer_groups.member import EMPTY_TOPIC_PARTITIONS, ConsumerGroupMember
+from coordinator_server.consumer_groups.manager import ConsumerGroupManager
+from coordinator_server.consumer_groups.member import ConsumerGroupMember
 from coordinator_server.consumer_groups.topics import TopicPartitions
 
 __all__ = [
@@ -115,7 +116,7 @@ def _described(
     # The assignor the group's next target is computed with, as the heartbeat chooses it: a
     # member's assignor no longer configured counts for none (Kafka counts it, having
     # refused it at the heartbeat; a log older than the configuration may still hold it).
-    assignor = _preferred_assignor(
+    assignor = preferred_assignor(
         (member for member in members.values() if member.server_assignor in config.assignors),
         config.default_assignor,
     )
@@ -126,7 +127,9 @@ def _described(
         assignment_epoch=group.target_assignment_epoch(offset),
         assignor_name=assignor,
         members=[
-            _described_member(members[member_id], _target_at(group, member_id, offset), topics)
+            _described_member(
+                members[member_id], group.target_assignment(member_id, offset), topics
+            )
             for member_id in sorted(members)
         ],
     )
@@ -175,13 +178,6 @@ def _described_assignment(
     )
 
 
-def _target_at(group: ConsumerGroup, member_id: str, offset: int) -> TopicPartitions:
-    # The group reads its target assignment as of the latest state only; its timeline
-    # dict holds it as of any uncommitted offset too.
-    partitions = group._target_assignment.get_at(member_id, offset)
-    return EMPTY_TOPIC_PARTITIONS if partitions is None else partitions
-
-
 # DescribeGroups (15).
 
 
@@ -215,7 +211,7 @@ def list_consumer_groups(
         return [], 0
     listed: list[ListGroupsResponseGroup] = []
     size = 0
-    for group_id, group in _groups_at(manager, committed_offset):
+    for group_id, group in manager.groups_at(committed_offset):
         state = group.state(committed_offset).value
         if states and state.lower() not in states:
             continue
@@ -246,9 +242,3 @@ def listed_consumer_group_bytes(group_id: str, state: str) -> int:
             )
         )
     )
-
-
-def _groups_at(manager: ConsumerGroupManager, offset: int) -> Iterator[tuple[str, ConsumerGroup]]:
-    # The manager reads its groups by id, as of an offset; its timeline dict lists them as of
-    # one too (a group deleted since the offset included).
-    return manager._groups.items_at(offset)

@@ -144,6 +144,10 @@ class ConsumerGroup:
         self.group_id = group_id
         self._group_epoch = _TimelineValue(registry, 0)
         self._target_assignment_epoch = _TimelineValue(registry, 0)
+        # The hash of the subscribed topics' metadata the group epoch was last bumped for
+        # (KIP-1101), and when the target assignment was last computed (KIP-1263).
+        self._metadata_hash = _TimelineValue(registry, 0)
+        self._assignment_timestamp_ms = _TimelineValue(registry, 0)
         self._state = _TimelineValue(registry, ConsumerGroupState.EMPTY)
         self._members: TimelineDict[str, ConsumerGroupMember] = TimelineDict(registry)
         self._target_assignment: TimelineDict[str, TopicPartitions] = TimelineDict(registry)
@@ -158,6 +162,9 @@ class ConsumerGroup:
         self._resolved_regexes: TimelineDict[str, ResolvedRegularExpression] = TimelineDict(
             registry
         )
+        # The snapshot of the cluster's topics the metadata hash was last found current
+        # for: a cache of a check, not state (a new owner checks again).
+        self.checked_topics: object | None = None
 
     # Reads (the latest state, or as of a committed offset where a read API needs it).
 
@@ -168,6 +175,12 @@ class ConsumerGroup:
     def target_assignment_epoch(self, committed_offset: int | None = None) -> int:
         epoch = self._target_assignment_epoch
         return epoch.get() if committed_offset is None else epoch.get_at(committed_offset)
+
+    def metadata_hash(self) -> int:
+        return self._metadata_hash.get()
+
+    def assignment_timestamp_ms(self) -> int:
+        return self._assignment_timestamp_ms.get()
 
     def state(self, committed_offset: int | None = None) -> ConsumerGroupState:
         state = self._state
@@ -184,9 +197,16 @@ class ConsumerGroup:
     def num_members(self) -> int:
         return len(self._members)
 
-    def target_assignment(self, member_id: str) -> TopicPartitions:
-        """The member's partitions in the target assignment; none when it has no target."""
-        return self._target_assignment.get(member_id) or EMPTY_TOPIC_PARTITIONS
+    def target_assignment(
+        self, member_id: str, committed_offset: int | None = None
+    ) -> TopicPartitions:
+        """The member's partitions in the target assignment (now, or as of
+        `committed_offset`); none when it has no target."""
+        if committed_offset is None:
+            partitions = self._target_assignment.get(member_id)
+        else:
+            partitions = self._target_assignment.get_at(member_id, committed_offset)
+        return partitions or EMPTY_TOPIC_PARTITIONS
 
     def target_assignments(self) -> dict[str, TopicPartitions]:
         return dict(self._target_assignment.items())
@@ -232,12 +252,14 @@ class ConsumerGroup:
 
     # Changes (each a record's replay, or a part of one).
 
-    def set_group_epoch(self, epoch: int) -> None:
+    def set_group_epoch(self, epoch: int, metadata_hash: int = 0) -> None:
         self._group_epoch.set(epoch)
+        self._metadata_hash.set(metadata_hash)
         self._update_state()
 
-    def set_target_assignment_epoch(self, epoch: int) -> None:
+    def set_target_assignment_epoch(self, epoch: int, timestamp_ms: int = 0) -> None:
         self._target_assignment_epoch.set(epoch)
+        self._assignment_timestamp_ms.set(timestamp_ms)
         self._update_state()
 
     def update_target_assignment(self, member_id: str, partitions: TopicPartitions) -> None:

@@ -1,21 +1,19 @@
-"""The consumer groups of one log partition, as the log rebuilds them: the replay half of
-Kafka's GroupMetadataManager for the consumer group records (types 9 to 14).
-
-The shard hands every consumer group record to `replay`, live and on load. A record of a
-group that does not exist creates it, a tombstone of one that does not exist is ignored,
-and the group's metadata tombstone removes it once its members and target assignment are
-gone (Kafka's order of a deletion's tombstones); a log that breaks Kafka's order raises
-ConsumerGroupReplayError.
+"""The consumer groups of one log partition: Kafka's GroupMetadataManager for consumer groups
+(KIP-848). The shard hands every consumer group record to `replay`, live and on load, which
+`ConsumerGroupRecords` (replay.py) applies.
 
 `heartbeat` is the write half for ConsumerGroupHeartbeat (Kafka's `consumerGroupHeartbeat`):
 it changes nothing itself and answers the records that `replay` turns into the group's next
-state, with the response to give once they are committed. Session and rebalance timeouts
-are not armed by it: those timers are a later step.
+state, with the response to give once they are committed. It arms the member's timers
+(`ConsumerGroupTimeouts`): its session, its rebalance timeout while it must revoke, and the
+group's deferred target assignment when one was computed less than
+`group.consumer.assignment.interval.ms` ago (Kafka's batching of assignments for busy groups:
+joins and leaves within an interval share one computation).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Set
+from collections.abc import Callable, Iterator, Set
 
 from coordinator_protocol.consumer_groups import (
     JOIN_GROUP_MEMBER_EPOCH,
@@ -32,24 +30,19 @@ from coordinator_protocol.errors import (
     UnknownServerError,
     UnreleasedInstanceIdError,
 )
+from coordinator_server.consumer_groups.assignors import preferred_assignor
 from coordinator_server.consumer_groups.assignors.api import (
     PartitionAssignorError,
     SubscribedTopicMetadata,
 )
 from coordinator_server.consumer_groups.current_assignment import CurrentAssignmentBuilder
 from coordinator_server.consumer_groups.group import (
-    LEAVE_GROUP_MEMBER_EPOCH,
-    NO_ASSIGNMENT_EPOCH,
     ConsumerGroup,
-    ConsumerGroupReplayError,
     ConsumerGroupState,
-    ResolvedRegularExpression,
-    member_with_assignment,
-    member_with_metadata,
-    partitions_from_record,
 )
 from coordinator_server.consumer_groups.heartbeat import (
     ClusterTopics,
+    ClusterTopicsSnapshot,
     ConsumerGroupConfig,
     check_member_epoch,
     current_assignment_record,
@@ -66,36 +59,45 @@ from coordinator_server.consumer_groups.member import (
     ReconciliationState,
     topic_partitions,
 )
+from coordinator_server.consumer_groups.metadata_hash import subscribed_topics_hash
+from coordinator_server.consumer_groups.regex import (
+    NO_REGEX_UPDATE,
+    RegexUpdate,
+    TopicRegexMatcher,
+    unused_regex_tombstones,
+    update_regular_expressions,
+)
+from coordinator_server.consumer_groups.replay import ConsumerGroupRecords
 from coordinator_server.consumer_groups.target_assignment import (
     TargetAssignmentBuilder,
     record_partitions,
     resolve_subscription,
 )
+from coordinator_server.consumer_groups.timeouts import ConsumerGroupTimeouts
 from coordinator_server.consumer_groups.topics import TopicId, TopicPartitions
 from coordinator_server.records import (
     CoordinatorRecord,
+    new_consumer_group_current_member_assignment_tombstone_record,
+    new_consumer_group_member_metadata_tombstone_record,
     new_consumer_group_metadata_record,
+    new_consumer_group_metadata_tombstone_record,
+    new_consumer_group_regular_expression_tombstone_record,
     new_consumer_group_target_assignment_member_record,
+    new_consumer_group_target_assignment_member_tombstone_record,
+    new_consumer_group_target_assignment_metadata_tombstone_record,
 )
 from coordinator_server.records.consumer_groups import (
-    ConsumerGroupCurrentMemberAssignmentKey,
-    ConsumerGroupCurrentMemberAssignmentValue,
-    ConsumerGroupMemberMetadataKey,
-    ConsumerGroupMemberMetadataValue,
-    ConsumerGroupMetadataKey,
     ConsumerGroupMetadataValue,
     ConsumerGroupRecordKey,
-    ConsumerGroupRegularExpressionKey,
-    ConsumerGroupRegularExpressionValue,
-    ConsumerGroupTargetAssignmentMemberKey,
     ConsumerGroupTargetAssignmentMemberValue,
-    ConsumerGroupTargetAssignmentMetadataKey,
-    ConsumerGroupTargetAssignmentMetadataValue,
 )
-from coordinator_server.runtime.api import CoordinatorResult
+from coordinator_server.runtime.api import Clock, CoordinatorResult, CoordinatorTimer
 from coordinator_server.timeline import SnapshotRegistry, TimelineDict
 
 HeartbeatResult = CoordinatorResult[ConsumerGroupHeartbeatResponse]
+
+_NO_TOPICS = ClusterTopicsSnapshot({})
+_NOTHING: CoordinatorResult[None] = CoordinatorResult()
 
 
 class ConsumerGroupManager:
@@ -107,12 +109,33 @@ class ConsumerGroupManager:
         registry: SnapshotRegistry,
         max_size: int,
         config: ConsumerGroupConfig | None = None,
+        *,
+        timer: CoordinatorTimer | None = None,
+        clock: Clock | None = None,
+        topics: Callable[[], ClusterTopics] | None = None,
     ) -> None:
+        """`timer` arms sessions, rebalance timeouts and deferred assignments (None: none
+        is armed, for tests of one heartbeat); `clock` is what the timers' operations read
+        the time from; `topics` gives the data cluster's topics as they are now, for the
+        operations no request carries them to."""
         self._registry = registry
         # The group limits' largest group, for the requests that add members.
         self.max_size = max_size
-        self.config = config if config is not None else ConsumerGroupConfig()
+        self.config = config = config if config is not None else ConsumerGroupConfig()
         self._groups: TimelineDict[str, ConsumerGroup] = TimelineDict(registry)
+        self._records = ConsumerGroupRecords(registry, self._groups)
+        self._clock = clock
+        self._topics = topics or (lambda: _NO_TOPICS)
+        self._regex_matcher = TopicRegexMatcher(
+            config.regex_cache_max_patterns, config.regex_max_memory_bytes
+        )
+        self._timeouts = ConsumerGroupTimeouts(
+            timer,
+            session_timeout_ms=config.session_timeout_ms,
+            expire_session=self._expire_session,
+            expire_rebalance=self._expire_rebalance,
+            assign=self._assign_deferred,
+        )
 
     def group(self, group_id: str, committed_offset: int | None = None) -> ConsumerGroup | None:
         if committed_offset is None:
@@ -135,6 +158,40 @@ class ConsumerGroupManager:
             counts[name] = counts.get(name, 0) + 1
         return counts
 
+    def delete_group_records(self, group_id: str) -> list[CoordinatorRecord]:
+        """The tombstones that delete the group, in Kafka's order (`ConsumerGroup.
+        createGroupTombstoneRecords`), which replay requires: each member's current
+        assignment, each target assignment, the target assignment's metadata, each member's
+        metadata, each resolved regular expression, then the group's metadata. None when the
+        group does not exist. Whether it may be deleted is the caller's to check
+        (DeleteGroups and the offset expiration delete only a group without members)."""
+        group = self._groups.get(group_id)
+        if group is None:
+            return []
+        members = sorted(group.members())
+        # A target assignment without a member would stop the group's tombstone at replay.
+        targets = sorted(set(members).union(group.target_assignments()))
+        records = [
+            new_consumer_group_current_member_assignment_tombstone_record(group_id, member_id)
+            for member_id in members
+        ]
+        records.extend(
+            new_consumer_group_target_assignment_member_tombstone_record(group_id, member_id)
+            for member_id in targets
+        )
+        records.append(new_consumer_group_target_assignment_metadata_tombstone_record(group_id))
+        records.extend(
+            new_consumer_group_member_metadata_tombstone_record(group_id, member_id)
+            for member_id in members
+        )
+        # The group lists its resolved regular expressions nowhere else.
+        records.extend(
+            new_consumer_group_regular_expression_tombstone_record(group_id, regex)
+            for regex in sorted(group._resolved_regexes.keys())
+        )
+        records.append(new_consumer_group_metadata_tombstone_record(group_id))
+        return records
+
     # ConsumerGroupHeartbeat (Kafka's consumerGroupHeartbeat and its helpers).
 
     def heartbeat(
@@ -150,9 +207,12 @@ class ConsumerGroupManager:
         comes back), or a member's regular heartbeat. Returns the records that make the
         change and the answer; an error is an answer with no record, the group unchanged."""
         try:
+            steady = self._steady_heartbeat(request, client_id, client_host, topics)
+            if steady is not None:
+                return steady
             validate_heartbeat(request, self.config)
             if is_leave_epoch(request.member_epoch):
-                return self._leave(request)
+                return self._leave(request, now_ms)
             return self._heartbeat(request, client_id, client_host, topics, now_ms)
         except ApiError as error:
             return CoordinatorResult(
@@ -160,6 +220,54 @@ class ConsumerGroupManager:
                     error_code=error.code, error_message=error.message
                 )
             )
+
+    def _steady_heartbeat(
+        self,
+        request: ConsumerGroupHeartbeatRequest,
+        client_id: str,
+        client_host: str,
+        topics: ClusterTopics,
+    ) -> HeartbeatResult | None:
+        """The answer to the heartbeat of a member that has reached its group's target and
+        says nothing new, None for any other heartbeat. Most heartbeats are this one: it
+        writes nothing and answers nothing but the epoch, so it is answered without building
+        the member again (what the full path would conclude, at a tenth of its cost). A
+        member subscribed by regular expression takes the full path, which keeps the
+        resolution of its expression current."""
+        group_id = request.group_id
+        group = None if group_id is None else self._groups.get(group_id)
+        if group is None or group.checked_topics is not topics:
+            return None
+        member_id = request.member_id
+        member = group.member(member_id)
+        if (
+            member is None
+            or request.member_epoch != member.member_epoch
+            or member.state is not ReconciliationState.STABLE
+            or member.subscribed_topic_regex
+            or request.topic_partitions is not None
+            or request.subscribed_topic_names is not None
+            or request.subscribed_topic_regex is not None
+            or request.instance_id is not None
+            or request.rack_id is not None
+            or request.server_assignor is not None
+            or request.rebalance_timeout_ms != -1
+            or member.client_id != client_id
+            or member.client_host != client_host
+        ):
+            return None
+        epoch = member.member_epoch
+        if epoch != group.target_assignment_epoch() or epoch != group.group_epoch():
+            return None
+        assert group_id is not None
+        self._timeouts.session(group_id, member_id)
+        return CoordinatorResult(
+            response=ConsumerGroupHeartbeatResponse(
+                member_id=member_id,
+                member_epoch=epoch,
+                heartbeat_interval_ms=self.config.heartbeat_interval_ms,
+            )
+        )
 
     def _heartbeat(
         self,
@@ -213,30 +321,57 @@ class ConsumerGroupManager:
             records.append(member_metadata_record(group_id, updated))
             if updated.subscribed_topic_names != member.subscribed_topic_names:
                 bump_group_epoch = subscription_changed = True
-        regex = updated.subscribed_topic_regex
-        if regex != member.subscribed_topic_regex:
-            subscription_changed = True
-            # A regex the group has already resolved moves the target at once; one it has
-            # not is left to the resolution of regular expressions.
-            if regex and group.resolved_regular_expression(regex) is not None:
+        # The member's regex checked, dropped or resolved, and the group's resolutions
+        # refreshed when due: their records replay before the group's epoch record.
+        regexes = update_regular_expressions(
+            group, member, updated, topics, now_ms, self.config, self._regex_matcher
+        )
+        records.extend(regexes.records)
+        subscription_changed = subscription_changed or regexes.regex_changed
+        bump_group_epoch = bump_group_epoch or regexes.bump_group_epoch
+
+        # The topics the group subscribes to changed in the cluster (created, deleted,
+        # grown), or the subscription did: a new metadata hash moves the group on, so that
+        # its target is computed for what the cluster has now (KIP-1101). A group checks
+        # once per snapshot of the cluster's topics, not at every heartbeat.
+        metadata_hash = group.metadata_hash()
+        if subscription_changed or regexes.changes or group.checked_topics is not topics:
+            new_hash = subscribed_topics_hash(
+                _subscribed_names_after(group, group.member(member.member_id), updated, regexes),
+                topics,
+            )
+            if new_hash != metadata_hash:
+                metadata_hash = new_hash
                 bump_group_epoch = True
+            elif not subscription_changed:
+                # Only a check that changes nothing is remembered: one whose bump is lost
+                # with a failed write is made again at the next heartbeat.
+                group.checked_topics = topics
 
         group_epoch = group.group_epoch()
         if bump_group_epoch:
             group_epoch += 1
             records.append(
                 new_consumer_group_metadata_record(
-                    group_id, ConsumerGroupMetadataValue(group_epoch)
+                    group_id, ConsumerGroupMetadataValue(group_epoch, metadata_hash)
                 )
             )
 
-        if group_epoch > group.target_assignment_epoch():
+        target_epoch = group.target_assignment_epoch()
+        if group_epoch > target_epoch and self._may_assign(group, now_ms):
             target = self._update_target_assignment(
-                group, group_epoch, updated, replaced_member_id, topics, now_ms, records
+                group, group_epoch, updated, replaced_member_id, topics, now_ms, records, regexes
             )
             target_epoch = group_epoch
         else:
-            target_epoch = group.target_assignment_epoch()
+            if group_epoch > target_epoch:
+                # Computed less than an interval ago: this change waits for the next
+                # computation, with every other change until then, and the member
+                # reconciles toward the target in force meanwhile.
+                self._timeouts.assignment(
+                    group_id,
+                    group.assignment_timestamp_ms() + self.config.assignment_interval_ms - now_ms,
+                )
             target = group.target_assignment(updated.member_id)
             if not target and replaced_member_id is not None:
                 target = group.target_assignment(replaced_member_id)
@@ -250,12 +385,26 @@ class ConsumerGroupManager:
                 target_assignment_epoch=target_epoch,
                 target_assignment=target,
                 current_partition_epoch=group.current_partition_epoch,
-                subscribed_topic_ids=self._subscribed_topic_ids(group, updated, topics),
+                subscribed_topic_ids=self._subscribed_topic_ids(
+                    group, updated, topics, regexes=regexes
+                ),
                 owned_topic_partitions=owned,
                 has_subscription_changed=subscription_changed,
             ).build()
             if reconciled != updated:
                 records.append(current_assignment_record(group_id, reconciled))
+                if reconciled.state is ReconciliationState.UNREVOKED_PARTITIONS:
+                    self._timeouts.rebalance(
+                        group_id,
+                        reconciled.member_id,
+                        reconciled.member_epoch,
+                        reconciled.rebalance_timeout_ms,
+                    )
+                else:
+                    self._timeouts.cancel_rebalance(group_id, reconciled.member_id)
+        if replaced_member_id is not None:
+            self._timeouts.cancel(group_id, replaced_member_id)
+        self._timeouts.session(group_id, reconciled.member_id)
 
         # The assignment is sent to a full request (a join, or a member that lost track and
         # sends every field) and whenever it changed.
@@ -345,17 +494,23 @@ class ConsumerGroupManager:
         self,
         group: ConsumerGroup,
         group_epoch: int,
-        updated: ConsumerGroupMember,
+        updated: ConsumerGroupMember | None,
         replaced_member_id: str | None,
         topics: ClusterTopics,
         now_ms: int,
         records: list[CoordinatorRecord],
+        regexes: RegexUpdate = NO_REGEX_UPDATE,
     ) -> TopicPartitions:
         """The group's new target at `group_epoch`, its records appended to `records`, and
-        the updated member's part of it (Kafka's `updateTargetAssignment`)."""
+        the updated member's part of it (Kafka's `updateTargetAssignment`). `regexes`: the
+        resolutions the same write changes."""
         members = group.members()
-        updated_members: dict[str, ConsumerGroupMember | None] = {updated.member_id: updated}
-        if replaced_member_id is not None and replaced_member_id != updated.member_id:
+        updated_members: dict[str, ConsumerGroupMember | None] = {}
+        if updated is not None:
+            updated_members[updated.member_id] = updated
+        if replaced_member_id is not None and (
+            updated is None or replaced_member_id != updated.member_id
+        ):
             updated_members[replaced_member_id] = None
         after = {**members, **updated_members}
         subscribed: dict[str, Set[TopicId]] = {}
@@ -363,11 +518,11 @@ class ConsumerGroupManager:
         for member_id, member in after.items():
             if member is None:
                 continue
-            topic_ids = self._subscribed_topic_ids(group, member, topics, partition_counts)
+            topic_ids = self._subscribed_topic_ids(group, member, topics, partition_counts, regexes)
             subscribed[member_id] = topic_ids
         # A member's assignor no longer configured (the log may be older than the
         # configuration) counts for none.
-        assignor_name = _preferred_assignor(
+        assignor_name = preferred_assignor(
             (
                 member
                 for member in after.values()
@@ -394,6 +549,8 @@ class ConsumerGroupManager:
                 f"Failed to compute a new target assignment for epoch {group_epoch}: {error}."
             ) from error
         records.extend(result.records)
+        if updated is None:
+            return EMPTY_TOPIC_PARTITIONS
         assignment = result.target_assignment.get(updated.member_id)
         return (
             EMPTY_TOPIC_PARTITIONS
@@ -407,17 +564,18 @@ class ConsumerGroupManager:
         member: ConsumerGroupMember,
         topics: ClusterTopics,
         partition_counts: dict[TopicId, int] | None = None,
+        regexes: RegexUpdate = NO_REGEX_UPDATE,
     ) -> frozenset[TopicId]:
         """The ids of the cluster's topics `member` subscribes to, by name or through a
-        regular expression the group has resolved; their partition counts are added to
-        `partition_counts` when given."""
+        regular expression the group has resolved (or `regexes` resolves); their partition
+        counts are added to `partition_counts` when given."""
         names: set[str] = set(member.subscribed_topic_names)
-        regexes: dict[str, frozenset[str]] = {}
+        resolved_regexes: dict[str, frozenset[str]] = {}
         if member.subscribed_topic_regex:
-            resolved = group.resolved_regular_expression(member.subscribed_topic_regex)
-            if resolved is not None:
-                regexes[member.subscribed_topic_regex] = resolved.topics
-                names |= resolved.topics
+            matched = regexes.topics(group, member.subscribed_topic_regex)
+            if matched is not None:
+                resolved_regexes[member.subscribed_topic_regex] = matched
+                names |= matched
         topic_ids: dict[str, TopicId] = {}
         for name in names:
             topic = topics.topic(name)
@@ -425,9 +583,9 @@ class ConsumerGroupManager:
                 topic_ids[name] = topic.topic_id
                 if partition_counts is not None:
                     partition_counts[topic.topic_id] = topic.partition_count
-        return resolve_subscription(member, topic_ids, regexes)
+        return resolve_subscription(member, topic_ids, resolved_regexes)
 
-    def _leave(self, request: ConsumerGroupHeartbeatRequest) -> HeartbeatResult:
+    def _leave(self, request: ConsumerGroupHeartbeatRequest, now_ms: int) -> HeartbeatResult:
         """A member leaves for good (-1), or a static member for a while (-2) (Kafka's
         `consumerGroupLeave`)."""
         group_id = request.group_id
@@ -446,7 +604,7 @@ class ConsumerGroupManager:
                 raise UnknownMemberIdError(
                     f"Member {member_id} is not a member of group {group_id}."
                 )
-            return self._fence_member(group, member, response)
+            return CoordinatorResult(self._fence_records(group, member, now_ms), response)
         static_member_id = group.static_member_id(instance_id)
         static = None if static_member_id is None else group.member(static_member_id)
         if static is None:
@@ -457,7 +615,7 @@ class ConsumerGroupManager:
                 f"member {static.member_id}."
             )
         if request.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-            return self._fence_member(group, static, response)
+            return CoordinatorResult(self._fence_records(group, static, now_ms), response)
         # The static member keeps its partitions and its target while it is away, so that
         # its return moves nothing; the group's epoch stays.
         away = static.replace(
@@ -468,190 +626,131 @@ class ConsumerGroupManager:
             records=[current_assignment_record(group_id, away)], response=response
         )
 
-    def _fence_member(
-        self,
-        group: ConsumerGroup,
-        member: ConsumerGroupMember,
-        response: ConsumerGroupHeartbeatResponse,
-    ) -> HeartbeatResult:
-        """The member's removal and the group's epoch bumped, so that the next heartbeat
-        computes a target without it (Kafka's `consumerGroupFenceMember`)."""
-        records = member_removal_records(group.group_id, member.member_id)
+    def _fence_records(
+        self, group: ConsumerGroup, member: ConsumerGroupMember, now_ms: int
+    ) -> list[CoordinatorRecord]:
+        """The member's removal and the group's epoch bumped, so that the group's next
+        target leaves it out (Kafka's `consumerGroupFenceMember`): computed now if the
+        interval allows, else by the deferred assignment. Its timers are cancelled."""
+        group_id = group.group_id
+        records = member_removal_records(group_id, member.member_id)
+        records.extend(unused_regex_tombstones(group, (member,)))
+        group_epoch = group.group_epoch() + 1
+        topics = self._topics()
         records.append(
             new_consumer_group_metadata_record(
-                group.group_id, ConsumerGroupMetadataValue(group.group_epoch() + 1)
+                group_id,
+                ConsumerGroupMetadataValue(
+                    group_epoch,
+                    subscribed_topics_hash(_subscribed_names_after(group, member, None), topics),
+                ),
             )
         )
-        return CoordinatorResult(records=records, response=response)
+        self._timeouts.cancel(group_id, member.member_id)
+        if group.num_members() > 1 and self._may_assign(group, now_ms):
+            self._update_target_assignment(
+                group, group_epoch, None, member.member_id, topics, now_ms, records
+            )
+        elif group.num_members() > 1:
+            self._timeouts.assignment(
+                group_id,
+                group.assignment_timestamp_ms() + self.config.assignment_interval_ms - now_ms,
+            )
+        return records
+
+    # Timers (Kafka's scheduleConsumerGroupSessionTimeout, ...RebalanceTimeout, and the
+    # assignment batching of KIP-1263).
+
+    def _now_ms(self) -> int:
+        clock = self._clock
+        return 0 if clock is None else clock.now_ms()
+
+    def _may_assign(self, group: ConsumerGroup, now_ms: int) -> bool:
+        """Whether the group's target may be computed now: its last computation is at least
+        `assignment_interval_ms` old (a new group's never was)."""
+        interval_ms = self.config.assignment_interval_ms
+        return interval_ms <= 0 or now_ms - group.assignment_timestamp_ms() >= interval_ms
+
+    def _expire_session(self, group_id: str, member_id: str) -> CoordinatorResult[None]:
+        """No heartbeat within the session timeout: the member is fenced."""
+        group = self._groups.get(group_id)
+        member = None if group is None else group.member(member_id)
+        if group is None or member is None:
+            return _NOTHING
+        return CoordinatorResult(self._fence_records(group, member, self._now_ms()))
+
+    def _expire_rebalance(
+        self, group_id: str, member_id: str, member_epoch: int
+    ) -> CoordinatorResult[None]:
+        """The member did not revoke within its rebalance timeout: fenced, unless it has
+        moved on since the timer was armed."""
+        group = self._groups.get(group_id)
+        member = None if group is None else group.member(member_id)
+        if group is None or member is None or member.member_epoch != member_epoch:
+            return _NOTHING
+        return CoordinatorResult(self._fence_records(group, member, self._now_ms()))
+
+    def _assign_deferred(self, group_id: str) -> CoordinatorResult[None]:
+        """The deferred computation of a group's target, for every change since the last."""
+        group = self._groups.get(group_id)
+        if group is None or group.group_epoch() <= group.target_assignment_epoch():
+            return _NOTHING
+        records: list[CoordinatorRecord] = []
+        self._update_target_assignment(
+            group, group.group_epoch(), None, None, self._topics(), self._now_ms(), records
+        )
+        return CoordinatorResult(records)
+
+    def on_loaded(self) -> None:
+        """The partition is this node's: every member's session starts now, a member that
+        must revoke gets its rebalance timeout again, and a group whose target is behind its
+        epoch gets its deferred computation (Kafka's `onLoaded`)."""
+        timeouts = self._timeouts
+        for group_id, group in list(self._groups.items()):
+            for member in group.members().values():
+                timeouts.session(group_id, member.member_id)
+                if member.state is ReconciliationState.UNREVOKED_PARTITIONS:
+                    timeouts.rebalance(
+                        group_id, member.member_id, member.member_epoch, member.rebalance_timeout_ms
+                    )
+            if group.group_epoch() > group.target_assignment_epoch():
+                timeouts.assignment(group_id, 0)
 
     def replay(self, key: ConsumerGroupRecordKey, value: object | None) -> None:
         """One consumer group record, `value` None for a tombstone."""
-        if type(key) is ConsumerGroupMetadataKey:
-            assert value is None or type(value) is ConsumerGroupMetadataValue
-            self._replay_group_metadata(key, value)
-        elif type(key) is ConsumerGroupMemberMetadataKey:
-            assert value is None or type(value) is ConsumerGroupMemberMetadataValue
-            self._replay_member_metadata(key, value)
-        elif type(key) is ConsumerGroupTargetAssignmentMetadataKey:
-            assert value is None or type(value) is ConsumerGroupTargetAssignmentMetadataValue
-            self._replay_target_assignment_metadata(key, value)
-        elif type(key) is ConsumerGroupTargetAssignmentMemberKey:
-            assert value is None or type(value) is ConsumerGroupTargetAssignmentMemberValue
-            self._replay_target_assignment_member(key, value)
-        elif type(key) is ConsumerGroupCurrentMemberAssignmentKey:
-            assert value is None or type(value) is ConsumerGroupCurrentMemberAssignmentValue
-            self._replay_current_assignment(key, value)
-        elif type(key) is ConsumerGroupRegularExpressionKey:
-            assert value is None or type(value) is ConsumerGroupRegularExpressionValue
-            self._replay_regular_expression(key, value)
-        else:
-            raise ValueError(f"not a consumer group record key: {key!r}")
+        self._records.replay(key, value)
 
-    def _group_or_create(self, group_id: str) -> ConsumerGroup:
-        group = self._groups.get(group_id)
-        if group is None:
-            group = ConsumerGroup(self._registry, group_id)
-            self._groups[group_id] = group
-        return group
-
-    def _replay_group_metadata(
-        self, key: ConsumerGroupMetadataKey, value: ConsumerGroupMetadataValue | None
-    ) -> None:
-        if value is not None:
-            self._group_or_create(key.group).set_group_epoch(value.epoch)
-            return
-        group = self._groups.get(key.group)
-        if group is None:
-            return
-        if group.num_members():
-            raise ConsumerGroupReplayError(
-                f"a tombstone deletes group {key.group}, which still has "
-                f"{group.num_members()} members"
-            )
-        if group.target_assignments():
-            raise ConsumerGroupReplayError(
-                f"a tombstone deletes group {key.group}, whose target assignment still has "
-                f"{len(group.target_assignments())} members"
-            )
-        if group.target_assignment_epoch() != NO_ASSIGNMENT_EPOCH:
-            raise ConsumerGroupReplayError(
-                f"a tombstone deletes group {key.group} before its target assignment "
-                "metadata's tombstone"
-            )
-        group.mark_dead()
-        self._groups.pop(key.group)
-
-    def _replay_member_metadata(
-        self, key: ConsumerGroupMemberMetadataKey, value: ConsumerGroupMemberMetadataValue | None
-    ) -> None:
-        if value is not None:
-            group = self._group_or_create(key.group)
-            member = group.member(key.member_id) or ConsumerGroupMember(key.member_id)
-            group.update_member(member_with_metadata(member, value))
-            return
-        found = self._groups.get(key.group)
-        leaving = None if found is None else found.member(key.member_id)
-        if found is None or leaving is None:
-            return
-        if leaving.member_epoch != LEAVE_GROUP_MEMBER_EPOCH:
-            raise ConsumerGroupReplayError(
-                f"a tombstone deletes member {key.member_id} of group {key.group} before its "
-                "current assignment's tombstone"
-            )
-        if key.member_id in found.target_assignments():
-            raise ConsumerGroupReplayError(
-                f"a tombstone deletes member {key.member_id} of group {key.group} before its "
-                "target assignment's tombstone"
-            )
-        found.remove_member(key.member_id)
-
-    def _replay_target_assignment_metadata(
-        self,
-        key: ConsumerGroupTargetAssignmentMetadataKey,
-        value: ConsumerGroupTargetAssignmentMetadataValue | None,
-    ) -> None:
-        if value is not None:
-            self._group_or_create(key.group).set_target_assignment_epoch(value.assignment_epoch)
-            return
-        group = self._groups.get(key.group)
-        if group is None:
-            return
-        if group.target_assignments():
-            raise ConsumerGroupReplayError(
-                f"a tombstone deletes the target assignment of group {key.group}, which still "
-                f"has {len(group.target_assignments())} members"
-            )
-        group.set_target_assignment_epoch(NO_ASSIGNMENT_EPOCH)
-
-    def _replay_target_assignment_member(
-        self,
-        key: ConsumerGroupTargetAssignmentMemberKey,
-        value: ConsumerGroupTargetAssignmentMemberValue | None,
-    ) -> None:
-        if value is not None:
-            self._group_or_create(key.group).update_target_assignment(
-                key.member_id, partitions_from_record(value.partitions)
-            )
-            return
-        group = self._groups.get(key.group)
-        if group is not None:
-            group.remove_target_assignment(key.member_id)
-
-    def _replay_current_assignment(
-        self,
-        key: ConsumerGroupCurrentMemberAssignmentKey,
-        value: ConsumerGroupCurrentMemberAssignmentValue | None,
-    ) -> None:
-        if value is not None:
-            # Kafka creates the member here too: compaction may have kept this record of a
-            # member whose metadata record is later in the log.
-            group = self._group_or_create(key.group)
-            member = group.member(key.member_id) or ConsumerGroupMember(key.member_id)
-            group.update_member(member_with_assignment(member, value))
-            return
-        found = self._groups.get(key.group)
-        leaving = None if found is None else found.member(key.member_id)
-        if found is None or leaving is None:
-            return
-        # The member has left: it holds nothing, and its metadata's tombstone may follow.
-        found.update_member(
-            leaving.replace(
-                member_epoch=LEAVE_GROUP_MEMBER_EPOCH,
-                previous_member_epoch=LEAVE_GROUP_MEMBER_EPOCH,
-                assigned_partitions=EMPTY_TOPIC_PARTITIONS,
-                partitions_pending_revocation=EMPTY_TOPIC_PARTITIONS,
-            )
-        )
-
-    def _replay_regular_expression(
-        self,
-        key: ConsumerGroupRegularExpressionKey,
-        value: ConsumerGroupRegularExpressionValue | None,
-    ) -> None:
-        if value is not None:
-            self._group_or_create(key.group).update_resolved_regular_expression(
-                key.regular_expression,
-                ResolvedRegularExpression(
-                    frozenset(value.topics), value.version, value.timestamp_ms
-                ),
-            )
-            return
-        group = self._groups.get(key.group)
-        if group is not None:
-            group.update_resolved_regular_expression(key.regular_expression, None)
+    def groups_at(self, committed_offset: int) -> Iterator[tuple[str, ConsumerGroup]]:
+        """The groups as of `committed_offset`, a group deleted since included."""
+        return self._groups.items_at(committed_offset)
 
 
-def _preferred_assignor(members: Iterable[ConsumerGroupMember], default: str) -> str:
-    """The assignor most members name, the default when none names one (Kafka's
-    `computePreferredServerAssignor`); a tie goes to the first name in order, so that
-    every replica of the group picks the same."""
-    counts: dict[str, int] = {}
-    for member in members:
-        if member.server_assignor is not None:
-            counts[member.server_assignor] = counts.get(member.server_assignor, 0) + 1
-    if not counts:
-        return default
-    return min(counts, key=lambda name: (-counts[name], name))
+def _subscribed_names_after(
+    group: ConsumerGroup,
+    before: ConsumerGroupMember | None,
+    after: ConsumerGroupMember | None,
+    regexes: RegexUpdate = NO_REGEX_UPDATE,
+) -> set[str]:
+    """The topic names the group subscribes to once `before` (a member of the group, or
+    None) is replaced by `after` (None: it leaves) and `regexes` is replayed."""
+    counts = group.subscribed_topic_names()
+    if before is not None:
+        for name in _member_topic_names(group, before):
+            counts[name] = counts.get(name, 0) - 1
+    if after is not None:
+        for name in _member_topic_names(group, after):
+            counts[name] = counts.get(name, 0) + 1
+    regexes.adjust_counts(group, counts)
+    return {name for name, count in counts.items() if count > 0}
+
+
+def _member_topic_names(group: ConsumerGroup, member: ConsumerGroupMember) -> frozenset[str]:
+    """The names `member` subscribes to, by name or through a regex the group resolved."""
+    regex = member.subscribed_topic_regex
+    resolved = group.resolved_regular_expression(regex) if regex else None
+    if resolved is None:
+        return member.subscribed_topic_names
+    return member.subscribed_topic_names | resolved.topics
 
 
 __all__ = ["ConsumerGroupManager", "ConsumerGroupState", "HeartbeatResult"]

@@ -183,9 +183,16 @@ def coordinator_bytes(key: str, host: str, error_message: str | None) -> int:
     )
 
 
-def listed_group_bytes(group_id: str, protocol_type: str, state: str) -> int:
-    # group_type is "classic": 7 bytes where the empty part has 1.
-    return _LISTED_GROUP + str_extra(group_id) + str_extra(protocol_type) + str_extra(state) + 7
+def listed_group_bytes(
+    group_id: str, protocol_type: str, state: str, group_type: str = "classic"
+) -> int:
+    return (
+        _LISTED_GROUP
+        + str_extra(group_id)
+        + str_extra(protocol_type)
+        + str_extra(state)
+        + str_extra(group_type)
+    )
 
 
 def left_member_bytes(member_id: str, group_instance_id: str | None) -> int:

@@ -581,7 +581,9 @@ def _visible_list_op(
         size = 0
         for group in every[0]:
             if visible(group.group_id):
-                size += listed_group_bytes(group.group_id, group.protocol_type, group.group_state)
+                size += listed_group_bytes(
+                    group.group_id, group.protocol_type, group.group_state, group.group_type
+                )
                 if size > max_bytes:
                     return None
                 kept.append(group)

@@ -59,6 +59,10 @@ class RequestDispatch:
         """Answer the ACL and SCRAM credential APIs too."""
         self._handlers.update(security.handlers)
 
+    def serve_consumer_groups(self, handlers: Mapping[int, Handler]) -> None:
+        """Answer the consumer group protocol's APIs too (KIP-848)."""
+        self._handlers.update(handlers)
+
     def guard(self, api_key: ApiKey, wrap: Callable[[Handler], Handler]) -> bool:
         """Put `wrap(handler)` in place of the handler of `api_key`; False when this node
         serves no such API."""

@@ -47,6 +47,7 @@ class RequestLimits:
     max_member_metadata_bytes: int = 2147483647
     max_response_bytes: int = 2147483647
     max_frame_bytes: int = 2147483647
+    max_subscribed_topics: int = 2147483647
 
     @property
     def commit_answer_may_not_fit(self) -> bool:

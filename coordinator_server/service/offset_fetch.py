@@ -122,7 +122,7 @@ class OffsetFetchRequests:
         if room < 0:
             return self._too_large(least)
         # A group fetched whole is fetched once, however often it is named.
-        whole: dict[str, tuple[OffsetFetchResponseGroup, int]] = {}
+        whole: dict[_WholeKey, tuple[OffsetFetchResponseGroup, int]] = {}
         answers: list[OffsetFetchResponseGroup] = []
         built = 0
         for group in groups:
@@ -149,7 +149,7 @@ class OffsetFetchRequests:
         group: OffsetFetchRequestGroup,
         require_stable: bool,
         room: int,
-        whole: dict[str, tuple[OffsetFetchResponseGroup, int]],
+        whole: dict[_WholeKey, tuple[OffsetFetchResponseGroup, int]],
         clock: SliceClock,
     ) -> Generator[Step, None, tuple[OffsetFetchResponseGroup, int]]:
         """A group's answer (its id valid), and what it adds to its least; `whole` holds
@@ -158,10 +158,12 @@ class OffsetFetchRequests:
         assert group_id is not None
         if group.topics is not None:
             return (yield from self._fetch_partitions(group, require_stable, room, clock))
-        known = whole.get(group_id)
+        # The same group asked as another member is another question (KIP-848's check).
+        key = (group_id, group.member_id, group.member_epoch)
+        known = whole.get(key)
         if known is None:
-            known = yield from self._fetch_all(group_id, require_stable, room)
-            whole[group_id] = known
+            known = yield from self._fetch_all(group, require_stable, room)
+            whole[key] = known
         return known
 
     def _fetch_authorized_group(
@@ -171,7 +173,7 @@ class OffsetFetchRequests:
         group: OffsetFetchRequestGroup,
         require_stable: bool,
         room: int,
-        whole: dict[str, tuple[OffsetFetchResponseGroup, int]],
+        whole: dict[_WholeKey, tuple[OffsetFetchResponseGroup, int]],
         clock: SliceClock,
     ) -> Generator[Step, None, tuple[OffsetFetchResponseGroup, int]]:
         """`_fetch_group` as Kafka's handler authorizes it (see `offset_fetch`)."""
@@ -250,14 +252,21 @@ class OffsetFetchRequests:
         return self._runtime.schedule_read("fetch-offsets", partition, fetch)
 
     def _fetch_all(
-        self, group_id: str, require_stable: bool, room: int
+        self, group: OffsetFetchRequestGroup, require_stable: bool, room: int
     ) -> Generator[Step, None, tuple[OffsetFetchResponseGroup, int]]:
         """The group's answer with every offset it has, and what that adds to its least."""
+        group_id = group.group_id
+        assert group_id is not None
+        member_id, member_epoch = group.member_id, group.member_epoch
         fetched = self._fetch(
             group_id,
             require_stable,
             lambda shard, committed: shard.fetch_all_offsets(
-                group_id, committed, room - ARRAY_EXTRA
+                group_id,
+                committed,
+                room - ARRAY_EXTRA,
+                member_id=member_id,
+                member_epoch=member_epoch,
             ),
         )
         if not fetched.done():
@@ -300,7 +309,9 @@ class OffsetFetchRequests:
         for chunk in _fetch_chunks(group.topics):
             pieces = [(name, indexes) for _, name, indexes in chunk]
             fetched = self._fetch(
-                group_id, require_stable, _fetch_partitions_op(group_id, pieces, room - size)
+                group_id,
+                require_stable,
+                _fetch_partitions_op(group, pieces, room - size),
             )
             if not fetched.done():
                 clock.built_bytes = built + size
@@ -348,14 +359,20 @@ def _fetch_chunks(
         yield chunk
 
 
+_WholeKey = tuple[str, str | None, int]
+"""A group fetched whole, as which member (KIP-848's member id and epoch)."""
+
 # The read, made by a function so that it holds its own arguments.
 
 
 def _fetch_partitions_op(
-    group_id: str, topics: list[tuple[str, Sequence[int]]], max_bytes: int
+    group: OffsetFetchRequestGroup, topics: list[tuple[str, Sequence[int]]], max_bytes: int
 ) -> Callable[[GroupShard, int | None], tuple[list[OffsetFetchResponseTopic], int] | None]:
+    group_id = group.group_id
+    assert group_id is not None
+    member_id, member_epoch = group.member_id, group.member_epoch
     return lambda shard, committed: shard.fetch_partition_offsets(
-        group_id, topics, committed, max_bytes
+        group_id, topics, committed, max_bytes, member_id=member_id, member_epoch=member_epoch
     )
 
 

@@ -14,6 +14,11 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Sequence
 from typing import Protocol
 
+from coordinator_protocol.consumer_groups import (
+    ConsumerGroupDescribeResponseGroup,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+)
 from coordinator_protocol.errors import ErrorCode
 from coordinator_protocol.messages import (
     DeleteGroupsResponseResult,
@@ -115,11 +120,28 @@ class GroupShard(CoordinatorShard, Protocol):
         topics: Sequence[tuple[str, Sequence[int]]],
         committed_offset: int | None,
         max_bytes: int | None = None,
+        *,
+        member_id: str | None = None,
+        member_epoch: int = -1,
     ) -> tuple[list[OffsetFetchResponseTopic], int] | None: ...
 
     def fetch_all_offsets(
-        self, group_id: str, committed_offset: int | None, max_bytes: int | None = None
+        self,
+        group_id: str,
+        committed_offset: int | None,
+        max_bytes: int | None = None,
+        *,
+        member_id: str | None = None,
+        member_epoch: int = -1,
     ) -> tuple[list[OffsetFetchResponseTopic], int] | None: ...
+
+    def consumer_group_heartbeat(
+        self, ctx: RequestContext, request: ConsumerGroupHeartbeatRequest
+    ) -> CoordinatorResult[ConsumerGroupHeartbeatResponse]: ...
+
+    def consumer_group_describe(
+        self, group_ids: list[str], committed_offset: int
+    ) -> list[ConsumerGroupDescribeResponseGroup]: ...
 
 
 class TransactionShard(CoordinatorShard, Protocol):

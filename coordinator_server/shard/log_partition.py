@@ -19,6 +19,11 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
+from coordinator_protocol.consumer_groups import (
+    ConsumerGroupDescribeResponseGroup,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+)
 from coordinator_protocol.errors import ErrorCode
 from coordinator_protocol.messages import (
     DeleteGroupsResponseResult,
@@ -51,6 +56,17 @@ from coordinator_protocol.security import (
     DescribeAclsResponse,
     DescribeUserScramCredentialsRequest,
     DescribeUserScramCredentialsResponse,
+)
+from coordinator_server.consumer_groups import offsets as consumer_group_offsets
+from coordinator_server.consumer_groups.describe import (
+    describe_consumer_groups,
+    described_as_classic_group,
+    list_consumer_groups,
+)
+from coordinator_server.consumer_groups.heartbeat import (
+    ClusterTopics,
+    ClusterTopicsSnapshot,
+    ConsumerGroupConfig,
 )
 from coordinator_server.consumer_groups.manager import ConsumerGroupManager
 from coordinator_server.groups.manager import GroupMetadataManager
@@ -162,6 +178,7 @@ class ShardConfig:
     transactions: TransactionsConfig = field(default_factory=TransactionsConfig)
     acls: AclsConfig = field(default_factory=AclsConfig)
     scram_credentials: ScramCredentialsConfig = field(default_factory=ScramCredentialsConfig)
+    consumer_groups: ConsumerGroupConfig = field(default_factory=ConsumerGroupConfig)
 
 
 class LogPartitionShard:
@@ -178,10 +195,13 @@ class LogPartitionShard:
         metrics: GroupCoordinatorMetricsShard | None = None,
         group_count: GroupCount | None = None,
         transactional_id_count: Callable[[], int] | None = None,
+        cluster_topics: Callable[[], ClusterTopics] | None = None,
     ) -> None:
         """`group_count` and `transactional_id_count` say how many groups and transactional
         ids the node holds over all its partitions (for `max_groups` and
-        `max_transactional_ids`); None: this shard's own."""
+        `max_transactional_ids`); None: this shard's own. `cluster_topics` gives the data
+        cluster's topics as they are now, which consumer groups are assigned from (None:
+        the cluster has none)."""
         self.context = context
         self.config = config
         self._groups = groups = GroupMetadataManager(
@@ -192,9 +212,6 @@ class LogPartitionShard:
             metrics,
             group_count,
         )
-        self._offsets = offsets = OffsetMetadataManager(
-            context.snapshot_registry, context.clock, config.offsets, groups
-        )
         # The transaction coordinator of the transactional ids that hash to this partition.
         self._transactions = TransactionManager(
             context.snapshot_registry,
@@ -202,11 +219,6 @@ class LogPartitionShard:
             context.timer,
             replace(config.transactions, partition=context.partition),
             transactional_id_count,
-        )
-        # Transactional offsets: TxnOffsetCommit, and the end of a producer's transaction on
-        # this log partition (our WriteTxnMarkers for our own log).
-        self._transactional_offsets = TransactionalOffsetManager(
-            offsets.pending, context.clock, groups, offsets, config.offsets
         )
         # ACLs and SCRAM credentials: only the security partition's records and writes
         # reach them; on the other partitions they stay empty.
@@ -216,8 +228,24 @@ class LogPartitionShard:
         )
         # The consumer groups (KIP-848), rebuilt from their records; the classic groups'
         # limit on a group's size bounds them too.
+        self._cluster_topics = cluster_topics or _no_cluster_topics
         self._consumer_groups = ConsumerGroupManager(
-            context.snapshot_registry, config.groups.max_size
+            context.snapshot_registry,
+            config.groups.max_size,
+            config.consumer_groups,
+            timer=context.timer,
+            clock=context.clock,
+            topics=self._cluster_topics,
+        )
+        # The committed offsets of both kinds of group: a group id names a consumer group or
+        # a classic one, never both.
+        self._offsets = offsets = OffsetMetadataManager(
+            context.snapshot_registry, context.clock, config.offsets, groups, self._consumer_groups
+        )
+        # Transactional offsets: TxnOffsetCommit, and the end of a producer's transaction on
+        # this log partition (our WriteTxnMarkers for our own log).
+        self._transactional_offsets = TransactionalOffsetManager(
+            offsets.pending, context.clock, groups, offsets, config.offsets
         )
         # The partition's latest takeover in the log (a cluster's; None for a node alone).
         # Written before the partition loads, never by a write of the runtime, so it needs
@@ -243,30 +271,70 @@ class LogPartitionShard:
 
     # The group APIs' door (GroupShard).
 
+    # A classic member calling on a consumer group: its JoinGroup is refused as one of
+    # another protocol, and it is no member of that group for the other classic APIs.
+    # (Kafka lets classic members into a consumer group under its migration policy.)
+
     def join_group(
         self, ctx: RequestContext, request: JoinGroupRequest, handle: ResponseHandle
     ) -> CoordinatorResult[JoinGroupResponse]:
+        if request.group_id and self.is_consumer_group(request.group_id):
+            return CoordinatorResult(
+                response=JoinGroupResponse(
+                    error_code=ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                    error_message=f"Group {request.group_id} is a consumer group.",
+                    generation_id=-1,
+                    member_id=request.member_id,
+                )
+            )
         return self._groups.join_group(ctx, request, handle)
 
     def sync_group(
         self, ctx: RequestContext, request: SyncGroupRequest, handle: ResponseHandle
     ) -> CoordinatorResult[SyncGroupResponse]:
+        if request.group_id and self.is_consumer_group(request.group_id):
+            return CoordinatorResult(
+                response=SyncGroupResponse(error_code=ErrorCode.UNKNOWN_MEMBER_ID)
+            )
         return self._groups.sync_group(ctx, request, handle)
 
     def heartbeat(
         self, ctx: RequestContext, request: HeartbeatRequest
     ) -> CoordinatorResult[HeartbeatResponse]:
+        if request.group_id and self.is_consumer_group(request.group_id):
+            return CoordinatorResult(
+                response=HeartbeatResponse(error_code=ErrorCode.UNKNOWN_MEMBER_ID)
+            )
         return self._groups.heartbeat(ctx, request)
 
     def leave_group(
         self, ctx: RequestContext, request: LeaveGroupRequest
     ) -> CoordinatorResult[LeaveGroupResponse]:
+        if request.group_id and self.is_consumer_group(request.group_id):
+            return CoordinatorResult(
+                response=LeaveGroupResponse(error_code=ErrorCode.UNKNOWN_MEMBER_ID)
+            )
         return self._groups.leave_group(ctx, request)
 
     def describe_groups(
         self, group_ids: list[str], committed_offset: int
     ) -> list[DescribeGroupsResponseGroup]:
-        return self._groups.describe_groups(group_ids, committed_offset)
+        consumer_groups = self._consumer_groups
+        if not consumer_groups.num_groups():
+            return self._groups.describe_groups(group_ids, committed_offset)
+        # The classic API describes a consumer group's id as one it does not have.
+        classic_ids = [
+            group_id
+            for group_id in group_ids
+            if consumer_groups.group(group_id, committed_offset) is None
+        ]
+        classic = iter(self._groups.describe_groups(classic_ids, committed_offset))
+        return [
+            described_as_classic_group(group_id)
+            if consumer_groups.group(group_id, committed_offset) is not None
+            else next(classic)
+            for group_id in group_ids
+        ]
 
     def list_groups(
         self,
@@ -275,7 +343,20 @@ class LogPartitionShard:
         committed_offset: int,
         max_bytes: int | None = None,
     ) -> tuple[list[ListGroupsResponseGroup], int] | None:
-        return self._groups.list_groups(states, types, committed_offset, max_bytes)
+        classic = self._groups.list_groups(states, types, committed_offset, max_bytes)
+        if classic is None or not self._consumer_groups.num_groups():
+            return classic
+        listed, size = classic
+        consumer = list_consumer_groups(
+            self._consumer_groups,
+            states,
+            types,
+            committed_offset,
+            None if max_bytes is None else max_bytes - size,
+        )
+        if consumer is None:
+            return None
+        return [*listed, *consumer[0]], size + consumer[1]
 
     def commit_offset(
         self, request: OffsetCommitRequest, ctx: RequestContext | None = None
@@ -298,13 +379,96 @@ class LogPartitionShard:
         topics: Sequence[tuple[str, Sequence[int]]],
         committed_offset: int | None,
         max_bytes: int | None = None,
+        *,
+        member_id: str | None = None,
+        member_epoch: int = -1,
     ) -> tuple[list[OffsetFetchResponseTopic], int] | None:
-        return self._offsets.fetch_partition_offsets(group_id, topics, committed_offset, max_bytes)
+        """The partitions' offsets (see OffsetMetadataManager): a consumer group's refusal
+        of the member (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH) is raised, the group's error."""
+        return self._offsets.fetch_partition_offsets(
+            group_id,
+            topics,
+            committed_offset,
+            max_bytes,
+            member_id=member_id,
+            member_epoch=member_epoch,
+        )
 
     def fetch_all_offsets(
-        self, group_id: str, committed_offset: int | None, max_bytes: int | None = None
+        self,
+        group_id: str,
+        committed_offset: int | None,
+        max_bytes: int | None = None,
+        *,
+        member_id: str | None = None,
+        member_epoch: int = -1,
     ) -> tuple[list[OffsetFetchResponseTopic], int] | None:
-        return self._offsets.fetch_all_offsets(group_id, committed_offset, max_bytes)
+        """Every offset of the group, the member checked as `fetch_partition_offsets` does."""
+        return self._offsets.fetch_all_offsets(
+            group_id, committed_offset, max_bytes, member_id=member_id, member_epoch=member_epoch
+        )
+
+    # The consumer group protocol (KIP-848). A group id names one group, of one type:
+    # a consumer group's id is not a classic group's, and the other way round.
+
+    def consumer_group_heartbeat(
+        self, ctx: RequestContext, request: ConsumerGroupHeartbeatRequest
+    ) -> CoordinatorResult[ConsumerGroupHeartbeatResponse]:
+        group_id = request.group_id or ""
+        records: list[CoordinatorRecord] = []
+        classic = self._groups.group(group_id)
+        if classic is None and request.member_epoch == 0:
+            refusal = (
+                None
+                if self._consumer_groups.group(group_id) is not None
+                else self._groups.new_group_refusal()
+            )
+            if refusal is not None:
+                return CoordinatorResult(
+                    response=ConsumerGroupHeartbeatResponse(
+                        error_code=ErrorCode.POLICY_VIOLATION, error_message=refusal
+                    )
+                )
+        elif classic is not None:
+            # An Empty classic group (one that only kept offsets) becomes a consumer group
+            # when a member joins it (Kafka's `maybeDeleteEmptyClassicGroup`): its offsets
+            # stay. One with members stays classic.
+            if not classic.members and request.member_epoch == 0:
+                self._groups.create_group_tombstone_records(group_id, records)
+            else:
+                return CoordinatorResult(
+                    response=ConsumerGroupHeartbeatResponse(
+                        error_code=ErrorCode.GROUP_ID_NOT_FOUND,
+                        error_message=f"Group {group_id} is not a consumer group.",
+                    )
+                )
+        result = self._consumer_groups.heartbeat(
+            request,
+            client_id=ctx.client_id,
+            client_host=ctx.client_host,
+            topics=self._cluster_topics(),
+            now_ms=self.context.clock.now_ms(),
+        )
+        if not records or not result.records:
+            return result
+        assert not isinstance(result.records, RecordRun)
+        return CoordinatorResult([*records, *result.records], result.response)
+
+    def consumer_group_describe(
+        self, group_ids: list[str], committed_offset: int
+    ) -> list[ConsumerGroupDescribeResponseGroup]:
+        classic = self._groups
+        return describe_consumer_groups(
+            self._consumer_groups,
+            group_ids,
+            committed_offset,
+            self._cluster_topics(),
+            lambda group_id: classic.group(group_id, committed_offset) is not None,
+        )
+
+    def is_consumer_group(self, group_id: str) -> bool:
+        """Whether the id is a consumer group's, which the classic APIs do not serve."""
+        return self._consumer_groups.group(group_id) is not None
 
     # The transaction APIs' door (TransactionShard).
 
@@ -457,10 +621,17 @@ class LogPartitionShard:
     # consumer lag's committed offsets.
 
     def num_groups(self) -> int:
-        return self._groups.num_groups()
+        """Groups of both protocols: `max_groups` bounds them together."""
+        return self._groups.num_groups() + self._consumer_groups.num_groups()
 
     def count_groups_by_state(self) -> dict[str, int]:
         return self._groups.count_by_state()
+
+    def count_consumer_groups_by_state(self) -> dict[str, int]:
+        return self._consumer_groups.count_by_state()
+
+    def num_consumer_group_members(self) -> int:
+        return self._consumer_groups.num_members()
 
     def num_members(self) -> int:
         return self._groups.num_members()
@@ -530,6 +701,12 @@ class LogPartitionShard:
             assert value is None or type(value) is ScramCredentialValue
             self._scram_credentials.replay(key.user, key.mechanism, value)
         elif isinstance(key, CONSUMER_GROUP_KEYS):
+            simple = self._groups.group(key.group)
+            if simple is not None and not simple.members:
+                # A compacted log may replay a consumer group's offsets, which make Kafka's
+                # simple group, before the group's own records: the id is the consumer
+                # group's (Kafka's `getOrMaybeCreatePersistedConsumerGroup`).
+                self._groups.replay(GroupMetadataKey(key.group), None)
             self._consumer_groups.replay(key, record.value)
         else:
             raise ValueError(f"unknown record key {key!r} at offset {offset}")
@@ -548,6 +725,7 @@ class LogPartitionShard:
 
     def on_loaded(self) -> None:
         self._groups.on_loaded()
+        self._consumer_groups.on_loaded()
         self._schedule_group_metadata_expiration()
         self._transactions.on_loaded()
 
@@ -567,7 +745,8 @@ class LogPartitionShard:
     def delete_groups(
         self, group_ids: list[str], max_records: int | None = None
     ) -> CoordinatorResult[list[DeleteGroupsResponseResult]]:
-        """Kafka's DeleteGroups: an Empty group goes with all its offsets.
+        """Kafka's DeleteGroups: an Empty group goes with all its offsets (a consumer group
+        without members with its records' tombstones, in Kafka's order).
 
         With `max_records`, only the first groups are deleted, up to the first whose
         tombstones reach that many records (at least one group): the results say how many,
@@ -582,10 +761,17 @@ class LogPartitionShard:
                 break
             code = ErrorCode.NONE
             if group_id not in deleted:
-                error = self._groups.validate_delete_group(group_id)
+                consumer_group = self._consumer_groups.group(group_id)
+                if consumer_group is not None:
+                    error = consumer_group_offsets.validate_delete_group(consumer_group)
+                else:
+                    error = self._groups.validate_delete_group(group_id)
                 if error is None:
                     self._offsets.delete_all_offsets(group_id, records)
-                    self._groups.create_group_tombstone_records(group_id, records)
+                    if consumer_group is not None:
+                        records.extend(self._consumer_groups.delete_group_records(group_id))
+                    else:
+                        self._groups.create_group_tombstone_records(group_id, records)
                     deleted.add(group_id)
                 else:
                     code = error.code
@@ -594,12 +780,24 @@ class LogPartitionShard:
 
     def cleanup_group_metadata(self) -> CoordinatorResult[None]:
         """The periodic offset expiration job: expired offsets are tombstoned, and an Empty
-        group left without offsets is deleted."""
+        group left without offsets is deleted (a consumer group when it has no members, as
+        Kafka's `maybeDeleteGroup`)."""
         records: list[CoordinatorRecord] = []
         retention_ms = self.config.groups.offsets_retention_ms
+        consumer_groups = self._consumer_groups
         for group_id in self._groups.group_ids():
+            # A classic group of a consumer group's id (a load may replay the offsets that
+            # made a simple group before the consumer group's records) is the consumer
+            # group's to expire.
+            if consumer_groups.group(group_id) is not None:
+                continue
             if self._offsets.cleanup_expired_offsets(group_id, retention_ms, records):
                 self._groups.maybe_delete_group(group_id, records)
+        for group_id in consumer_groups.group_ids():
+            if self._offsets.cleanup_expired_offsets(group_id, retention_ms, records):
+                group = consumer_groups.group(group_id)
+                if group is not None and not group.num_members():
+                    records.extend(consumer_groups.delete_group_records(group_id))
         self._schedule_group_metadata_expiration()
         return CoordinatorResult(records)
 
@@ -612,6 +810,13 @@ class LogPartitionShard:
             retry=True,
             retry_backoff_ms=interval_ms,
         )
+
+
+_NO_CLUSTER_TOPICS = ClusterTopicsSnapshot({})
+
+
+def _no_cluster_topics() -> ClusterTopics:
+    return _NO_CLUSTER_TOPICS
 
 
 COORDINATOR_EPOCH_ORIGIN_MS = 1_735_689_600_000

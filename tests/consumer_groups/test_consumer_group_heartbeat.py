@@ -20,6 +20,7 @@ from coordinator_server.consumer_groups.heartbeat import (
 )
 from coordinator_server.consumer_groups.manager import ConsumerGroupManager
 from coordinator_server.consumer_groups.member import ReconciliationState
+from coordinator_server.consumer_groups.metadata_hash import subscribed_topics_hash
 from coordinator_server.records import CoordinatorRecord
 from coordinator_server.records.consumer_groups import (
     ConsumerGroupCurrentMemberAssignmentKey,
@@ -51,7 +52,9 @@ class Context:
     def __init__(self, config: ConsumerGroupConfig | None = None, max_size: int = 100) -> None:
         self.max_size = max_size
         self.config = config
-        self.manager = ConsumerGroupManager(SnapshotRegistry(), max_size, config)
+        self.manager = ConsumerGroupManager(
+            SnapshotRegistry(), max_size, config, topics=lambda: TOPICS
+        )
         self.log: list[CoordinatorRecord] = []
 
     def heartbeat(
@@ -162,8 +165,12 @@ def metadata_record(
     )
 
 
-def epoch_record(epoch: int) -> CoordinatorRecord:
-    return CoordinatorRecord(ConsumerGroupMetadataKey(GROUP), ConsumerGroupMetadataValue(epoch))
+def epoch_record(epoch: int, *subscribed: str) -> CoordinatorRecord:
+    """The group's epoch record, with the hash of the topics its members subscribe to."""
+    return CoordinatorRecord(
+        ConsumerGroupMetadataKey(GROUP),
+        ConsumerGroupMetadataValue(epoch, subscribed_topics_hash(subscribed, TOPICS)),
+    )
 
 
 def target_record(member_id: str, partitions: dict[bytes, tuple[int, ...]]) -> CoordinatorRecord:
@@ -246,7 +253,7 @@ def test_first_member_joining_an_empty_group_gets_everything_at_epoch_1() -> Non
     everything = {FOO: (0, 1, 2, 3, 4, 5), BAR: (0, 1, 2)}
     assert records == [
         metadata_record("A", "foo", "bar"),
-        epoch_record(1),
+        epoch_record(1, "foo", "bar"),
         target_record("A", everything),
         target_epoch_record(1),
         current_record("A", 1, 0, ReconciliationState.STABLE, everything),
@@ -274,7 +281,7 @@ def test_second_member_gets_partitions_only_once_the_first_releases_them() -> No
     # The range assignor gives B the upper half; A still owns it, so B waits at epoch 2.
     assert records == [
         metadata_record("B", "foo"),
-        epoch_record(2),
+        epoch_record(2, "foo"),
         target_record("A", {FOO: (0, 1, 2)}),
         target_record("B", {FOO: (3, 4, 5)}),
         target_epoch_record(2),
@@ -335,7 +342,7 @@ def test_subscription_change_bumps_the_group_epoch_and_the_target() -> None:
     everything = {FOO: (0, 1, 2, 3, 4, 5), BAR: (0, 1, 2)}
     assert records == [
         metadata_record("A", "foo", "bar"),
-        epoch_record(2),
+        epoch_record(2, "foo", "bar"),
         target_record("A", everything),
         target_epoch_record(2),
         current_record("A", 2, 1, ReconciliationState.STABLE, everything),
@@ -356,14 +363,15 @@ def test_leaving_writes_the_tombstones_and_bumps_the_group_epoch() -> None:
         CoordinatorRecord(ConsumerGroupCurrentMemberAssignmentKey(GROUP, "B"), None),
         CoordinatorRecord(ConsumerGroupTargetAssignmentMemberKey(GROUP, "B"), None),
         CoordinatorRecord(ConsumerGroupMemberMetadataKey(GROUP, "B"), None),
-        epoch_record(3),
-    ]
-    assert (response.member_id, response.member_epoch, response.assignment) == ("B", -1, None)
-    # The next heartbeat computes the target without B: A keeps everything.
-    records, response = ctx.heartbeat(beat("A", 1, {FOO: [0, 1, 2, 3, 4, 5]}))
-    assert records == [
+        epoch_record(3, "foo"),
+        # The target without B is computed with the leave: A is given everything.
         target_record("A", {FOO: (0, 1, 2, 3, 4, 5)}),
         target_epoch_record(3),
+    ]
+    assert (response.member_id, response.member_epoch, response.assignment) == ("B", -1, None)
+    # A's next heartbeat moves it to the new target.
+    records, response = ctx.heartbeat(beat("A", 1, {FOO: [0, 1, 2, 3, 4, 5]}))
+    assert records == [
         current_record("A", 3, 1, ReconciliationState.STABLE, {FOO: (0, 1, 2, 3, 4, 5)}),
     ]
     assert response.member_epoch == 3
@@ -467,5 +475,26 @@ def test_static_member_away_and_back_keeps_its_partitions() -> None:
 
     # Leaving for good (-1) removes it and bumps the group epoch.
     records, _ = ctx.heartbeat(beat("A2", -1, instance_id="a"))
-    assert records[-1] == epoch_record(3)
+    assert epoch_record(3, "foo") in records
     ctx.assert_log_replays_to_same_state()
+
+
+def test_a_steady_heartbeat_is_answered_as_the_full_path_would_answer_it() -> None:
+    ctx = Context()
+    ctx.heartbeat(join("A", "foo"))
+    manager = ctx.manager
+    steady = beat("A", 1)
+    # The first steady heartbeat takes the full path: it checks the cluster's topics once.
+    records, response = ctx.heartbeat(steady)
+    assert (records, response.member_epoch, response.assignment) == ([], 1, None)
+    fast = manager._steady_heartbeat(steady, "client", "/10.0.0.1", TOPICS)
+    assert fast is not None and fast.response == response and not fast.records
+    # Anything new goes the full way: another client, an epoch of the past, new topics.
+    assert manager._steady_heartbeat(steady, "other", "/10.0.0.1", TOPICS) is None
+    assert manager._steady_heartbeat(beat("A", 0), "client", "/10.0.0.1", TOPICS) is None
+    grown = ClusterTopicsSnapshot({"foo": ClusterTopic(FOO, 8), "bar": ClusterTopic(BAR, 3)}, 1)
+    assert manager._steady_heartbeat(steady, "client", "/10.0.0.1", grown) is None
+    result = manager.heartbeat(
+        steady, client_id="client", client_host="/10.0.0.1", topics=grown, now_ms=NOW_MS
+    )
+    assert result.records, "the grown topic bumps the group's epoch"

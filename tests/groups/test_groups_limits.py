@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from groups_harness import (
     GROUP,
     GroupsContext,
@@ -18,8 +19,9 @@ from shard_context import Parked
 
 from coordinator_protocol.envelope import encode_body
 from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.messages import ListGroupsResponseGroup
 from coordinator_server.groups.admin_views import list_filter
-from coordinator_server.groups.answer_sizes import ENVELOPE_BYTES
+from coordinator_server.groups.answer_sizes import ENVELOPE_BYTES, listed_group_bytes
 from coordinator_server.groups.classic import ClassicGroupState as S
 from coordinator_server.runtime.api import ShardContext
 from coordinator_server.shard import LogPartitionShard, ShardConfig
@@ -194,3 +196,24 @@ def test_list_groups_stops_at_its_byte_limit() -> None:
         [],
         0,
     )
+
+
+@pytest.mark.parametrize(
+    ("protocol_type", "state", "group_type"),
+    [
+        ("consumer", "Stable", "classic"),
+        ("", "Empty", "classic"),
+        ("consumer", "Reconciling", "consumer"),
+    ],
+)
+def test_a_listed_group_is_sized_as_it_encodes_whatever_its_type(
+    protocol_type: str, state: str, group_type: str
+) -> None:
+    listed = ListGroupsResponseGroup(
+        group_id="orders-readers",
+        protocol_type=protocol_type,
+        group_state=state,
+        group_type=group_type,
+    )
+    size = listed_group_bytes("orders-readers", protocol_type, state, group_type)
+    assert size == len(encode_body(listed))

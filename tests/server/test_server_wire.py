@@ -106,9 +106,10 @@ async def test_an_api_of_the_contract_the_service_does_not_serve_is_unsupported_
         assert invalid["error_code"] == ErrorCode.INVALID_REQUEST
 
 
-async def test_the_consumer_group_protocols_apis_are_in_the_contract_but_not_served() -> None:
-    # ConsumerGroupHeartbeat and ConsumerGroupDescribe are defined before a server answers
-    # them: a client that reads ApiVersions keeps to the classic protocol meanwhile.
+async def test_without_a_data_cluster_the_consumer_group_protocols_apis_are_not_served() -> None:
+    # ConsumerGroupHeartbeat and ConsumerGroupDescribe need the data cluster's topics: a
+    # node without them leaves both out, and a client that reads ApiVersions keeps to the
+    # classic protocol.
     async with serve() as app, connect(app) as client:
         versions = await client.call(ApiKey.API_VERSIONS, {})
         listed = {k["api_key"] for k in versions["api_keys"]}

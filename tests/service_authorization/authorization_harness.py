@@ -12,8 +12,11 @@ answer is awaited the way the connection awaits it.
 from __future__ import annotations
 
 import asyncio
+import json
+import tempfile
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from coordinator_protocol.api_keys import ApiKey
@@ -50,6 +53,7 @@ from coordinator_server.markers.channel import TxnMarkerChannel
 from coordinator_server.node_address import NodeAddress
 from coordinator_server.runtime.api import RequestContext
 from coordinator_server.service.authorization import RequestAuthorizer
+from coordinator_server.service.consumer_group_service import ConsumerGroupService
 from coordinator_server.service.group_service import GroupCoordinatorService
 from coordinator_server.service.replies import Handler, PendingReply, Reply
 from coordinator_server.service.transaction_service import TransactionCoordinatorService
@@ -61,6 +65,8 @@ ALICE = "User:alice"
 ADMIN = "User:admin"
 """A super user: may do anything, whatever the ACLs."""
 HOST = "/127.0.0.1"
+DATA_TOPICS = {"orders": 4, "secret": 2}
+"""The data cluster's topics, which consumer groups are assigned from."""
 
 ALLOW = AclPermissionType.ALLOW
 DENY = AclPermissionType.DENY
@@ -281,6 +287,9 @@ def join_request(group: str, member_id: str = "") -> JoinGroupRequest:
 async def running_node(
     *, allow_everyone_if_no_acl_found: bool = False, **authorizer_settings: Any
 ) -> AsyncIterator[Node]:
+    topics = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)  # noqa: SIM115
+    with topics:
+        json.dump(DATA_TOPICS, topics)
     config = CoordinatorConfig(
         port=0,
         metrics_port=-1,
@@ -289,6 +298,8 @@ async def running_node(
         # A new group's first member joins at once, not after Kafka's 3 s of waiting for
         # others.
         group_initial_rebalance_delay_ms=0,
+        group_consumer_topics_file=topics.name,
+        group_consumer_assignment_interval_ms=0,
     )
     app = CoordinatorApp(config, log=InMemoryLog(PARTITIONS, auto_commit=True))
     await app.start()
@@ -325,6 +336,9 @@ async def running_node(
             )
             held.update(groups.handlers)
             held.update(transactions.handlers)
+            held.update(
+                ConsumerGroupService(app.runtime, groups.routing, groups.limits, given).handlers
+            )
             if given is not None:
                 authorized_groups = groups
         assert authorized_groups is not None
@@ -335,3 +349,4 @@ async def running_node(
             await completions.stop()
     finally:
         await app.shutdown()
+        await asyncio.to_thread(Path(topics.name).unlink)

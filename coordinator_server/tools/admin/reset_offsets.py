@@ -34,6 +34,7 @@ from pydantic import TypeAdapter, ValidationError
 from coordinator_client import CoordinatorClient, KafkaLogReader
 from coordinator_protocol.errors import ApiError, ErrorCode
 from coordinator_server.tools.admin.common import AdminError, Context, UsageError
+from coordinator_server.tools.admin.group_views import describe_any
 
 __all__ = ["parse_duration_ms", "parse_topics", "read_plan_file", "reset_offsets"]
 
@@ -134,8 +135,10 @@ def export_csv(plans: Mapping[str, Mapping[TopicPartition, int]], with_group: bo
 
 
 async def _state(client: CoordinatorClient, group_id: str) -> str:
+    """The group's state, whichever protocol it follows ("Dead" when no group has the id):
+    a consumer group (KIP-848) is active as a classic one is."""
     try:
-        return (await client.describe_group(group_id)).group_state
+        return (await describe_any(client, group_id)).state
     except ApiError as error:
         if error.code is ErrorCode.GROUP_ID_NOT_FOUND:
             return "Dead"

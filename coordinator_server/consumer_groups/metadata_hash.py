@@ -1,0 +1,47 @@
+"""The hash of a group's subscribed topics as the cluster describes them (KIP-1101): what
+the group's epoch was last bumped for, kept in the group's metadata record.
+
+A heartbeat that finds the hash of the topics its group subscribes to changed (a topic
+created or deleted, partitions added, a topic re-created under a new id) bumps the group's
+epoch, so that the target assignment is computed again. Only this coordinator reads the
+hash back, so it need not be Kafka's function; it must be the same in every process and
+across restarts (Python's `hash` of a str is not), hence a keyed digest of a canonical
+encoding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+
+from coordinator_server.consumer_groups.heartbeat import ClusterTopics
+
+NO_METADATA_HASH = 0
+"""The hash of a group subscribed to nothing (and of a group written before hashes)."""
+
+
+def subscribed_topics_hash(topic_names: Iterable[str], topics: ClusterTopics) -> int:
+    """A signed 64-bit hash of each subscribed topic's name, id and partition count (a topic
+    the cluster does not have counts by its name alone); NO_METADATA_HASH for none."""
+    digest = hashlib.blake2b(digest_size=8, person=b"cg-topics-v1")
+    empty = True
+    for name in sorted(topic_names):
+        empty = False
+        encoded = name.encode()
+        digest.update(len(encoded).to_bytes(2, "big"))
+        digest.update(encoded)
+        topic = topics.topic(name)
+        if topic is None:
+            digest.update(b"\x00")
+        else:
+            digest.update(b"\x01")
+            digest.update(topic.topic_id)
+            digest.update(topic.partition_count.to_bytes(4, "big"))
+    if empty:
+        return NO_METADATA_HASH
+    value = int.from_bytes(digest.digest(), "big", signed=True)
+    # 0 says "none": a real subscription never hashes to it.
+    return value or 1
+
+
+__all__ = ["NO_METADATA_HASH", "subscribed_topics_hash"]

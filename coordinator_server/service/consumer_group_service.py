@@ -1,0 +1,184 @@
+"""The consumer group protocol's front door (KIP-848): ConsumerGroupHeartbeat and
+ConsumerGroupDescribe, as Kafka's GroupCoordinatorService and KafkaApis serve them.
+
+A node serves them when it knows the data cluster's topics (the consumers' Kafka cluster,
+or a topics file): a group is assigned partitions of topics, and a node that cannot name
+any would hold every member at an empty assignment. Without one, neither API is in
+ApiVersions, as a Kafka broker whose coordinator does not enable the protocol.
+
+Each method refuses what the request alone makes invalid or too large (INVALID_REQUEST, as
+Kafka's validation), checks what Kafka's KafkaApis handler checks when an authorizer is set,
+and schedules the operation on the group's partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Final
+
+from coordinator_protocol.api_keys import ApiKey, api_name
+from coordinator_protocol.consumer_groups import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+)
+from coordinator_protocol.errors import ErrorCode
+from coordinator_protocol.messages import Message
+from coordinator_server.authorizer.acls import AclOperation, ResourceType
+from coordinator_server.consumer_groups.heartbeat import ClusterTopics
+from coordinator_server.runtime.api import RequestContext
+from coordinator_server.runtime.runtime import CoordinatorRuntime
+from coordinator_server.service.authorization import RequestAuthorizer
+from coordinator_server.service.consumer_group_describe import ConsumerGroupDescribeRequests
+from coordinator_server.service.errors import map_operation_error
+from coordinator_server.service.limits import RequestLimits, too_long
+from coordinator_server.service.replies import Handler, Reply, reply_to, typed_handler
+from coordinator_server.service.routing import Routing
+from coordinator_server.shard import GroupShard
+
+_CONSUMER_GROUP_HEARTBEAT: Final = api_name(ApiKey.CONSUMER_GROUP_HEARTBEAT)
+
+
+class ConsumerGroupService:
+    def __init__(
+        self,
+        runtime: CoordinatorRuntime[GroupShard],
+        routing: Routing,
+        limits: RequestLimits,
+        authorizer: RequestAuthorizer | None,
+        *,
+        topics: Callable[[], ClusterTopics] | None = None,
+        refresh_topics: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        """`topics` and `refresh_topics`: the data cluster's topics as last read, and a read
+        of them again now, for a member that subscribes to a topic the last read did not
+        have (None: the topics are not read again on demand)."""
+        self._runtime = runtime
+        self._topics = topics
+        self._refresh_topics = refresh_topics
+        self._refreshing: asyncio.Task[None] | None = None
+        self._partition_for = routing.partition_for
+        self._limits = limits
+        self._authorizer = authorizer
+        self._describe = ConsumerGroupDescribeRequests(runtime, routing, limits, authorizer)
+        self.handlers: dict[int, Handler] = {
+            ApiKey.CONSUMER_GROUP_HEARTBEAT: typed_handler(
+                ConsumerGroupHeartbeatRequest, self.consumer_group_heartbeat
+            ),
+            ApiKey.CONSUMER_GROUP_DESCRIBE: typed_handler(
+                ConsumerGroupDescribeRequest, self._describe.consumer_group_describe
+            ),
+        }
+
+    def consumer_group_heartbeat(
+        self, request: ConsumerGroupHeartbeatRequest, ctx: RequestContext
+    ) -> Reply:
+        def error(code: ErrorCode, message: str | None = None) -> ConsumerGroupHeartbeatResponse:
+            return ConsumerGroupHeartbeatResponse(error_code=code, error_message=message)
+
+        group_id = request.group_id
+        if not group_id:
+            # Kafka's own words: the group's partition cannot be found without it.
+            return error(ErrorCode.INVALID_REQUEST, "GroupId can't be empty.")
+        refusal = heartbeat_refusal(request, self._limits)
+        if refusal is not None:
+            return error(ErrorCode.INVALID_REQUEST, refusal)
+        authorizer = self._authorizer
+        if authorizer is not None:
+            if not authorizer.allowed(
+                ctx, AclOperation.READ, ResourceType.GROUP, group_id, api=_CONSUMER_GROUP_HEARTBEAT
+            ):
+                return error(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+            names = request.subscribed_topic_names
+            # Kafka's: a member may subscribe by name only to topics it may describe.
+            if names and authorizer.denied(
+                ctx,
+                AclOperation.DESCRIBE,
+                ResourceType.TOPIC,
+                names,
+                api=_CONSUMER_GROUP_HEARTBEAT,
+            ):
+                return error(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+
+        if request.subscribed_topic_names:
+            self._maybe_refresh_topics(request.subscribed_topic_names)
+
+        def on_error(exc: BaseException) -> Message:
+            return error(*map_operation_error("consumer-group-heartbeat", exc))
+
+        outcome = self._runtime.write(
+            "consumer-group-heartbeat",
+            self._partition_for(group_id),
+            lambda shard: shard.consumer_group_heartbeat(ctx, request),
+        )
+        return reply_to(outcome, on_error)
+
+    def _maybe_refresh_topics(self, names: list[str]) -> None:
+        """A topic subscribed to that the last read of the cluster did not have may have
+        been created since: read again, in the background (the source spaces its reads out
+        and shares one among every caller). The heartbeat does not wait for it: the group
+        takes the topic at a later heartbeat, once the read has it (its metadata hash
+        changes), as Kafka's coordinator does when its metadata image does."""
+        topics, refresh = self._topics, self._refresh_topics
+        if topics is None or refresh is None:
+            return
+        if self._refreshing is not None and not self._refreshing.done():
+            return
+        snapshot = topics()
+        if all(snapshot.topic(name) is not None for name in names):
+            return
+        self._refreshing = asyncio.ensure_future(refresh())
+
+
+def heartbeat_refusal(request: ConsumerGroupHeartbeatRequest, limits: RequestLimits) -> str | None:
+    """Why a heartbeat is too large for the coordinator to hold, or None: its ids, names
+    and regular expression each at most `max_id_length` characters (a regular expression:
+    four times that), its topic lists at most `max_subscribed_topics` long."""
+    max_length = limits.max_id_length
+    for what, value in (
+        ("group_id", request.group_id),
+        ("member_id", request.member_id),
+        ("instance_id", request.instance_id),
+        ("rack_id", request.rack_id),
+        ("server_assignor", request.server_assignor),
+    ):
+        refusal = too_long(what, value, max_length)
+        if refusal is not None:
+            return refusal
+    regex = request.subscribed_topic_regex
+    if regex is not None and len(regex) > 4 * max_length:
+        return (
+            f"subscribed_topic_regex is {len(regex)} characters long, more than "
+            f"4 * max_id_length ({4 * max_length})"
+        )
+    names = request.subscribed_topic_names
+    if names is not None:
+        refusal = _list_refusal("subscribed_topic_names", names, limits)
+        if refusal is not None:
+            return refusal
+    owned = request.topic_partitions
+    if owned is not None and len(owned) > limits.max_subscribed_topics:
+        return (
+            f"topic_partitions names {len(owned)} topics, more than max_subscribed_topics "
+            f"{limits.max_subscribed_topics}"
+        )
+    return None
+
+
+def _list_refusal(what: str, names: Iterable[str], limits: RequestLimits) -> str | None:
+    count = 0
+    for name in names:
+        count += 1
+        refusal = too_long(f"a name of {what}", name, limits.max_id_length)
+        if refusal is not None:
+            return refusal
+    if count > limits.max_subscribed_topics:
+        return (
+            f"{what} has {count} names, more than max_subscribed_topics "
+            f"{limits.max_subscribed_topics}"
+        )
+    return None
+
+
+__all__ = ["ConsumerGroupService", "heartbeat_refusal"]
