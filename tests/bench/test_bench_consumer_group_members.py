@@ -21,8 +21,8 @@ from coordinator_server.tools.bench.consumer_members import (
     Answer,
     Beat,
     BenchError,
+    GroupSnapshot,
     GroupTracker,
-    GroupView,
     MemberDriver,
     SimMember,
     TopicPartition,
@@ -236,11 +236,11 @@ class RevokingCoordinator:
         assigned |= given
         return Answer(0, member, self.epoch, self.interval_ms, _owned(*given) if changed else None)
 
-    async def describe(self, group_id: str) -> GroupView:
+    async def describe(self, group_id: str) -> GroupSnapshot:
         settled = all(
             self.assigned[m] == self.target[m] and not self.revoking[m] for m in self.members
         )
-        return GroupView(
+        return GroupSnapshot(
             0, "Stable" if settled else "Reconciling", self.epoch, self.epoch,
             {m: self.epochs.get(m, 0) for m in self.members},
         )  # fmt: skip

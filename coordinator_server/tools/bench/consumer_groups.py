@@ -49,7 +49,6 @@ from coordinator_server.tools.bench.assignor_time import ASSIGNOR_COLUMNS
 from coordinator_server.tools.bench.assignor_time import measure as measure_assignor
 from coordinator_server.tools.bench.brokers import affinity, kafka_settings
 from coordinator_server.tools.bench.consumer_members import (
-    BenchError,
     ConsumerSide,
     MemberDriver,
     join_proof,
@@ -57,6 +56,7 @@ from coordinator_server.tools.bench.consumer_members import (
 from coordinator_server.tools.bench.consumer_sides import OursConsumerSide, PeerConsumerSide
 from coordinator_server.tools.bench.environment import Environment
 from coordinator_server.tools.bench.processes import wait_until_quiet
+from coordinator_server.tools.bench.scenarios import BenchError
 from coordinator_server.tools.bench.stats import median_row, ratio_row
 from coordinator_server.tools.bench.targets import OursTarget
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from coordinator_server.tools.bench.loops import LoopRun
+from coordinator_server.tools.bench.scenarios import BenchError
 
 TopicPartition = tuple[bytes, int]
 """(topic id, partition)."""
@@ -48,10 +49,6 @@ RETRY_S = 0.1
 REQUEST_TIMEOUT_S = 30.0
 JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
-
-
-class BenchError(RuntimeError):
-    """The consumer group scenario could not go on (an unexpected answer, a timeout)."""
 
 
 @dataclass(frozen=True)
@@ -78,7 +75,7 @@ class Answer:
 
 
 @dataclass(frozen=True)
-class GroupView:
+class GroupSnapshot:
     """What ConsumerGroupDescribe says of the group."""
 
     error_code: int
@@ -100,7 +97,7 @@ class ConsumerSide(Protocol):
 
     async def heartbeat(self, index: int, beat: Beat) -> Answer: ...
 
-    async def describe(self, group_id: str) -> GroupView: ...
+    async def describe(self, group_id: str) -> GroupSnapshot: ...
 
     async def heartbeat_loop(
         self,
@@ -444,7 +441,7 @@ class MemberDriver:
                     f"{view.group_epoch}, assignment epoch {view.assignment_epoch})"
                 )
 
-    def _confirmed(self, view: GroupView) -> bool:
+    def _confirmed(self, view: GroupSnapshot) -> bool:
         epoch = self.tracker.epoch()
         return (
             view.error_code == 0

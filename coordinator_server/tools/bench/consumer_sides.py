@@ -24,8 +24,7 @@ from coordinator_server.tools.bench.consumer_members import (
     RETRIABLE,
     Answer,
     Beat,
-    BenchError,
-    GroupView,
+    GroupSnapshot,
     TopicPartition,
 )
 from coordinator_server.tools.bench.kafka_consumer_protocol import (
@@ -45,6 +44,7 @@ from coordinator_server.tools.bench.ours import (
     parse_ours,
 )
 from coordinator_server.tools.bench.peer_sasl import open_kafka_secured
+from coordinator_server.tools.bench.scenarios import BenchError
 from coordinator_server.tools.bench.targets import find_coordinator, parse_address
 
 OURS_HEARTBEAT = 68
@@ -120,7 +120,7 @@ class OursConsumerSide:
             assignment=owned,
         )
 
-    async def describe(self, group_id: str) -> GroupView:
+    async def describe(self, group_id: str) -> GroupSnapshot:
         deadline = time.monotonic() + DESCRIBE_TIMEOUT_S
         while True:
             answer = await self._connections[0].request(OURS_DESCRIBE, {"group_ids": [group_id]})
@@ -129,7 +129,7 @@ class OursConsumerSide:
             if code not in RETRIABLE or time.monotonic() > deadline:
                 break
             await asyncio.sleep(DESCRIBE_RETRY_S)
-        return GroupView(
+        return GroupSnapshot(
             error_code=code,
             state=group.get("group_state") or "",
             group_epoch=int(group.get("group_epoch", 0)),
@@ -272,7 +272,7 @@ class PeerConsumerSide:
             assignment=assignment,
         )
 
-    async def describe(self, group_id: str) -> GroupView:
+    async def describe(self, group_id: str) -> GroupSnapshot:
         if self._shared is None:
             self._shared = await open_kafka_wire(self.host, self.port)
         request = ConsumerGroupDescribe([group_id]).prepare(self.versions)
@@ -285,7 +285,7 @@ class PeerConsumerSide:
                 break
             await asyncio.sleep(DESCRIBE_RETRY_S)
         _code, _message, _id, state, group_epoch, assignment_epoch, _assignor, members = group[:8]
-        return GroupView(
+        return GroupSnapshot(
             error_code=code,
             state=state or "",
             group_epoch=int(group_epoch),
