@@ -281,7 +281,7 @@ def test_offsets_of_every_group_share_one_string_per_topic_name() -> None:
 
 def test_a_load_holds_a_bounded_run_of_a_group_s_commits_and_replays_all_of_it() -> None:
     from coordinator_server.records import new_offset_commit_tombstone_record
-    from coordinator_server.shard.log_partition import LOAD_RUN_LIMIT
+    from coordinator_server.shard.load_replay import LOAD_RUN_LIMIT
 
     ctx = ShardTestContext(CONFIG)
     ctx.registry.set_tracking(False)

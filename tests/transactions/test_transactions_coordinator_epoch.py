@@ -7,7 +7,7 @@ from shard_context import ShardTestContext
 
 from coordinator_server.records import new_partition_ownership_record
 from coordinator_server.shard import ShardConfig, takeover_coordinator_epoch
-from coordinator_server.shard.log_partition import COORDINATOR_EPOCH_ORIGIN_MS
+from coordinator_server.shard.load_replay import COORDINATOR_EPOCH_ORIGIN_MS
 
 DAY_MS = 86_400_000
 
