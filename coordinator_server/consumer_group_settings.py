@@ -90,6 +90,14 @@ class ConsumerGroupSettings(BaseModel):
         "(0: one at every change).",
         json_schema_extra=_groups(),
     )
+    group_consumer_regex_refresh_interval_ms: int = Field(
+        600_000,
+        ge=10_000,
+        description="group.consumer.regex.refresh.interval.ms: how long a group's resolution "
+        "of a subscribed regular expression stands before a heartbeat resolves it again (a "
+        "change of the data cluster's topics resolves it sooner, at most every 10 s).",
+        json_schema_extra=_groups(),
+    )
     group_consumer_max_size: int = Field(
         KAFKA_MAX_GROUP_SIZE,
         ge=1,

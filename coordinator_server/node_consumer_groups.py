@@ -131,6 +131,7 @@ def consumer_group_config(config: CoordinatorConfig) -> ConsumerGroupConfig:
         assignors={name: ASSIGNORS[name] for name in config.consumer_group_assignors()},
         max_size=config.group_consumer_max_size,
         assignment_interval_ms=config.group_consumer_assignment_interval_ms,
+        regex_refresh_interval_ms=config.group_consumer_regex_refresh_interval_ms,
     )
 
 
