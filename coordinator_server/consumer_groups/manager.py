@@ -336,9 +336,13 @@ class ConsumerGroupManager:
         # once per snapshot of the cluster's topics, not at every heartbeat.
         metadata_hash = group.metadata_hash()
         if subscription_changed or regexes.changes or group.checked_topics is not topics:
+            # A static member that comes back replaces its departed self, in the group under
+            # its old member id.
+            before = group.member(
+                member.member_id if replaced_member_id is None else replaced_member_id
+            )
             new_hash = subscribed_topics_hash(
-                _subscribed_names_after(group, group.member(member.member_id), updated, regexes),
-                topics,
+                _subscribed_names_after(group, before, updated, regexes), topics
             )
             if new_hash != metadata_hash:
                 metadata_hash = new_hash

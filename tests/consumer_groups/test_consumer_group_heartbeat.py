@@ -498,3 +498,15 @@ def test_a_steady_heartbeat_is_answered_as_the_full_path_would_answer_it() -> No
         steady, client_id="client", client_host="/10.0.0.1", topics=grown, now_ms=NOW_MS
     )
     assert result.records, "the grown topic bumps the group's epoch"
+
+
+def test_a_static_member_back_with_another_subscription_hashes_only_the_new_one() -> None:
+    ctx = Context()
+    ctx.heartbeat(join("A", "foo", instance_id="a"))
+    ctx.heartbeat(beat("A", -2, instance_id="a"))
+    _, response = ctx.heartbeat(join("A2", "bar", instance_id="a"))
+    assert response.error_code == 0, response
+    group = ctx.manager.group(GROUP)
+    assert group is not None
+    assert group.metadata_hash() == subscribed_topics_hash(["bar"], TOPICS)
+    ctx.assert_log_replays_to_same_state()
