@@ -153,15 +153,26 @@ class _HeterogeneousBuilder:
         # Topic -> the numbers of its subscribers, ascending.
         self.subscribers: dict[TopicId, list[int]] = {}
         self.partition_counts: dict[TopicId, int] = {}
+        # Members share a few subscriptions (the same topics, or a handful of sets): each
+        # distinct one is walked once, its members' numbers added to each of its topics.
+        members_of: dict[AbstractSet[TopicId], list[int]] = {}
         for index, member in enumerate(spec.members.values()):
-            for topic_id in member.subscribed_topic_ids:
-                if topic_id not in self.partition_counts:
+            members_of.setdefault(member.subscribed_topic_ids, []).append(index)
+        unsorted: set[TopicId] = set()
+        for subscribed, indexes in members_of.items():
+            for topic_id in subscribed:
+                subscribers = self.subscribers.get(topic_id)
+                if subscribers is None:
                     count = topics.partition_count(topic_id)
                     if count is None:
                         raise _missing_topic(topic_id)
                     self.partition_counts[topic_id] = count
-                    self.subscribers[topic_id] = []
-                self.subscribers[topic_id].append(index)
+                    self.subscribers[topic_id] = list(indexes)
+                else:
+                    subscribers.extend(indexes)
+                    unsorted.add(topic_id)
+        for topic_id in unsorted:
+            self.subscribers[topic_id].sort()
         # Topic -> partition -> owner's number in the target, -1 when unassigned.
         self.owners = {t: [-1] * n for t, n in self.partition_counts.items()}
         # Member number -> its target, copied from the current assignment on first change.
@@ -215,11 +226,40 @@ class _HeterogeneousBuilder:
             free = [p for p, owner in enumerate(owners) if owner == -1]
             if free:
                 unassigned[topic_id] = free
-        balancer = _Balancer(self.sizes)
+        sizes = self.sizes
         for topic_id in self._sorted_topics(unassigned):
-            balancer.start(self.subscribers[topic_id])
-            for partition in unassigned[topic_id]:
-                self._move(topic_id, partition, balancer.next_least_loaded())
+            free = unassigned[topic_id]
+            owners = self.owners[topic_id]
+            # Kafka's round-robin over the least loaded subscribers, a round at a time: the
+            # subscribers by size (ties by number), each round one partition to every one
+            # at the lowest level, the level rising and the next members joining it.
+            members = sorted(self.subscribers[topic_id], key=sizes.__getitem__)
+            gained: dict[int, list[int]] = {}
+            level = sizes[members[0]]
+            in_range = 0
+            given = 0
+            while given < len(free):
+                while in_range < len(members) and sizes[members[in_range]] <= level:
+                    in_range += 1
+                taking = min(in_range, len(free) - given)
+                # The first `taking` members, one partition each (zip stops at the shorter).
+                for member, partition in zip(members, free[given : given + taking], strict=False):
+                    owners[partition] = member
+                    taken = gained.get(member)
+                    if taken is None:
+                        gained[member] = [partition]
+                    else:
+                        taken.append(partition)
+                given += taking
+                level += 1
+            for member, partitions in gained.items():
+                sizes[member] += len(partitions)
+                target = self._partitions_of(member)
+                owned = target.get(topic_id)
+                if owned is None:
+                    target[topic_id] = set(partitions)
+                else:
+                    owned.update(partitions)
 
     def _balance(self) -> None:
         # A topic with one subscriber has nothing to balance.
