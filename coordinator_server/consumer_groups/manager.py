@@ -97,6 +97,13 @@ from coordinator_server.timeline import SnapshotRegistry, TimelineDict
 HeartbeatResult = CoordinatorResult[ConsumerGroupHeartbeatResponse]
 
 _NO_TOPICS = ClusterTopicsSnapshot({})
+
+AFTER_ASSIGNMENT_MS = 20
+"""How long after a batched target is due a member waiting for it is told to come back: the
+time the deferred computation's write takes to be committed, with room."""
+
+WAITING_HEARTBEAT_MIN_MS = 100
+"""The shortest interval a member waiting for released partitions is told."""
 _NOTHING: CoordinatorResult[None] = CoordinatorResult()
 
 
@@ -423,7 +430,9 @@ class ConsumerGroupManager:
             response=ConsumerGroupHeartbeatResponse(
                 member_id=reconciled.member_id,
                 member_epoch=reconciled.member_epoch,
-                heartbeat_interval_ms=self.config.heartbeat_interval_ms,
+                heartbeat_interval_ms=self._interval_for(
+                    group, reconciled, group_epoch > target_epoch, now_ms
+                ),
                 assignment=(
                     response_assignment(reconciled.assigned_partitions, topics)
                     if full_request or changed
@@ -431,6 +440,34 @@ class ConsumerGroupManager:
                 ),
             ),
         )
+
+    def _interval_for(
+        self,
+        group: ConsumerGroup,
+        member: ConsumerGroupMember,
+        assignment_deferred: bool,
+        now_ms: int,
+    ) -> int:
+        """The heartbeat interval a member is told: the configured one, shorter while the
+        member waits for something the coordinator knows is near. Every answer carries an
+        interval and Kafka's consumer keeps to the latest one, so this changes only when a
+        waiting member comes back, not what it is told then:
+
+        - its group's target is being batched (KIP-1263): come back just after it is
+          computed, rather than up to an interval later;
+        - it waits for partitions others are giving up: come back at a fifth of the
+          interval (at least WAITING_HEARTBEAT_MIN_MS), so that it takes them soon after
+          they are released, rather than an interval later.
+
+        Each costs a few more heartbeats of the members concerned, for as long as they
+        wait; a group at rest heartbeats at the configured interval."""
+        interval_ms = self.config.heartbeat_interval_ms
+        if assignment_deferred:
+            due_ms = group.assignment_timestamp_ms() + self.config.assignment_interval_ms - now_ms
+            return max(min(interval_ms, max(due_ms, 0) + AFTER_ASSIGNMENT_MS), 1)
+        if member.state is ReconciliationState.UNRELEASED_PARTITIONS:
+            return min(interval_ms, max(interval_ms // 5, WAITING_HEARTBEAT_MIN_MS))
+        return interval_ms
 
     def _member_of_heartbeat(
         self,

@@ -510,3 +510,37 @@ def test_a_static_member_back_with_another_subscription_hashes_only_the_new_one(
     assert group is not None
     assert group.metadata_hash() == subscribed_topics_hash(["bar"], TOPICS)
     ctx.assert_log_replays_to_same_state()
+
+
+def test_a_waiting_member_is_told_to_come_back_sooner() -> None:
+    # B waits for partitions A still owns: a fifth of the interval.
+    ctx = Context()
+    ctx.heartbeat(join("A", "foo"))
+    _, waiting = ctx.heartbeat(join("B", "foo"))
+    assert waiting.member_epoch == 2 and waiting.assignment is not None
+    assert not waiting.assignment.topic_partitions
+    assert waiting.heartbeat_interval_ms == 1000
+    # A, at rest apart from its revocation, keeps the configured interval.
+    _, revoking = ctx.heartbeat(beat("A", 1, {FOO: [0, 1, 2, 3, 4, 5]}))
+    assert revoking.heartbeat_interval_ms == 5000
+
+    # With targets batched a second apart, a member joining 300 ms after the last
+    # computation is told to come back just after the next one.
+    batched = ConsumerGroupManager(
+        SnapshotRegistry(),
+        100,
+        ConsumerGroupConfig(assignment_interval_ms=1000),
+        topics=lambda: TOPICS,
+    )
+    for member_id, now_ms in (("A", NOW_MS), ("B", NOW_MS + 300)):
+        result = batched.heartbeat(
+            join(member_id, "foo"),
+            client_id="client",
+            client_host="/10.0.0.1",
+            topics=TOPICS,
+            now_ms=now_ms,
+        )
+        for record in result.records:
+            replay(batched, record)
+    assert result.response is not None
+    assert result.response.heartbeat_interval_ms == 1000 - 300 + 20

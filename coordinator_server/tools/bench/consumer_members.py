@@ -128,6 +128,9 @@ class SimMember:
     lost: set[TopicPartition] = field(default_factory=set)
     changed_at: float = 0.0
     heartbeats: int = 0
+    # The interval the coordinator's last answer gave this member (0: the configured one),
+    # which it keeps to, as Kafka's consumer does: a coordinator may give each member its own.
+    interval_ms: int = 0
 
     def beat(self, group_id: str, topic: str, rebalance_timeout_ms: int) -> Beat:
         if self.epoch == JOIN_EPOCH:
@@ -345,7 +348,8 @@ class MemberDriver:
             pause = self._apply(member, beat, answer)
             if member.must_acknowledge and not pause:
                 continue
-            wait = pause or sent + self.heartbeat_interval_ms / 1000 - loop.time()
+            interval_ms = member.interval_ms or self.heartbeat_interval_ms
+            wait = pause or sent + interval_ms / 1000 - loop.time()
             if wait > 0 and not self._stopping:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), wait)
@@ -374,7 +378,7 @@ class MemberDriver:
         if answer.member_id:
             member.member_id = answer.member_id
         if answer.heartbeat_interval_ms > 0:
-            self.heartbeat_interval_ms = answer.heartbeat_interval_ms
+            member.interval_ms = answer.heartbeat_interval_ms
         owned = member.owned if answer.assignment is None else answer.assignment
         if owned != member.owned:
             member.must_acknowledge = True
