@@ -9,6 +9,7 @@ variables like every other setting.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, Field, JsonValue
 
@@ -24,6 +25,9 @@ KAFKA_MAX_GROUP_SIZE = 2_147_483_647
 KNOWN_ASSIGNORS = ("uniform", "range")
 """The server-side assignors there are (`consumer_groups.assignors.ASSIGNORS`' names: a
 test holds the two together; the settings sit below the state machines and name them)."""
+
+MigrationPolicy = Literal["disabled", "upgrade", "downgrade", "bidirectional"]
+"""Kafka's `group.consumer.migration.policy` values (`ConsumerGroupMigrationPolicy`'s)."""
 
 DEFAULT_MAX_SUBSCRIBED_TOPICS = 10_000
 DEFAULT_MAX_CLUSTER_TOPICS = 100_000
@@ -96,6 +100,15 @@ class ConsumerGroupSettings(BaseModel):
         description="group.consumer.regex.refresh.interval.ms: how long a group's resolution "
         "of a subscribed regular expression stands before a heartbeat resolves it again (a "
         "change of the data cluster's topics resolves it sooner, at most every 10 s).",
+        json_schema_extra=_groups(),
+    )
+    group_consumer_migration_policy: MigrationPolicy = Field(
+        "bidirectional",
+        description="group.consumer.migration.policy: whether a classic group becomes a "
+        "consumer group online when a member joins it with the consumer protocol (upgrade), "
+        "and a consumer group a classic one when its last member on that protocol leaves "
+        "while classic members stay (downgrade): disabled, upgrade, downgrade or "
+        "bidirectional.",
         json_schema_extra=_groups(),
     )
     group_consumer_max_size: int = Field(

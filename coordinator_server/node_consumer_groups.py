@@ -25,6 +25,7 @@ from coordinator_server.consumer_groups.heartbeat import (
     ClusterTopicsSource,
     ConsumerGroupConfig,
 )
+from coordinator_server.consumer_groups.migration_policy import ConsumerGroupMigrationPolicy
 from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.service.authorization import RequestAuthorizer
 from coordinator_server.service.consumer_group_service import ConsumerGroupService
@@ -132,6 +133,7 @@ def consumer_group_config(config: CoordinatorConfig) -> ConsumerGroupConfig:
         max_size=config.group_consumer_max_size,
         assignment_interval_ms=config.group_consumer_assignment_interval_ms,
         regex_refresh_interval_ms=config.group_consumer_regex_refresh_interval_ms,
+        migration_policy=ConsumerGroupMigrationPolicy.parse(config.group_consumer_migration_policy),
     )
 
 

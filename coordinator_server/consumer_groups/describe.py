@@ -20,6 +20,7 @@ from collections.abc import Callable, Collection, Iterable
 from typing import Final
 
 from coordinator_protocol.consumer_groups import (
+    MEMBER_TYPE_CLASSIC,
     MEMBER_TYPE_CONSUMER,
     ConsumerGroupDescribeResponseAssignment,
     ConsumerGroupDescribeResponseGroup,
@@ -150,10 +151,7 @@ def _described_member(
         subscribed_topic_regex=member.subscribed_topic_regex or None,
         assignment=_described_assignment(member.assigned_partitions, topics),
         target_assignment=_described_assignment(target, topics),
-        # Every member this coordinator holds joined with ConsumerGroupHeartbeat: the
-        # classic protocol's members (JoinGroup on a consumer group) are not served, and
-        # the member does not keep the record's classic metadata that would say so.
-        member_type=MEMBER_TYPE_CONSUMER,
+        member_type=MEMBER_TYPE_CLASSIC if member.use_classic_protocol else MEMBER_TYPE_CONSUMER,
     )
 
 

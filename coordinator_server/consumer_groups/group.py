@@ -19,7 +19,7 @@ coordinator could have written).
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -39,6 +39,10 @@ from coordinator_server.records.consumer_groups import (
 from coordinator_server.timeline import SnapshotRegistry, TimelineDict
 
 V = TypeVar("V")
+
+CONSUMER_PROTOCOL_TYPE = "consumer"
+"""The classic protocol type of Kafka's consumers (`ConsumerProtocol.PROTOCOL_TYPE`): the one
+type a classic member of a consumer group may have."""
 
 LEAVE_GROUP_MEMBER_EPOCH = -1
 """The epoch of a member that has left: what its current assignment's tombstone sets."""
@@ -120,6 +124,7 @@ def member_with_metadata(
         subscribed_topic_regex=value.subscribed_topic_regex or "",
         rebalance_timeout_ms=value.rebalance_timeout_ms,
         server_assignor=value.server_assignor,
+        classic_member_metadata=value.classic_member_metadata,
     )
 
 
@@ -162,6 +167,12 @@ class ConsumerGroup:
         self._resolved_regexes: TimelineDict[str, ResolvedRegularExpression] = TimelineDict(
             registry
         )
+        # The members on the classic protocol, and how many of them support each of its
+        # protocols (Kafka's numClassicProtocolMembers and
+        # classicProtocolMembersSupportedProtocols): what a classic member's JoinGroup and a
+        # downgrade ask, without a scan of the members.
+        self._classic_members = _TimelineValue(registry, 0)
+        self._classic_protocols: TimelineDict[str, int] = TimelineDict(registry)
         # The snapshot of the cluster's topics the metadata hash was last found current
         # for: a cache of a check, not state (a new owner checks again).
         self.checked_topics: object | None = None
@@ -235,6 +246,26 @@ class ConsumerGroup:
 
     def resolved_regular_expression(self, regex: str) -> ResolvedRegularExpression | None:
         return self._resolved_regexes.get(regex)
+
+    def resolved_regular_expressions(self) -> list[str]:
+        """The regular expressions the group has a resolution of."""
+        return list(self._resolved_regexes.keys())
+
+    def num_classic_members(self) -> int:
+        """How many members speak the classic protocol."""
+        return self._classic_members.get()
+
+    def supports_classic_protocols(self, protocol_type: str, names: Collection[str]) -> bool:
+        """Whether a classic member of these protocols may be in the group (Kafka's
+        `supportsClassicProtocols`): the "consumer" type, and, unless the group is empty,
+        one of the protocols supported by every classic member."""
+        if protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return False
+        if not self._members:
+            return bool(names)
+        classic_members = self._classic_members.get()
+        protocols = self._classic_protocols
+        return any((protocols.get(name) or 0) == classic_members for name in names)
 
     def is_empty_of_records(self) -> bool:
         """No member and no target assignment: what a group's tombstone requires."""
@@ -342,6 +373,11 @@ class ConsumerGroup:
 
     def _count_subscriptions(self, member: ConsumerGroupMember, delta: int) -> None:
         self._count_topics(member.subscribed_topic_names, delta)
+        classic = member.classic_member_metadata
+        if classic is not None:
+            self._classic_members.set(self._classic_members.get() + delta)
+            for name in {protocol.name for protocol in classic.supported_protocols}:
+                _add_count(self._classic_protocols, name, delta)
         regex = member.subscribed_topic_regex
         if regex:
             _add_count(self._regex_subscribers, regex, delta)
@@ -397,6 +433,7 @@ def _add_count(counts: TimelineDict[str, int], key: str, delta: int) -> None:
 
 
 __all__ = [
+    "CONSUMER_PROTOCOL_TYPE",
     "LEAVE_GROUP_MEMBER_EPOCH",
     "NO_ASSIGNMENT_EPOCH",
     "ConsumerGroup",

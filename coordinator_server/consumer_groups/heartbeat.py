@@ -31,6 +31,7 @@ from coordinator_protocol.errors import (
 from coordinator_server.consumer_groups.assignors import ASSIGNORS
 from coordinator_server.consumer_groups.assignors.api import PartitionAssignor
 from coordinator_server.consumer_groups.member import ConsumerGroupMember
+from coordinator_server.consumer_groups.migration_policy import ConsumerGroupMigrationPolicy
 from coordinator_server.consumer_groups.target_assignment import record_partitions
 from coordinator_server.consumer_groups.topics import TopicId, TopicPartitions
 from coordinator_server.records import (
@@ -74,6 +75,8 @@ class ConsumerGroupConfig:
     regex_refresh_interval_ms: int = 600_000
     regex_cache_max_patterns: int = 128
     regex_max_memory_bytes: int = 1 << 20
+    # Whether classic groups upgrade to consumer groups online, and back (migration.py).
+    migration_policy: ConsumerGroupMigrationPolicy = ConsumerGroupMigrationPolicy.BIDIRECTIONAL
 
     def __post_init__(self) -> None:
         if not self.assignors:
@@ -320,6 +323,7 @@ def member_metadata_record(group_id: str, member: ConsumerGroupMember) -> Coordi
             subscribed_topic_regex=member.subscribed_topic_regex or None,
             rebalance_timeout_ms=member.rebalance_timeout_ms,
             server_assignor=member.server_assignor,
+            classic_member_metadata=member.classic_member_metadata,
         ),
     )
 

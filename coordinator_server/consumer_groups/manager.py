@@ -13,7 +13,8 @@ joins and leaves within an interval share one computation).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Set
+from collections.abc import Callable, Iterator, Sequence, Set
+from typing import TypeVar
 
 from coordinator_protocol.consumer_groups import (
     JOIN_GROUP_MEMBER_EPOCH,
@@ -60,6 +61,7 @@ from coordinator_server.consumer_groups.member import (
     topic_partitions,
 )
 from coordinator_server.consumer_groups.metadata_hash import subscribed_topics_hash
+from coordinator_server.consumer_groups.migration import Downgrade, downgrade_allowed
 from coordinator_server.consumer_groups.regex import (
     NO_REGEX_UPDATE,
     RegexUpdate,
@@ -68,23 +70,21 @@ from coordinator_server.consumer_groups.regex import (
     update_regular_expressions,
 )
 from coordinator_server.consumer_groups.replay import ConsumerGroupRecords
+from coordinator_server.consumer_groups.subscriptions import (
+    subscribed_names_after as _subscribed_names_after,
+)
 from coordinator_server.consumer_groups.target_assignment import (
     TargetAssignmentBuilder,
     record_partitions,
     resolve_subscription,
 )
 from coordinator_server.consumer_groups.timeouts import ConsumerGroupTimeouts
+from coordinator_server.consumer_groups.tombstones import group_tombstone_records
 from coordinator_server.consumer_groups.topics import TopicId, TopicPartitions
 from coordinator_server.records import (
     CoordinatorRecord,
-    new_consumer_group_current_member_assignment_tombstone_record,
-    new_consumer_group_member_metadata_tombstone_record,
     new_consumer_group_metadata_record,
-    new_consumer_group_metadata_tombstone_record,
-    new_consumer_group_regular_expression_tombstone_record,
     new_consumer_group_target_assignment_member_record,
-    new_consumer_group_target_assignment_member_tombstone_record,
-    new_consumer_group_target_assignment_metadata_tombstone_record,
 )
 from coordinator_server.records.consumer_groups import (
     ConsumerGroupMetadataValue,
@@ -95,6 +95,8 @@ from coordinator_server.runtime.api import Clock, CoordinatorResult, Coordinator
 from coordinator_server.timeline import SnapshotRegistry, TimelineDict
 
 HeartbeatResult = CoordinatorResult[ConsumerGroupHeartbeatResponse]
+
+R = TypeVar("R")
 
 _NO_TOPICS = ClusterTopicsSnapshot({})
 
@@ -120,11 +122,14 @@ class ConsumerGroupManager:
         timer: CoordinatorTimer | None = None,
         clock: Clock | None = None,
         topics: Callable[[], ClusterTopics] | None = None,
+        downgrade: Downgrade | None = None,
     ) -> None:
         """`timer` arms sessions, rebalance timeouts and deferred assignments (None: none
         is armed, for tests of one heartbeat); `clock` is what the timers' operations read
         the time from; `topics` gives the data cluster's topics as they are now, for the
-        operations no request carries them to."""
+        operations no request carries them to; `downgrade` converts a group back into a
+        classic group (None: no group is, whatever the migration policy)."""
+        self._downgrade = downgrade
         self._registry = registry
         # The group limits' largest group, for the requests that add members.
         self.max_size = max_size
@@ -166,38 +171,11 @@ class ConsumerGroupManager:
         return counts
 
     def delete_group_records(self, group_id: str) -> list[CoordinatorRecord]:
-        """The tombstones that delete the group, in Kafka's order (`ConsumerGroup.
-        createGroupTombstoneRecords`), which replay requires: each member's current
-        assignment, each target assignment, the target assignment's metadata, each member's
-        metadata, each resolved regular expression, then the group's metadata. None when the
+        """The tombstones that delete the group (`group_tombstone_records`); none when the
         group does not exist. Whether it may be deleted is the caller's to check
         (DeleteGroups and the offset expiration delete only a group without members)."""
         group = self._groups.get(group_id)
-        if group is None:
-            return []
-        members = sorted(group.members())
-        # A target assignment without a member would stop the group's tombstone at replay.
-        targets = sorted(set(members).union(group.target_assignments()))
-        records = [
-            new_consumer_group_current_member_assignment_tombstone_record(group_id, member_id)
-            for member_id in members
-        ]
-        records.extend(
-            new_consumer_group_target_assignment_member_tombstone_record(group_id, member_id)
-            for member_id in targets
-        )
-        records.append(new_consumer_group_target_assignment_metadata_tombstone_record(group_id))
-        records.extend(
-            new_consumer_group_member_metadata_tombstone_record(group_id, member_id)
-            for member_id in members
-        )
-        # The group lists its resolved regular expressions nowhere else.
-        records.extend(
-            new_consumer_group_regular_expression_tombstone_record(group_id, regex)
-            for regex in sorted(group._resolved_regexes.keys())
-        )
-        records.append(new_consumer_group_metadata_tombstone_record(group_id))
-        return records
+        return [] if group is None else group_tombstone_records(group)
 
     # ConsumerGroupHeartbeat (Kafka's consumerGroupHeartbeat and its helpers).
 
@@ -209,10 +187,13 @@ class ConsumerGroupManager:
         client_host: str,
         topics: ClusterTopics,
         now_ms: int,
+        converted: ConsumerGroup | None = None,
     ) -> HeartbeatResult:
         """One heartbeat: a join (epoch 0), a leave (-1, or -2 for a static member that
         comes back), or a member's regular heartbeat. Returns the records that make the
-        change and the answer; an error is an answer with no record, the group unchanged."""
+        change and the answer; an error is an answer with no record, the group unchanged.
+        `converted`: the group an online upgrade makes of a classic group (migration.py),
+        which a join joins before its records are written."""
         try:
             steady = self._steady_heartbeat(request, client_id, client_host, topics)
             if steady is not None:
@@ -220,7 +201,7 @@ class ConsumerGroupManager:
             validate_heartbeat(request, self.config)
             if is_leave_epoch(request.member_epoch):
                 return self._leave(request, now_ms)
-            return self._heartbeat(request, client_id, client_host, topics, now_ms)
+            return self._heartbeat(request, client_id, client_host, topics, now_ms, converted)
         except ApiError as error:
             return CoordinatorResult(
                 response=ConsumerGroupHeartbeatResponse(
@@ -252,6 +233,7 @@ class ConsumerGroupManager:
             or request.member_epoch != member.member_epoch
             or member.state is not ReconciliationState.STABLE
             or member.subscribed_topic_regex
+            or member.use_classic_protocol
             or request.topic_partitions is not None
             or request.subscribed_topic_names is not None
             or request.subscribed_topic_regex is not None
@@ -283,6 +265,7 @@ class ConsumerGroupManager:
         client_host: str,
         topics: ClusterTopics,
         now_ms: int,
+        converted: ConsumerGroup | None = None,
     ) -> HeartbeatResult:
         group_id = request.group_id
         assert group_id, "validated"
@@ -291,7 +274,7 @@ class ConsumerGroupManager:
         joining = epoch == JOIN_GROUP_MEMBER_EPOCH
         records: list[CoordinatorRecord] = []
 
-        found = self._groups.get(group_id)
+        found = self._groups.get(group_id) or converted
         if found is None and not joining:
             raise GroupIdNotFoundError(f"Consumer group {group_id} not found.")
         # A group that does not exist yet is read as an empty one, on a registry of its own:
@@ -319,7 +302,58 @@ class ConsumerGroupManager:
             subscribed_topic_names=request.subscribed_topic_names,
             subscribed_topic_regex=request.subscribed_topic_regex,
             server_assignor=request.server_assignor,
-        ).replace(client_id=client_id, client_host=client_host)
+            # A classic member that heartbeats with this protocol speaks it from now on.
+        ).replace(client_id=client_id, client_host=client_host, classic_member_metadata=None)
+
+        reconciled, assignment_deferred = self.apply_member(
+            group, member, updated, replaced_member_id, owned, topics, now_ms, records
+        )
+        if replaced_member_id is not None:
+            self._timeouts.cancel(group_id, replaced_member_id)
+        self._timeouts.session(group_id, reconciled.member_id)
+
+        # The assignment is sent to a full request (a join, or a member that lost track and
+        # sends every field) and whenever it changed.
+        full_request = joining or (
+            request.rebalance_timeout_ms != -1
+            and request.subscribed_topic_names is not None
+            and request.topic_partitions is not None
+        )
+        changed = reconciled.assigned_partitions != member.assigned_partitions
+        return CoordinatorResult(
+            records=records,
+            response=ConsumerGroupHeartbeatResponse(
+                member_id=reconciled.member_id,
+                member_epoch=reconciled.member_epoch,
+                heartbeat_interval_ms=self._interval_for(
+                    group, reconciled, assignment_deferred, now_ms
+                ),
+                assignment=(
+                    response_assignment(reconciled.assigned_partitions, topics)
+                    if full_request or changed
+                    else None
+                ),
+            ),
+        )
+
+    def apply_member(
+        self,
+        group: ConsumerGroup,
+        member: ConsumerGroupMember,
+        updated: ConsumerGroupMember,
+        replaced_member_id: str | None,
+        owned: dict[TopicId, frozenset[int]] | None,
+        topics: ClusterTopics,
+        now_ms: int,
+        records: list[CoordinatorRecord],
+    ) -> tuple[ConsumerGroupMember, bool]:
+        """The records that take `member` (new, or of the group) to `updated`, appended to
+        `records`: its metadata, the group's epoch bumped for a new subscription or metadata
+        hash, the group's target recomputed (or deferred), and the member reconciled with
+        it, given the partitions it says it owns (`owned`). Returns the reconciled member,
+        and whether the group's target waits for its deferred computation. Shared by the
+        heartbeat and by a classic member's JoinGroup (classic_members.py)."""
+        group_id = group.group_id
 
         # A new group must move away from epoch 0, whatever its first member subscribes to.
         bump_group_epoch = group.group_epoch() == 0
@@ -404,7 +438,10 @@ class ConsumerGroupManager:
             ).build()
             if reconciled != updated:
                 records.append(current_assignment_record(group_id, reconciled))
-                if reconciled.state is ReconciliationState.UNREVOKED_PARTITIONS:
+                # A classic member is held to its join and sync timeouts instead.
+                if reconciled.use_classic_protocol:
+                    pass
+                elif reconciled.state is ReconciliationState.UNREVOKED_PARTITIONS:
                     self._timeouts.rebalance(
                         group_id,
                         reconciled.member_id,
@@ -413,33 +450,7 @@ class ConsumerGroupManager:
                     )
                 else:
                     self._timeouts.cancel_rebalance(group_id, reconciled.member_id)
-        if replaced_member_id is not None:
-            self._timeouts.cancel(group_id, replaced_member_id)
-        self._timeouts.session(group_id, reconciled.member_id)
-
-        # The assignment is sent to a full request (a join, or a member that lost track and
-        # sends every field) and whenever it changed.
-        full_request = joining or (
-            request.rebalance_timeout_ms != -1
-            and request.subscribed_topic_names is not None
-            and request.topic_partitions is not None
-        )
-        changed = reconciled.assigned_partitions != member.assigned_partitions
-        return CoordinatorResult(
-            records=records,
-            response=ConsumerGroupHeartbeatResponse(
-                member_id=reconciled.member_id,
-                member_epoch=reconciled.member_epoch,
-                heartbeat_interval_ms=self._interval_for(
-                    group, reconciled, group_epoch > target_epoch, now_ms
-                ),
-                assignment=(
-                    response_assignment(reconciled.assigned_partitions, topics)
-                    if full_request or changed
-                    else None
-                ),
-            ),
-        )
+        return reconciled, group_epoch > target_epoch
 
     def _interval_for(
         self,
@@ -508,7 +519,12 @@ class ConsumerGroupManager:
             return static, None
         if static is None:
             return group.member(member_id) or ConsumerGroupMember(member_id), None
-        if static.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+        # A classic member's instance is taken over at once (Kafka checks the release only
+        # between two members on this protocol).
+        if (
+            static.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH
+            and not static.use_classic_protocol
+        ):
             raise UnreleasedInstanceIdError(
                 f"Static member {member_id} with instance id {instance_id} cannot join the "
                 f"group because the instance id is owned by {static.member_id} member."
@@ -645,7 +661,7 @@ class ConsumerGroupManager:
                 raise UnknownMemberIdError(
                     f"Member {member_id} is not a member of group {group_id}."
                 )
-            return CoordinatorResult(self._fence_records(group, member, now_ms), response)
+            return self._fenced(group, member, now_ms, response)
         static_member_id = group.static_member_id(instance_id)
         static = None if static_member_id is None else group.member(static_member_id)
         if static is None:
@@ -656,7 +672,7 @@ class ConsumerGroupManager:
                 f"member {static.member_id}."
             )
         if request.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-            return CoordinatorResult(self._fence_records(group, static, now_ms), response)
+            return self._fenced(group, static, now_ms, response)
         # The static member keeps its partitions and its target while it is away, so that
         # its return moves nothing; the group's epoch stays.
         away = static.replace(
@@ -666,6 +682,34 @@ class ConsumerGroupManager:
         return CoordinatorResult(
             records=[current_assignment_record(group_id, away)], response=response
         )
+
+    def _fenced(
+        self, group: ConsumerGroup, member: ConsumerGroupMember, now_ms: int, response: R
+    ) -> CoordinatorResult[R]:
+        """The member fenced, or the group downgraded to a classic group as it goes."""
+        downgraded = self.maybe_downgrade(group, (member,), now_ms)
+        if downgraded is None:
+            return CoordinatorResult(self._fence_records(group, member, now_ms), response)
+        return CoordinatorResult(downgraded.records, response, updates=downgraded.updates)
+
+    def maybe_downgrade(
+        self, group: ConsumerGroup, leaving: Sequence[ConsumerGroupMember], now_ms: int
+    ) -> CoordinatorResult[None] | None:
+        """The group converted to a classic group as the `leaving` members go, when the
+        migration policy allows it and only classic members stay (Kafka's
+        `validateOnlineDowngradeWithFencedMembers`, then `convertToClassicGroup`); None
+        when it stays a consumer group."""
+        downgrade = self._downgrade
+        if downgrade is None or not downgrade_allowed(
+            group, leaving, self.config.migration_policy, self.max_size
+        ):
+            return None
+        return downgrade(group, leaving, now_ms)
+
+    @property
+    def timeouts(self) -> ConsumerGroupTimeouts:
+        """The consumer groups' timers, for the requests of classic members."""
+        return self._timeouts
 
     def _fence_records(
         self, group: ConsumerGroup, member: ConsumerGroupMember, now_ms: int
@@ -718,7 +762,7 @@ class ConsumerGroupManager:
         member = None if group is None else group.member(member_id)
         if group is None or member is None:
             return _NOTHING
-        return CoordinatorResult(self._fence_records(group, member, self._now_ms()))
+        return self._fenced(group, member, self._now_ms(), None)
 
     def _expire_rebalance(
         self, group_id: str, member_id: str, member_epoch: int
@@ -729,7 +773,7 @@ class ConsumerGroupManager:
         member = None if group is None else group.member(member_id)
         if group is None or member is None or member.member_epoch != member_epoch:
             return _NOTHING
-        return CoordinatorResult(self._fence_records(group, member, self._now_ms()))
+        return self._fenced(group, member, self._now_ms(), None)
 
     def _assign_deferred(self, group_id: str) -> CoordinatorResult[None]:
         """The deferred computation of a group's target, for every change since the last."""
@@ -764,34 +808,6 @@ class ConsumerGroupManager:
     def groups_at(self, committed_offset: int) -> Iterator[tuple[str, ConsumerGroup]]:
         """The groups as of `committed_offset`, a group deleted since included."""
         return self._groups.items_at(committed_offset)
-
-
-def _subscribed_names_after(
-    group: ConsumerGroup,
-    before: ConsumerGroupMember | None,
-    after: ConsumerGroupMember | None,
-    regexes: RegexUpdate = NO_REGEX_UPDATE,
-) -> set[str]:
-    """The topic names the group subscribes to once `before` (a member of the group, or
-    None) is replaced by `after` (None: it leaves) and `regexes` is replayed."""
-    counts = group.subscribed_topic_names()
-    if before is not None:
-        for name in _member_topic_names(group, before):
-            counts[name] = counts.get(name, 0) - 1
-    if after is not None:
-        for name in _member_topic_names(group, after):
-            counts[name] = counts.get(name, 0) + 1
-    regexes.adjust_counts(group, counts)
-    return {name for name, count in counts.items() if count > 0}
-
-
-def _member_topic_names(group: ConsumerGroup, member: ConsumerGroupMember) -> frozenset[str]:
-    """The names `member` subscribes to, by name or through a regex the group resolved."""
-    regex = member.subscribed_topic_regex
-    resolved = group.resolved_regular_expression(regex) if regex else None
-    if resolved is None:
-        return member.subscribed_topic_names
-    return member.subscribed_topic_names | resolved.topics
 
 
 __all__ = ["ConsumerGroupManager", "ConsumerGroupState", "HeartbeatResult"]

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from coordinator_server.consumer_groups.topics import TopicId, TopicPartitions
+from coordinator_server.records.consumer_groups import ClassicMemberMetadata
 
 
 class ReconciliationState(enum.Enum):
@@ -87,6 +88,10 @@ class ConsumerGroupMember:
     partitions_pending_revocation: TopicPartitions = field(
         default_factory=lambda: EMPTY_TOPIC_PARTITIONS
     )
+    # What the JoinGroup of a member still on the classic protocol said (its session timeout
+    # and its protocols, each with its subscription): None for a member that joined with
+    # ConsumerGroupHeartbeat.
+    classic_member_metadata: ClassicMemberMetadata | None = None
 
     def __post_init__(self) -> None:
         # Normalized here, once, so that equality never depends on how partitions were given
@@ -101,6 +106,12 @@ class ConsumerGroupMember:
 
     # A member holds mappings, which do not hash; members are compared, never hashed.
     __hash__ = None  # type: ignore[assignment]
+
+    @property
+    def use_classic_protocol(self) -> bool:
+        """Whether the member speaks the classic protocol (JoinGroup, SyncGroup, Heartbeat,
+        LeaveGroup) to its consumer group (Kafka's `useClassicProtocol`)."""
+        return self.classic_member_metadata is not None
 
     def replace(self, **changes: object) -> ConsumerGroupMember:
         """This member with `changes` set (Kafka's `Builder(member).setX(...)`)."""

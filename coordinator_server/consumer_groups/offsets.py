@@ -34,8 +34,8 @@ def validate_offset_commit(
     """Kafka's check of an OffsetCommit to a consumer group (v9+ semantics): a negative
     epoch commits for no member, allowed only while the group has no members; otherwise the
     member must exist (UNKNOWN_MEMBER_ID) at exactly the epoch given (STALE_MEMBER_EPOCH,
-    whether the epoch given is older or newer than the member's). Kafka does not check the
-    group instance id here."""
+    whether the epoch given is older or newer than the member's; ILLEGAL_GENERATION for a
+    member on the classic protocol). Kafka does not check the group instance id here."""
     if member_epoch < 0 and not group.num_members():
         return None
     member = group.member(member_id)
@@ -120,9 +120,18 @@ def _unknown_member(group: ConsumerGroup, member_id: str | None) -> UnknownMembe
     return UnknownMemberIdError(f"Member {member_id} is not a member of group {group.group_id}.")
 
 
-def _stale_epoch(member: ConsumerGroupMember, member_epoch: int) -> StaleMemberEpochError | None:
+def _stale_epoch(
+    member: ConsumerGroupMember, member_epoch: int
+) -> StaleMemberEpochError | IllegalGenerationError | None:
+    """Kafka's `validateMemberEpoch`: a classic member's generation is its member epoch,
+    and a wrong one is ILLEGAL_GENERATION, which its client knows."""
     if member_epoch == member.member_epoch:
         return None
+    if member.use_classic_protocol:
+        return IllegalGenerationError(
+            f"The received generation id {member_epoch} does not match the expected member "
+            f"epoch {member.member_epoch}."
+        )
     return StaleMemberEpochError(
         f"The received member epoch {member_epoch} does not match the expected member epoch "
         f"{member.member_epoch}."

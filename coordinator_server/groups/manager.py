@@ -39,6 +39,7 @@ from coordinator_server.groups.admin_views import ClassicGroupAdmin
 from coordinator_server.groups.classic import ClassicGroupState
 from coordinator_server.groups.join import ClassicGroupJoin
 from coordinator_server.groups.membership import ClassicGroupMembership
+from coordinator_server.groups.migration import ClassicGroupMigration
 from coordinator_server.groups.rebalance import ClassicRebalance
 from coordinator_server.groups.store import (
     ClassicGroupUpdate,
@@ -84,6 +85,8 @@ class GroupMetadataManager(GroupStore):
         self.validate_delete_group = admin.validate_delete_group
         self.create_group_tombstone_records = admin.create_group_tombstone_records
         self.maybe_delete_group = admin.maybe_delete_group
+        # The classic side of an online migration to and from a consumer group.
+        self.migration = ClassicGroupMigration(self, rebalance)
 
     # The offsets' view of the groups.
 

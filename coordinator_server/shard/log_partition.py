@@ -63,12 +63,14 @@ from coordinator_server.consumer_groups.describe import (
     described_as_classic_group,
     list_consumer_groups,
 )
+from coordinator_server.consumer_groups.group import ConsumerGroup
 from coordinator_server.consumer_groups.heartbeat import (
     ClusterTopics,
     ClusterTopicsSnapshot,
     ConsumerGroupConfig,
 )
 from coordinator_server.consumer_groups.manager import ConsumerGroupManager
+from coordinator_server.consumer_groups.member import ConsumerGroupMember
 from coordinator_server.groups.manager import GroupMetadataManager
 from coordinator_server.groups.store import (
     ClassicGroupUpdate,
@@ -125,6 +127,7 @@ from coordinator_server.security.scram_control import (
     ScramControlManager,
     ScramCredentialsConfig,
 )
+from coordinator_server.shard.group_migration import GroupMigration
 from coordinator_server.shard.load_replay import ShardLoadReplay, takeover_coordinator_epoch
 from coordinator_server.transactions.manager import TransactionManager
 from coordinator_server.transactions.metadata import TxnPartitions
@@ -225,13 +228,18 @@ class LogPartitionShard:
         # The consumer groups (KIP-848), rebuilt from their records; the classic groups'
         # limit on a group's size bounds them too.
         self._cluster_topics = cluster_topics or _no_cluster_topics
-        self._consumer_groups = ConsumerGroupManager(
+        self._consumer_groups = consumer_groups = ConsumerGroupManager(
             context.snapshot_registry,
             config.groups.max_size,
             config.consumer_groups,
             timer=context.timer,
             clock=context.clock,
             topics=self._cluster_topics,
+            downgrade=self._downgrade,
+        )
+        # The doors both kinds of group answer behind, and the migration between them.
+        self._migration = GroupMigration(
+            groups, consumer_groups, context.clock, self._cluster_topics
         )
         # The committed offsets of both kinds of group: a group id names a consumer group or
         # a classic one, never both.
@@ -267,50 +275,28 @@ class LogPartitionShard:
 
     # The group APIs' door (GroupShard).
 
-    # A classic member calling on a consumer group: its JoinGroup is refused as one of
-    # another protocol, and it is no member of that group for the other classic APIs.
-    # (Kafka lets classic members into a consumer group under its migration policy.)
+    # A group id names a classic group or a consumer group; the classic APIs reach either
+    # (a consumer group's classic members): `GroupMigration` routes them.
 
     def join_group(
         self, ctx: RequestContext, request: JoinGroupRequest, handle: ResponseHandle
     ) -> CoordinatorResult[JoinGroupResponse]:
-        if request.group_id and self.is_consumer_group(request.group_id):
-            return CoordinatorResult(
-                response=JoinGroupResponse(
-                    error_code=ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
-                    error_message=f"Group {request.group_id} is a consumer group.",
-                    generation_id=-1,
-                    member_id=request.member_id,
-                )
-            )
-        return self._groups.join_group(ctx, request, handle)
+        return self._migration.join_group(ctx, request, handle)
 
     def sync_group(
         self, ctx: RequestContext, request: SyncGroupRequest, handle: ResponseHandle
     ) -> CoordinatorResult[SyncGroupResponse]:
-        if request.group_id and self.is_consumer_group(request.group_id):
-            return CoordinatorResult(
-                response=SyncGroupResponse(error_code=ErrorCode.UNKNOWN_MEMBER_ID)
-            )
-        return self._groups.sync_group(ctx, request, handle)
+        return self._migration.sync_group(ctx, request, handle)
 
     def heartbeat(
         self, ctx: RequestContext, request: HeartbeatRequest
     ) -> CoordinatorResult[HeartbeatResponse]:
-        if request.group_id and self.is_consumer_group(request.group_id):
-            return CoordinatorResult(
-                response=HeartbeatResponse(error_code=ErrorCode.UNKNOWN_MEMBER_ID)
-            )
-        return self._groups.heartbeat(ctx, request)
+        return self._migration.heartbeat(ctx, request)
 
     def leave_group(
         self, ctx: RequestContext, request: LeaveGroupRequest
     ) -> CoordinatorResult[LeaveGroupResponse]:
-        if request.group_id and self.is_consumer_group(request.group_id):
-            return CoordinatorResult(
-                response=LeaveGroupResponse(error_code=ErrorCode.UNKNOWN_MEMBER_ID)
-            )
-        return self._groups.leave_group(ctx, request)
+        return self._migration.leave_group(ctx, request)
 
     def describe_groups(
         self, group_ids: list[str], committed_offset: int
@@ -410,45 +396,12 @@ class LogPartitionShard:
     def consumer_group_heartbeat(
         self, ctx: RequestContext, request: ConsumerGroupHeartbeatRequest
     ) -> CoordinatorResult[ConsumerGroupHeartbeatResponse]:
-        group_id = request.group_id or ""
-        records: list[CoordinatorRecord] = []
-        classic = self._groups.group(group_id)
-        if classic is None and request.member_epoch == 0:
-            refusal = (
-                None
-                if self._consumer_groups.group(group_id) is not None
-                else self._groups.new_group_refusal()
-            )
-            if refusal is not None:
-                return CoordinatorResult(
-                    response=ConsumerGroupHeartbeatResponse(
-                        error_code=ErrorCode.POLICY_VIOLATION, error_message=refusal
-                    )
-                )
-        elif classic is not None:
-            # An Empty classic group (one that only kept offsets) becomes a consumer group
-            # when a member joins it (Kafka's `maybeDeleteEmptyClassicGroup`): its offsets
-            # stay. One with members stays classic.
-            if not classic.members and request.member_epoch == 0:
-                self._groups.create_group_tombstone_records(group_id, records)
-            else:
-                return CoordinatorResult(
-                    response=ConsumerGroupHeartbeatResponse(
-                        error_code=ErrorCode.GROUP_ID_NOT_FOUND,
-                        error_message=f"Group {group_id} is not a consumer group.",
-                    )
-                )
-        result = self._consumer_groups.heartbeat(
-            request,
-            client_id=ctx.client_id,
-            client_host=ctx.client_host,
-            topics=self._cluster_topics(),
-            now_ms=self.context.clock.now_ms(),
-        )
-        if not records or not result.records:
-            return result
-        assert not isinstance(result.records, RecordRun)
-        return CoordinatorResult([*records, *result.records], result.response)
+        return self._migration.consumer_group_heartbeat(ctx, request)
+
+    def _downgrade(
+        self, group: ConsumerGroup, leaving: Sequence[ConsumerGroupMember], now_ms: int
+    ) -> CoordinatorResult[None]:
+        return self._migration.downgrade(group, leaving, now_ms)
 
     def consumer_group_describe(
         self, group_ids: list[str], committed_offset: int

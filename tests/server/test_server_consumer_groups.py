@@ -151,7 +151,8 @@ async def test_members_join_revoke_before_assign_time_out_and_resume_after_resta
         assert {m["member_id"]: m["member_epoch"] for m in group["members"]} == {a: 2, b: 2}
         listed = await client.call(ApiKey.LIST_GROUPS, {"types_filter": ["consumer"]})
         assert [(g["group_id"], g["group_type"]) for g in listed["groups"]] == [(GROUP, "consumer")]
-        # The classic APIs do not describe it, and a classic member cannot join it.
+        # The classic APIs do not describe it, and a classic member of another protocol
+        # type than "consumer" cannot join it.
         classic = await client.call(ApiKey.DESCRIBE_GROUPS, {"groups": [GROUP]})
         assert classic["groups"][0]["error_code"] == ErrorCode.GROUP_ID_NOT_FOUND
         joined_classic = await client.call(
@@ -162,7 +163,7 @@ async def test_members_join_revoke_before_assign_time_out_and_resume_after_resta
                 "rebalance_timeout_ms": 30_000,
                 "member_id": "",
                 "group_instance_id": "static-1",
-                "protocol_type": "consumer",
+                "protocol_type": "connect",
                 "protocols": [{"name": "range", "metadata": b""}],
             },
         )
