@@ -820,3 +820,68 @@ def test_the_setting_names_every_policy() -> None:
         "downgrade": (False, True),
         "bidirectional": (True, True),
     }
+
+
+def test_a_consumer_member_of_a_classic_static_members_instance_takes_its_place() -> None:
+    ctx = MigrationContext()
+    (dynamic, joined), static_parked = ctx.join_new(), ctx.join(join_request(instance="ia"))
+    ctx.sleep_until_done([joined, static_parked])
+    static = join_response(static_parked).member_id
+    generation = join_response(joined).generation_id
+    leader = join_response(joined).leader
+    follower = ctx.sync(static if leader == dynamic else dynamic, generation)
+    ctx.sync(leader, generation, {dynamic: assignment("t", 0, 1), static: assignment("t", 2, 3)})
+    assert sync_response(follower).error_code == NONE
+
+    response = ctx.beat(
+        ConsumerGroupHeartbeatRequest(
+            group_id=GROUP,
+            member_id="replacement",
+            instance_id="ia",
+            member_epoch=0,
+            rebalance_timeout_ms=5000,
+            subscribed_topic_names=["t"],
+            topic_partitions=[],
+        )
+    )
+
+    assert response.error_code == NONE, response
+    group = ctx.consumer_group()
+    assert set(group.members()) == {dynamic, "replacement"}
+    assert group.static_member_id("ia") == "replacement"
+    replacement = group.member("replacement")
+    assert replacement is not None and not replacement.use_classic_protocol
+    ctx.owners()
+
+
+def test_a_downgrade_whose_append_fails_leaves_the_consumer_group_as_it_was() -> None:
+    ctx = MigrationContext()
+    members, _ = upgraded(ctx)
+    group = ctx.consumer_group()
+    before = (group.group_epoch(), group.members(), group.target_assignments())
+    leave = ConsumerGroupHeartbeatRequest(group_id=GROUP, member_id=CONSUMER, member_epoch=-1)
+    ctx.fail_append(lambda shard: shard.consumer_group_heartbeat(RC, leave), TimeoutError())
+    group = ctx.consumer_group()
+    assert (group.group_epoch(), group.members(), group.target_assignments()) == before
+    assert ctx.find_group(GROUP) is None
+    # The members carry on in the consumer group.
+    assert ctx.heartbeat(members[0], group.member(members[0]).member_epoch) == NONE
+
+
+def test_a_classic_member_is_told_to_rejoin_once_a_batched_target_is_computed() -> None:
+    ctx = MigrationContext(assignment_interval_ms=1_000)
+    ctx.join_consumer()
+    assert classic_join(ctx, "a").error_code == NONE
+    epoch = ctx.consumer_group().member("a").member_epoch
+    sync_response(ctx.sync("a", epoch))
+    # Another member joins within the interval: the group's epoch moves, its target waits.
+    ctx.join_consumer("another")
+    group = ctx.consumer_group()
+    assert group.group_epoch() > group.target_assignment_epoch() == epoch
+    # A rejoin now would find the same target: the member is not asked for one yet.
+    assert ctx.heartbeat("a", epoch) == NONE
+    ctx.sleep(1_000)
+    assert ctx.consumer_group().target_assignment_epoch() > epoch
+    assert ctx.heartbeat("a", epoch) == ErrorCode.REBALANCE_IN_PROGRESS
+    rejoined = classic_join(ctx, "a")
+    assert rejoined.generation_id == ctx.consumer_group().target_assignment_epoch()
