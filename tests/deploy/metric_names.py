@@ -21,6 +21,7 @@ MetricType = Literal["counter", "gauge", "histogram"]
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 
 GROUP_STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
+CONSUMER_GROUP_STATES = ("Empty", "Assigning", "Reconciling", "Stable")
 PARTITION_STATES = ("INITIAL", "LOADING", "ACTIVE", "FAILED", "CLOSED")
 TRANSACTION_STATES = (
     "Empty",
@@ -66,6 +67,8 @@ EXPORTED_METRICS: tuple[MetricFamily, ...] = (
     # Groups.
     MetricFamily("coordinator_groups", "gauge", ("state",)),
     MetricFamily("coordinator_group_members", "gauge"),
+    MetricFamily("coordinator_consumer_groups", "gauge", ("state",)),
+    MetricFamily("coordinator_consumer_group_members", "gauge"),
     MetricFamily("coordinator_rebalances_total", "counter"),
     MetricFamily("coordinator_rebalance_duration_seconds", "histogram"),
     # Offsets.
@@ -142,6 +145,7 @@ METRICS_BY_NAME: dict[str, MetricFamily] = {family.name: family for family in EX
 # log partition number, `version` free.
 LABEL_VALUES: dict[tuple[str, str], tuple[str, ...]] = {
     ("coordinator_groups", "state"): GROUP_STATES,
+    ("coordinator_consumer_groups", "state"): CONSUMER_GROUP_STATES,
     ("coordinator_partitions", "state"): PARTITION_STATES,
     ("coordinator_transactions", "state"): TRANSACTION_STATES,
     ("coordinator_transactions_completed_total", "result"): TRANSACTION_RESULTS,

@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,14 @@ def tool(process: ServerProcess, *args: str) -> subprocess.CompletedProcess[str]
     )  # fmt: skip
 
 
+def scrape(process: ServerProcess) -> str:
+    """The server's /metrics."""
+    with urllib.request.urlopen(
+        f"http://127.0.0.1:{process.metrics_port}/metrics", timeout=5
+    ) as reply:
+        return str(reply.read().decode())
+
+
 async def describe(client: WireClient) -> dict[str, Any]:
     response = await client.call(ApiKey.CONSUMER_GROUP_DESCRIBE, {"group_ids": [GROUP]})
     (group,) = response["groups"]
@@ -149,6 +158,10 @@ async def test_members_join_revoke_before_assign_time_out_and_resume_after_resta
             2,
         ), group
         assert {m["member_id"]: m["member_epoch"] for m in group["members"]} == {a: 2, b: 2}
+        # The operator's gauges count it.
+        metrics = await asyncio.to_thread(scrape, process)
+        assert 'coordinator_consumer_groups{state="Stable"} 1.0' in metrics
+        assert "coordinator_consumer_group_members 2.0" in metrics
         listed = await client.call(ApiKey.LIST_GROUPS, {"types_filter": ["consumer"]})
         assert [(g["group_id"], g["group_type"]) for g in listed["groups"]] == [(GROUP, "consumer")]
         # The classic APIs do not describe it, and a classic member of another protocol
