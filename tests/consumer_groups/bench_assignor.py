@@ -11,6 +11,9 @@ and topics cut into five buckets, a member subscribing to its bucket's topics
 - fresh: the first assignment, nobody owning anything;
 - sticky: the next one, from the first, with one more member joining.
 
+`--racks N` gives the members racks (member m in rack m % N) and each partition two replicas
+on racks p % N and (p + 1) % N: the rack-aware assignment.
+
 Each figure is the process's CPU time in milliseconds for one assignment (building the
 group's spec included, as the coordinator would), the median of `--rounds` rounds, the best
 beside it.
@@ -60,15 +63,24 @@ def subscriptions(
     }
 
 
-def spec_of(subscribed: dict[str, frozenset[bytes]], previous: GroupAssignment | None) -> GroupSpec:
+def spec_of(
+    subscribed: dict[str, frozenset[bytes]], previous: GroupAssignment | None, racks: int = 0
+) -> GroupSpec:
     members = {
         member_id: MemberSubscription(
             topics,
             previous.members.get(member_id, EMPTY_ASSIGNMENT) if previous else EMPTY_ASSIGNMENT,
+            rack_id=f"rack-{n % racks}" if racks else None,
         )
-        for member_id, topics in subscribed.items()
+        for n, (member_id, topics) in enumerate(subscribed.items())
     }
     return GroupSpec(members)
+
+
+def partition_racks(count: int, racks: int) -> tuple[frozenset[str], ...]:
+    names = [f"rack-{r}" for r in range(racks)]
+    sets = [frozenset({names[r], names[(r + 1) % racks]}) for r in range(racks)]
+    return tuple(sets[p % racks] for p in range(count))
 
 
 def measure(
@@ -77,12 +89,13 @@ def measure(
     subscribed: dict[str, frozenset[bytes]],
     previous: GroupAssignment | None,
     metadata: SubscribedTopicMetadata,
+    racks: int,
 ) -> tuple[float, float]:
     times = []
     for _ in range(rounds):
         gc.collect()
         start = time.process_time()
-        assignor.assign(spec_of(subscribed, previous), metadata)
+        assignor.assign(spec_of(subscribed, previous, racks), metadata)
         times.append((time.process_time() - start) * 1000)
     return statistics.median(times), min(times)
 
@@ -94,25 +107,30 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=50_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--assignors", default="uniform,range")
+    parser.add_argument("--racks", type=int, default=0)
     args = parser.parse_args()
 
     topics = [topic_id(n) for n in range(args.topics)]
     per_topic, extra = divmod(args.partitions, args.topics)
+    counts = {t: per_topic + (1 if n < extra else 0) for n, t in enumerate(topics)}
+    racks = args.racks
     metadata = SubscribedTopicMetadata(
-        {t: per_topic + (1 if n < extra else 0) for n, t in enumerate(topics)}
+        counts,
+        {t: partition_racks(count, racks) for t, count in counts.items()} if racks else {},
     )
     print(
-        f"{args.members} members, {args.topics} topics, {args.partitions} partitions; "
-        f"CPU ms per assignment, median (best) of {args.rounds}"
+        f"{args.members} members, {args.topics} topics, {args.partitions} partitions"
+        + (f", {racks} racks" if racks else "")
+        + f"; CPU ms per assignment, median (best) of {args.rounds}"
     )
     for name in args.assignors.split(","):
         assignor: PartitionAssignor = ASSIGNORS[name]
         for homogeneous in (True, False):
             subscribed = subscriptions(args.members, topics, homogeneous)
-            first = assignor.assign(spec_of(subscribed, None), metadata)
+            first = assignor.assign(spec_of(subscribed, None, racks), metadata)
             joined = subscriptions(args.members + 1, topics, homogeneous)
-            fresh = measure(args.rounds, assignor, subscribed, None, metadata)
-            sticky = measure(args.rounds, assignor, joined, first, metadata)
+            fresh = measure(args.rounds, assignor, subscribed, None, metadata, racks)
+            sticky = measure(args.rounds, assignor, joined, first, metadata, racks)
             kind = "homogeneous" if homogeneous else "heterogeneous"
             print(
                 f"{name:8} {kind:14} fresh {fresh[0]:8.1f} ({fresh[1]:.1f})"

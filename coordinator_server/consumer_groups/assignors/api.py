@@ -20,7 +20,7 @@ pass in or get back.
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -147,20 +147,33 @@ class SubscribedTopicDescriber(Protocol):
         """The racks of the partition's replicas (empty when unknown)."""
         ...
 
+    def topic_racks(self, topic_id: TopicId) -> Sequence[AbstractSet[str]]:
+        """The racks of each partition's replicas by partition index; empty when none is
+        known (what an assignor reads once per topic instead of once per partition)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class SubscribedTopicMetadata:
     """A `SubscribedTopicDescriber` over plain maps: partition counts by topic id, and the
-    racks of each partition's replicas where they are known."""
+    racks of each partition's replicas, by partition index, for the topics where they are
+    known."""
 
     partition_counts: Mapping[TopicId, int]
-    partition_racks: Mapping[TopicId, Mapping[int, AbstractSet[str]]] = field(default_factory=dict)
+    partition_racks: Mapping[TopicId, Sequence[AbstractSet[str]]] = field(default_factory=dict)
 
     def partition_count(self, topic_id: TopicId) -> int | None:
         return self.partition_counts.get(topic_id)
 
     def racks_for_partition(self, topic_id: TopicId, partition: int) -> AbstractSet[str]:
-        return self.partition_racks.get(topic_id, {}).get(partition, frozenset())
+        racks = self.partition_racks.get(topic_id, ())
+        return racks[partition] if 0 <= partition < len(racks) else _NO_RACKS
+
+    def topic_racks(self, topic_id: TopicId) -> Sequence[AbstractSet[str]]:
+        return self.partition_racks.get(topic_id, ())
+
+
+_NO_RACKS: AbstractSet[str] = frozenset()
 
 
 class PartitionAssignor(Protocol):

@@ -13,7 +13,17 @@ Two builders, chosen by the group's subscription type, as Kafka's:
   improves the balance (or after 16 rounds over the topics, Kafka's bound on overlapping
   subscriptions that converge slowly).
 
-Neither builder uses racks (Kafka's do not either).
+Racks (KIP-881's rule, which Kafka's client-side sticky assignors follow and Kafka's
+server-side UniformAssignor does not): when members give racks and the partitions' replicas
+are in racks that make a difference (`racks.racks_matter`), a partition being handed out
+goes preferably to a member with a replica of it in its rack, among the members the balance
+lets take one: homogeneous, the members under quota first take the unowned partitions local
+to them, then the rest as without racks; heterogeneous, each round of the round-robin gives
+its members local partitions first, and a move while balancing takes, of the giver's
+partitions, one local to the taker when it has one. Which members give and take, and how
+many partitions, are those of the plain assignment: the sizes, the balance and the
+partitions kept are the same; only which partition goes where changes. Without racks that
+matter, the code path is the plain one.
 """
 
 from __future__ import annotations
@@ -28,6 +38,12 @@ from coordinator_server.consumer_groups.assignors.api import (
     PartitionAssignorError,
     SubscribedTopicDescriber,
     SubscriptionType,
+)
+from coordinator_server.consumer_groups.assignors.racks import (
+    PartitionRacks,
+    member_racks,
+    racks_matter,
+    topic_racks,
 )
 from coordinator_server.consumer_groups.topics import TopicId
 
@@ -88,6 +104,7 @@ def _assign_homogeneous(spec: GroupSpec, topics: SubscribedTopicDescriber) -> Gr
 
     members = len(spec.members)
     min_quota, extra = divmod(total, members)
+    rack_of = _member_racks(spec)
 
     target: dict[str, MemberAssignment] = {}
     # Members with room left, with how much, in the group's order.
@@ -124,6 +141,12 @@ def _assign_homogeneous(spec: GroupSpec, topics: SubscribedTopicDescriber) -> Gr
         # An unchanged assignment is handed back as it came, uncopied.
         target[member_id] = member.assignment if changed is None else MemberAssignment(changed)
 
+    if rack_of is not None:
+        partition_racks = _racks_if_they_matter(rack_of.values(), topics, subscribed)
+        if partition_racks is not None:
+            _fill_by_rack(target, unfilled, unassigned, rack_of, partition_racks)
+            return GroupAssignment(target)
+
     next_unassigned = 0
     for member_id, room in unfilled:
         if next_unassigned >= len(unassigned):
@@ -140,6 +163,95 @@ def _assign_homogeneous(spec: GroupSpec, topics: SubscribedTopicDescriber) -> Gr
     if next_unassigned < len(unassigned):
         raise PartitionAssignorError("Partitions were left unassigned")
     return GroupAssignment(target)
+
+
+def _member_racks(spec: GroupSpec) -> dict[str, str | None] | None:
+    """Each member's rack (None for none), or None when no member has one."""
+    if not member_racks(spec):
+        return None
+    return {member_id: member.rack_id or None for member_id, member in spec.members.items()}
+
+
+def _racks_if_they_matter(
+    racks: Iterable[str | None],
+    topics: SubscribedTopicDescriber,
+    topic_ids: Iterable[TopicId],
+) -> dict[TopicId, PartitionRacks] | None:
+    """The partitions' racks of the topics that have them, when they make a difference to
+    members in `racks` (None otherwise)."""
+    by_topic: dict[TopicId, PartitionRacks] = {}
+    for topic_id in topic_ids:
+        count = topics.partition_count(topic_id)
+        if count:
+            partition_racks = topic_racks(topics, topic_id, count)
+            if partition_racks:
+                by_topic[topic_id] = partition_racks
+    consumer_racks = {rack for rack in racks if rack is not None}
+    if not by_topic or not racks_matter(consumer_racks, by_topic.values()):
+        return None
+    return by_topic
+
+
+def _fill_by_rack(
+    target: dict[str, MemberAssignment],
+    unfilled: list[tuple[str, int]],
+    unassigned: list[tuple[TopicId, int]],
+    rack_of: dict[str, str | None],
+    partition_racks: dict[TopicId, PartitionRacks],
+) -> None:
+    """The members under quota take the unassigned partitions with a replica in their rack
+    first, each up to its room, then the rest in order: the rooms, hence the sizes, are
+    those of the plain assignment."""
+    # Rack -> positions in `unassigned` of the partitions with a replica there.
+    pools: dict[str, list[int]] = {}
+    for position, (topic_id, partition) in enumerate(unassigned):
+        racks = partition_racks.get(topic_id)
+        if racks:
+            for replica_rack in racks[partition]:
+                pool = pools.get(replica_rack)
+                if pool is None:
+                    pools[replica_rack] = [position]
+                else:
+                    pool.append(position)
+    taken = bytearray(len(unassigned))
+    cursors = dict.fromkeys(pools, 0)
+    gained: dict[str, list[tuple[TopicId, int]]] = {}
+    rooms: list[tuple[str, int]] = []
+    for member_id, room in unfilled:
+        rack = rack_of[member_id]
+        got: list[tuple[TopicId, int]] = []
+        pool = pools.get(rack) if rack is not None else None
+        if rack is not None and pool is not None:
+            index = cursors[rack]
+            while index < len(pool) and len(got) < room:
+                position = pool[index]
+                if not taken[position]:
+                    taken[position] = 1
+                    got.append(unassigned[position])
+                index += 1
+            cursors[rack] = index
+        gained[member_id] = got
+        rooms.append((member_id, room - len(got)))
+    cursor = 0
+    for member_id, room in rooms:
+        got = gained[member_id]
+        while room > 0 and cursor < len(unassigned):
+            if not taken[cursor]:
+                taken[cursor] = 1
+                got.append(unassigned[cursor])
+                room -= 1
+            cursor += 1
+        if got:
+            grown = _copy(target[member_id].partitions.items())
+            for topic_id, partition in got:
+                growing = grown.get(topic_id)
+                if growing is None:
+                    grown[topic_id] = {partition}
+                else:
+                    growing.add(partition)
+            target[member_id] = MemberAssignment(grown)
+    if not all(taken):
+        raise PartitionAssignorError("Partitions were left unassigned")
 
 
 class _HeterogeneousBuilder:
@@ -175,6 +287,15 @@ class _HeterogeneousBuilder:
             self.subscribers[topic_id].sort()
         # Topic -> partition -> owner's number in the target, -1 when unassigned.
         self.owners = {t: [-1] * n for t, n in self.partition_counts.items()}
+        # Member number -> its rack, and the racks of the topics that have them: both None
+        # unless racks make a difference (then the rack-aware variants run).
+        self.rack_of: list[str | None] | None = None
+        self.racks: dict[TopicId, PartitionRacks] | None = None
+        if member_racks(spec):
+            rack_of = [member.rack_id or None for member in spec.members.values()]
+            self.racks = _racks_if_they_matter(rack_of, topics, self.partition_counts)
+            if self.racks is not None:
+                self.rack_of = rack_of
         # Member number -> its target, copied from the current assignment on first change.
         self.target: list[dict[TopicId, set[int]] | None] = [None] * len(self.member_ids)
 
@@ -230,6 +351,9 @@ class _HeterogeneousBuilder:
         for topic_id in self._sorted_topics(unassigned):
             free = unassigned[topic_id]
             owners = self.owners[topic_id]
+            if self.racks is not None and topic_id in self.racks:
+                self._assign_unassigned_by_rack(topic_id, free, self.racks[topic_id])
+                continue
             # Kafka's round-robin over the least loaded subscribers, a round at a time: the
             # subscribers by size (ties by number), each round one partition to every one
             # at the lowest level, the level rising and the next members joining it.
@@ -260,6 +384,82 @@ class _HeterogeneousBuilder:
                     target[topic_id] = set(partitions)
                 else:
                     owned.update(partitions)
+
+    def _assign_unassigned_by_rack(
+        self, topic_id: TopicId, free: list[int], racks: PartitionRacks
+    ) -> None:
+        """The round-robin of `_assign_unassigned`, the same members taking as many
+        partitions in the same rounds, each taking a partition local to it when one is
+        left (the members of a last, partial round: those with one first)."""
+        rack_of = self.rack_of
+        assert rack_of is not None
+        sizes = self.sizes
+        owners = self.owners[topic_id]
+        pools: dict[str, list[int]] = {}
+        for position, partition in enumerate(free):
+            for replica_rack in racks[partition]:
+                pool = pools.get(replica_rack)
+                if pool is None:
+                    pools[replica_rack] = [position]
+                else:
+                    pool.append(position)
+        cursors = dict.fromkeys(pools, 0)
+        taken = bytearray(len(free))
+        cursor = 0
+        members = sorted(self.subscribers[topic_id], key=sizes.__getitem__)
+        gained: dict[int, list[int]] = {}
+
+        def give(member: int, position: int) -> None:
+            taken[position] = 1
+            partition = free[position]
+            owners[partition] = member
+            taken_by = gained.get(member)
+            if taken_by is None:
+                gained[member] = [partition]
+            else:
+                taken_by.append(partition)
+
+        level = sizes[members[0]]
+        in_range = 0
+        given = 0
+        while given < len(free):
+            while in_range < len(members) and sizes[members[in_range]] <= level:
+                in_range += 1
+            taking = min(in_range, len(free) - given)
+            round_given = 0
+            unmatched: list[int] = []
+            for member in members[:in_range]:
+                if round_given == taking:
+                    break
+                rack = rack_of[member]
+                pool = pools.get(rack) if rack is not None else None
+                if rack is not None and pool is not None:
+                    index = cursors[rack]
+                    while index < len(pool) and taken[pool[index]]:
+                        index += 1
+                    cursors[rack] = index
+                    if index < len(pool):
+                        give(member, pool[index])
+                        round_given += 1
+                        continue
+                unmatched.append(member)
+            for member in unmatched:
+                if round_given == taking:
+                    break
+                while taken[cursor]:
+                    cursor += 1
+                give(member, cursor)
+                round_given += 1
+            given += taking
+            level += 1
+        for member, partitions in gained.items():
+            sizes[member] += len(partitions)
+            target = self._partitions_of(member)
+            owned = target.get(topic_id)
+            if owned is None:
+                target[topic_id] = set(partitions)
+            else:
+                owned.update(partitions)
 
     def _balance(self) -> None:
         # A topic with one subscriber has nothing to balance.
@@ -292,6 +492,8 @@ class _HeterogeneousBuilder:
             start.setdefault(owner, position)
             end[owner] = position + 1
 
+        if self.racks is not None and topic_id in self.racks:
+            return self._balance_topic_by_rack(topic_id, balancer, partitions, start, end)
         moved = 0
         while not balancer.is_balanced():
             giver = -1
@@ -311,6 +513,68 @@ class _HeterogeneousBuilder:
             taker = balancer.next_least_loaded()
             if balancer.is_balanced():
                 break
+            self._move(topic_id, partition, taker)
+            moved += 1
+        return moved
+
+    def _balance_topic_by_rack(
+        self,
+        topic_id: TopicId,
+        balancer: _Balancer,
+        partitions: list[int],
+        start: dict[int, int],
+        end: dict[int, int],
+    ) -> int:
+        """`_balance_topic`'s moves, the same givers and takers, each move taking of the
+        giver's partitions one with a replica in the taker's rack when there is one (the
+        last of its partitions otherwise)."""
+        rack_of = self.rack_of
+        assert rack_of is not None
+        racks = self.racks[topic_id] if self.racks is not None else ()
+        # Built on a giver's first move: its partitions by rack, and the position of the
+        # last one not yet moved.
+        local: dict[int, dict[str, list[int]]] = {}
+        tail: dict[int, int] = {}
+        moved_partitions: set[int] = set()
+        moved = 0
+        while not balancer.is_balanced():
+            giver = -1
+            while True:
+                giver = balancer.next_most_loaded()
+                if giver == -1:
+                    break
+                if end.get(giver, 0) - start.get(giver, 0) <= 0:
+                    balancer.exclude_most_loaded()
+                    continue
+                break
+            if giver == -1:
+                break
+            end[giver] -= 1
+            taker = balancer.next_least_loaded()
+            if balancer.is_balanced():
+                break
+            by_rack = local.get(giver)
+            if by_rack is None:
+                by_rack = local[giver] = {}
+                for position in range(start[giver], end[giver] + 1):
+                    for replica_rack in racks[partitions[position]]:
+                        by_rack.setdefault(replica_rack, []).append(partitions[position])
+                tail[giver] = end[giver] + 1
+            partition = -1
+            rack = rack_of[taker]
+            candidates = by_rack.get(rack) if rack is not None else None
+            while candidates:
+                last = candidates.pop()
+                if last not in moved_partitions:
+                    partition = last
+                    break
+            if partition == -1:
+                position = tail[giver] - 1
+                while partitions[position] in moved_partitions:
+                    position -= 1
+                tail[giver] = position
+                partition = partitions[position]
+            moved_partitions.add(partition)
             self._move(topic_id, partition, taker)
             moved += 1
         return moved
