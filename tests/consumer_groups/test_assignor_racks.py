@@ -256,8 +256,9 @@ def test_uniform_heterogeneous_with_racks_keeps_kafkas_bound(
                 if t in m.subscribed_topic_ids:
                     assert sizes[owner] - sizes[other] <= 1, (owner, other, t)
     expected = plain(UniformServerAssignor().assign(without_racks(spec), topics))
-    assert Counter(sizes.values()) == Counter(size(expected.get(m, {})) for m in spec.members)
-    # What members keep of what they owned: as many as without racks.
+    # The same sizes member by member as without racks.
+    assert sizes == {m: size(expected.get(m, {})) for m in spec.members}
+    # What members keep of what they owned: at least as many as without racks.
     kept = sum(
         len(owned_subscribed(spec, m) & {(t, p) for t, ps in result.get(m, {}).items() for p in ps})
         for m in spec.members
@@ -269,7 +270,7 @@ def test_uniform_heterogeneous_with_racks_keeps_kafkas_bound(
         )
         for m in spec.members
     )
-    assert kept == kept_plain
+    assert kept >= kept_plain
     # Balanced and complete: nothing moves.
     again = group(
         {

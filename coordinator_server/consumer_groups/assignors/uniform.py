@@ -390,7 +390,7 @@ class _HeterogeneousBuilder:
     ) -> None:
         """The round-robin of `_assign_unassigned`, the same members taking as many
         partitions in the same rounds, each taking a partition local to it when one is
-        left (the members of a last, partial round: those with one first)."""
+        left."""
         rack_of = self.rack_of
         assert rack_of is not None
         sizes = self.sizes
@@ -426,11 +426,10 @@ class _HeterogeneousBuilder:
             while in_range < len(members) and sizes[members[in_range]] <= level:
                 in_range += 1
             taking = min(in_range, len(free) - given)
-            round_given = 0
             unmatched: list[int] = []
-            for member in members[:in_range]:
-                if round_given == taking:
-                    break
+            # The members of the plain round (the first `taking`), so that every member
+            # ends the round with the plain assignment's size.
+            for member in members[:taking]:
                 rack = rack_of[member]
                 pool = pools.get(rack) if rack is not None else None
                 if rack is not None and pool is not None:
@@ -440,16 +439,12 @@ class _HeterogeneousBuilder:
                     cursors[rack] = index
                     if index < len(pool):
                         give(member, pool[index])
-                        round_given += 1
                         continue
                 unmatched.append(member)
             for member in unmatched:
-                if round_given == taking:
-                    break
                 while taken[cursor]:
                     cursor += 1
                 give(member, cursor)
-                round_given += 1
             given += taking
             level += 1
         for member, partitions in gained.items():
@@ -531,10 +526,12 @@ class _HeterogeneousBuilder:
         rack_of = self.rack_of
         assert rack_of is not None
         racks = self.racks[topic_id] if self.racks is not None else ()
-        # Built on a giver's first move: its partitions by rack, and the position of the
-        # last one not yet moved.
-        local: dict[int, dict[str, list[int]]] = {}
-        tail: dict[int, int] = {}
+        # Built on a giver's first move: its partitions of the topic split into those it
+        # just got (unowned before this assignment) and those it owned, each all and by
+        # rack, in slice order. It gives what it just got first, so that moving for a rack
+        # never costs what members keep.
+        choices: dict[int, tuple[list[int], dict[str, list[int]], list[int], dict[str, list[int]]]]
+        choices = {}
         moved_partitions: set[int] = set()
         moved = 0
         while not balancer.is_balanced():
@@ -553,31 +550,51 @@ class _HeterogeneousBuilder:
             taker = balancer.next_least_loaded()
             if balancer.is_balanced():
                 break
-            by_rack = local.get(giver)
-            if by_rack is None:
-                by_rack = local[giver] = {}
-                for position in range(start[giver], end[giver] + 1):
-                    for replica_rack in racks[partitions[position]]:
-                        by_rack.setdefault(replica_rack, []).append(partitions[position])
-                tail[giver] = end[giver] + 1
-            partition = -1
+            choice = choices.get(giver)
+            if choice is None:
+                choice = choices[giver] = self._giving_order(
+                    topic_id, giver, partitions[start[giver] : end[giver] + 1], racks
+                )
             rack = rack_of[taker]
-            candidates = by_rack.get(rack) if rack is not None else None
-            while candidates:
-                last = candidates.pop()
-                if last not in moved_partitions:
-                    partition = last
+            partition = -1
+            for candidates in (
+                choice[1].get(rack) if rack is not None else None,
+                choice[0],
+                choice[3].get(rack) if rack is not None else None,
+                choice[2],
+            ):
+                while candidates:
+                    last = candidates.pop()
+                    if last not in moved_partitions:
+                        partition = last
+                        break
+                if partition != -1:
                     break
-            if partition == -1:
-                position = tail[giver] - 1
-                while partitions[position] in moved_partitions:
-                    position -= 1
-                tail[giver] = position
-                partition = partitions[position]
             moved_partitions.add(partition)
             self._move(topic_id, partition, taker)
             moved += 1
         return moved
+
+    def _giving_order(
+        self, topic_id: TopicId, giver: int, slice_: list[int], racks: PartitionRacks
+    ) -> tuple[list[int], dict[str, list[int]], list[int], dict[str, list[int]]]:
+        """The giver's partitions of the topic it did not own before, all and by rack, then
+        those it owned, all and by rack."""
+        current = self.spec.members[self.member_ids[giver]].assignment.partitions.get(topic_id)
+        fresh: list[int] = []
+        owned: list[int] = []
+        fresh_by_rack: dict[str, list[int]] = {}
+        owned_by_rack: dict[str, list[int]] = {}
+        for partition in slice_:
+            if current is not None and partition in current:
+                owned.append(partition)
+                by_rack = owned_by_rack
+            else:
+                fresh.append(partition)
+                by_rack = fresh_by_rack
+            for replica_rack in racks[partition]:
+                by_rack.setdefault(replica_rack, []).append(partition)
+        return fresh, fresh_by_rack, owned, owned_by_rack
 
     def _partitions_of(self, index: int) -> dict[TopicId, set[int]]:
         partitions = self.target[index]
