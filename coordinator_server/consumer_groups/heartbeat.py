@@ -100,11 +100,14 @@ class ClusterTopic:
     `__share_group_state`, this coordinator's log topic), kept so that a subscription that
     names it finds it, and flagged so that what a regular expression is matched against may
     leave it out (as a Kafka consumer's `exclude.internal.topics`, true by default, leaves
-    internal topics out of its pattern subscriptions)."""
+    internal topics out of its pattern subscriptions). `partition_racks`: the racks of each
+    partition's replicas by partition index, for rack-aware assignment; empty when the
+    source knows none."""
 
     topic_id: TopicId
     partition_count: int
     internal: bool = False
+    partition_racks: tuple[frozenset[str], ...] = ()
 
 
 class TopicDescription(Protocol):
@@ -118,6 +121,9 @@ class TopicDescription(Protocol):
 
     @property
     def internal(self) -> bool: ...
+
+    @property
+    def partition_racks(self) -> tuple[frozenset[str], ...]: ...
 
 
 class ClusterTopics(Protocol):
@@ -164,7 +170,9 @@ class ClusterTopicsSnapshot:
         """The snapshot of what a source describes (its own value per topic)."""
         return cls(
             {
-                name: ClusterTopic(topic.topic_id, topic.partition_count, topic.internal)
+                name: ClusterTopic(
+                    topic.topic_id, topic.partition_count, topic.internal, topic.partition_racks
+                )
                 for name, topic in topics.items()
             },
             version,

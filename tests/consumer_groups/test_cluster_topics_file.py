@@ -74,12 +74,15 @@ def test_a_snapshot_is_version_0_by_default_and_of_copies_a_sources_descriptions
 
     class Described:
         topic_id = b"d" * 16
-        partition_count = 4
+        partition_count = 2
         internal = True
+        partition_racks = (frozenset({"r1"}), frozenset({"r1", "r2"}))
 
     snapshot = ClusterTopicsSnapshot.of({"d": Described()}, 3)
     assert snapshot.version == 3
-    assert snapshot.topic("d") == ClusterTopic(b"d" * 16, 4, internal=True)
+    assert snapshot.topic("d") == ClusterTopic(
+        b"d" * 16, 2, internal=True, partition_racks=Described.partition_racks
+    )
 
 
 # -- the file's rules and ids ------------------------------------------------------------

@@ -24,6 +24,12 @@ keeps the latest snapshot for `snapshot()`, which never waits on the network:
 - internal topics are kept, flagged (the broker's `is_internal`, and the names given as
   `internal_topics`, the coordinator's own log topic), so that a caller may leave them out.
 
+Each topic comes with the racks of each partition's replicas (the brokers' `broker.rack`,
+through the replicas' node ids), for rack-aware assignment; none when no broker has a rack.
+The partitions are read in place, each distinct replica list and set of racks made once:
+100 topics x 1,000 partitions of 3 replicas decode in about 0.1 s (0.085 s when only their
+number was read).
+
 Consumer groups know the snapshot as `ClusterTopicsSnapshot`, a layer above this one: the
 caller gives the function that builds it (`make_snapshot`, the snapshot class's `of`).
 """
@@ -34,9 +40,10 @@ import asyncio
 import contextlib
 import logging
 import random
+import struct
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from io import SEEK_CUR, SEEK_END, BytesIO
+from io import BytesIO
 from typing import Generic, TypeVar
 
 from aiokafka.client import AIOKafkaClient
@@ -51,7 +58,6 @@ from aiokafka.protocol.types import (
     Int32,
     Schema,
     TaggedFields,
-    UnsignedVarInt32,
 )
 
 from coordinator_client.kafka_metadata_request import forbid_auto_topic_creation
@@ -101,43 +107,97 @@ class Uuid(AbstractType[bytes]):  # type: ignore[misc]
         return value.hex()
 
 
-# A partition's error code, index, leader and leader epoch.
-_PARTITION_FIXED_SIZE = 2 + 4 + 4 + 4
+@dataclass(frozen=True, slots=True)
+class PartitionReplicas:
+    """A topic's partitions as read from a MetadataResponse: their number and each one's
+    replicas, as an index into `replica_sets` (the distinct replica lists, few on any
+    cluster), by partition index; `by_partition` is None when the partitions' indexes are
+    not 0..count-1 (then nothing is known of their replicas)."""
+
+    count: int
+    replica_sets: tuple[tuple[int, ...], ...]
+    by_partition: tuple[int, ...] | None
 
 
-class PartitionCount(AbstractType[int]):  # type: ignore[misc]
+_INT32 = struct.Struct(">i").unpack_from
+
+
+def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
+    value = 0
+    shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+        if shift > 28:
+            raise ValueError("a varint of more than 5 bytes")
+
+
+class PartitionsReplicas(AbstractType[PartitionReplicas]):  # type: ignore[misc]
     """A topic's partitions in MetadataResponse v9+ (compact array of error code, index,
     leader, leader epoch, replicas, in-sync replicas, offline replicas, tagged fields), read
-    as their number only. aiokafka's generic decoding builds a tuple per partition and a list
-    per replica set, in the event loop, for every partition of the cluster: skipping is a
-    fraction of its cost on a cluster of many partitions."""
+    as their number and each one's replicas, the rest skipped. aiokafka's generic decoding
+    builds a tuple per partition and a list per replica set, in the event loop, for every
+    partition of the cluster: this reads the bytes in place, and keeps each distinct replica
+    list once."""
 
     @classmethod
-    def encode(cls, value: int) -> bytes:
+    def encode(cls, value: PartitionReplicas) -> bytes:
         raise NotImplementedError("partitions are only read")
 
     @classmethod
-    def decode(cls, data: BytesIO) -> int:
-        count = int(UnsignedVarInt32.decode(data)) - 1
-        if count < 0:
-            return 0
-        seek = data.seek
-        # Skipping past the end raises nothing: checked once at the end.
+    def decode(cls, data: BytesIO) -> PartitionReplicas:
         start = data.tell()
-        end = seek(0, SEEK_END)
-        seek(start)
-        for _ in range(count):
-            seek(_PARTITION_FIXED_SIZE, SEEK_CUR)
-            for _replica_set in range(3):
-                replicas = UnsignedVarInt32.decode(data) - 1
-                if replicas > 0:
-                    seek(4 * replicas, SEEK_CUR)
-            for _tag in range(UnsignedVarInt32.decode(data)):
-                UnsignedVarInt32.decode(data)
-                seek(UnsignedVarInt32.decode(data), SEEK_CUR)
-        if data.tell() > end:
-            raise ValueError("Buffer underrun decoding partitions")
-        return count
+        with data.getbuffer() as buf:
+            try:
+                result, pos = cls._read(buf, start)
+            except IndexError:
+                raise ValueError("Buffer underrun decoding partitions") from None
+            if pos > len(buf):
+                raise ValueError("Buffer underrun decoding partitions")
+        data.seek(pos)
+        return result
+
+    @staticmethod
+    def _read(buf: memoryview, pos: int) -> tuple[PartitionReplicas, int]:
+        count, pos = _varint(buf, pos)
+        count -= 1
+        if count < 0:
+            return PartitionReplicas(0, (), ()), pos
+        set_of: dict[bytes, int] = {}
+        sets: list[tuple[int, ...]] = []
+        by_position: list[int] = []
+        in_order = True
+        for position in range(count):
+            # Error code (2 bytes), then the index.
+            if in_order and _INT32(buf, pos + 2)[0] != position:
+                in_order = False
+            # Index, leader and leader epoch.
+            pos += 14
+            replicas, pos = _varint(buf, pos)
+            replicas = max(replicas - 1, 0)
+            raw = bytes(buf[pos : pos + 4 * replicas])
+            pos += 4 * replicas
+            index = set_of.get(raw)
+            if index is None:
+                if len(raw) != 4 * replicas:
+                    raise ValueError("Buffer underrun decoding partitions")
+                index = set_of[raw] = len(sets)
+                sets.append(struct.unpack(f">{replicas}i", raw))
+            by_position.append(index)
+            for _other_set in range(2):
+                size, pos = _varint(buf, pos)
+                if size > 1:
+                    pos += 4 * (size - 1)
+            tags, pos = _varint(buf, pos)
+            for _tag in range(tags):
+                _, pos = _varint(buf, pos)
+                size, pos = _varint(buf, pos)
+                pos += size
+        return PartitionReplicas(count, tuple(sets), tuple(by_position) if in_order else None), pos
 
 
 class MetadataResponse_v12(Response):  # type: ignore[misc]
@@ -164,7 +224,7 @@ class MetadataResponse_v12(Response):  # type: ignore[misc]
                 ("name", CompactString("utf-8")),
                 ("topic_id", Uuid),
                 ("is_internal", Boolean),
-                ("partition_count", PartitionCount),
+                ("partitions", PartitionsReplicas),
                 ("topic_authorized_operations", Int32),
                 ("tags", TaggedFields),
             ),
@@ -207,11 +267,14 @@ class MetadataRequestWithTopicIds(Request[MetadataRequest_v12]):  # type: ignore
 
 @dataclass(frozen=True, slots=True)
 class DataTopic:
-    """What the data cluster says of one topic."""
+    """What the data cluster says of one topic. `partition_racks`: the racks of each
+    partition's replicas (the brokers' `broker.rack`), by partition index; empty when no
+    broker has a rack."""
 
     topic_id: bytes
     partition_count: int
     internal: bool
+    partition_racks: tuple[frozenset[str], ...] = ()
 
 
 class ClusterTopicsError(Exception):
@@ -231,17 +294,37 @@ def topics_of(
     if any: a passing error must not look like a deleted topic to the groups subscribed to it.
     A topic the answer leaves out (deleted, or one the principal may not describe) is gone."""
     previous = previous or {}
+    broker_racks = {broker[0]: broker[3] for broker in response.brokers if broker[3]}
+    # Each distinct replica list's racks, and each distinct set of racks, made once.
+    racks_of_set: dict[tuple[int, ...], frozenset[str]] = {}
+    rack_sets: dict[frozenset[str], frozenset[str]] = {}
     topics: dict[str, DataTopic] = {}
-    for error_code, name, topic_id, is_internal, partition_count, _ops, _tags in response.topics:
+    for error_code, name, topic_id, is_internal, partitions, _ops, _tags in response.topics:
         if name is None:
             continue
+        partition_count = partitions.count
         if error_code != _ERROR_NONE or topic_id == ZERO_UUID or partition_count < 1:
             kept = previous.get(name)
             if kept is not None:
                 topics[name] = kept
             continue
+        partition_racks: tuple[frozenset[str], ...] = ()
+        if broker_racks and partitions.by_partition is not None:
+            by_set = []
+            for replicas in partitions.replica_sets:
+                racks = racks_of_set.get(replicas)
+                if racks is None:
+                    found = frozenset(
+                        rack for node in replicas if (rack := broker_racks.get(node)) is not None
+                    )
+                    racks = racks_of_set[replicas] = rack_sets.setdefault(found, found)
+                by_set.append(racks)
+            partition_racks = tuple([by_set[index] for index in partitions.by_partition])
         topics[name] = DataTopic(
-            topic_id, partition_count, bool(is_internal) or name in internal_topics
+            topic_id,
+            partition_count,
+            bool(is_internal) or name in internal_topics,
+            partition_racks,
         )
     return topics
 
