@@ -29,7 +29,10 @@ from coordinator_protocol.errors import (
     UnsupportedAssignorError,
 )
 from coordinator_server.consumer_groups.assignors import ASSIGNORS
-from coordinator_server.consumer_groups.assignors.api import PartitionAssignor
+from coordinator_server.consumer_groups.assignors.api import (
+    PartitionAssignor,
+    SubscribedTopicMetadata,
+)
 from coordinator_server.consumer_groups.member import ConsumerGroupMember
 from coordinator_server.consumer_groups.migration_policy import ConsumerGroupMigrationPolicy
 from coordinator_server.consumer_groups.target_assignment import record_partitions
@@ -204,6 +207,21 @@ class ClusterTopicsSnapshot:
 
     def __repr__(self) -> str:
         return f"ClusterTopicsSnapshot(version={self._version}, topics={len(self._by_name)})"
+
+
+def subscribed_topic_metadata(
+    topics: ClusterTopics, partition_counts: Mapping[TopicId, int]
+) -> SubscribedTopicMetadata:
+    """What the assignor is told of the subscribed topics (`partition_counts`, by topic id):
+    their partition counts, and the racks of their partitions' replicas where `topics`
+    knows them for as many partitions."""
+    racks: dict[TopicId, tuple[frozenset[str], ...]] = {}
+    for topic_id, count in partition_counts.items():
+        name = topics.topic_name(topic_id)
+        topic = topics.topic(name) if name is not None else None
+        if topic is not None and len(topic.partition_racks) == count:
+            racks[topic_id] = topic.partition_racks
+    return SubscribedTopicMetadata(partition_counts, racks)
 
 
 class ClusterTopicsSource(Protocol):
@@ -395,5 +413,6 @@ __all__ = [
     "member_removal_records",
     "owned_partitions",
     "response_assignment",
+    "subscribed_topic_metadata",
     "validate_heartbeat",
 ]

@@ -32,10 +32,7 @@ from coordinator_protocol.errors import (
     UnreleasedInstanceIdError,
 )
 from coordinator_server.consumer_groups.assignors import preferred_assignor
-from coordinator_server.consumer_groups.assignors.api import (
-    PartitionAssignorError,
-    SubscribedTopicMetadata,
-)
+from coordinator_server.consumer_groups.assignors.api import PartitionAssignorError
 from coordinator_server.consumer_groups.current_assignment import CurrentAssignmentBuilder
 from coordinator_server.consumer_groups.group import (
     ConsumerGroup,
@@ -52,6 +49,7 @@ from coordinator_server.consumer_groups.heartbeat import (
     member_removal_records,
     owned_partitions,
     response_assignment,
+    subscribed_topic_metadata,
     validate_heartbeat,
 )
 from coordinator_server.consumer_groups.member import (
@@ -594,7 +592,7 @@ class ConsumerGroupManager:
             members=members,
             target_assignment=group.target_assignments(),
             subscribed_topic_ids=subscribed,
-            topics=SubscribedTopicMetadata(partition_counts),
+            topics=subscribed_topic_metadata(topics, partition_counts),
             updated_members=updated_members,
             static_members=group.static_members(),
             assignment_timestamp_ms=now_ms,

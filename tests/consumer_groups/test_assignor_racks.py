@@ -221,14 +221,14 @@ def racked_groups(draw: st.DrawFn, homogeneous: bool) -> tuple[GroupSpec, Subscr
 
 @settings(max_examples=300, deadline=None)
 @given(racked_groups(homogeneous=True))
-def test_uniform_homogeneous_with_racks_keeps_sizes_and_owned_partitions(
+def test_uniform_homogeneous_with_racks_keeps_sizes_and_as_many_owned_partitions(
     case: tuple[GroupSpec, SubscribedTopicMetadata],
 ) -> None:
     spec, topics = case
     result = plain(UniformServerAssignor().assign(spec, topics))
     check_valid(spec, topics, result)
     expected = plain(UniformServerAssignor().assign(without_racks(spec), topics))
-    # Same sizes member by member, the same partitions kept.
+    # Same sizes member by member, as many partitions kept.
     assert {m: size(result.get(m, {})) for m in spec.members} == {
         m: size(expected.get(m, {})) for m in spec.members
     }
@@ -236,7 +236,8 @@ def test_uniform_homogeneous_with_racks_keeps_sizes_and_owned_partitions(
         owned = owned_subscribed(spec, member_id)
         now = {(t, p) for t, ps in result.get(member_id, {}).items() for p in ps}
         before = {(t, p) for t, ps in expected.get(member_id, {}).items() for p in ps}
-        assert owned & now == owned & before
+        # As many kept (which ones: the rack-local first).
+        assert len(owned & now) == len(owned & before)
 
 
 @settings(max_examples=300, deadline=None)

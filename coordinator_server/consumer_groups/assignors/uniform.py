@@ -17,8 +17,9 @@ Racks (KIP-881's rule, which Kafka's client-side sticky assignors follow and Kaf
 server-side UniformAssignor does not): when members give racks and the partitions' replicas
 are in racks that make a difference (`racks.racks_matter`), a partition being handed out
 goes preferably to a member with a replica of it in its rack, among the members the balance
-lets take one: homogeneous, the members under quota first take the unowned partitions local
-to them, then the rest as without racks; heterogeneous, each round of the round-robin gives
+lets take one: homogeneous, a member over its quota keeps its local partitions first, and
+the members under quota first take the unowned partitions local to them, then the rest as
+without racks; heterogeneous, each round of the round-robin gives
 its members local partitions first, and a move while balancing takes, of the giver's
 partitions, one local to the taker when it has one. Which members give and take, and how
 many partitions, are those of the plain assignment: the sizes, the balance and the
@@ -105,6 +106,9 @@ def _assign_homogeneous(spec: GroupSpec, topics: SubscribedTopicDescriber) -> Gr
     members = len(spec.members)
     min_quota, extra = divmod(total, members)
     rack_of = _member_racks(spec)
+    partition_racks = (
+        None if rack_of is None else _racks_if_they_matter(rack_of.values(), topics, subscribed)
+    )
 
     target: dict[str, MemberAssignment] = {}
     # Members with room left, with how much, in the group's order.
@@ -128,7 +132,11 @@ def _assign_homogeneous(spec: GroupSpec, topics: SubscribedTopicDescriber) -> Gr
                 if changed is None:
                     changed = _copy(current.items())
                 kept = changed[topic_id]
-                for partition in owned:
+                giving_order: Iterable[int] = owned
+                if partition_racks is not None and topic_id in partition_racks:
+                    # Its partitions local to it are the ones it keeps first.
+                    giving_order = _local_first(owned, partition_racks[topic_id], member.rack_id)
+                for partition in giving_order:
                     if quota > 0:
                         quota -= 1
                     else:
@@ -141,11 +149,9 @@ def _assign_homogeneous(spec: GroupSpec, topics: SubscribedTopicDescriber) -> Gr
         # An unchanged assignment is handed back as it came, uncopied.
         target[member_id] = member.assignment if changed is None else MemberAssignment(changed)
 
-    if rack_of is not None:
-        partition_racks = _racks_if_they_matter(rack_of.values(), topics, subscribed)
-        if partition_racks is not None:
-            _fill_by_rack(target, unfilled, unassigned, rack_of, partition_racks)
-            return GroupAssignment(target)
+    if rack_of is not None and partition_racks is not None:
+        _fill_by_rack(target, unfilled, unassigned, rack_of, partition_racks)
+        return GroupAssignment(target)
 
     next_unassigned = 0
     for member_id, room in unfilled:
@@ -190,6 +196,14 @@ def _racks_if_they_matter(
     if not by_topic or not racks_matter(consumer_racks, by_topic.values()):
         return None
     return by_topic
+
+
+def _local_first(owned: Iterable[int], racks: PartitionRacks, rack: str | None) -> list[int]:
+    """`owned`, those with a replica in `rack` first (each group in its order)."""
+    if rack is None:
+        return list(owned)
+    local = [p for p in owned if rack in racks[p]]
+    return local + [p for p in owned if rack not in racks[p]]
 
 
 def _fill_by_rack(
