@@ -18,7 +18,9 @@ like the others; its JoinGroup is its way to change its subscription and to reco
   give up, or partitions it waited for that are free now. It then has its rebalance timeout
   to rejoin (the join timeout); once joined, as long to sync (the sync timeout).
 - LeaveGroup fences the members it names (any member, as Kafka's): the group's epoch moves
-  on, or, when only classic members are left, the group goes back to a classic group.
+  on, or, when only classic members are left, the group goes back to a classic group; so
+  does a static member's JoinGroup that takes the place of the last member on the consumer
+  protocol.
 
 Kafka reads "a newer target" as a group epoch above the member's. Here the target of a busy
 group may be computed a little after the group's epoch moved (KIP-1263's batching), and a
@@ -66,8 +68,10 @@ from coordinator_server.consumer_groups.member import ConsumerGroupMember, Recon
 from coordinator_server.consumer_groups.metadata_hash import subscribed_topics_hash
 from coordinator_server.consumer_groups.migration import (
     MigrationError,
+    ReplacementDowngrade,
     assignment_bytes,
     classic_member_metadata,
+    downgrade_allowed_with_replaced_member,
     parse_subscription,
     partitions_by_id,
 )
@@ -83,15 +87,23 @@ from coordinator_server.records.consumer_groups import (
     ConsumerGroupMetadataValue,
     ConsumerGroupTargetAssignmentMemberValue,
 )
-from coordinator_server.runtime.api import CoordinatorResult
+from coordinator_server.runtime.api import CoordinatorResult, RecordRun
 
 
 class ClassicMembers:
     """The classic protocol's requests to the consumer groups of `manager`, each to a group
     that has members (an empty one is the classic groups' to take: the shard's routing)."""
 
-    def __init__(self, manager: ConsumerGroupManager) -> None:
+    def __init__(
+        self,
+        manager: ConsumerGroupManager,
+        downgrade_replacing: ReplacementDowngrade | None = None,
+    ) -> None:
+        """`downgrade_replacing` converts a group back into a classic group when a classic
+        static member takes the place of its last consumer-protocol member (None: no group
+        is, whatever the migration policy)."""
         self._manager = manager
+        self._downgrade_replacing = downgrade_replacing
 
     # JoinGroup.
 
@@ -175,6 +187,21 @@ class ClassicMembers:
                     member_id=request.member_id,
                 )
             )
+        downgraded = self._maybe_downgrade_replacing(group, replaced_member_id, reconciled, now_ms)
+        if downgraded is not None:
+            assert not isinstance(downgraded.records, RecordRun), "group writes are records"
+            # The member goes on in the classic group, whose generation its SyncGroup and
+            # Heartbeat are checked against: that is the one it is told.
+            return CoordinatorResult(
+                [*records, *downgraded.records],
+                JoinGroupResponse(
+                    member_id=member_id,
+                    generation_id=group.group_epoch(),
+                    protocol_type=CONSUMER_PROTOCOL_TYPE,
+                    protocol_name=protocols[0][0],
+                ),
+                updates=downgraded.updates,
+            )
         timeouts = manager.timeouts
         if replaced_member_id is not None:
             timeouts.cancel(group_id, replaced_member_id)
@@ -190,6 +217,30 @@ class ClassicMembers:
                 protocol_name=protocols[0][0],
             ),
         )
+
+    def _maybe_downgrade_replacing(
+        self,
+        group: ConsumerGroup,
+        replaced_member_id: str | None,
+        joining: ConsumerGroupMember,
+        now_ms: int,
+    ) -> CoordinatorResult[None] | None:
+        """The group converted to a classic group when the static member `joining` took the
+        place of its last member on the consumer protocol and the migration policy allows it
+        (Kafka's `validateOnlineDowngradeWithReplacedMember`, then `convertToClassicGroup`);
+        None when it stays a consumer group."""
+        downgrade = self._downgrade_replacing
+        replaced = None if replaced_member_id is None else group.member(replaced_member_id)
+        manager = self._manager
+        if (
+            downgrade is None
+            or replaced is None
+            or not downgrade_allowed_with_replaced_member(
+                group, replaced, manager.config.migration_policy, manager.max_size
+            )
+        ):
+            return None
+        return downgrade(group, replaced, joining, now_ms)
 
     def _member_of_join(
         self,

@@ -24,6 +24,7 @@ of group are separate packages, and only the shard, above both, joins them. Pure
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -53,6 +54,7 @@ from coordinator_server.consumer_groups.metadata_hash import subscribed_topics_h
 from coordinator_server.consumer_groups.migration_policy import ConsumerGroupMigrationPolicy
 from coordinator_server.consumer_groups.replay import ConsumerGroupRecords
 from coordinator_server.consumer_groups.target_assignment import record_partitions
+from coordinator_server.consumer_groups.tombstones import group_tombstone_records
 from coordinator_server.consumer_groups.topics import TopicId
 from coordinator_server.consumer_groups.topics import TopicPartitions as TopicIdPartitions
 from coordinator_server.records import (
@@ -64,6 +66,7 @@ from coordinator_server.records import (
 from coordinator_server.records.consumer_groups import (
     ClassicMemberMetadata,
     ClassicProtocol,
+    ConsumerGroupMemberKey,
     ConsumerGroupMetadataValue,
     ConsumerGroupRecordKey,
     ConsumerGroupTargetAssignmentMemberValue,
@@ -76,6 +79,14 @@ Downgrade = Callable[[ConsumerGroup, Sequence[ConsumerGroupMember], int], Coordi
 """What converts a consumer group back into a classic group as `leaving` members go, at a
 time (ms): the records and the classic group's update. The shard gives it, as only the
 shard sees both kinds of group."""
+
+
+ReplacementDowngrade = Callable[
+    [ConsumerGroup, ConsumerGroupMember, ConsumerGroupMember, int], CoordinatorResult[None]
+]
+"""What converts a consumer group back into a classic group as a classic static member (the
+second) takes the place of its last consumer-protocol member (the first), at a time (ms):
+the records that follow the join's own, and the classic group's update. The shard gives it."""
 
 
 class MigrationError(ValueError):
@@ -340,32 +351,83 @@ def downgrade_allowed(
     )
 
 
+def downgrade_allowed_with_replaced_member(
+    group: ConsumerGroup,
+    replaced: ConsumerGroupMember,
+    policy: ConsumerGroupMigrationPolicy,
+    classic_max_size: int,
+) -> bool:
+    """Whether the group converts to a classic group as a classic static member takes the
+    instance of `replaced` (Kafka's `validateOnlineDowngradeWithReplacedMember`): `replaced`
+    is the group's only member on the consumer protocol, the policy allows a downgrade, and
+    the group (its size unchanged by the swap) fits in a classic group."""
+    return (
+        not replaced.use_classic_protocol
+        and group.num_classic_members() == group.num_members() - 1
+        and policy.downgrade_enabled
+        and group.num_members() <= classic_max_size
+    )
+
+
 def downgraded_members(
-    group: ConsumerGroup, leaving: Collection[str], topics: ClusterTopics
+    group: ConsumerGroup,
+    leaving: Collection[str],
+    topics: ClusterTopics,
+    joining: ConsumerGroupMember | None = None,
 ) -> list[DowngradedMember]:
     """The members the classic group keeps, by member id (the first its leader, as Kafka's
-    first added): every member but `leaving`, each with its target assignment."""
-    kept: list[DowngradedMember] = []
-    for member_id, member in sorted(group.members().items()):
-        if member_id in leaving:
-            continue
-        classic = member.classic_member_metadata
-        assert classic is not None, "only classic members are left in a downgrade"
-        kept.append(
-            DowngradedMember(
-                member_id=member_id,
-                group_instance_id=member.instance_id,
-                client_id=member.client_id,
-                client_host=member.client_host,
-                rebalance_timeout_ms=member.rebalance_timeout_ms,
-                session_timeout_ms=classic.session_timeout_ms,
-                protocols=tuple(
-                    (protocol.name, protocol.metadata) for protocol in classic.supported_protocols
-                ),
-                assignment=assignment_bytes(group.target_assignment(member_id), topics),
-            )
+    first added): every member but `leaving`, each with its target assignment; and
+    `joining`, a classic static member that took the instance of a member of `leaving`,
+    with that member's target (what the group would have reconciled it with)."""
+    kept = [
+        _downgraded(member, group.target_assignment(member_id), topics)
+        for member_id, member in group.members().items()
+        if member_id not in leaving
+    ]
+    if joining is not None:
+        assert joining.instance_id is not None, "only a static member takes a member's place"
+        replaced_member_id = group.static_member_id(joining.instance_id)
+        assert replaced_member_id is not None and replaced_member_id in leaving, (
+            "the member it replaces leaves"
         )
+        kept.append(_downgraded(joining, group.target_assignment(replaced_member_id), topics))
+    kept.sort(key=lambda member: member.member_id)
     return kept
+
+
+def replacement_tombstone_records(
+    group: ConsumerGroup, replaced_member_id: str, joining_member_id: str
+) -> list[CoordinatorRecord]:
+    """The group's tombstones once `joining_member_id` has taken the place of
+    `replaced_member_id` in records written before them (Kafka's
+    `createGroupTombstoneRecordsWithReplacedMember`): the replaced member's records are
+    already deleted, the joining member's are the ones to delete."""
+    records = []
+    for record in group_tombstone_records(group):
+        key = record.key
+        if isinstance(key, ConsumerGroupMemberKey) and key.member_id == replaced_member_id:
+            record = CoordinatorRecord(dataclasses.replace(key, member_id=joining_member_id), None)
+        records.append(record)
+    return records
+
+
+def _downgraded(
+    member: ConsumerGroupMember, target: TopicIdPartitions, topics: ClusterTopics
+) -> DowngradedMember:
+    classic = member.classic_member_metadata
+    assert classic is not None, "only classic members are left in a downgrade"
+    return DowngradedMember(
+        member_id=member.member_id,
+        group_instance_id=member.instance_id,
+        client_id=member.client_id,
+        client_host=member.client_host,
+        rebalance_timeout_ms=member.rebalance_timeout_ms,
+        session_timeout_ms=classic.session_timeout_ms,
+        protocols=tuple(
+            (protocol.name, protocol.metadata) for protocol in classic.supported_protocols
+        ),
+        assignment=assignment_bytes(target, topics),
+    )
 
 
 __all__ = [
@@ -374,13 +436,16 @@ __all__ = [
     "Downgrade",
     "DowngradedMember",
     "MigrationError",
+    "ReplacementDowngrade",
     "assignment_bytes",
     "classic_member_metadata",
     "converted_group",
     "downgrade_allowed",
+    "downgrade_allowed_with_replaced_member",
     "downgraded_members",
     "parse_subscription",
     "partitions_by_id",
+    "replacement_tombstone_records",
     "upgrade_records",
     "upgrade_refusal",
 ]

@@ -12,7 +12,9 @@ groups' side describes them (consumer_groups/migration.py): Stable at the consum
 epoch as its generation, the protocol its members vote for, its first member its leader,
 each member's assignment the target it had. Its GroupMetadata record is what the log keeps;
 the group itself then rebalances at once (its members learn it from their next heartbeat),
-each member's session running from now.
+each member's session running from now. A downgrade on a static member taking the place of
+the last consumer-protocol member with the same subscription does not rebalance, as Kafka's
+does not: the assignments stand.
 """
 
 from __future__ import annotations
@@ -109,9 +111,13 @@ class ClassicGroupMigration:
         generation_id: int,
         members: Sequence[DowngradedMemberView],
         now_ms: int,
+        *,
+        rebalance: bool = True,
     ) -> CoordinatorResult[None]:
         """The classic group made of `members` at `generation_id`: its GroupMetadata record
-        and the group, already rebalancing, as the update that follows the record."""
+        and the group, rebalancing unless `rebalance` is False (a static member that took a
+        member's place with the same subscription: its members' assignments stand), as the
+        update that follows the record."""
         assert members, "a downgrade keeps at least one member"
         classic_members = {
             member.member_id: ClassicGroupMember(
@@ -150,11 +156,12 @@ class ClassicGroupMigration:
             ),
         )
         fx = Effects(records=[new_group_metadata_record(group_id, group.to_record_value())])
-        rebalance = self._rebalance
         for member in members:
-            rebalance.reschedule_heartbeat(group_id, member.member_id, member.session_timeout_ms)
-        rebalancing = rebalance.prepare_rebalance(group, fx)
-        return group_result(group_id, None, rebalancing, fx, None, park=False)
+            self._rebalance.reschedule_heartbeat(
+                group_id, member.member_id, member.session_timeout_ms
+            )
+        downgraded = self._rebalance.prepare_rebalance(group, fx) if rebalance else group
+        return group_result(group_id, None, downgraded, fx, None, park=False)
 
 
 __all__ = ["ClassicGroupMigration", "DowngradedMemberView"]

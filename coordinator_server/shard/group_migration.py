@@ -14,7 +14,9 @@ only the shard, above both, joins them).
 - A consumer group whose last member on the consumer protocol leaves, while classic members
   stay, downgrades (`downgrade`, which the consumer groups' manager calls when its policy
   allows it): its tombstones, then the classic group's record, the classic group
-  rebalancing.
+  rebalancing. So does one whose last such member has its instance taken by a classic
+  static member's JoinGroup (after the join's records; rebalancing only for a new
+  subscription).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from coordinator_server.consumer_groups.migration import (
     MigrationError,
     converted_group,
     downgraded_members,
+    replacement_tombstone_records,
     upgrade_records,
     upgrade_refusal,
 )
@@ -77,7 +80,7 @@ class GroupMigration:
     ) -> None:
         self._groups = groups
         self._consumer_groups = consumer_groups
-        self._classic_members = ClassicMembers(consumer_groups)
+        self._classic_members = ClassicMembers(consumer_groups, self._downgrade_replacing)
         self._clock = clock
         self._topics = cluster_topics
 
@@ -232,11 +235,19 @@ class GroupMigration:
     # Downgrade.
 
     def downgrade(
-        self, group: ConsumerGroup, leaving: Sequence[ConsumerGroupMember], now_ms: int
+        self,
+        group: ConsumerGroup,
+        leaving: Sequence[ConsumerGroupMember],
+        now_ms: int,
+        *,
+        joining: ConsumerGroupMember | None = None,
     ) -> CoordinatorResult[None]:
         """The consumer group converted back into a classic group as `leaving` go (Kafka's
         `convertToClassicGroup`): the group's tombstones, the classic group's record, and
-        the classic group, rebalancing, as the update that follows them."""
+        the classic group, rebalancing, as the update that follows them. `joining`: a
+        classic static member whose JoinGroup's records, written just before these, took
+        the place of the one member of `leaving`; the classic group keeps it, and rebalances
+        only when it subscribes to other topics than the member it replaced (Kafka's)."""
         group_id = group.group_id
         leaving_ids = {member.member_id for member in leaving}
         timeouts = self._consumer_groups.timeouts
@@ -248,11 +259,30 @@ class GroupMigration:
                 # join or to sync the consumer group ends here.
                 timeouts.cancel_join(group_id, member_id)
                 timeouts.cancel_sync(group_id, member_id)
-        kept = downgraded_members(group, leaving_ids, self._topics())
-        classic = self._groups.migration.downgrade(group_id, group.group_epoch(), kept, now_ms)
-        return CoordinatorResult(
-            [*group_tombstone_records(group), *_records(classic)], updates=classic.updates
+        kept = downgraded_members(group, leaving_ids, self._topics(), joining)
+        if joining is None:
+            tombstones = group_tombstone_records(group)
+            rebalance = True
+        else:
+            (replaced,) = leaving
+            tombstones = replacement_tombstone_records(group, replaced.member_id, joining.member_id)
+            rebalance = (joining.subscribed_topic_names, joining.subscribed_topic_regex) != (
+                replaced.subscribed_topic_names,
+                replaced.subscribed_topic_regex,
+            )
+        classic = self._groups.migration.downgrade(
+            group_id, group.group_epoch(), kept, now_ms, rebalance=rebalance
         )
+        return CoordinatorResult([*tombstones, *_records(classic)], updates=classic.updates)
+
+    def _downgrade_replacing(
+        self,
+        group: ConsumerGroup,
+        replaced: ConsumerGroupMember,
+        joining: ConsumerGroupMember,
+        now_ms: int,
+    ) -> CoordinatorResult[None]:
+        return self.downgrade(group, (replaced,), now_ms, joining=joining)
 
 
 def _heartbeat_error(code: ErrorCode, message: str) -> HeartbeatResult:
