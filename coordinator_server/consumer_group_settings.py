@@ -122,7 +122,8 @@ class ConsumerGroupSettings(BaseModel):
         None,
         description="For a node without the consumers' Kafka cluster (the embedded log, no "
         "--lag-bootstrap-servers): a JSON file of the topics consumer groups are assigned "
-        'from, {"name": partitions, ...}, read again when it changes.',
+        'from, {"name": partitions, ...}, read again when it changes (given with a data '
+        "cluster, it is used instead of that cluster's metadata).",
         json_schema_extra=_groups(),
     )
     max_subscribed_topics: int = Field(
@@ -131,7 +132,6 @@ class ConsumerGroupSettings(BaseModel):
         description="Most topics one consumer group heartbeat may name, subscribed or owned.",
         json_schema_extra=_limits(),
     )
-
     max_cluster_topics: int = Field(
         DEFAULT_MAX_CLUSTER_TOPICS,
         ge=1,
