@@ -38,7 +38,7 @@ import enum
 import logging
 import ssl
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from aiokafka.structs import TopicPartition
 
@@ -164,16 +164,17 @@ class ClassicRounds:
     def is_leader(self) -> bool:
         return bool(self._member_id) and self._leader_id == self._member_id
 
-    def request_rejoin(self, reason: str = "requested") -> None:
-        raise NotImplementedError
+    if TYPE_CHECKING:
+        # GroupMember's, which both protocols share: declared for the type checker only,
+        # so that nothing here can be called without them.
 
-    def _fail(self, cause: BaseException) -> None:
-        raise NotImplementedError
+        def request_rejoin(self, reason: str = "requested") -> None: ...
 
-    async def _callback(
-        self, callback: _Callback | None, partitions: frozenset[TopicPartition], name: str
-    ) -> None:
-        raise NotImplementedError
+        def _fail(self, cause: BaseException) -> None: ...
+
+        async def _callback(
+            self, callback: _Callback | None, partitions: frozenset[TopicPartition], name: str
+        ) -> None: ...
 
     async def _run(self) -> None:
         attempts = 0
