@@ -123,10 +123,14 @@ class BenchApacheKafka:
         offsets_topic_partitions: int,
         heap: str,
         sasl: SaslListener | None = None,
+        settings: Mapping[str, str] | None = None,
     ) -> None:
+        """`settings`: broker settings of a scenario's own, over the bench's."""
         config = kafka_settings(offsets_topic_partitions)
         if sasl is not None:
             config.update(sasl.config)
+        if settings:
+            config.update(settings)
         self._broker = ApacheKafkaBroker(
             config=config,
             sasl_ssl_listener=False,

@@ -44,10 +44,9 @@ from collections.abc import Callable
 from typing import Any
 
 from coordinator_server.tools.bench import classic_join, scenarios
-from coordinator_server.tools.bench.apache_kafka import ApacheKafkaBroker
 from coordinator_server.tools.bench.assignor_time import ASSIGNOR_COLUMNS
 from coordinator_server.tools.bench.assignor_time import measure as measure_assignor
-from coordinator_server.tools.bench.brokers import affinity, kafka_settings
+from coordinator_server.tools.bench.brokers import BenchApacheKafka, affinity
 from coordinator_server.tools.bench.consumer_members import (
     ConsumerSide,
     MemberDriver,
@@ -156,42 +155,6 @@ def check_args(args: argparse.Namespace) -> None:
         )
 
 
-class ConsumerProtocolKafka:
-    """Apache Kafka started for the peer, configured as `brokers.kafka_settings` configures
-    every bench broker and with the consumer group settings of the run."""
-
-    def __init__(self, cpu: int | None, args: argparse.Namespace) -> None:
-        config = kafka_settings(args.offsets_topic_partitions)
-        config.update({k: str(v) for k, v in consumer_settings(args).items()})
-        self._broker = ApacheKafkaBroker(
-            config=config, sasl_ssl_listener=False, cpu=cpu, heap=args.broker_heap
-        )
-
-    def start(self) -> ConsumerProtocolKafka:
-        self._broker.start()
-        return self
-
-    @property
-    def bootstrap(self) -> str:
-        return self._broker.bootstrap
-
-    @property
-    def pid(self) -> int:
-        return self._broker.pid
-
-    @property
-    def startup_s(self) -> float:
-        return self._broker.startup_s
-
-    @property
-    def description(self) -> str:
-        version = self._broker.version
-        return f"Apache Kafka {version}" if version else "Apache Kafka"
-
-    def stop(self) -> None:
-        self._broker.stop()
-
-
 def _record(env: Environment, role: str, what: str, pid: int, startup_s: float) -> None:
     env.started.append(
         {
@@ -205,7 +168,12 @@ def _record(env: Environment, role: str, what: str, pid: int, startup_s: float) 
 
 
 def _start_peer_broker(env: Environment, args: argparse.Namespace) -> None:
-    broker = ConsumerProtocolKafka(env.cpu, args).start()
+    broker = BenchApacheKafka(
+        env.cpu,
+        args.offsets_topic_partitions,
+        args.broker_heap,
+        settings={k: str(v) for k, v in consumer_settings(args).items()},
+    ).start()
     env.peer_broker = broker
     env.peer_address = broker.bootstrap
     _record(env, "peer broker", broker.description, broker.pid, broker.startup_s)
