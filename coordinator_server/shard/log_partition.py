@@ -415,10 +415,6 @@ class LogPartitionShard:
             lambda group_id: classic.group(group_id, committed_offset) is not None,
         )
 
-    def is_consumer_group(self, group_id: str) -> bool:
-        """Whether the id is a consumer group's, which the classic APIs do not serve."""
-        return self._consumer_groups.group(group_id) is not None
-
     # The transaction APIs' door (TransactionShard).
 
     def init_producer_id(
