@@ -20,6 +20,7 @@ from coordinator_server.cluster_topics_file import StaticClusterTopics
 from coordinator_server.config import CoordinatorConfig
 from coordinator_server.consumer_groups.assignors import ASSIGNORS
 from coordinator_server.consumer_groups.heartbeat import (
+    NO_CLUSTER_TOPICS,
     ClusterTopics,
     ClusterTopicsSnapshot,
     ClusterTopicsSource,
@@ -43,7 +44,6 @@ from coordinator_server.storage.kafka.cluster_topics import KafkaClusterTopics
 
 logger = logging.getLogger(__name__)
 
-_NO_TOPICS = ClusterTopicsSnapshot({})
 
 # How long the start waits for the first read of the data cluster's topics; after it, the
 # node serves with none and takes them when a read succeeds (the groups react then).
@@ -59,7 +59,7 @@ class NodeConsumerGroups:
     def topics(self) -> ClusterTopics:
         """The data cluster's topics as last read (none before the first read)."""
         source = self.source
-        return _NO_TOPICS if source is None else source.snapshot()
+        return NO_CLUSTER_TOPICS if source is None else source.snapshot()
 
     async def start(self, stop: asyncio.Event) -> None:
         """Start reading the topics, retrying a data cluster that does not answer yet until

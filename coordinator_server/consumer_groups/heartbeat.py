@@ -224,6 +224,14 @@ def subscribed_topic_metadata(
     return SubscribedTopicMetadata(partition_counts, racks)
 
 
+NO_CLUSTER_TOPICS = ClusterTopicsSnapshot({})
+"""The topics of a node that knows no data cluster (and of a source before its first read)."""
+
+
+def no_cluster_topics() -> ClusterTopics:
+    return NO_CLUSTER_TOPICS
+
+
 class ClusterTopicsSource(Protocol):
     """Where a node reads the data cluster's topics from (a Kafka cluster's metadata, or a
     file for a node without one), kept current in the background.
@@ -400,6 +408,7 @@ def response_assignment(
 
 __all__ = [
     "KAFKA_MAX_GROUP_SIZE",
+    "NO_CLUSTER_TOPICS",
     "ClusterTopic",
     "ClusterTopics",
     "ClusterTopicsSnapshot",
@@ -411,6 +420,7 @@ __all__ = [
     "is_leave_epoch",
     "member_metadata_record",
     "member_removal_records",
+    "no_cluster_topics",
     "owned_partitions",
     "response_assignment",
     "subscribed_topic_metadata",

@@ -40,13 +40,13 @@ from coordinator_server.consumer_groups.group import (
 )
 from coordinator_server.consumer_groups.heartbeat import (
     ClusterTopics,
-    ClusterTopicsSnapshot,
     ConsumerGroupConfig,
     check_member_epoch,
     current_assignment_record,
     is_leave_epoch,
     member_metadata_record,
     member_removal_records,
+    no_cluster_topics,
     owned_partitions,
     response_assignment,
     subscribed_topic_metadata,
@@ -96,7 +96,6 @@ HeartbeatResult = CoordinatorResult[ConsumerGroupHeartbeatResponse]
 
 R = TypeVar("R")
 
-_NO_TOPICS = ClusterTopicsSnapshot({})
 
 AFTER_ASSIGNMENT_MS = 20
 """How long after a batched target is due a member waiting for it is told to come back: the
@@ -135,7 +134,7 @@ class ConsumerGroupManager:
         self._groups: TimelineDict[str, ConsumerGroup] = TimelineDict(registry)
         self._records = ConsumerGroupRecords(registry, self._groups)
         self._clock = clock
-        self._topics = topics or (lambda: _NO_TOPICS)
+        self._topics = topics or no_cluster_topics
         self._regex_matcher = TopicRegexMatcher(
             config.regex_cache_max_patterns, config.regex_max_memory_bytes
         )

@@ -66,8 +66,8 @@ from coordinator_server.consumer_groups.describe import (
 from coordinator_server.consumer_groups.group import ConsumerGroup
 from coordinator_server.consumer_groups.heartbeat import (
     ClusterTopics,
-    ClusterTopicsSnapshot,
     ConsumerGroupConfig,
+    no_cluster_topics,
 )
 from coordinator_server.consumer_groups.manager import ConsumerGroupManager
 from coordinator_server.consumer_groups.member import ConsumerGroupMember
@@ -227,7 +227,7 @@ class LogPartitionShard:
         )
         # The consumer groups (KIP-848), rebuilt from their records; the classic groups'
         # limit on a group's size bounds them too.
-        self._cluster_topics = cluster_topics or _no_cluster_topics
+        self._cluster_topics = cluster_topics or no_cluster_topics
         self._consumer_groups = consumer_groups = ConsumerGroupManager(
             context.snapshot_registry,
             config.groups.max_size,
@@ -755,10 +755,3 @@ class LogPartitionShard:
             retry=True,
             retry_backoff_ms=interval_ms,
         )
-
-
-_NO_CLUSTER_TOPICS = ClusterTopicsSnapshot({})
-
-
-def _no_cluster_topics() -> ClusterTopics:
-    return _NO_CLUSTER_TOPICS
