@@ -1,0 +1,118 @@
+"""The `--group-consumer-*` settings as Kafka checks them, where a node reads the data cluster's
+topics from, and the consumer group service's read of them again for a topic it lacks."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from coordinator_server.cluster_topics_file import StaticClusterTopics
+from coordinator_server.config import CoordinatorConfig
+from coordinator_server.consumer_group_settings import KNOWN_ASSIGNORS
+from coordinator_server.consumer_groups.assignors import ASSIGNORS
+from coordinator_server.consumer_groups.heartbeat import (
+    NO_CLUSTER_TOPICS,
+    ClusterTopic,
+    ClusterTopicsSnapshot,
+)
+from coordinator_server.node_consumer_groups import NodeConsumerGroups, consumer_group_config
+from coordinator_server.service.consumer_group_service import ConsumerGroupService
+from coordinator_server.starting import StartError
+from coordinator_server.storage.kafka.cluster_topics import KafkaClusterTopics
+
+
+def test_the_settings_know_the_assignors_there_are() -> None:
+    assert set(KNOWN_ASSIGNORS) == set(ASSIGNORS)
+
+
+def test_assignors_by_kafkas_names_and_class_names_in_order() -> None:
+    config = CoordinatorConfig(
+        group_consumer_assignors=(
+            "range, org.apache.kafka.coordinator.group.assignor.UniformAssignor, range"
+        )
+    )
+    assert list(consumer_group_config(config).assignors) == ["range", "uniform"]
+    assert consumer_group_config(config).default_assignor == "range"
+
+
+@pytest.mark.parametrize(
+    ("settings", "complaint"),
+    [
+        ({"group_consumer_assignors": "uniform,sticky"}, "unknown assignor 'sticky'"),
+        ({"group_consumer_assignors": " , "}, "at least one assignor"),
+        ({"group_consumer_session_timeout_ms": 30_000}, "group-consumer-session-timeout-ms"),
+        ({"group_consumer_heartbeat_interval_ms": 20_000}, "group-consumer-heartbeat-interval-ms"),
+        (
+            {
+                "group_consumer_min_session_timeout_ms": 5_000,
+                "group_consumer_session_timeout_ms": 5_000,
+            },
+            "less than group-consumer-session-timeout-ms",
+        ),
+    ],
+)
+def test_settings_kafka_refuses_stop_the_start(settings: dict[str, object], complaint: str) -> None:
+    with pytest.raises(ValidationError, match=complaint):
+        CoordinatorConfig(**settings)  # type: ignore[arg-type]
+
+
+def test_where_a_node_reads_the_topics_from(tmp_path: Path) -> None:
+    topics = tmp_path / "topics.json"
+    topics.write_text(json.dumps({"orders": 3}))
+    assert NodeConsumerGroups(CoordinatorConfig()).source is None
+    assert NodeConsumerGroups(CoordinatorConfig()).topics() is NO_CLUSTER_TOPICS
+    from_kafka = NodeConsumerGroups(CoordinatorConfig(lag_bootstrap_servers="127.0.0.1:1"))
+    assert isinstance(from_kafka.source, KafkaClusterTopics)
+    # A file given with a data cluster is used instead of the cluster's metadata.
+    both = NodeConsumerGroups(
+        CoordinatorConfig(lag_bootstrap_servers="127.0.0.1:1", group_consumer_topics_file=topics)
+    )
+    assert isinstance(both.source, StaticClusterTopics)
+
+
+async def test_a_topics_file_that_cannot_be_read_ends_the_start_in_one_line(
+    tmp_path: Path,
+) -> None:
+    topics = tmp_path / "topics.json"
+    topics.write_text('{"orders": 0}')
+    node = NodeConsumerGroups(CoordinatorConfig(group_consumer_topics_file=topics))
+    with pytest.raises(StartError, match=r"topics\.json"):
+        await node.start(asyncio.Event())
+    await node.stop()
+
+
+class _Source:
+    """The topics as a heartbeat's service reads them, and its reads again."""
+
+    def __init__(self) -> None:
+        self.snapshot = ClusterTopicsSnapshot({"orders": ClusterTopic(b"\x01" * 16, 3)})
+        self.reads = 0
+        self.release = asyncio.Event()
+
+    async def refresh_now(self) -> None:
+        self.reads += 1
+        await self.release.wait()
+
+
+async def test_a_subscription_to_a_topic_not_read_yet_reads_the_topics_again_once() -> None:
+    source = _Source()
+    service = ConsumerGroupService.__new__(ConsumerGroupService)
+    service._topics = lambda: source.snapshot
+    service._refresh_topics = source.refresh_now
+    service._refreshing = None
+    service._maybe_refresh_topics(["orders"])
+    await asyncio.sleep(0)
+    assert source.reads == 0, "every topic is known: nothing to read"
+    service._maybe_refresh_topics(["orders", "created-since"])
+    service._maybe_refresh_topics(["created-since"])
+    await asyncio.sleep(0)
+    assert source.reads == 1, "one read at a time, whoever asks"
+    source.release.set()
+    await asyncio.sleep(0)
+    service._maybe_refresh_topics(["created-since"])
+    await asyncio.sleep(0)
+    assert source.reads == 2
