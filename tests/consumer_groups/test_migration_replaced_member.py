@@ -6,6 +6,8 @@ The records, the answers, the timers, and the log replayed into a fresh shard.""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from consumer_groups.test_migration import (
     BIDIRECTIONAL,
@@ -17,7 +19,7 @@ from consumer_groups.test_migration import (
     classic_join,
     names,
 )
-from groups.groups_harness import RC, join_request, subscription, sync_response
+from groups.groups_harness import RC, commit_request, join_request, subscription, sync_response
 
 from coordinator_protocol.consumer_groups import ConsumerGroupHeartbeatRequest
 from coordinator_protocol.errors import ErrorCode
@@ -210,3 +212,20 @@ def test_a_downgrade_on_a_replacement_whose_append_fails_leaves_the_group_as_it_
     group = ctx.consumer_group()
     assert (group.group_epoch(), group.members(), group.target_assignments()) == before
     assert ctx.find_group(GROUP) is None
+
+
+def test_a_consumer_group_beyond_max_groups_is_refused_as_a_classic_one_would_be() -> None:
+    # The node's limit on groups bounds both kinds: a join that would make one more
+    # group is POLICY_VIOLATION, and nothing is written.
+    ctx = MigrationContext()
+    ctx.config = replace(ctx.config, groups=replace(ctx.config.groups, max_groups=1))
+    ctx.build()
+    committed = ctx.write(
+        lambda shard: shard.commit_offset(commit_request({("t", 0): 5}, group="other"))
+    )
+    assert {p.error_code for t in committed.topics for p in t.partitions} == {0}
+    written = len(ctx.records_written())
+    refused = ctx.join_consumer()
+    assert refused.error_code == ErrorCode.POLICY_VIOLATION, refused
+    assert len(ctx.records_written()) == written
+    assert ctx.shard.managers.consumer_groups.group(GROUP) is None
