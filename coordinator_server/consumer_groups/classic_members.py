@@ -178,6 +178,9 @@ class ClassicMembers:
                 topics,
                 now_ms,
                 records,
+                # Kafka resolves a group's regular expressions for its consumer members'
+                # heartbeats only, each with that member's permissions.
+                denied_topics=None,
             )
         except ApiError as error:
             return CoordinatorResult(

@@ -62,8 +62,10 @@ from coordinator_server.consumer_groups.metadata_hash import subscribed_topics_h
 from coordinator_server.consumer_groups.migration import Downgrade, downgrade_allowed
 from coordinator_server.consumer_groups.regex import (
     NO_REGEX_UPDATE,
+    DeniedTopics,
     RegexUpdate,
     TopicRegexMatcher,
+    nothing_denied,
     unused_regex_tombstones,
     update_regular_expressions,
 )
@@ -185,12 +187,15 @@ class ConsumerGroupManager:
         topics: ClusterTopics,
         now_ms: int,
         converted: ConsumerGroup | None = None,
+        denied_topics: DeniedTopics = nothing_denied,
     ) -> HeartbeatResult:
         """One heartbeat: a join (epoch 0), a leave (-1, or -2 for a static member that
         comes back), or a member's regular heartbeat. Returns the records that make the
         change and the answer; an error is an answer with no record, the group unchanged.
         `converted`: the group an online upgrade makes of a classic group (migration.py),
-        which a join joins before its records are written."""
+        which a join joins before its records are written. `denied_topics`: the topics the
+        request's principal may not describe, which its resolutions of the group's regular
+        expressions leave out (the default: an authorizer is not set)."""
         try:
             steady = self._steady_heartbeat(request, client_id, client_host, topics)
             if steady is not None:
@@ -198,7 +203,9 @@ class ConsumerGroupManager:
             validate_heartbeat(request, self.config)
             if is_leave_epoch(request.member_epoch):
                 return self._leave(request, now_ms)
-            return self._heartbeat(request, client_id, client_host, topics, now_ms, converted)
+            return self._heartbeat(
+                request, client_id, client_host, topics, now_ms, converted, denied_topics
+            )
         except ApiError as error:
             return CoordinatorResult(
                 response=ConsumerGroupHeartbeatResponse(
@@ -262,7 +269,8 @@ class ConsumerGroupManager:
         client_host: str,
         topics: ClusterTopics,
         now_ms: int,
-        converted: ConsumerGroup | None = None,
+        converted: ConsumerGroup | None,
+        denied_topics: DeniedTopics,
     ) -> HeartbeatResult:
         group_id = request.group_id
         assert group_id, "validated"
@@ -303,7 +311,15 @@ class ConsumerGroupManager:
         ).replace(client_id=client_id, client_host=client_host, classic_member_metadata=None)
 
         reconciled, assignment_deferred = self.apply_member(
-            group, member, updated, replaced_member_id, owned, topics, now_ms, records
+            group,
+            member,
+            updated,
+            replaced_member_id,
+            owned,
+            topics,
+            now_ms,
+            records,
+            denied_topics,
         )
         if replaced_member_id is not None:
             self._timeouts.cancel(group_id, replaced_member_id)
@@ -343,13 +359,15 @@ class ConsumerGroupManager:
         topics: ClusterTopics,
         now_ms: int,
         records: list[CoordinatorRecord],
+        denied_topics: DeniedTopics | None,
     ) -> tuple[ConsumerGroupMember, bool]:
         """The records that take `member` (new, or of the group) to `updated`, appended to
         `records`: its metadata, the group's epoch bumped for a new subscription or metadata
         hash, the group's target recomputed (or deferred), and the member reconciled with
         it, given the partitions it says it owns (`owned`). Returns the reconciled member,
         and whether the group's target waits for its deferred computation. Shared by the
-        heartbeat and by a classic member's JoinGroup (classic_members.py)."""
+        heartbeat and by a classic member's JoinGroup (classic_members.py), which passes no
+        `denied_topics` and so resolves no regular expression (`update_regular_expressions`)."""
         group_id = group.group_id
 
         # A new group must move away from epoch 0, whatever its first member subscribes to.
@@ -362,7 +380,7 @@ class ConsumerGroupManager:
         # The member's regex checked, dropped or resolved, and the group's resolutions
         # refreshed when due: their records replay before the group's epoch record.
         regexes = update_regular_expressions(
-            group, member, updated, topics, now_ms, self.config, self._regex_matcher
+            group, member, updated, topics, now_ms, self.config, self._regex_matcher, denied_topics
         )
         records.extend(regexes.records)
         subscription_changed = subscription_changed or regexes.regex_changed

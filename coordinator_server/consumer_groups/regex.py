@@ -36,12 +36,21 @@ counted by each node's own source, so the node that loads the group may count lo
 once the latest is older than `regex_refresh_interval_ms`. Every pattern of a group is
 refreshed together, as Kafka's, so that one change of the cluster moves the group once; a
 pattern new to the group is resolved at once, alone (Kafka's waits for the next refresh).
+
+Authorization, as Kafka's `filterTopicDescribeAuthorizedTopics`: a resolution leaves out
+every topic the principal of the heartbeat that makes it may not describe, so a pattern
+never hands a member a topic it could not have named. The filter is the caller's
+(`DeniedTopics`): the service layer holds the authorizer, this layer only the names. A
+classic member's JoinGroup makes no resolution (Kafka's refreshes only on
+ConsumerGroupHeartbeat); the group's patterns are refreshed at its consumer members' next
+heartbeats.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -74,6 +83,15 @@ _RE2J_DESCRIPTIONS = {
     "invalid UTF-8": "invalid UTF-8",
     "invalid named capture group": "invalid named capture",
 }
+
+
+DeniedTopics = Callable[[Collection[str]], AbstractSet[str]]
+"""The topics among those given that the principal of the request may not describe."""
+
+
+def nothing_denied(names: Collection[str]) -> AbstractSet[str]:
+    """`DeniedTopics` where no authorizer is set: every topic may be described."""
+    return frozenset()
 
 
 class _Compiled(Protocol):
@@ -220,6 +238,7 @@ def update_regular_expressions(
     now_ms: int,
     config: ConsumerGroupConfig,
     matcher: TopicRegexMatcher,
+    denied_topics: DeniedTopics | None,
 ) -> RegexUpdate:
     """The heartbeat of `member`, updated to `updated`, and its group's patterns (Kafka's
     `maybeUpdateRegularExpressions`, with the resolution done at once).
@@ -227,7 +246,9 @@ def update_regular_expressions(
     A pattern the member leaves that no one else uses is removed; one new to the group is
     validated (InvalidRegularExpressionError) and resolved now; and when the group's
     resolutions are due for a refresh (the module's docstring says when) every pattern in
-    use is resolved again."""
+    use is resolved again. A resolution leaves out the topics `denied_topics` names; with
+    None (a classic member's JoinGroup, whose principal Kafka does not resolve for) no
+    resolution is made."""
     group_id = group.group_id
     old = member.subscribed_topic_regex
     new = updated.subscribed_topic_regex
@@ -252,7 +273,7 @@ def update_regular_expressions(
         if new:
             _count(subscribers, (new,), 1)
     in_use = sorted(regex for regex, count in subscribers.items() if count > 0)
-    if not in_use:
+    if not in_use or denied_topics is None:
         return RegexUpdate(tuple(records), changes, subscribers, regex_changed, bump)
 
     current = {regex: group.resolved_regular_expression(regex) for regex in in_use}
@@ -267,7 +288,12 @@ def update_regular_expressions(
         due = [regex for regex in in_use if current[regex] is None]
     if due:
         names = topics.topic_names(include_internal=False)
-        for regex, matched in matcher.resolve(due, names).items():
+        resolutions = matcher.resolve(due, names)
+        matched_anywhere = frozenset().union(*resolutions.values())
+        denied = denied_topics(matched_anywhere) if matched_anywhere else frozenset()
+        for regex, matched in resolutions.items():
+            if denied:
+                matched = matched - denied
             before = current[regex]
             if matched != (frozenset() if before is None else before.topics):
                 bump = True
@@ -330,8 +356,10 @@ def _regex_subscribers(group: ConsumerGroup) -> dict[str, int]:
 
 __all__ = [
     "NO_REGEX_UPDATE",
+    "DeniedTopics",
     "RegexUpdate",
     "TopicRegexMatcher",
+    "nothing_denied",
     "unused_regex_tombstones",
     "update_regular_expressions",
 ]

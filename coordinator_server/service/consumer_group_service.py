@@ -14,7 +14,7 @@ and schedules the operation on the group's partition.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from typing import Final
 
 from coordinator_protocol.api_keys import ApiKey, api_name
@@ -27,6 +27,7 @@ from coordinator_protocol.errors import ErrorCode
 from coordinator_protocol.messages import Message
 from coordinator_server.authorizer.acls import AclOperation, ResourceType
 from coordinator_server.consumer_groups.heartbeat import ClusterTopics
+from coordinator_server.consumer_groups.regex import DeniedTopics, nothing_denied
 from coordinator_server.runtime.api import RequestContext
 from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.service.authorization import RequestAuthorizer
@@ -107,10 +108,11 @@ class ConsumerGroupService:
         def on_error(exc: BaseException) -> Message:
             return error(*map_operation_error("consumer-group-heartbeat", exc))
 
+        denied_topics = nothing_denied if authorizer is None else _denied_topics(authorizer, ctx)
         outcome = self._runtime.write(
             "consumer-group-heartbeat",
             self._partition_for(group_id),
-            lambda shard: shard.consumer_group_heartbeat(ctx, request),
+            lambda shard: shard.consumer_group_heartbeat(ctx, request, denied_topics),
         )
         return reply_to(outcome, on_error)
 
@@ -129,6 +131,24 @@ class ConsumerGroupService:
         if all(snapshot.topic(name) is not None for name in names):
             return
         self._refreshing = asyncio.ensure_future(refresh())
+
+
+def _denied_topics(authorizer: RequestAuthorizer, ctx: RequestContext) -> DeniedTopics:
+    """The topics the request's principal may not describe, for the group's resolutions of
+    its regular expressions (Kafka's `filterTopicDescribeAuthorizedTopics`, which logs no
+    denial: a topic a pattern matches is not one the member asked for)."""
+
+    def denied(names: Collection[str]) -> set[str]:
+        return authorizer.denied(
+            ctx,
+            AclOperation.DESCRIBE,
+            ResourceType.TOPIC,
+            names,
+            api=_CONSUMER_GROUP_HEARTBEAT,
+            log_denied=False,
+        )
+
+    return denied
 
 
 def heartbeat_refusal(request: ConsumerGroupHeartbeatRequest, limits: RequestLimits) -> str | None:

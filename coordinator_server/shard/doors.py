@@ -50,6 +50,7 @@ from coordinator_protocol.security import (
     DescribeUserScramCredentialsRequest,
     DescribeUserScramCredentialsResponse,
 )
+from coordinator_server.consumer_groups.regex import DeniedTopics
 from coordinator_server.offsets.transactional import TransactionalCommit, TransactionalCommitAnswer
 from coordinator_server.records.transactions import RefusedMarkers, TransactionState
 from coordinator_server.runtime.api import (
@@ -136,7 +137,10 @@ class GroupShard(CoordinatorShard, Protocol):
     ) -> tuple[list[OffsetFetchResponseTopic], int] | None: ...
 
     def consumer_group_heartbeat(
-        self, ctx: RequestContext, request: ConsumerGroupHeartbeatRequest
+        self,
+        ctx: RequestContext,
+        request: ConsumerGroupHeartbeatRequest,
+        denied_topics: DeniedTopics = ...,
     ) -> CoordinatorResult[ConsumerGroupHeartbeatResponse]: ...
 
     def consumer_group_describe(

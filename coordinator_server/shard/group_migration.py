@@ -52,6 +52,7 @@ from coordinator_server.consumer_groups.migration import (
     upgrade_records,
     upgrade_refusal,
 )
+from coordinator_server.consumer_groups.regex import DeniedTopics, nothing_denied
 from coordinator_server.consumer_groups.tombstones import group_tombstone_records
 from coordinator_server.groups.classic import ClassicGroup
 from coordinator_server.groups.manager import GroupMetadataManager
@@ -87,8 +88,13 @@ class GroupMigration:
     # ConsumerGroupHeartbeat.
 
     def consumer_group_heartbeat(
-        self, ctx: RequestContext, request: ConsumerGroupHeartbeatRequest
+        self,
+        ctx: RequestContext,
+        request: ConsumerGroupHeartbeatRequest,
+        denied_topics: DeniedTopics = nothing_denied,
     ) -> HeartbeatResult:
+        """`denied_topics`: the topics the request's principal may not describe, which the
+        group's regular expressions resolve without (the default: no authorizer is set)."""
         group_id = request.group_id or ""
         joining = request.member_epoch == 0
         records: list[CoordinatorRecord] = []
@@ -107,18 +113,22 @@ class GroupMigration:
                     ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group."
                 )
             if classic.members:
-                return self._upgrade(ctx, request, classic)
+                return self._upgrade(ctx, request, classic, denied_topics)
             # An Empty classic group (one that only kept offsets) becomes a consumer group
             # when a member joins it (Kafka's `maybeDeleteEmptyClassicGroup`): its offsets
             # stay.
             self._groups.create_group_tombstone_records(group_id, records)
-        result = self._heartbeat(ctx, request)
+        result = self._heartbeat(ctx, request, denied_topics)
         if not records or not result.records:
             return result
         return CoordinatorResult([*records, *_records(result)], result.response)
 
     def _upgrade(
-        self, ctx: RequestContext, request: ConsumerGroupHeartbeatRequest, classic: ClassicGroup
+        self,
+        ctx: RequestContext,
+        request: ConsumerGroupHeartbeatRequest,
+        classic: ClassicGroup,
+        denied_topics: DeniedTopics,
     ) -> HeartbeatResult:
         """A member joins a classic group with members: the group becomes a consumer group,
         if the policy and the group allow it (Kafka's `validateOnlineUpgrade` and
@@ -136,7 +146,7 @@ class GroupMigration:
                 refusal = f"Cannot upgrade classic group {group_id} to consumer group: {error}."
         if refusal is not None:
             return _heartbeat_error(ErrorCode.GROUP_ID_NOT_FOUND, refusal)
-        result = self._heartbeat(ctx, request, topics, converted)
+        result = self._heartbeat(ctx, request, denied_topics, topics, converted)
         response = result.response
         if response is None or response.error_code != ErrorCode.NONE:
             return result
@@ -155,6 +165,7 @@ class GroupMigration:
         self,
         ctx: RequestContext,
         request: ConsumerGroupHeartbeatRequest,
+        denied_topics: DeniedTopics,
         topics: ClusterTopics | None = None,
         converted: ConsumerGroup | None = None,
     ) -> HeartbeatResult:
@@ -165,6 +176,7 @@ class GroupMigration:
             topics=self._topics() if topics is None else topics,
             now_ms=self._clock.now_ms(),
             converted=converted,
+            denied_topics=denied_topics,
         )
 
     # The classic protocol's APIs.

@@ -71,6 +71,7 @@ from coordinator_server.consumer_groups.heartbeat import (
 )
 from coordinator_server.consumer_groups.manager import ConsumerGroupManager
 from coordinator_server.consumer_groups.member import ConsumerGroupMember
+from coordinator_server.consumer_groups.regex import DeniedTopics, nothing_denied
 from coordinator_server.groups.manager import GroupMetadataManager
 from coordinator_server.groups.store import (
     ClassicGroupUpdate,
@@ -394,9 +395,12 @@ class LogPartitionShard:
     # a consumer group's id is not a classic group's, and the other way round.
 
     def consumer_group_heartbeat(
-        self, ctx: RequestContext, request: ConsumerGroupHeartbeatRequest
+        self,
+        ctx: RequestContext,
+        request: ConsumerGroupHeartbeatRequest,
+        denied_topics: DeniedTopics = nothing_denied,
     ) -> CoordinatorResult[ConsumerGroupHeartbeatResponse]:
-        return self._migration.consumer_group_heartbeat(ctx, request)
+        return self._migration.consumer_group_heartbeat(ctx, request, denied_topics)
 
     def _downgrade(
         self, group: ConsumerGroup, leaving: Sequence[ConsumerGroupMember], now_ms: int

@@ -3,12 +3,14 @@
 pattern resolved to the matching topics' partitions, topics created and deleted picked up
 once the cluster's snapshot changes and the refresh interval allows, the pattern refused
 with INVALID_REGULAR_EXPRESSION and no record, names and patterns mixed, unused patterns
-removed, the log replaying to the same state, RE2's full match, and a pathological pattern
-resolved in linear time."""
+removed, the log replaying to the same state, RE2's full match, a pathological pattern
+resolved in linear time, and resolutions that leave out the topics the principal of the
+heartbeat may not describe (Kafka's `filterTopicDescribeAuthorizedTopics`)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 
 import pytest
 
@@ -26,6 +28,10 @@ from coordinator_server.consumer_groups.heartbeat import (
 )
 from coordinator_server.consumer_groups.manager import ConsumerGroupManager
 from coordinator_server.consumer_groups.metadata_hash import subscribed_topics_hash
+from coordinator_server.consumer_groups.regex import (
+    TopicRegexMatcher,
+    update_regular_expressions,
+)
 from coordinator_server.records import CoordinatorRecord
 from coordinator_server.records.consumer_groups import (
     ConsumerGroupCurrentMemberAssignmentKey,
@@ -78,6 +84,14 @@ class Context:
             SnapshotRegistry(), 100, config, topics=lambda: self.topics
         )
         self.log: list[CoordinatorRecord] = []
+        # The topics the heartbeats' principal may not describe, and every set of names the
+        # manager asked about.
+        self.denied: set[str] = set()
+        self.asked: list[set[str]] = []
+
+    def denied_topics(self, names: Collection[str]) -> set[str]:
+        self.asked.append(set(names))
+        return self.denied & set(names)
 
     def heartbeat(
         self, request: ConsumerGroupHeartbeatRequest
@@ -88,6 +102,7 @@ class Context:
             client_host="/10.0.0.1",
             topics=self.topics,
             now_ms=self.now_ms,
+            denied_topics=self.denied_topics,
         )
         assert result.response is not None
         assert not isinstance(result.records, RecordRun)
@@ -453,6 +468,62 @@ def test_the_groups_log_replays_to_the_same_state() -> None:
     )
     # The hash the group last moved for is the hash of what it subscribes to now.
     assert live.metadata_hash() == subscribed_topics_hash(live.subscribed_topic_names(), ctx.topics)
+
+
+def test_a_resolution_leaves_out_the_topics_the_heartbeats_principal_may_not_describe() -> None:
+    ctx = Context()
+    ctx.denied = {"foo-2"}
+    records, response = ctx.heartbeat(join("A", regex="foo-.*|bar"))
+    assert response.error_code == ErrorCode.NONE
+    # Every topic matched is asked about once, whatever the number of patterns.
+    assert ctx.asked == [{"foo-1", "foo-2", "bar"}]
+    assert regex_records(records) == [
+        ("foo-.*|bar", ConsumerGroupRegularExpressionValue(("bar", "foo-1"), 1, START_MS))
+    ]
+    assert group_epoch_record(records) == ConsumerGroupMetadataValue(
+        1, subscribed_topics_hash({"foo-1", "bar"}, V1)
+    )
+    assert ctx.settle("A") == {FOO_1: [0, 1, 2], BAR: [0, 1, 2, 3]}
+
+    # Allowed later: the topic joins at the next refresh, made with the permissions of the
+    # heartbeat that makes it.
+    ctx.denied = set()
+    ctx.topics = snapshot(2, foo_1=(FOO_1, 3), foo_2=(FOO_2, 2), bar=(BAR, 4))
+    ctx.now_ms = START_MS + MIN_INTERVAL_MS + 1
+    records, response = ctx.heartbeat(beat("A", 1, ctx.assigned("A")))
+    assert regex_records(records) == [
+        (
+            "foo-.*|bar",
+            ConsumerGroupRegularExpressionValue(("bar", "foo-1", "foo-2"), 2, ctx.now_ms),
+        )
+    ]
+    assert response.member_epoch == 2
+    assert ctx.settle("A") == {FOO_1: [0, 1, 2], FOO_2: [0, 1], BAR: [0, 1, 2, 3]}
+
+
+def test_nothing_matched_asks_nothing_and_a_classic_join_resolves_nothing() -> None:
+    ctx = Context()
+    ctx.ok(join("A", regex="nothing-.*"))
+    assert ctx.asked == []
+    # A refresh is due (a new snapshot, past the interval), but a classic member's
+    # JoinGroup passes no permissions: no resolution is made for it.
+    ctx.topics = snapshot(2, foo_1=(FOO_1, 3), nothing_1=(FOO_2, 2))
+    ctx.now_ms = START_MS + MIN_INTERVAL_MS + 1
+    group = ctx.manager.group(GROUP)
+    member = None if group is None else group.member("A")
+    assert group is not None and member is not None
+    matcher = TopicRegexMatcher(10, 1 << 20)
+    config = ConsumerGroupConfig()
+    unchanged = update_regular_expressions(
+        group, member, member, ctx.topics, ctx.now_ms, config, matcher, None
+    )
+    assert (unchanged.records, unchanged.bump_group_epoch) == ((), False)
+    refreshed = update_regular_expressions(
+        group, member, member, ctx.topics, ctx.now_ms, config, matcher, ctx.denied_topics
+    )
+    assert regex_records(list(refreshed.records)) == [
+        ("nothing-.*", ConsumerGroupRegularExpressionValue(("nothing-1",), 2, ctx.now_ms))
+    ]
 
 
 def test_a_pathological_pattern_is_resolved_within_the_heartbeat_in_linear_time() -> None:

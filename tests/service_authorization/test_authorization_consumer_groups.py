@@ -2,7 +2,8 @@
 them, and refused when the request alone is too large or invalid:
 
 - ConsumerGroupHeartbeat: READ of the group (GROUP_AUTHORIZATION_FAILED), then DESCRIBE of
-  every topic subscribed by name (TOPIC_AUTHORIZATION_FAILED), before any state is read;
+  every topic subscribed by name (TOPIC_AUTHORIZATION_FAILED), before any state is read; a
+  subscription by regular expression is resolved to the topics the member may describe;
 - ConsumerGroupDescribe: DESCRIBE of each group, per group (a denied group answers the same
   whether it exists or not), and of the topics its description names.
 """
@@ -54,6 +55,24 @@ async def test_heartbeat_needs_read_of_the_group_then_describe_of_its_topics(nod
         ApiKey.CONSUMER_GROUP_DESCRIBE, ConsumerGroupDescribeRequest(group_ids=[G])
     )
     assert len(described.groups[0].members) == 1
+
+
+async def test_a_regex_is_resolved_to_the_topics_the_member_may_describe(node: Node) -> None:
+    node.allow(acl(GROUP, G, Op.READ), acl(TOPIC, "orders", Op.DESCRIBE))
+    request = join()
+    request.subscribed_topic_names = None
+    request.subscribed_topic_regex = ".*"
+    joined = await node.call(ApiKey.CONSUMER_GROUP_HEARTBEAT, request)
+    assert (joined.error_code, joined.member_epoch) == (0, 1), joined
+    # "secret" matches too, and Alice may not describe it: only "orders" is assigned.
+    (assigned,) = joined.assignment.topic_partitions
+    assert sorted(assigned.partitions) == [0, 1, 2, 3]
+    described = await node.admin(
+        ApiKey.CONSUMER_GROUP_DESCRIBE, ConsumerGroupDescribeRequest(group_ids=[G])
+    )
+    (member,) = described.groups[0].members
+    assert [t.topic_name for t in member.assignment.topic_partitions] == ["orders"]
+    assert [t.topic_name for t in member.target_assignment.topic_partitions] == ["orders"]
 
 
 async def test_describe_is_per_group_and_says_nothing_of_a_denied_group(node: Node) -> None:
