@@ -20,10 +20,12 @@ pass in or get back.
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection, Iterator, Mapping, Sequence
+import functools
+import gc
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import ParamSpec, Protocol, TypeVar
 
 from coordinator_server.consumer_groups.topics import TopicId
 
@@ -209,3 +211,33 @@ class PartitionRange(AbstractSet[int]):
 
     def __repr__(self) -> str:
         return f"PartitionRange({self.start}, {self.end})"
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def without_cycle_collection(assign: Callable[_P, _R]) -> Callable[_P, _R]:
+    """`assign` run with Python's cyclic garbage collector paused (and resumed after, if it
+    ran before).
+
+    Why: an assignment of 50,000 partitions allocates tens of thousands of sets and dicts,
+    none of them in a reference cycle (reference counting frees every one), yet each 700
+    allocations start a collection, and every so often one that walks the whole heap: the
+    coordinator's groups, offsets and records. Measured with
+    `tests/consumer_groups/bench_assignor.py` (1,000 members x 1,000 topics x 50,000
+    partitions, heterogeneous, first assignment): 45 ms with the collector running, 21 ms
+    paused, with only the benchmark's own objects on the heap; the larger the heap, the
+    larger the difference."""
+
+    @functools.wraps(assign)
+    def paused(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        if not gc.isenabled():
+            return assign(*args, **kwargs)
+        gc.disable()
+        try:
+            return assign(*args, **kwargs)
+        finally:
+            gc.enable()
+
+    return paused

@@ -23,7 +23,7 @@ partitions are then a set rather than one range.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Set as AbstractSet
 
 from coordinator_server.consumer_groups.assignors.api import (
     GroupAssignment,
@@ -33,6 +33,7 @@ from coordinator_server.consumer_groups.assignors.api import (
     PartitionRange,
     Partitions,
     SubscribedTopicDescriber,
+    without_cycle_collection,
 )
 from coordinator_server.consumer_groups.assignors.racks import (
     PartitionRacks,
@@ -45,26 +46,6 @@ from coordinator_server.consumer_groups.topics import TopicId
 NAME = "range"
 
 
-@dataclass(slots=True)
-class _TopicRanges:
-    """The ranges of one topic still to hand out."""
-
-    partition_count: int
-    subscribers: int
-    next_start: int = 0
-    handed_out: int = 0
-
-    def next_range(self) -> PartitionRange | None:
-        quota, extra = divmod(self.partition_count, self.subscribers)
-        if self.handed_out < extra:
-            quota += 1
-        self.handed_out += 1
-        start = self.next_start
-        end = min(start + quota, self.partition_count)
-        self.next_start = end
-        return PartitionRange(start, end) if start < end else None
-
-
 class RangeServerAssignor:
     """Kafka's server-side RangeAssignor."""
 
@@ -72,6 +53,7 @@ class RangeServerAssignor:
     def name(self) -> str:
         return NAME
 
+    @without_cycle_collection
     def assign(self, group_spec: GroupSpec, topics: SubscribedTopicDescriber) -> GroupAssignment:
         members = group_spec.members
         ordered = sorted(
@@ -82,33 +64,56 @@ class RangeServerAssignor:
                 else (1, "", member_id)
             ),
         )
-        ranges: dict[TopicId, _TopicRanges] = {}
-        for member_id in ordered:
-            for topic_id in members[member_id].subscribed_topic_ids:
-                topic = ranges.get(topic_id)
-                if topic is None:
+        # Each topic's partition count and subscribers (their positions in `ordered`,
+        # ascending). Members share a few subscriptions (all the same one, or a handful): each
+        # distinct one is walked once, its members' positions added to each of its topics.
+        members_of: dict[AbstractSet[TopicId], list[int]] = {}
+        for position, member_id in enumerate(ordered):
+            members_of.setdefault(members[member_id].subscribed_topic_ids, []).append(position)
+        counts: dict[TopicId, int] = {}
+        subscribers: dict[TopicId, list[int]] = {}
+        several: set[TopicId] = set()
+        for subscribed, positions in members_of.items():
+            for topic_id in subscribed:
+                known = subscribers.get(topic_id)
+                if known is None:
                     count = topics.partition_count(topic_id)
                     if count is None:
                         raise PartitionAssignorError(
                             f"Member is subscribed to a non-existent topic {topic_id.hex()}"
                         )
-                    topic = ranges[topic_id] = _TopicRanges(count, 0)
-                topic.subscribers += 1
+                    counts[topic_id] = count
+                    subscribers[topic_id] = positions
+                else:
+                    if topic_id not in several:
+                        known = subscribers[topic_id] = list(known)
+                        several.add(topic_id)
+                    known.extend(positions)
+        for topic_id in several:
+            subscribers[topic_id].sort()
 
         if member_racks(group_spec):
-            by_racks = _assign_with_racks(group_spec, topics, ordered, ranges)
+            by_racks = _assign_with_racks(group_spec, topics, ordered, counts)
             if by_racks is not None:
                 return by_racks
 
+        # A topic of P partitions and S subscribers: the k-th subscriber takes
+        # [k * (P // S) + min(k, P % S), ... + P // S + (1 if k < P % S)), so only the first
+        # min(S, P) take anything: the work is per partition handed out, not per member and
+        # topic.
+        assigned: list[dict[TopicId, PartitionRange]] = [{} for _ in ordered]
+        for topic_id, positions in subscribers.items():
+            count = counts[topic_id]
+            quota, extra = divmod(count, len(positions))
+            start = 0
+            for k, position in enumerate(positions[: min(len(positions), count)]):
+                end = start + quota + (1 if k < extra else 0)
+                assigned[position][topic_id] = PartitionRange(start, end)
+                start = end
         target: dict[str, MemberAssignment] = {}
-        for member_id in ordered:
-            partitions: dict[TopicId, PartitionRange] = {}
-            for topic_id in members[member_id].subscribed_topic_ids:
-                cut = ranges[topic_id].next_range()
-                if cut is not None:
-                    partitions[topic_id] = cut
-            assigned: Partitions = partitions
-            target[member_id] = MemberAssignment(assigned)
+        for member_id, partitions in zip(ordered, assigned, strict=True):
+            member_partitions: Partitions = partitions
+            target[member_id] = MemberAssignment(member_partitions)
         return GroupAssignment(target)
 
 
@@ -200,20 +205,20 @@ def _assign_with_racks(
     spec: GroupSpec,
     topics: SubscribedTopicDescriber,
     ordered: list[str],
-    ranges: dict[TopicId, _TopicRanges],
+    counts: dict[TopicId, int],
 ) -> GroupAssignment | None:
     """KIP-881's rack-aware range assignment; None when racks make no difference to any
     topic (the plain assignment then stands)."""
     members = spec.members
     rack_of = {m: members[m].rack_id or None for m in ordered}
-    subscribers: dict[TopicId, list[str]] = {topic_id: [] for topic_id in ranges}
+    subscribers: dict[TopicId, list[str]] = {topic_id: [] for topic_id in counts}
     for member_id in ordered:
         for topic_id in members[member_id].subscribed_topic_ids:
             subscribers[topic_id].append(member_id)
     states: dict[TopicId, _RackTopic] = {}
     needing: set[TopicId] = set()
-    for topic_id in sorted(ranges):
-        count = ranges[topic_id].partition_count
+    for topic_id in sorted(counts):
+        count = counts[topic_id]
         if count == 0:
             continue
         racks = topic_racks(topics, topic_id, count)

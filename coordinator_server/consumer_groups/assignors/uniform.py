@@ -29,6 +29,7 @@ matter, the code path is the plain one.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
 
@@ -39,6 +40,7 @@ from coordinator_server.consumer_groups.assignors.api import (
     PartitionAssignorError,
     SubscribedTopicDescriber,
     SubscriptionType,
+    without_cycle_collection,
 )
 from coordinator_server.consumer_groups.assignors.racks import (
     PartitionRacks,
@@ -63,6 +65,7 @@ class UniformServerAssignor:
     def name(self) -> str:
         return NAME
 
+    @without_cycle_collection
     def assign(self, group_spec: GroupSpec, topics: SubscribedTopicDescriber) -> GroupAssignment:
         if not group_spec.members:
             return GroupAssignment({})
@@ -284,6 +287,9 @@ class _HeterogeneousBuilder:
         members_of: dict[AbstractSet[TopicId], list[int]] = {}
         for index, member in enumerate(spec.members.values()):
             members_of.setdefault(member.subscribed_topic_ids, []).append(index)
+        # The topics of one subscription share its list of members (read-only), so that
+        # the balancing knows them for one set of subscribers; a topic of several gets its
+        # own list.
         unsorted: set[TopicId] = set()
         for subscribed, indexes in members_of.items():
             for topic_id in subscribed:
@@ -293,12 +299,19 @@ class _HeterogeneousBuilder:
                     if count is None:
                         raise _missing_topic(topic_id)
                     self.partition_counts[topic_id] = count
-                    self.subscribers[topic_id] = list(indexes)
+                    self.subscribers[topic_id] = indexes
                 else:
+                    if topic_id not in unsorted:
+                        subscribers = self.subscribers[topic_id] = list(subscribers)
+                        unsorted.add(topic_id)
                     subscribers.extend(indexes)
-                    unsorted.add(topic_id)
         for topic_id in unsorted:
             self.subscribers[topic_id].sort()
+        # Moves made while balancing, and for each list of subscribers (by identity) the
+        # count of moves when its sizes were last found within one of each other: sizes
+        # change only by a move, so with no move since, they still are.
+        self.moves = 0
+        self.balanced_at: dict[int, int] = {}
         # Topic -> partition -> owner's number in the target, -1 when unassigned.
         self.owners = {t: [-1] * n for t, n in self.partition_counts.items()}
         # Member number -> its rack, and the racks of the topics that have them: both None
@@ -341,12 +354,26 @@ class _HeterogeneousBuilder:
 
     def _keep_subscribed(self) -> None:
         """Members keep their current partitions of the topics they still subscribe to."""
+        sizes, all_owners = self.sizes, self.owners
         for index, member in enumerate(self.spec.members.values()):
             current = member.assignment.partitions
+            if not current:
+                continue
+            subscribed = member.subscribed_topic_ids
+            kept = 0
+            if current.keys() <= subscribed:
+                # The usual case, every topic still subscribed: no check per topic.
+                for topic_id, partitions in current.items():
+                    kept += len(partitions)
+                    owners = all_owners[topic_id]
+                    for partition in partitions:
+                        owners[partition] = index
+                sizes[index] += kept
+                continue
             for topic_id, partitions in current.items():
-                if topic_id in member.subscribed_topic_ids:
-                    self.sizes[index] += len(partitions)
-                    owners = self.owners[topic_id]
+                if topic_id in subscribed:
+                    kept += len(partitions)
+                    owners = all_owners[topic_id]
                     for partition in partitions:
                         owners[partition] = index
                 else:
@@ -354,14 +381,19 @@ class _HeterogeneousBuilder:
                     if changed is None:
                         changed = self.target[index] = _copy(current.items())
                     del changed[topic_id]
+            sizes[index] += kept
 
     def _assign_unassigned(self) -> None:
         unassigned: dict[TopicId, list[int]] = {}
         for topic_id, owners in self.owners.items():
-            free = [p for p, owner in enumerate(owners) if owner == -1]
-            if free:
-                unassigned[topic_id] = free
+            free_count = owners.count(-1)
+            if free_count == len(owners):
+                unassigned[topic_id] = list(range(free_count))
+            elif free_count:
+                unassigned[topic_id] = [p for p, owner in enumerate(owners) if owner == -1]
         sizes = self.sizes
+        size_of = sizes.__getitem__
+        targets = self.target
         for topic_id in self._sorted_topics(unassigned):
             free = unassigned[topic_id]
             owners = self.owners[topic_id]
@@ -371,25 +403,44 @@ class _HeterogeneousBuilder:
             # Kafka's round-robin over the least loaded subscribers, a round at a time: the
             # subscribers by size (ties by number), each round one partition to every one
             # at the lowest level, the level rising and the next members joining it.
-            members = sorted(self.subscribers[topic_id], key=sizes.__getitem__)
-            gained: dict[int, list[int]] = {}
-            level = sizes[members[0]]
+            members = sorted(self.subscribers[topic_id], key=size_of)
+            level = size_of(members[0])
             in_range = 0
             given = 0
+            rounds: list[tuple[int, int]] = []
             while given < len(free):
-                while in_range < len(members) and sizes[members[in_range]] <= level:
-                    in_range += 1
+                # The members at or under the level: sorted by size, found by bisection.
+                in_range = bisect_right(members, level, lo=in_range, key=size_of)
                 taking = min(in_range, len(free) - given)
+                rounds.append((given, taking))
+                given += taking
+                level += 1
+            if len(rounds) == 1:
+                # One round (fewer partitions than members at the lowest level, the usual
+                # case): the first members one partition each, each member's target reached
+                # once.
+                for member, partition in zip(members, free, strict=False):
+                    owners[partition] = member
+                    sizes[member] += 1
+                    target = targets[member]
+                    if target is None:
+                        target = self._partitions_of(member)
+                    owned = target.get(topic_id)
+                    if owned is None:
+                        target[topic_id] = {partition}
+                    else:
+                        owned.add(partition)
+                continue
+            gained: dict[int, list[int]] = {}
+            for start, taking in rounds:
                 # The first `taking` members, one partition each (zip stops at the shorter).
-                for member, partition in zip(members, free[given : given + taking], strict=False):
+                for member, partition in zip(members, free[start : start + taking], strict=False):
                     owners[partition] = member
                     taken = gained.get(member)
                     if taken is None:
                         gained[member] = [partition]
                     else:
                         taken.append(partition)
-                given += taking
-                level += 1
             for member, partitions in gained.items():
                 sizes[member] += len(partitions)
                 target = self._partitions_of(member)
@@ -489,7 +540,11 @@ class _HeterogeneousBuilder:
     def _balance_topic(self, topic_id: TopicId, balancer: _Balancer) -> int:
         """Moves partitions of the topic from its most to its least loaded subscribers until
         their sizes are within one of each other or the most loaded own none of it."""
-        if balancer.start(self.subscribers[topic_id]) <= 1:
+        subscribers = self.subscribers[topic_id]
+        if self.balanced_at.get(id(subscribers)) == self.moves:
+            return 0
+        if balancer.start(subscribers) <= 1:
+            self.balanced_at[id(subscribers)] = self.moves
             return 0
         owners = self.owners[topic_id]
         # The topic's partitions grouped by owner, so that a member's are a slice.
@@ -636,6 +691,7 @@ class _HeterogeneousBuilder:
             owned.add(partition)
         owners[partition] = to
         self.sizes[to] += 1
+        self.moves += 1
 
 
 class _Balancer:
