@@ -1,0 +1,152 @@
+"""Where a running server's time goes, by layer: a py-spy profile's samples counted by the
+layer of the innermost frame of ours in each stack, printed as shares and, given what an
+operation costs the server (`--server-us`, the bench's `server_cpu_us`), as microseconds of
+an operation.
+
+    py-spy record -p SERVER_PID -r 250 -d 25 -f raw -o profile.txt
+    python -m coordinator_server.tools.bench.profile_layers profile.txt --server-us 35.4
+
+taken while `coordinator-server bench commits --broker kafka --inflight 64` measures (the
+bench prints the server's pid when it starts it with `--verbose`; `ps` finds it otherwise).
+
+A sample belongs to the innermost frame of this project's code in its stack: time in the
+standard library or a C extension called from a layer is that layer's (a socket write is the
+layer that writes). A stack with none of ours above the event loop is the event loop's
+(uvloop's own work: polling, callbacks, system calls it makes itself). The shares are of the
+samples py-spy takes while the server's thread is not idle: on a core shared with the
+broker, a system call that wakes the broker can be preempted and sampled as running, so the
+layer that makes it counts part of the broker's time; pin the broker to another core for the
+server's own CPU alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+LAYERS: tuple[tuple[str, str], ...] = (
+    ("coordinator_protocol/", "wire decoding and encoding"),
+    ("coordinator_server/server/", "connection: framing, dispatch, answers"),
+    ("coordinator_server/service/", "service: checks, routing"),
+    ("coordinator_server/authorizer/", "authorization"),
+    ("coordinator_server/authentication/", "authorization"),
+    ("coordinator_server/runtime/", "runtime: writes, batches, completions"),
+    ("coordinator_server/timeline.py", "runtime: writes, batches, completions"),
+    ("coordinator_server/shard/", "state machines: offsets, groups, transactions"),
+    ("coordinator_server/offsets/", "state machines: offsets, groups, transactions"),
+    ("coordinator_server/groups/", "state machines: offsets, groups, transactions"),
+    ("coordinator_server/consumer_groups/", "state machines: offsets, groups, transactions"),
+    ("coordinator_server/transactions/", "state machines: offsets, groups, transactions"),
+    ("coordinator_server/records/", "records: encoding, batches"),
+    ("coordinator_server/storage/", "log: produce requests to the broker"),
+    ("coordinator_server/metrics.py", "metrics"),
+)
+"""Path prefixes, innermost first when they nest, and the layer each belongs to."""
+
+EVENT_LOOP = "event loop (no frame of ours above it)"
+OTHER = "other code of ours"
+
+# Where the server's own code starts: frames above it (runpy, the CLI, asyncio's runner)
+# are how it was started, not a layer.
+_ENTRY = (
+    "coordinator_server/__main__.py",
+    "coordinator_server/cli.py",
+    "coordinator_server/event_loop.py",
+)
+_FRAME = re.compile(r"^(?P<function>.*) \((?P<path>[^():]*)(?::(?P<line>\d+))?\)$")
+
+
+def layer_of(path: str) -> str | None:
+    """The layer of a frame in file `path` (as py-spy prints it), None if not ours."""
+    for prefix, layer in LAYERS:
+        if prefix in path:
+            return layer
+    if "coordinator_server/" in path or "coordinator_protocol/" in path:
+        return None if any(entry in path for entry in _ENTRY) else OTHER
+    return None
+
+
+def frame_path(frame: str) -> str:
+    match = _FRAME.match(frame.strip())
+    return match.group("path") if match else frame
+
+
+def count_layers(lines: Iterable[str]) -> tuple[Counter[str], dict[str, Counter[str]]]:
+    """Samples by layer from py-spy's raw (collapsed) lines, `frame;frame;... count`, and
+    by layer the samples of each innermost frame of ours (function, file and line)."""
+    counts: Counter[str] = Counter()
+    frames: dict[str, Counter[str]] = {}
+    for line in lines:
+        line = line.rstrip("\n")
+        if not line:
+            continue
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        layer, innermost = EVENT_LOOP, ""
+        for frame in reversed(stack.split(";")):
+            found = layer_of(frame_path(frame))
+            if found is not None:
+                layer, innermost = found, frame.strip()
+                break
+        counts[layer] += int(count)
+        if innermost:
+            frames.setdefault(layer, Counter())[innermost] += int(count)
+    return counts, frames
+
+
+def table(
+    counts: Counter[str],
+    server_us: float | None,
+    frames: dict[str, Counter[str]] | None = None,
+    top_lines: int = 0,
+) -> list[str]:
+    """The layers, most samples first, each followed by its `top_lines` busiest lines."""
+    total = sum(counts.values())
+    if not total:
+        return ["no samples"]
+    head = f"{'layer':48} {'samples':>8} {'share':>7}"
+    if server_us is not None:
+        head += f" {'us/op':>7}"
+    rows = [head]
+    for layer, count in counts.most_common():
+        share = count / total
+        row = f"{layer:48} {count:8d} {share:7.1%}"
+        if server_us is not None:
+            row += f" {share * server_us:7.1f}"
+        rows.append(row)
+        if frames and top_lines:
+            for frame, samples in frames.get(layer, Counter()).most_common(top_lines):
+                rows.append(f"    {samples / total:6.1%}  {frame}")
+    footer = f"{'total':48} {total:8d} {1:7.1%}"
+    if server_us is not None:
+        footer += f" {server_us:7.1f}"
+    rows.append(footer)
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("profile", type=Path, help="py-spy's raw output (-f raw)")
+    parser.add_argument(
+        "--server-us",
+        type=float,
+        default=None,
+        help="the server's CPU microseconds per operation, to share out by layer",
+    )
+    parser.add_argument(
+        "--lines", type=int, default=0, help="the busiest lines of each layer to show"
+    )
+    args = parser.parse_args(argv)
+    with args.profile.open(encoding="utf-8") as lines:
+        counts, frames = count_layers(lines)
+    print("\n".join(table(counts, args.server_us, frames, args.lines)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
