@@ -50,7 +50,7 @@ from coordinator_protocol.security import (
     DescribeUserScramCredentialsRequest,
     DescribeUserScramCredentialsResponse,
 )
-from coordinator_server.consumer_groups.regex import DeniedTopics
+from coordinator_server.consumer_groups.regex import DeniedTopics, nothing_denied
 from coordinator_server.offsets.transactional import TransactionalCommit, TransactionalCommitAnswer
 from coordinator_server.records.transactions import RefusedMarkers, TransactionState
 from coordinator_server.runtime.api import (
@@ -140,7 +140,7 @@ class GroupShard(CoordinatorShard, Protocol):
         self,
         ctx: RequestContext,
         request: ConsumerGroupHeartbeatRequest,
-        denied_topics: DeniedTopics = ...,
+        denied_topics: DeniedTopics = nothing_denied,
     ) -> CoordinatorResult[ConsumerGroupHeartbeatResponse]: ...
 
     def consumer_group_describe(
