@@ -34,7 +34,13 @@ from coordinator_server.service.authorization import RequestAuthorizer
 from coordinator_server.service.consumer_group_describe import ConsumerGroupDescribeRequests
 from coordinator_server.service.errors import map_operation_error
 from coordinator_server.service.limits import RequestLimits, too_long
-from coordinator_server.service.replies import Handler, Reply, reply_to, typed_handler
+from coordinator_server.service.replies import (
+    Handler,
+    Reply,
+    reply_after,
+    reply_to,
+    typed_handler,
+)
 from coordinator_server.service.routing import Routing
 from coordinator_server.shard import GroupShard
 
@@ -58,7 +64,13 @@ class ConsumerGroupService:
         self._runtime = runtime
         self._topics = topics
         self._refresh_topics = refresh_topics
-        self._refreshing: asyncio.Task[None] | None = None
+        # Names subscribed to that the last read of the cluster lacked, read again for
+        # until they appear (at most `max_subscribed_topics` of them, the oldest dropped).
+        self._wanted: dict[str, None] = {}
+        self._new_wanted = asyncio.Event()
+        self._reading_wanted: asyncio.Task[None] | None = None
+        # The heartbeats that wait for the next read to end (or for TOPICS_READ_WAIT_S).
+        self._read_waiters: list[asyncio.Future[None]] = []
         self._partition_for = routing.partition_for
         self._limits = limits
         self._authorizer = authorizer
@@ -102,35 +114,115 @@ class ConsumerGroupService:
             ):
                 return error(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
 
-        if request.subscribed_topic_names:
-            self._maybe_refresh_topics(request.subscribed_topic_names)
-
         def on_error(exc: BaseException) -> Message:
             return error(*map_operation_error("consumer-group-heartbeat", exc))
 
         denied_topics = nothing_denied if authorizer is None else _denied_topics(authorizer, ctx)
-        outcome = self._runtime.write(
-            "consumer-group-heartbeat",
-            self._partition_for(group_id),
-            lambda shard: shard.consumer_group_heartbeat(ctx, request, denied_topics),
-        )
-        return reply_to(outcome, on_error)
 
-    def _maybe_refresh_topics(self, names: list[str]) -> None:
-        """A topic subscribed to that the last read of the cluster did not have may have
-        been created since: read again, in the background (the source spaces its reads out
-        and shares one among every caller). The heartbeat does not wait for it: the group
-        takes the topic at a later heartbeat, once the read has it (its metadata hash
-        changes), as Kafka's coordinator does when its metadata image does."""
+        def heartbeat() -> Reply:
+            outcome = self._runtime.write(
+                "consumer-group-heartbeat",
+                self._partition_for(group_id),
+                lambda shard: shard.consumer_group_heartbeat(ctx, request, denied_topics),
+            )
+            return reply_to(outcome, on_error)
+
+        if request.subscribed_topic_names:
+            read = self._maybe_refresh_topics(request.subscribed_topic_names)
+            if read is not None:
+                return reply_after(read, lambda _: heartbeat(), on_error)
+        return heartbeat()
+
+    def _maybe_refresh_topics(self, names: list[str]) -> asyncio.Future[None] | None:
+        """Topics subscribed to that the last read of the cluster did not have may have been
+        created since (a consumer often starts right after its topic is made): they are read
+        for again in the background, at once and then ever less often
+        (`WANTED_READ_FIRST_S` doubling up to `WANTED_READ_MAX_S`), until they appear or
+        `WANTED_FOR_S` has passed (the periodic read takes over then); the source shares a
+        read among every caller. Returns what the heartbeat waits for before it is made:
+        the next read's end, at most `TOPICS_READ_WAIT_S` (None: every topic is known), so
+        that a member joining a topic just created is answered with its partitions, as
+        Kafka's coordinator, whose metadata image has it at once, answers. Later, the group
+        takes a topic at the heartbeat after the read that has it (its metadata hash
+        changes): a heartbeat names its topics only when they change."""
         topics, refresh = self._topics, self._refresh_topics
         if topics is None or refresh is None:
-            return
-        if self._refreshing is not None and not self._refreshing.done():
-            return
+            return None
         snapshot = topics()
-        if all(snapshot.topic(name) is not None for name in names):
-            return
-        self._refreshing = asyncio.ensure_future(refresh())
+        missing = [name for name in names if snapshot.topic(name) is None]
+        if not missing:
+            return None
+        wanted = self._wanted
+        for name in missing:
+            wanted.pop(name, None)
+            wanted[name] = None
+        while len(wanted) > self._limits.max_subscribed_topics:
+            del wanted[next(iter(wanted))]
+        self._new_wanted.set()
+        if self._reading_wanted is None or self._reading_wanted.done():
+            self._reading_wanted = asyncio.ensure_future(self._read_until_known(topics, refresh))
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        waiters = self._read_waiters
+        if len(waiters) >= _PRUNE_WAITERS_PAST:
+            # Those the timer settled, while a read takes long: dropped, so that the list
+            # holds only heartbeats still waiting.
+            waiters[:] = [pending for pending in waiters if not pending.done()]
+        waiters.append(waiter)
+        timer = loop.call_later(TOPICS_READ_WAIT_S, _settle, waiter)
+        waiter.add_done_callback(lambda _: timer.cancel())
+        return waiter
+
+    async def _read_until_known(
+        self, topics: Callable[[], ClusterTopics], refresh: Callable[[], Awaitable[None]]
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        wanted = self._wanted
+        pause = WANTED_READ_FIRST_S
+        give_up = loop.time() + WANTED_FOR_S
+        try:
+            while wanted and loop.time() < give_up:
+                self._new_wanted.clear()
+                await refresh()
+                waiters, self._read_waiters = self._read_waiters, []
+                for waiter in waiters:
+                    _settle(waiter)
+                snapshot = topics()
+                for name in [name for name in wanted if snapshot.topic(name) is not None]:
+                    del wanted[name]
+                if not wanted:
+                    return
+                # A name wanted since the read starts the pauses over.
+                try:
+                    await asyncio.wait_for(self._new_wanted.wait(), pause)
+                    pause = WANTED_READ_FIRST_S
+                    give_up = loop.time() + WANTED_FOR_S
+                except TimeoutError:
+                    pause = min(pause * 2, WANTED_READ_MAX_S)
+        finally:
+            if loop.time() >= give_up:
+                wanted.clear()
+            # Nobody waits for a read that will not come.
+            waiters, self._read_waiters = self._read_waiters, []
+            for waiter in waiters:
+                _settle(waiter)
+
+
+def _settle(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+_PRUNE_WAITERS_PAST: Final = 64
+TOPICS_READ_WAIT_S: Final = 1.0
+"""How long a heartbeat that names a topic the last read lacked waits for the next read."""
+WANTED_READ_FIRST_S: Final = 0.25
+"""The first pause between two reads for a subscribed topic the cluster did not show."""
+WANTED_READ_MAX_S: Final = 30.0
+"""The longest pause between two such reads."""
+WANTED_FOR_S: Final = 300.0
+"""How long such a topic is read for (Kafka's `metadata.max.age.ms`, the periodic read's
+default interval, after which that read finds it anyway)."""
 
 
 def _denied_topics(authorizer: RequestAuthorizer, ctx: RequestContext) -> DeniedTopics:

@@ -1,6 +1,8 @@
 """CoordinatedConsumer's API against a real broker and server: where partitions start
 (committed, earliest, latest, none), getmany, manual commits, a listener that commits
-before its partitions are revoked, seek and position."""
+before its partitions are revoked, seek and position, and the group protocol it takes when
+none is given: the consumer protocol where the coordinator serves it, the classic one where
+it does not or where client-side assignors are given."""
 
 from __future__ import annotations
 
@@ -176,7 +178,11 @@ async def test_a_listener_commits_before_its_partitions_are_revoked(
 ) -> None:
     await produce(kafka_broker, topic, 10)
     group = f"{topic}-listener"
-    first = consumer_for(kafka_broker, server, topic, group, enable_auto_commit=False)
+    # The classic protocol's eager rebalance: everything revoked, then assigned again (the
+    # consumer protocol's reconciliation is tests/client/test_consumer_protocol_e2e.py's).
+    first = consumer_for(
+        kafka_broker, server, topic, group, enable_auto_commit=False, group_protocol="classic"
+    )
     calls: list[tuple[str, set[int]]] = []
 
     class CommitOnRevoke(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -188,7 +194,9 @@ async def test_a_listener_commits_before_its_partitions_are_revoked(
             calls.append(("assigned", {tp.partition for tp in assigned}))
 
     first.subscribe([topic], listener=CommitOnRevoke())
-    second = consumer_for(kafka_broker, server, topic, group, enable_auto_commit=False)
+    second = consumer_for(
+        kafka_broker, server, topic, group, enable_auto_commit=False, group_protocol="classic"
+    )
     async with first:
         await first.wait_for_assignment(20)
         consumed = await take(first, 5)
@@ -204,6 +212,39 @@ async def test_a_listener_commits_before_its_partitions_are_revoked(
             (owned,) = second.assignment()
             start = progress.get(owned.partition, 0)
             assert (await second.getone()).offset == start
+
+
+async def test_the_protocol_taken_is_the_consumer_one_where_the_coordinator_serves_it(
+    kafka_broker: KafkaBroker, server: ServerProcess, topic: str
+) -> None:
+    await produce(kafka_broker, topic, 3)
+    group = f"{topic}-protocol"
+    served = consumer_for(kafka_broker, server, topic, group)
+    assert served.group_protocol is None, "decided at start"
+    async with served:
+        assert served.group_protocol == "consumer"
+        assert len(await served.wait_for_assignment(20)) == 2
+        assert sorted(await take(served, 6)) == [(p, o) for p in (0, 1) for o in range(3)]
+    # Client-side assignors ask for the classic protocol, served or not.
+    assigned_here = consumer_for(
+        kafka_broker, server, topic, f"{group}-classic", partition_assignment_strategy=[]
+    )
+    assert assigned_here.group_protocol == "classic"
+    await assigned_here.stop()
+
+    # A coordinator without the data cluster's topics (the embedded quick start's) does not
+    # serve the consumer protocol: the classic one is taken, and the records read all the
+    # same.
+    with ServerProcess(["--port", "0", "--group-initial-rebalance-delay-ms", "0"]) as alone:
+        unserved = consumer_for(kafka_broker, alone, topic, group)
+        async with unserved:
+            assert unserved.group_protocol == "classic"
+            assert len(await unserved.wait_for_assignment(20)) == 2
+            assert len(await take(unserved, 6)) == 6
+        # A subscription by pattern asks for the consumer protocol, whatever is served.
+        pattern = consumer_for(kafka_broker, alone, topic, group, subscribed_topic_regex=".*")
+        assert pattern.group_protocol == "consumer"
+        await pattern.stop()
 
 
 async def test_a_group_reads_commits_and_resumes_on_each_broker(

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 from pydantic import ValidationError
@@ -20,7 +22,9 @@ from coordinator_server.consumer_groups.heartbeat import (
     ClusterTopicsSnapshot,
 )
 from coordinator_server.node_consumer_groups import NodeConsumerGroups, consumer_group_config
+from coordinator_server.service import consumer_group_service
 from coordinator_server.service.consumer_group_service import ConsumerGroupService
+from coordinator_server.service.limits import RequestLimits
 from coordinator_server.starting import StartError
 from coordinator_server.storage.kafka.cluster_topics import KafkaClusterTopics
 
@@ -86,33 +90,94 @@ async def test_a_topics_file_that_cannot_be_read_ends_the_start_in_one_line(
 
 
 class _Source:
-    """The topics as a heartbeat's service reads them, and its reads again."""
+    """The topics as a heartbeat's service reads them, and its reads again: each read waits
+    for the test to let it end, and then shows the topics `appear` has given."""
 
     def __init__(self) -> None:
         self.snapshot = ClusterTopicsSnapshot({"orders": ClusterTopic(b"\x01" * 16, 3)})
         self.reads = 0
+        self.ended = asyncio.Event()
         self.release = asyncio.Event()
+        self.appear: dict[str, ClusterTopic] = {}
 
     async def refresh_now(self) -> None:
         self.reads += 1
         await self.release.wait()
+        self.release.clear()
+        topics = {name: self.snapshot.topic(name) for name in self.snapshot.topic_names()}
+        self.snapshot = ClusterTopicsSnapshot(
+            {**{k: v for k, v in topics.items() if v is not None}, **self.appear}
+        )
+        self.ended.set()
+
+    async def read(self) -> None:
+        """Let one read end, and wait until it has."""
+        self.ended.clear()
+        self.release.set()
+        await asyncio.wait_for(self.ended.wait(), 5)
+        await asyncio.sleep(0)
 
 
-async def test_a_subscription_to_a_topic_not_read_yet_reads_the_topics_again_once() -> None:
+def service_of(source: _Source, max_subscribed_topics: int = 10) -> ConsumerGroupService:
+    routing = SimpleNamespace(partition_for=lambda group_id: 0)
+    return ConsumerGroupService(
+        cast(Any, None),
+        cast(Any, routing),
+        RequestLimits(max_subscribed_topics=max_subscribed_topics),
+        None,
+        topics=lambda: source.snapshot,
+        refresh_topics=source.refresh_now,
+    )
+
+
+async def test_a_topic_not_read_yet_is_read_for_until_it_appears(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(consumer_group_service, "WANTED_READ_FIRST_S", 0.01)
     source = _Source()
-    service = ConsumerGroupService.__new__(ConsumerGroupService)
-    service._topics = lambda: source.snapshot
-    service._refresh_topics = source.refresh_now
-    service._refreshing = None
+    service = service_of(source)
     service._maybe_refresh_topics(["orders"])
-    await asyncio.sleep(0)
+    await asyncio.sleep(0.05)
     assert source.reads == 0, "every topic is known: nothing to read"
+
     service._maybe_refresh_topics(["orders", "created-since"])
     service._maybe_refresh_topics(["created-since"])
     await asyncio.sleep(0)
     assert source.reads == 1, "one read at a time, whoever asks"
-    source.release.set()
-    await asyncio.sleep(0)
-    service._maybe_refresh_topics(["created-since"])
-    await asyncio.sleep(0)
+    # Not there yet: read again after a pause, though no heartbeat names it again (a
+    # member names its topics only when they change).
+    await source.read()
+    await asyncio.sleep(0.05)
     assert source.reads == 2
+    source.appear = {"created-since": ClusterTopic(b"\x02" * 16, 1)}
+    await source.read()
+    await asyncio.sleep(0.1)
+    assert source.reads == 2, "the topic appeared: no more reads"
+    assert service._wanted == {}
+
+
+async def test_topics_that_never_appear_are_read_for_ever_less_often_then_given_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(consumer_group_service, "WANTED_READ_FIRST_S", 0.01)
+    monkeypatch.setattr(consumer_group_service, "WANTED_READ_MAX_S", 0.04)
+    monkeypatch.setattr(consumer_group_service, "WANTED_FOR_S", 0.3)
+    source = _Source()
+    source.release.set()
+    # The names wanted are bounded: the oldest are dropped.
+    service = service_of(source, max_subscribed_topics=2)
+    service._maybe_refresh_topics(["a", "b", "c"])
+    assert list(service._wanted) == ["b", "c"]
+    started = asyncio.get_running_loop().time()
+    task = service._reading_wanted
+    assert task is not None
+    # Every read returns at once; the pauses double to their bound, and the reads stop
+    # after WANTED_FOR_S.
+    while not task.done():
+        source.release.set()
+        await asyncio.sleep(0.005)
+    elapsed = asyncio.get_running_loop().time() - started
+    assert 0.3 <= elapsed < 2
+    # 0.01 + 0.02 + 0.04 * n over 0.3 s: about ten reads, not one per pause of the first.
+    assert 4 <= source.reads <= 12, source.reads
+    assert service._wanted == {}

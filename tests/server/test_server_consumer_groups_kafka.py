@@ -111,3 +111,38 @@ async def test_the_group_follows_partitions_added_topics_created_and_deleted(
                 await client.close()
     finally:
         await admin.close()
+
+
+async def test_a_topic_made_after_the_servers_last_read_is_read_for_the_member_naming_it(
+    kafka_broker: ApacheKafkaBroker,
+) -> None:
+    suffix = uuid.uuid4().hex[:8]
+    fresh, later = f"fresh-{suffix}", f"later-{suffix}"
+    args = server_args(kafka_broker, f"__cg_log_{suffix}")
+    # Kafka's default: the periodic read would come five minutes later.
+    at = args.index("--metadata-max-age-ms")
+    del args[at : at + 2]
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
+    await admin.start()
+    try:
+        with ServerProcess(args) as server:
+            await admin.create_topics([NewTopic(fresh, 3, 1)])
+            client = await WireClient.connect(server.host, server.port)
+            try:
+                # Made after the server's read: the join waits for a read of its own, and
+                # its first answer holds the topic's partitions.
+                member = Member(client, f"group-{suffix}", fresh)
+                await member.heartbeat()
+                assert member.by_name() == {fresh: [0, 1, 2]}
+
+                # Named at the join but made afterwards: read for again without the member
+                # naming it again (a heartbeat names its topics only when they change).
+                waiting = Member(client, f"waiting-{suffix}", later)
+                await waiting.heartbeat()
+                assert waiting.by_name() == {}
+                await admin.create_topics([NewTopic(later, 2, 1)])
+                await waiting.until({later: [0, 1]}, timeout=15)
+            finally:
+                await client.close()
+    finally:
+        await admin.close()

@@ -9,11 +9,12 @@ application (`getone`, `getmany`, `async for`); a commit stores, per partition, 
 after the last record handed out. So a record fetched but never handed out is never
 committed, and the partition's next owner reads it.
 
-Rebalances, by the group protocol chosen (`group_protocol`): Kafka's classic one (eager:
-every rebalance revokes every partition of every member, then assigns the whole assignment)
-or its consumer group protocol (KIP-848: a reconciliation revokes only the partitions this
-member loses and assigns only those it gains; the others are read on throughout). The steps
-are the same for the partitions concerned:
+Rebalances, by the group protocol (`group_protocol`): Kafka's consumer group protocol
+(KIP-848: a reconciliation revokes only the partitions this member loses and assigns only
+those it gains; the others are read on throughout), the default wherever the coordinator
+serves it, or Kafka's classic one (eager: every rebalance revokes every partition of every
+member, then assigns the whole assignment). The steps are the same for the partitions
+concerned:
 
 - Revoked: the consumer first stops handing out records of those partitions, then commits
   their positions (with auto-commit on; the generation or member epoch is still valid, so
@@ -56,6 +57,7 @@ from coordinator_client.rpc.client import CoordinatorClient
 from coordinator_client.rpc.errors import ClientError
 from coordinator_client.rpc.kafka_log import KafkaLogReader, stop_consumer
 from coordinator_client.rpc.security import ClientSecurity
+from coordinator_protocol.api_keys import ApiKey
 from coordinator_protocol.errors import ApiError
 
 __all__ = ["CoordinatedConsumer"]
@@ -75,9 +77,13 @@ class CoordinatedConsumer:
             pass `coordinator_client` to share a `CoordinatorClient` (not closed here).
         group_id: the consumer group.
         group_instance_id: makes the member static (KIP-345).
-        group_protocol: "classic" (the default) or "consumer" (Kafka's consumer group
-            protocol, KIP-848: the coordinator assigns; `partition_assignment_strategy`
-            does not apply).
+        group_protocol: "consumer" (Kafka's consumer group protocol, KIP-848: the
+            coordinator assigns; `partition_assignment_strategy` does not apply) or
+            "classic". None (the default): "classic" when `partition_assignment_strategy`
+            is given (assignment by the client is asked for), "consumer" when
+            `subscribed_topic_regex` or `server_assignor` is; otherwise "consumer" if the
+            coordinator serves it (its ApiVersions lists ConsumerGroupHeartbeat: it knows
+            the data cluster's topics), "classic" if not, decided by `start` and logged.
         subscribed_topic_regex: with the consumer protocol, an RE2 regular expression the
             coordinator matches against whole topic names (Kafka's
             `subscribe(SubscriptionPattern)`), beside or instead of `topics`.
@@ -112,7 +118,7 @@ class CoordinatedConsumer:
         coordinator_bootstrap_servers: str | None = None,
         coordinator_client: CoordinatorClient | None = None,
         group_instance_id: str | None = None,
-        group_protocol: str = "classic",
+        group_protocol: str | None = None,
         subscribed_topic_regex: str | None = None,
         server_assignor: str | None = None,
         client_id: str = "coordinated-consumer",
@@ -135,17 +141,24 @@ class CoordinatedConsumer:
             raise ValueError("a shared coordinator_client has its own security; give it there")
         if auto_offset_reset not in _OFFSET_RESETS:
             raise ValueError(f"auto_offset_reset must be one of {_OFFSET_RESETS}")
-        if group_protocol not in GROUP_PROTOCOLS:
+        if group_protocol is None:
+            if partition_assignment_strategy is not None:
+                group_protocol = "classic"
+            elif subscribed_topic_regex or server_assignor:
+                group_protocol = "consumer"
+        elif group_protocol not in GROUP_PROTOCOLS:
             raise ValueError(f"group_protocol must be one of {GROUP_PROTOCOLS}")
-        consumer_protocol = group_protocol == "consumer"
-        if consumer_protocol and partition_assignment_strategy is not None:
+        if group_protocol == "consumer" and partition_assignment_strategy is not None:
             # As Kafka's consumer refuses partition.assignment.strategy with it.
             raise ValueError("the consumer protocol's coordinator assigns: no client assignors")
-        if not consumer_protocol and (subscribed_topic_regex or server_assignor):
+        if group_protocol == "classic" and (subscribed_topic_regex or server_assignor):
             raise ValueError(
                 "subscribed_topic_regex and server_assignor need the consumer protocol"
             )
-        self.group_protocol = group_protocol
+        self.group_protocol: str | None = group_protocol
+        """The group protocol; None until `start` asks the coordinator, when not given."""
+        self._server_assignor = server_assignor
+        self._assignors = list(partition_assignment_strategy or [RangeAssignor()])
         self._topics = frozenset(topics)
         self._topic_regex = subscribed_topic_regex
         self.bootstrap_servers = bootstrap_servers
@@ -179,14 +192,7 @@ class CoordinatedConsumer:
             "session_timeout_ms": session_timeout_ms,
             "heartbeat_interval_ms": heartbeat_interval_ms,
             "rebalance_timeout_ms": max_poll_interval_ms,
-            "group_protocol": group_protocol,
         }
-        if consumer_protocol:
-            self._member_options["server_assignor"] = server_assignor
-        else:
-            self._member_options["assignors"] = list(
-                partition_assignment_strategy or [RangeAssignor()]
-            )
         self._listener: ConsumerRebalanceListener | None = None
         self._member: GroupMember | None = None
         # Partitions whose records may be handed out; empty while rebalancing.
@@ -235,13 +241,25 @@ class CoordinatedConsumer:
             if self._owns_client:
                 await self._client.close()
             raise
+        try:
+            protocol = self.group_protocol
+            if protocol is None:
+                protocol = await self._served_protocol()
+        except BaseException:
+            if self._owns_client:
+                await self._client.close()
+            raise
+        self.group_protocol = protocol
         await self._consumer.start()
         try:
             await self._log.start()
-            if self.group_protocol == "consumer":
-                self._member_options["subscribed_topic_regex"] = self._topic_regex
+            options = {**self._member_options, "group_protocol": protocol}
+            if protocol == "consumer":
+                options["subscribed_topic_regex"] = self._topic_regex
+                options["server_assignor"] = self._server_assignor
             else:
-                self._member_options["partitions_for_topics"] = self._log.partition_counts
+                options["partitions_for_topics"] = self._log.partition_counts
+                options["assignors"] = self._assignors
             self._member = GroupMember(
                 self._client,
                 self.group_id,
@@ -251,7 +269,7 @@ class CoordinatedConsumer:
                 on_partitions_assigned=self._on_partitions_assigned,
                 on_partitions_lost=self._on_partitions_lost,
                 on_error=self._fail,
-                **self._member_options,
+                **options,
             )
             await self._member.start()
         except BaseException:
@@ -262,6 +280,26 @@ class CoordinatedConsumer:
             self._auto_commit_task = asyncio.create_task(
                 self._auto_commit_loop(), name=f"auto-commit {self.group_id}"
             )
+
+    async def _served_protocol(self) -> str:
+        """The consumer protocol when the coordinator serves it, the classic one when not
+        (a coordinator that does not know the data cluster's topics); a subscription by
+        regular expression needs the consumer protocol either way."""
+        versions = await self._client.api_versions()
+        served = any(key.api_key == ApiKey.CONSUMER_GROUP_HEARTBEAT for key in versions.api_keys)
+        if not served and self._topic_regex:
+            raise ValueError(
+                "subscribed_topic_regex needs the consumer protocol, which the coordinator "
+                "does not serve (it has no data cluster's topics)"
+            )
+        protocol = "consumer" if served else "classic"
+        log.info(
+            "group %s: the %s group protocol (the coordinator %s ConsumerGroupHeartbeat)",
+            self.group_id,
+            protocol,
+            "serves" if served else "does not serve",
+        )
+        return protocol
 
     async def stop(self) -> None:
         """Commit (with auto-commit on), leave the group, and close. Idempotent."""
@@ -305,7 +343,7 @@ class CoordinatedConsumer:
         `ConsumerRebalanceListener` whose methods may be coroutines; with the consumer
         protocol, to the topics `subscribed_topic_regex` matches too (RE2, matched by the
         coordinator)."""
-        if subscribed_topic_regex is not None and self.group_protocol != "consumer":
+        if subscribed_topic_regex is not None and self.group_protocol == "classic":
             raise ValueError("subscribed_topic_regex needs the consumer protocol")
         self._topics = frozenset(topics)
         self._topic_regex = subscribed_topic_regex

@@ -82,8 +82,10 @@ class GroupMember(ClassicRounds):
             the member's own (closed with it).
         group_id: the group.
         topics: the topics to subscribe to.
-        group_protocol: "classic" (the default) or "consumer" (KIP-848), Kafka's
-            `group.protocol`.
+        group_protocol: "consumer" (KIP-848) or "classic", Kafka's `group.protocol`.
+            None (the default): "classic" when `partitions_for_topics` or `assignors` is
+            given (the classic protocol's assignment by the group's leader), "consumer"
+            otherwise.
         partitions_for_topics: the partition count of topics, for when this member leads:
             a mapping, or an async function of the topic names (classic protocol only,
             where it is required).
@@ -122,7 +124,7 @@ class GroupMember(ClassicRounds):
         group_id: str,
         topics: Iterable[str],
         *,
-        group_protocol: str = "classic",
+        group_protocol: str | None = None,
         partitions_for_topics: PartitionCounts | Mapping[str, int] | None = None,
         assignors: Sequence[Assignor] | None = None,
         subscribed_topic_regex: str | None = None,
@@ -141,7 +143,10 @@ class GroupMember(ClassicRounds):
     ) -> None:
         if not group_id:
             raise ValueError("group_id must not be empty")
-        if group_protocol not in GROUP_PROTOCOLS:
+        if group_protocol is None:
+            client_side = partitions_for_topics is not None or assignors is not None
+            group_protocol = "classic" if client_side else "consumer"
+        elif group_protocol not in GROUP_PROTOCOLS:
             raise ValueError(f"group_protocol must be one of {GROUP_PROTOCOLS}")
         consumer_protocol = group_protocol == "consumer"
         if consumer_protocol and (partitions_for_topics is not None or assignors is not None):

@@ -21,6 +21,7 @@ from coordinator_client import (
     GroupMember,
     GroupMemberError,
     MemberState,
+    RangeAssignor,
 )
 from coordinator_client.member import ConsumerMemberState
 from coordinator_protocol.api_keys import ApiKey
@@ -490,4 +491,14 @@ def test_options_of_one_protocol_are_refused_by_the_other() -> None:
     with pytest.raises(ValueError, match="no client assignors"):
         GroupMember("127.0.0.1:1", "g", ["t"], group_protocol="consumer", partitions_for_topics={})
     with pytest.raises(ValueError, match="partitions_for_topics"):
-        GroupMember("127.0.0.1:1", "g", ["t"])
+        GroupMember("127.0.0.1:1", "g", ["t"], group_protocol="classic")
+
+
+def test_the_consumer_protocol_is_the_default_unless_client_side_assignment_is_given() -> None:
+    assert GroupMember("127.0.0.1:1", "g", ["t"]).group_protocol == "consumer"
+    given_counts = GroupMember("127.0.0.1:1", "g", ["t"], partitions_for_topics={"t": 1})
+    assert given_counts.group_protocol == "classic"
+    given_assignors = GroupMember(
+        "127.0.0.1:1", "g", ["t"], partitions_for_topics={"t": 1}, assignors=[RangeAssignor()]
+    )
+    assert given_assignors.group_protocol == "classic"
