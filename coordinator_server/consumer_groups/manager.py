@@ -103,7 +103,9 @@ AFTER_ASSIGNMENT_MS = 20
 """How long after a batched target is due a member waiting for it is told to come back: the
 time the deferred computation's write takes to be committed, with room."""
 
-WAITING_HEARTBEAT_MIN_MS = 100
+WAITING_HEARTBEAT_DIVISOR = 20
+"""A member waiting for released partitions is told the interval divided by this."""
+WAITING_HEARTBEAT_MIN_MS = 50
 """The shortest interval a member waiting for released partitions is told."""
 _NOTHING: CoordinatorResult[None] = CoordinatorResult()
 
@@ -481,9 +483,9 @@ class ConsumerGroupManager:
 
         - its group's target is being batched (KIP-1263): come back just after it is
           computed, rather than up to an interval later;
-        - it waits for partitions others are giving up: come back at a fifth of the
-          interval (at least WAITING_HEARTBEAT_MIN_MS), so that it takes them soon after
-          they are released, rather than an interval later.
+        - it waits for partitions others are giving up: come back at a twentieth of the
+          interval (at least WAITING_HEARTBEAT_MIN_MS: 250 ms at Kafka's 5 s), so that it
+          takes them soon after they are released, rather than an interval later.
 
         Each costs a few more heartbeats of the members concerned, for as long as they
         wait; a group at rest heartbeats at the configured interval."""
@@ -492,7 +494,10 @@ class ConsumerGroupManager:
             due_ms = group.assignment_timestamp_ms() + self.config.assignment_interval_ms - now_ms
             return max(min(interval_ms, max(due_ms, 0) + AFTER_ASSIGNMENT_MS), 1)
         if member.state is ReconciliationState.UNRELEASED_PARTITIONS:
-            return min(interval_ms, max(interval_ms // 5, WAITING_HEARTBEAT_MIN_MS))
+            return min(
+                interval_ms,
+                max(interval_ms // WAITING_HEARTBEAT_DIVISOR, WAITING_HEARTBEAT_MIN_MS),
+            )
         return interval_ms
 
     def _member_of_heartbeat(

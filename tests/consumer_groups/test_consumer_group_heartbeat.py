@@ -513,13 +513,13 @@ def test_a_static_member_back_with_another_subscription_hashes_only_the_new_one(
 
 
 def test_a_waiting_member_is_told_to_come_back_sooner() -> None:
-    # B waits for partitions A still owns: a fifth of the interval.
+    # B waits for partitions A still owns: a twentieth of the interval.
     ctx = Context()
     ctx.heartbeat(join("A", "foo"))
     _, waiting = ctx.heartbeat(join("B", "foo"))
     assert waiting.member_epoch == 2 and waiting.assignment is not None
     assert not waiting.assignment.topic_partitions
-    assert waiting.heartbeat_interval_ms == 1000
+    assert waiting.heartbeat_interval_ms == 250
     # A, at rest apart from its revocation, keeps the configured interval.
     _, revoking = ctx.heartbeat(beat("A", 1, {FOO: [0, 1, 2, 3, 4, 5]}))
     assert revoking.heartbeat_interval_ms == 5000

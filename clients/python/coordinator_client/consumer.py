@@ -292,14 +292,19 @@ class CoordinatedConsumer:
                 "subscribed_topic_regex needs the consumer protocol, which the coordinator "
                 "does not serve (it has no data cluster's topics)"
             )
-        protocol = "consumer" if served else "classic"
+        if served:
+            log.info(
+                "group %s: the consumer group protocol (KIP-848), which the coordinator "
+                "serves; its session timeout and heartbeat interval are the coordinator's",
+                self.group_id,
+            )
+            return "consumer"
         log.info(
-            "group %s: the %s group protocol (the coordinator %s ConsumerGroupHeartbeat)",
+            "group %s: the classic group protocol (the coordinator does not serve the "
+            "consumer group protocol: it does not know the data cluster's topics)",
             self.group_id,
-            protocol,
-            "serves" if served else "does not serve",
         )
-        return protocol
+        return "classic"
 
     async def stop(self) -> None:
         """Commit (with auto-commit on), leave the group, and close. Idempotent."""
