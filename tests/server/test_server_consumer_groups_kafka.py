@@ -1,7 +1,8 @@
 """Kafka's consumer group protocol (KIP-848) on Apache Kafka, through the real server process:
 the coordinator learns the topics, their ids and partition counts from the data cluster's
 metadata, and a group reacts when partitions are added, when a topic it subscribes to is
-created after the member joined, and when one is deleted."""
+created after the member joined, and when one is deleted; what a member gets wrong is
+answered with Kafka's codes, and the group serves on and reloads from its log."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from server_process import ServerProcess
 from wire_client import WireClient
 
 from coordinator_protocol.api_keys import ApiKey
+from coordinator_protocol.errors import ErrorCode
 
 pytestmark = pytest.mark.slow
 
@@ -142,6 +144,141 @@ async def test_a_topic_made_after_the_servers_last_read_is_read_for_the_member_n
                 assert waiting.by_name() == {}
                 await admin.create_topics([NewTopic(later, 2, 1)])
                 await waiting.until({later: [0, 1]}, timeout=15)
+            finally:
+                await client.close()
+    finally:
+        await admin.close()
+
+
+def heartbeat_body(group: str, member_id: str, epoch: int, **fields: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"group_id": group, "member_id": member_id, "member_epoch": epoch}
+    if epoch == 0:
+        body.update(rebalance_timeout_ms=30_000, topic_partitions=[])
+    body.update(fields)
+    return body
+
+
+async def test_bad_heartbeats_get_kafkas_codes_and_the_group_serves_on_from_its_log(
+    kafka_broker: ApacheKafkaBroker,
+) -> None:
+    """Kafka's answers to what a member gets wrong (GroupMetadataManagerTest's cases), on a
+    server whose log is on Apache Kafka: each refused heartbeat leaves the group serving its
+    member, and the log, read again by a restarted server, holds the group as it was."""
+    suffix = uuid.uuid4().hex[:8]
+    orders, group, classic_group = f"orders-{suffix}", f"group-{suffix}", f"classic-{suffix}"
+    args = server_args(kafka_broker, f"__cg_log_{suffix}")
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(orders, 2, 1)])
+        with ServerProcess(args) as server:
+            client = await WireClient.connect(server.host, server.port)
+            try:
+
+                async def code_of(body: dict[str, Any]) -> int:
+                    answer = await client.call(ApiKey.CONSUMER_GROUP_HEARTBEAT, body)
+                    return int(answer["error_code"])
+
+                member = Member(client, group, orders)
+                await member.until({orders: [0, 1]})
+                static = heartbeat_body(
+                    group, str(uuid.uuid4()), 0, subscribed_topic_names=[orders]
+                )
+                static["instance_id"] = "instance-1"
+                assert await code_of(static) == ErrorCode.NONE
+                # The static member's join moved the group on: the first member gives a
+                # partition up and reaches the new epoch, so that it has one in the past.
+                while member.epoch < 2 or len(member.by_name().get(orders, [])) != 1:
+                    await member.heartbeat()
+                    await asyncio.sleep(0.1)
+                epoch = member.epoch
+                kept = member.by_name()
+
+                refused = {
+                    "unknown assignor": heartbeat_body(
+                        group, str(uuid.uuid4()), 0,
+                        subscribed_topic_names=[orders], server_assignor="sticky",
+                    ),
+                    "invalid regular expression": heartbeat_body(
+                        group, str(uuid.uuid4()), 0, subscribed_topic_regex="orders-(",
+                    ),
+                    "an epoch from the future": heartbeat_body(
+                        group, member.member_id, epoch + 5
+                    ),
+                    "an epoch from the past": heartbeat_body(group, member.member_id, epoch - 1),
+                    "an unknown member": heartbeat_body(group, str(uuid.uuid4()), 3),
+                    "a static member joining twice": {
+                        **heartbeat_body(
+                            group, str(uuid.uuid4()), 0, subscribed_topic_names=[orders]
+                        ),
+                        "instance_id": "instance-1",
+                    },
+                }  # fmt: skip
+                expected = {
+                    "unknown assignor": ErrorCode.UNSUPPORTED_ASSIGNOR,
+                    "invalid regular expression": ErrorCode.INVALID_REGULAR_EXPRESSION,
+                    "an epoch from the future": ErrorCode.FENCED_MEMBER_EPOCH,
+                    "an epoch from the past": ErrorCode.FENCED_MEMBER_EPOCH,
+                    "an unknown member": ErrorCode.UNKNOWN_MEMBER_ID,
+                    "a static member joining twice": ErrorCode.UNRELEASED_INSTANCE_ID,
+                }
+                answered = {what: await code_of(body) for what, body in refused.items()}
+                assert answered == expected
+
+                # A subscription to a topic that does not exist joins, with nothing.
+                missing = Member(client, group, f"missing-{suffix}")
+                await missing.heartbeat()
+                assert missing.by_name() == {}
+
+                # A member of one protocol calling the other's APIs: a consumer-protocol
+                # member's classic Heartbeat, and a classic group's member heartbeating
+                # with the consumer protocol.
+                classic_heartbeat = {
+                    "group_id": group, "generation_id": epoch, "member_id": member.member_id,
+                }  # fmt: skip
+                answer = await client.call(ApiKey.HEARTBEAT, classic_heartbeat)
+                assert answer["error_code"] == ErrorCode.UNKNOWN_MEMBER_ID
+                joined = await client.call(
+                    ApiKey.JOIN_GROUP,
+                    {
+                        "group_id": classic_group, "session_timeout_ms": 30_000,
+                        "member_id": "", "protocol_type": "consumer",
+                        "protocols": [{"name": "range", "metadata": b""}],
+                    },
+                )  # fmt: skip
+                assert joined["error_code"] == ErrorCode.MEMBER_ID_REQUIRED
+                answer = await client.call(
+                    ApiKey.CONSUMER_GROUP_HEARTBEAT,
+                    heartbeat_body(classic_group, joined["member_id"], 1),
+                )
+                assert answer["error_code"] == ErrorCode.GROUP_ID_NOT_FOUND
+
+                # The group served its member throughout (the member subscribed to a
+                # missing topic moved the group to a new epoch: the member follows it and
+                # keeps its partition).
+                await member.heartbeat()
+                assert member.epoch >= epoch and member.by_name() == kept
+                epoch = member.epoch
+            finally:
+                await client.close()
+
+        # The log read again: the group and its members as they were.
+        with ServerProcess(args) as again:
+            client = await WireClient.connect(again.host, again.port)
+            try:
+                described = await client.call(
+                    ApiKey.CONSUMER_GROUP_DESCRIBE, {"group_ids": [group]}
+                )
+                (state,) = described["groups"]
+                assert state["error_code"] == 0, state
+                by_id = {m["member_id"]: m for m in state["members"]}
+                assert by_id[member.member_id]["member_epoch"] == epoch
+                assert by_id[static["member_id"]]["instance_id"] == "instance-1"
+                assert missing.member_id in by_id
+                assert len(by_id) == 3
+                member.client = client
+                await member.heartbeat()
+                assert member.epoch >= epoch
             finally:
                 await client.close()
     finally:
