@@ -195,6 +195,20 @@ def serve(config: CoordinatorConfig) -> None:
     run_async(app.run)
 
 
+def serve_workers(config: CoordinatorConfig, arguments: Sequence[str]) -> int:
+    """`serve --workers N`: the workers run, supervised, until SIGTERM or SIGINT."""
+    from coordinator_server.workers import WorkerSupervisor
+
+    supervisor = WorkerSupervisor(config, arguments)
+    result: list[int] = []
+
+    async def run() -> None:
+        result.append(await supervisor.run())
+
+    run_async(run)
+    return result[0] if result else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(tools=not arguments or arguments[0] != "serve")
@@ -209,6 +223,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return 1
         configure_logging(config.log_level, config.log_format)
+        if config.workers > 1:
+            return serve_workers(config, arguments[1:])
         try:
             serve(config)
         except KeyboardInterrupt:

@@ -266,6 +266,15 @@ class CoordinatorConfig(SecuritySettings, ConsumerGroupSettings, BaseSettings):
         "transactions, such as tansu).",
         json_schema_extra=_in("cluster"),
     )
+    workers: int = Field(
+        1,
+        ge=1,
+        le=256,
+        description="Processes to run on this machine, each a node of the cluster on its own "
+        "port (--port up; --node-id and --metrics-port up likewise), started, restarted and "
+        "stopped as one (needs the Kafka log and --cluster on).",
+        json_schema_extra=_in("cluster"),
+    )
     cluster_id: str | None = Field(
         None,
         description="The cluster's name: its Kafka consumer group and the prefix of its "
@@ -671,6 +680,14 @@ class CoordinatorConfig(SecuritySettings, ConsumerGroupSettings, BaseSettings):
                 raise ValueError("transaction-producer-id-end must fit a producer id (2**63 - 1)")
         if self.tls_keyfile is not None and self.tls_certfile is None:
             raise ValueError("tls-keyfile needs tls-certfile")
+        if self.workers > 1 and (self.bootstrap_servers is None or self.cluster != "on"):
+            # Workers share the log's partitions as the nodes of a cluster do; the embedded
+            # log is one process's file.
+            raise ValueError(
+                "workers above 1 need the Kafka log (--bootstrap-servers) and --cluster on"
+            )
+        if self.workers > 1:
+            self._check_worker_ports()
         self.check_security(tls=self.tls_certfile is not None)
         self.check_consumer_groups()
         if self.offset_commit_check_partitions and self.data_cluster is None:
@@ -681,6 +698,28 @@ class CoordinatorConfig(SecuritySettings, ConsumerGroupSettings, BaseSettings):
             )
         self._kafka_security = self._build_kafka_security()
         return self
+
+    def workers_metrics_port(self) -> int:
+        """The metrics port of worker 0 with `--workers` above 1: `--metrics-port` when
+        given, else the port after the workers' listeners (`--port + --workers`), so that
+        the defaults (9094, 9095) do not give worker 1's listener worker 0's metrics port."""
+        if "metrics_port" in self.model_fields_set or self.metrics_port <= 0 or not self.port:
+            return self.metrics_port
+        return self.port + self.workers
+
+    def _check_worker_ports(self) -> None:
+        workers = self.workers
+        if self.port and self.port + workers - 1 > 65535:
+            raise ValueError("port + workers - 1 must be a port (65535 at most)")
+        metrics = self.workers_metrics_port()
+        if metrics > 0 and metrics + workers - 1 > 65535:
+            raise ValueError("metrics-port + workers - 1 must be a port (65535 at most)")
+        if self.port and metrics > 0 and abs(metrics - self.port) < workers:
+            raise ValueError(
+                f"with {workers} workers, ports {self.port} to {self.port + workers - 1} and "
+                f"metrics ports {metrics} to {metrics + workers - 1} overlap: set "
+                f"--metrics-port to {self.port + workers} or more"
+            )
 
     def _build_kafka_security(self) -> KafkaSecurity:
         try:
