@@ -91,3 +91,40 @@ def test_two_nodes_are_measured_beside_one_and_their_ratio_is_said(tmp_path: Pat
     # The clusters are stopped with the bench: their nodes are gone.
     for role in node_roles:
         assert not Path(f"/proc/{processes[role]['pid']}").exists()
+
+
+def test_the_nodes_of_one_serve_workers_command_are_measured_beside_one_node(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "bench.json"
+    brief = [arg for arg in BRIEF if arg != "--json"]
+    completed = subprocess.run(
+        [
+            sys.executable, "-m", "coordinator_server", "bench", "commits", "--nodes", "2",
+            "--workers", "--groups", "4", "--partitions", "3", "--inflight", "8",
+            "--runs", "1", *brief, "--json-file", str(out),
+            *([] if TWO_CPUS else ["--no-pin"]),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    document = json.loads(out.read_text())
+    processes = {process["role"]: process for process in document["processes"]}
+    workers = [processes["2 nodes: node 1"], processes["2 nodes: node 2"]]
+    assert all("a worker of serve --workers" in worker["what"] for worker in workers)
+    assert workers[0]["pid"] != workers[1]["pid"]
+    _, two, _ = document["results"]["scale"]
+    assert two["nodes"] == 2 and two["requests"] > 0 and two["errors"] == 0
+    # Each worker is a node coordinating its share of the groups, and serves while measured.
+    assert two["groups_by_node"] == {"1": 2, "2": 2}
+    assert all(two["node_cpu"][n] > 0 for n in ("1", "2"))
+
+    # Without --nodes, or for the failover bench, --workers is refused in one line.
+    refused = subprocess.run(
+        [sys.executable, "-m", "coordinator_server", "bench", "commits", "--workers"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert refused.returncode != 0 and "--workers starts the nodes" in refused.stderr

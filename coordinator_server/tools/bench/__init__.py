@@ -111,6 +111,12 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "nodes, the first one killed (2 when left at 1)",
     )
     scale.add_argument(
+        "--workers",
+        action="store_true",
+        help="start the N nodes as one `serve --workers N` command (its workers on the CPUs "
+        "of every node) rather than N commands, each on its node's CPUs",
+    )
+    scale.add_argument(
         "--node-cpus",
         nargs="+",
         type=_cpus,

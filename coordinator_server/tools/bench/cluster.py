@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 import urllib.request
 from collections.abc import Sequence
@@ -20,7 +21,7 @@ from typing import Any
 from coordinator_client import ClientSecurity
 from coordinator_server.tools.bench.loops import Destination, LoopRun, run_loops_to
 from coordinator_server.tools.bench.ours import WireConnection, check_ours, parse_ours
-from coordinator_server.tools.bench.processes import CpuSet, ServerProcess
+from coordinator_server.tools.bench.processes import METRICS, CpuSet, ServerProcess, cpu_list
 from coordinator_server.tools.bench.targets import (
     NOT_READY,
     READY_RETRY_S,
@@ -110,10 +111,46 @@ def fetch_status(metrics_port: int) -> dict[str, Any]:
     return status
 
 
-class ClusterNodes:
-    """The nodes of one cluster, started one by one (`grow`), node ids 1 to N."""
+class WorkerNode:
+    """One worker of a `serve --workers N` command, as its command's lines describe it."""
 
-    def __init__(self, server_args: Sequence[str], cpus: Sequence[CpuSet], partitions: int) -> None:
+    def __init__(
+        self, host: str, port: int, pid: int, metrics_port: int, started_at: float
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.pid = pid
+        self.metrics_port = metrics_port
+        self.started_at = started_at
+        self.ready_at = time.monotonic()
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def stop(self) -> None:
+        """Stopped with its command (`ClusterNodes.stop`)."""
+
+
+WORKER_SERVES = re.compile(
+    r"worker \d+ \(node (?P<node>\d+), pid (?P<pid>\d+)\) serves on "
+    r"(?P<host>[0-9.]+):(?P<port>\d+)"
+)
+WORKERS_READY = re.compile(r"ready on [0-9.]+:\d+ with (?P<count>\d+) workers")
+
+
+class ClusterNodes:
+    """The nodes of one cluster, started one by one (`grow`), node ids 1 to N; or, with
+    `workers`, every node at once as the workers of one `serve --workers N` command."""
+
+    def __init__(
+        self,
+        server_args: Sequence[str],
+        cpus: Sequence[CpuSet],
+        partitions: int,
+        *,
+        workers: bool = False,
+    ) -> None:
         """`server_args`: `serve`'s arguments for the cluster's log (every node the same);
         `cpus`: each node's CPUs, by node (as many nodes as can be grown to)."""
         self.server_args = with_option(
@@ -121,12 +158,16 @@ class ClusterNodes:
         )
         self.cpus = list(cpus)
         self.partitions = partitions
-        self.nodes: list[ServerProcess] = []
+        self.workers = workers
+        self.nodes: list[ServerProcess | WorkerNode] = []
+        self._command: ServerProcess | None = None
 
-    def grow(self, count: int) -> list[ServerProcess]:
+    def grow(self, count: int) -> list[ServerProcess | WorkerNode]:
         """Start nodes until `count` run (each returns once loaded what it was first given);
         the nodes started."""
-        started: list[ServerProcess] = []
+        if self.workers and count > 1:
+            return self._start_workers(count)
+        started: list[ServerProcess | WorkerNode] = []
         while len(self.nodes) < count:
             node_id = len(self.nodes) + 1
             node = ServerProcess(
@@ -158,10 +199,46 @@ class ClusterNodes:
                 )
             await asyncio.sleep(BALANCE_POLL_S)
 
+    def _start_workers(self, count: int) -> list[ServerProcess | WorkerNode]:
+        if self.nodes:
+            raise RuntimeError("a cluster of workers starts once, with all its nodes")
+        every_cpu: set[int] = set()
+        for cpus in self.cpus[:count]:
+            every_cpu.update(cpu_list(cpus) or ())
+        command = ServerProcess(
+            with_option(with_option(self.server_args, "--node-id", "1"), "--workers", str(count)),
+            sorted(every_cpu) or None,
+            ready=WORKERS_READY,
+        )
+        self._command = command.start()
+        lines = "".join(command.lines)
+        # By node id, as the cluster's other nodes are (node i + 1 is nodes[i]): the workers
+        # tell they serve in the order they are ready.
+        matches = sorted(WORKER_SERVES.finditer(lines), key=lambda m: int(m["node"]))
+        for match in matches:
+            line_end = lines.find("\n", match.end())
+            metrics = METRICS.search(lines, match.end(), line_end if line_end >= 0 else len(lines))
+            self.nodes.append(
+                WorkerNode(
+                    match["host"],
+                    int(match["port"]),
+                    int(match["pid"]),
+                    int(metrics["port"]) if metrics else 0,
+                    command.started_at,
+                )
+            )
+        if len(self.nodes) != count:
+            raise RuntimeError(f"serve --workers {count} told of {len(self.nodes)} workers")
+        return list(self.nodes)
+
     def stop(self) -> None:
-        """Stop the nodes, the last started first (each hands its partitions over)."""
+        """Stop the nodes, the last started first (each hands its partitions over); the
+        workers' command stops them all."""
         while self.nodes:
             self.nodes.pop().stop()
+        command, self._command = self._command, None
+        if command is not None:
+            command.stop()
 
 
 class ClusterTarget:

@@ -293,7 +293,10 @@ class Environment:
             [None] * self.args.nodes if node_cpus is None else list(node_cpus)
         )
         cluster = self.clusters[name] = ClusterNodes(
-            self.server_args(topic), cpus, self.args.offsets_topic_partitions
+            self.server_args(topic),
+            cpus,
+            self.args.offsets_topic_partitions,
+            workers=getattr(self.args, "workers", False),
         )
         return cluster
 
@@ -304,7 +307,8 @@ class Environment:
         for node in cluster.grow(count):
             self._record(
                 f"{name}: node {cluster.nodes.index(node) + 1}",
-                "coordinator-server --cluster on",
+                "coordinator-server --cluster on"
+                + (" (a worker of serve --workers)" if cluster.workers and count > 1 else ""),
                 node.pid,
                 node.ready_at - node.started_at,
             )

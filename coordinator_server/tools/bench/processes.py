@@ -153,9 +153,14 @@ async def wait_until_quiet(pids: list[int], timeout_s: float = QUIET_TIMEOUT_S) 
 class ServerProcess:
     """`coordinator-server serve` as a child process, ready once it logs its address."""
 
-    def __init__(self, args: Sequence[str], cpu: CpuSet) -> None:
+    def __init__(
+        self, args: Sequence[str], cpu: CpuSet, *, ready: re.Pattern[str] | None = None
+    ) -> None:
+        """`ready`: the line that says the server is ready, when not a node's own ready line
+        (`serve --workers N` says it once for all its workers)."""
         self.args = list(args)
         self.cpu = cpu
+        self._ready_line = ready
         self.host = ""
         self.port = 0
         # The operator's HTTP port (/status), when the server was started with one.
@@ -204,6 +209,11 @@ class ServerProcess:
         assert process is not None and process.stderr is not None
         for line in process.stderr:
             self.lines.append(line)
+            if self._ready_line is not None:
+                if self._ready_line.search(line) and not self._ready.is_set():
+                    self.ready_at = time.monotonic()
+                    self._ready.set()
+                continue
             match = READY.search(line)
             if match and not self._ready.is_set():
                 self.ready_at = time.monotonic()

@@ -745,6 +745,11 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
             "bench: --nodes measures commits or failover: run `bench commits` (or all) or "
             "`bench failover`"
         )
+    if args.workers and (args.nodes < 2 or "commits" not in names or "failover" in names):
+        raise SystemExit(
+            "bench: --workers starts the nodes of `bench commits --nodes N` (N of 2 or more) "
+            "as one `serve --workers N` command; the failover bench kills nodes one by one"
+        )
     if "transactions" in names:
         transactions.check_args(args)
     check_security_args(args, names)
