@@ -153,12 +153,15 @@ class ConsumerGroupService:
         if not missing:
             return None
         wanted = self._wanted
-        for name in missing:
-            wanted.pop(name, None)
+        new = [name for name in missing if name not in wanted]
+        for name in new:
             wanted[name] = None
         while len(wanted) > self._limits.max_subscribed_topics:
             del wanted[next(iter(wanted))]
-        self._new_wanted.set()
+        if new:
+            # A name not wanted before starts the pauses over; one already wanted (members
+            # of a group joining one after another) waits for the reads as they come.
+            self._new_wanted.set()
         if self._reading_wanted is None or self._reading_wanted.done():
             self._reading_wanted = asyncio.ensure_future(self._read_until_known(topics, refresh))
         loop = asyncio.get_running_loop()
