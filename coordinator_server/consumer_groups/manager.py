@@ -52,6 +52,7 @@ from coordinator_server.consumer_groups.heartbeat import (
     subscribed_topic_metadata,
     validate_heartbeat,
 )
+from coordinator_server.consumer_groups.intervals import heartbeat_interval_ms
 from coordinator_server.consumer_groups.member import (
     EMPTY_TOPIC_PARTITIONS,
     ConsumerGroupMember,
@@ -99,14 +100,6 @@ HeartbeatResult = CoordinatorResult[ConsumerGroupHeartbeatResponse]
 R = TypeVar("R")
 
 
-AFTER_ASSIGNMENT_MS = 20
-"""How long after a batched target is due a member waiting for it is told to come back: the
-time the deferred computation's write takes to be committed, with room."""
-
-WAITING_HEARTBEAT_DIVISOR = 20
-"""A member waiting for released partitions is told the interval divided by this."""
-WAITING_HEARTBEAT_MIN_MS = 50
-"""The shortest interval a member waiting for released partitions is told."""
 _NOTHING: CoordinatorResult[None] = CoordinatorResult()
 
 
@@ -340,8 +333,8 @@ class ConsumerGroupManager:
             response=ConsumerGroupHeartbeatResponse(
                 member_id=reconciled.member_id,
                 member_epoch=reconciled.member_epoch,
-                heartbeat_interval_ms=self._interval_for(
-                    group, reconciled, assignment_deferred, now_ms
+                heartbeat_interval_ms=heartbeat_interval_ms(
+                    group, reconciled, assignment_deferred, now_ms, self.config
                 ),
                 assignment=(
                     response_assignment(reconciled.assigned_partitions, topics)
@@ -468,37 +461,6 @@ class ConsumerGroupManager:
                 else:
                     self._timeouts.cancel_rebalance(group_id, reconciled.member_id)
         return reconciled, group_epoch > target_epoch
-
-    def _interval_for(
-        self,
-        group: ConsumerGroup,
-        member: ConsumerGroupMember,
-        assignment_deferred: bool,
-        now_ms: int,
-    ) -> int:
-        """The heartbeat interval a member is told: the configured one, shorter while the
-        member waits for something the coordinator knows is near. Every answer carries an
-        interval and Kafka's consumer keeps to the latest one, so this changes only when a
-        waiting member comes back, not what it is told then:
-
-        - its group's target is being batched (KIP-1263): come back just after it is
-          computed, rather than up to an interval later;
-        - it waits for partitions others are giving up: come back at a twentieth of the
-          interval (at least WAITING_HEARTBEAT_MIN_MS: 250 ms at Kafka's 5 s), so that it
-          takes them soon after they are released, rather than an interval later.
-
-        Each costs a few more heartbeats of the members concerned, for as long as they
-        wait; a group at rest heartbeats at the configured interval."""
-        interval_ms = self.config.heartbeat_interval_ms
-        if assignment_deferred:
-            due_ms = group.assignment_timestamp_ms() + self.config.assignment_interval_ms - now_ms
-            return max(min(interval_ms, max(due_ms, 0) + AFTER_ASSIGNMENT_MS), 1)
-        if member.state is ReconciliationState.UNRELEASED_PARTITIONS:
-            return min(
-                interval_ms,
-                max(interval_ms // WAITING_HEARTBEAT_DIVISOR, WAITING_HEARTBEAT_MIN_MS),
-            )
-        return interval_ms
 
     def _member_of_heartbeat(
         self,
