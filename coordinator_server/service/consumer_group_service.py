@@ -140,7 +140,8 @@ class ConsumerGroupService:
         (`WANTED_READ_FIRST_S` doubling up to `WANTED_READ_MAX_S`), until they appear or
         `WANTED_FOR_S` has passed (the periodic read takes over then); the source shares a
         read among every caller. Returns what the heartbeat waits for before it is made:
-        the next read's end, at most `TOPICS_READ_WAIT_S` (None: every topic is known), so
+        the next read's end, at most `TOPICS_READ_WAIT_S` (None: every topic is known, or
+        every missing one was already read for), so
         that a member joining a topic just created is answered with its partitions, as
         Kafka's coordinator, whose metadata image has it at once, answers. Later, the group
         takes a topic at the heartbeat after the read that has it (its metadata hash
@@ -158,12 +159,15 @@ class ConsumerGroupService:
             wanted[name] = None
         while len(wanted) > self._limits.max_subscribed_topics:
             del wanted[next(iter(wanted))]
-        if new:
-            # A name not wanted before starts the pauses over; one already wanted (members
-            # of a group joining one after another) waits for the reads as they come.
-            self._new_wanted.set()
         if self._reading_wanted is None or self._reading_wanted.done():
             self._reading_wanted = asyncio.ensure_future(self._read_until_known(topics, refresh))
+        if not new:
+            # Already read for (members of a group joining one after another, or a topic
+            # that does not exist): the reads go on at their pace, and the heartbeat does
+            # not wait for the next.
+            return None
+        # A name not wanted before starts the pauses over: it is read for at once.
+        self._new_wanted.set()
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
         waiters = self._read_waiters

@@ -140,13 +140,16 @@ async def test_a_topic_not_read_yet_is_read_for_until_it_appears(
     await asyncio.sleep(0.05)
     assert source.reads == 0, "every topic is known: nothing to read"
 
-    service._maybe_refresh_topics(["orders", "created-since"])
-    service._maybe_refresh_topics(["created-since"])
+    waits = service._maybe_refresh_topics(["orders", "created-since"])
+    # A heartbeat naming it again while it is read for does not wait for the read.
+    assert service._maybe_refresh_topics(["created-since"]) is None
     await asyncio.sleep(0)
     assert source.reads == 1, "one read at a time, whoever asks"
+    assert waits is not None and not waits.done(), "the first waits for the read to end"
     # Not there yet: read again after a pause, though no heartbeat names it again (a
     # member names its topics only when they change).
     await source.read()
+    assert waits.done()
     await asyncio.sleep(0.05)
     assert source.reads == 2
     source.appear = {"created-since": ClusterTopic(b"\x02" * 16, 1)}
