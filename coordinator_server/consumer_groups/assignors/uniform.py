@@ -419,16 +419,6 @@ class _HeterogeneousBuilder:
                 # One round (fewer partitions than members at the lowest level, the usual
                 # case): the first members one partition each, each member's target reached
                 # once.
-                if len(free) == len(owners):
-                    # Nobody kept a partition of the topic: each is its member's first.
-                    for member, partition in zip(members, free, strict=False):
-                        owners[partition] = member
-                        sizes[member] += 1
-                        target = targets[member]
-                        if target is None:
-                            target = self._partitions_of(member)
-                        target[topic_id] = {partition}
-                    continue
                 for member, partition in zip(members, free, strict=False):
                     owners[partition] = member
                     sizes[member] += 1
