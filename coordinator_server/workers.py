@@ -89,9 +89,8 @@ class _Worker:
     process: asyncio.subprocess.Process | None = None
     address: str | None = None
     started_at: float = 0.0
+    # Set at the worker's first ready line, never cleared.
     ready: asyncio.Event = field(default_factory=asyncio.Event)
-    ever_ready: bool = False
-    restarts: int = 0
 
 
 class WorkerSupervisor:
@@ -156,7 +155,7 @@ class WorkerSupervisor:
             code = await self._run_once(worker)
             if self._stopping.is_set():
                 return
-            if not worker.ever_ready:
+            if not worker.ready.is_set():
                 log.error(
                     "worker %d (node %d) exited with code %s before it was ready: stopping "
                     "every worker",
@@ -180,7 +179,6 @@ class WorkerSupervisor:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), pause)
             pause = min(pause * 2, self._max_restart_backoff_s)
-            worker.restarts += 1
 
     async def _run_once(self, worker: _Worker) -> int | None:
         command = [
@@ -218,29 +216,20 @@ class WorkerSupervisor:
                 return
             text = line.decode(errors="replace").rstrip("\n")
             match = _READY.search(text)
-            if match is not None and not worker.ready.is_set():
+            if match is not None:
+                # A restarted worker's ready line says it serves again, perhaps elsewhere
+                # (with --port 0); the first one makes the worker count as ready.
+                again = worker.ready.is_set()
                 worker.address = f"{match['host']}:{match['port']}"
-                worker.ever_ready = True
                 worker.ready.set()
                 assert worker.process is not None
                 log.info(
-                    "worker %d (node %d, pid %d) serves on %s%s",
+                    "worker %d (node %d, pid %d) serves %son %s%s",
                     worker.index,
                     worker.node_id,
                     worker.process.pid,
+                    "again " if again else "",
                     worker.address,
-                    text[match.end() :],
-                )
-                continue
-            if match is not None:
-                assert worker.process is not None
-                log.info(
-                    "worker %d (node %d, pid %d) serves again on %s:%s%s",
-                    worker.index,
-                    worker.node_id,
-                    worker.process.pid,
-                    match["host"],
-                    match["port"],
                     text[match.end() :],
                 )
                 continue
