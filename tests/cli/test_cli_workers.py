@@ -4,6 +4,8 @@ when not given, and the settings that cannot work refused before anything starts
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from pydantic import ValidationError
 
@@ -53,6 +55,6 @@ def test_metrics_ports_follow_the_listeners_unless_given() -> None:
         ({"workers": 0, **KAFKA}, "greater than or equal to 1"),
     ],
 )
-def test_settings_that_cannot_work_are_refused(settings: dict[str, object], message: str) -> None:
+def test_settings_that_cannot_work_are_refused(settings: dict[str, Any], message: str) -> None:
     with pytest.raises(ValidationError, match=message):
-        CoordinatorConfig(**settings)  # type: ignore[arg-type]
+        CoordinatorConfig(**settings)

@@ -10,6 +10,10 @@ topic: their tests' ids sort as Kafka's do."""
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
+
 import pytest
 from assignor_helpers import group, member, metadata, plain, topic_id
 
@@ -19,10 +23,13 @@ from coordinator_server.consumer_groups.assignors.api import (
     GroupSpec,
     PartitionAssignorError,
     PartitionRange,
+    SubscribedTopicMetadata,
     SubscriptionType,
+    without_cycle_collection,
 )
 from coordinator_server.consumer_groups.assignors.range import RangeServerAssignor
 from coordinator_server.consumer_groups.assignors.uniform import UniformServerAssignor
+from coordinator_server.consumer_groups.topics import TopicId
 
 HOMO = SubscriptionType.HOMOGENEOUS
 HETERO = SubscriptionType.HETEROGENEOUS
@@ -481,3 +488,68 @@ def test_registry_refuses_unknown_names() -> None:
 def test_empty_group() -> None:
     for assignor in ASSIGNORS.values():
         assert assignor.assign(GroupSpec({}), metadata({H1: 3})).members == {}
+
+
+def test_an_assignment_runs_without_the_cycle_collector_and_leaves_it_as_it_was() -> None:
+    seen: list[bool] = []
+
+    @without_cycle_collection
+    def assign() -> str:
+        seen.append(gc.isenabled())
+        return "assigned"
+
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        assert assign() == "assigned" and gc.isenabled()
+        gc.disable()
+        assert assign() == "assigned" and not gc.isenabled()
+
+        @without_cycle_collection
+        def failing() -> None:
+            raise ValueError("no assignment")
+
+        gc.enable()
+        with pytest.raises(ValueError, match="no assignment"):
+            failing()
+        assert gc.isenabled()
+    finally:
+        if was:
+            gc.enable()
+        else:
+            gc.disable()
+    assert seen == [False, False]
+
+
+class _Watching:
+    """Topic metadata that notes whether the cycle collector ran when it was read."""
+
+    def __init__(self, counts: dict[TopicId, int]) -> None:
+        self.plain = SubscribedTopicMetadata(counts)
+        self.collector_on: list[bool] = []
+
+    def partition_count(self, topic_id: TopicId) -> int | None:
+        self.collector_on.append(gc.isenabled())
+        return self.plain.partition_count(topic_id)
+
+    def racks_for_partition(self, topic_id: TopicId, partition: int) -> AbstractSet[str]:
+        return self.plain.racks_for_partition(topic_id, partition)
+
+    def topic_racks(self, topic_id: TopicId) -> Sequence[AbstractSet[str]]:
+        return self.plain.topic_racks(topic_id)
+
+
+@pytest.mark.parametrize("name", ["uniform", "range"])
+def test_each_assignor_runs_without_the_cycle_collector(name: str) -> None:
+    foo, bar = topic_id(1), topic_id(2)
+    topics = _Watching({foo: 3, bar: 2})
+    spec = group({"a": member([foo, bar]), "b": member([foo])})
+    was = gc.isenabled()
+    gc.enable()
+    try:
+        ASSIGNORS[name].assign(spec, topics)
+        assert gc.isenabled()
+    finally:
+        if not was:
+            gc.disable()
+    assert topics.collector_on and not any(topics.collector_on)

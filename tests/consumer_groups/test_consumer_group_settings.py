@@ -59,9 +59,9 @@ def test_assignors_by_kafkas_names_and_class_names_in_order() -> None:
         ),
     ],
 )
-def test_settings_kafka_refuses_stop_the_start(settings: dict[str, object], complaint: str) -> None:
+def test_settings_kafka_refuses_stop_the_start(settings: dict[str, Any], complaint: str) -> None:
     with pytest.raises(ValidationError, match=complaint):
-        CoordinatorConfig(**settings)  # type: ignore[arg-type]
+        CoordinatorConfig(**settings)
 
 
 def test_where_a_node_reads_the_topics_from(tmp_path: Path) -> None:
@@ -184,3 +184,26 @@ async def test_topics_that_never_appear_are_read_for_ever_less_often_then_given_
     # 0.01 + 0.02 + 0.04 * n over 0.3 s: about ten reads, not one per pause of the first.
     assert 4 <= source.reads <= 12, source.reads
     assert service._wanted == {}
+
+
+async def test_a_heartbeat_waits_for_a_read_that_hangs_no_longer_than_its_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(consumer_group_service, "TOPICS_READ_WAIT_S", 0.05)
+    source = _Source()  # its reads end only when the test lets them: this one never does
+    service = service_of(source, max_subscribed_topics=1000)
+    started = asyncio.get_running_loop().time()
+    waits = [service._maybe_refresh_topics([f"missing-{n}"]) for n in range(100)]
+    assert all(wait is not None for wait in waits)
+    await asyncio.wait_for(asyncio.gather(*(w for w in waits if w is not None)), 2)
+    assert asyncio.get_running_loop().time() - started < 1
+    assert source.reads == 1
+    # The heartbeats the timer let go are dropped by the next that waits, while the read
+    # still hangs.
+    later = service._maybe_refresh_topics(["missing-later"])
+    assert later is not None and service._read_waiters == [later]
+    task = service._reading_wanted
+    assert task is not None
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
