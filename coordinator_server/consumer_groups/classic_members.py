@@ -59,9 +59,8 @@ from coordinator_server.consumer_groups.current_assignment import NO_OWNER_EPOCH
 from coordinator_server.consumer_groups.group import CONSUMER_PROTOCOL_TYPE, ConsumerGroup
 from coordinator_server.consumer_groups.heartbeat import (
     ClusterTopics,
-    current_assignment_record,
-    member_metadata_record,
     member_removal_records,
+    replace_member,
 )
 from coordinator_server.consumer_groups.manager import ConsumerGroupManager
 from coordinator_server.consumer_groups.member import ConsumerGroupMember, ReconciliationState
@@ -77,15 +76,12 @@ from coordinator_server.consumer_groups.migration import (
 )
 from coordinator_server.consumer_groups.regex import unused_regex_tombstones
 from coordinator_server.consumer_groups.subscriptions import subscribed_names_without
-from coordinator_server.consumer_groups.target_assignment import record_partitions
 from coordinator_server.records import (
     CoordinatorRecord,
     new_consumer_group_metadata_record,
-    new_consumer_group_target_assignment_member_record,
 )
 from coordinator_server.records.consumer_groups import (
     ConsumerGroupMetadataValue,
-    ConsumerGroupTargetAssignmentMemberValue,
 )
 from coordinator_server.runtime.api import CoordinatorResult, RecordRun
 
@@ -273,22 +269,14 @@ class ClassicMembers:
             return static, None
         if static is None:
             return ConsumerGroupMember(member_id), None
-        # The instance comes back under a new id: a copy of the member it replaces, keeping
-        # its partitions and its target (Kafka's `replaceMember`).
-        group_id = group.group_id
-        member = static.replace(member_id=member_id, member_epoch=0, previous_member_epoch=0)
-        records.extend(member_removal_records(group_id, static.member_id))
-        records.append(member_metadata_record(group_id, member))
-        records.append(
-            new_consumer_group_target_assignment_member_record(
-                group_id,
-                member_id,
-                ConsumerGroupTargetAssignmentMemberValue(
-                    record_partitions(group.target_assignment(static.member_id))
-                ),
-            )
+        # The instance comes back under the new member id, in its departed self's place.
+        member = replace_member(
+            group.group_id,
+            static,
+            member_id,
+            group.target_assignment(static.member_id),
+            records,
         )
-        records.append(current_assignment_record(group_id, member))
         return member, static.member_id
 
     # SyncGroup.

@@ -43,11 +43,13 @@ from coordinator_server.records import (
     new_consumer_group_current_member_assignment_tombstone_record,
     new_consumer_group_member_metadata_record,
     new_consumer_group_member_metadata_tombstone_record,
+    new_consumer_group_target_assignment_member_record,
     new_consumer_group_target_assignment_member_tombstone_record,
 )
 from coordinator_server.records.consumer_groups import (
     ConsumerGroupCurrentMemberAssignmentValue,
     ConsumerGroupMemberMetadataValue,
+    ConsumerGroupTargetAssignmentMemberValue,
 )
 
 KAFKA_MAX_GROUP_SIZE = 2**31 - 1
@@ -386,6 +388,29 @@ def member_removal_records(group_id: str, member_id: str) -> list[CoordinatorRec
         new_consumer_group_target_assignment_member_tombstone_record(group_id, member_id),
         new_consumer_group_member_metadata_tombstone_record(group_id, member_id),
     ]
+
+
+def replace_member(
+    group_id: str,
+    static: ConsumerGroupMember,
+    member_id: str,
+    target: TopicPartitions,
+    records: list[CoordinatorRecord],
+) -> ConsumerGroupMember:
+    """A static member that comes back under the new `member_id`: a copy of the departed
+    `static`, keeping its partitions and its target (`target`), so that nothing moves
+    (Kafka's `replaceMember`). Its records are appended to `records`: the departed member's
+    tombstones, then the copy's metadata, target and current assignment."""
+    member = static.replace(member_id=member_id, member_epoch=0, previous_member_epoch=0)
+    records.extend(member_removal_records(group_id, static.member_id))
+    records.append(member_metadata_record(group_id, member))
+    records.append(
+        new_consumer_group_target_assignment_member_record(
+            group_id, member_id, ConsumerGroupTargetAssignmentMemberValue(record_partitions(target))
+        )
+    )
+    records.append(current_assignment_record(group_id, member))
+    return member
 
 
 def response_assignment(

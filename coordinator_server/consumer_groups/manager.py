@@ -48,6 +48,7 @@ from coordinator_server.consumer_groups.heartbeat import (
     member_removal_records,
     no_cluster_topics,
     owned_partitions,
+    replace_member,
     response_assignment,
     subscribed_topic_metadata,
     validate_heartbeat,
@@ -76,7 +77,6 @@ from coordinator_server.consumer_groups.subscriptions import (
 )
 from coordinator_server.consumer_groups.target_assignment import (
     TargetAssignmentBuilder,
-    record_partitions,
     resolve_subscription,
 )
 from coordinator_server.consumer_groups.timeouts import ConsumerGroupTimeouts
@@ -85,12 +85,10 @@ from coordinator_server.consumer_groups.topics import TopicId, TopicPartitions
 from coordinator_server.records import (
     CoordinatorRecord,
     new_consumer_group_metadata_record,
-    new_consumer_group_target_assignment_member_record,
 )
 from coordinator_server.records.consumer_groups import (
     ConsumerGroupMetadataValue,
     ConsumerGroupRecordKey,
-    ConsumerGroupTargetAssignmentMemberValue,
 )
 from coordinator_server.runtime.api import Clock, CoordinatorResult, CoordinatorTimer
 from coordinator_server.timeline import SnapshotRegistry, TimelineDict
@@ -511,22 +509,14 @@ class ConsumerGroupManager:
                 f"Static member {member_id} with instance id {instance_id} cannot join the "
                 f"group because the instance id is owned by {static.member_id} member."
             )
-        # The instance comes back: a copy of the departed member under the new member id,
-        # keeping its partitions and its target, so that nothing moves (Kafka's
-        # `replaceMember`).
-        member = static.replace(member_id=member_id, member_epoch=0, previous_member_epoch=0)
-        records.extend(member_removal_records(group_id, static.member_id))
-        records.append(member_metadata_record(group_id, member))
-        records.append(
-            new_consumer_group_target_assignment_member_record(
-                group_id,
-                member_id,
-                ConsumerGroupTargetAssignmentMemberValue(
-                    record_partitions(group.target_assignment(static.member_id))
-                ),
-            )
+        # The instance comes back under the new member id, in its departed self's place.
+        member = replace_member(
+            group.group_id,
+            static,
+            member_id,
+            group.target_assignment(static.member_id),
+            records,
         )
-        records.append(current_assignment_record(group_id, member))
         return member, static.member_id
 
     def _update_target_assignment(
