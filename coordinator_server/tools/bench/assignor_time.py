@@ -11,8 +11,12 @@ members and the topics cut into five buckets, each member subscribing to its buc
 - fresh: the first assignment, nobody owning anything;
 - sticky: the next one, with one more member joining.
 
+With `racks` N, member m is in rack m % N and each partition p has two replicas, in racks
+p % N and (p + 1) % N: the rack-aware assignment.
+
 A figure is the process's CPU time for one assignment, building the group's spec included
-(as the coordinator builds it), the median of the rounds, with the best beside it.
+(as the coordinator builds it), the median of the rounds, with the best beside it; the
+assignment is freed after the clock stops, as the coordinator keeps the target it computes.
 """
 
 from __future__ import annotations
@@ -76,17 +80,24 @@ def subscriptions(
 
 
 def _spec(
-    subscribed: Mapping[str, frozenset[bytes]], previous: GroupAssignment | None
+    subscribed: Mapping[str, frozenset[bytes]], previous: GroupAssignment | None, racks: int = 0
 ) -> GroupSpec:
     return GroupSpec(
         {
             member_id: MemberSubscription(
                 topics,
                 previous.members.get(member_id, EMPTY_ASSIGNMENT) if previous else EMPTY_ASSIGNMENT,
+                rack_id=f"rack-{n % racks}" if racks else None,
             )
-            for member_id, topics in subscribed.items()
+            for n, (member_id, topics) in enumerate(subscribed.items())
         }
     )
+
+
+def _partition_racks(count: int, racks: int) -> tuple[frozenset[str], ...]:
+    names = [f"rack-{r}" for r in range(racks)]
+    sets = [frozenset({names[r], names[(r + 1) % racks]}) for r in range(racks)]
+    return tuple(sets[p % racks] for p in range(count))
 
 
 def _time(
@@ -95,13 +106,14 @@ def _time(
     subscribed: Mapping[str, frozenset[bytes]],
     previous: GroupAssignment | None,
     metadata: SubscribedTopicMetadata,
+    racks: int = 0,
 ) -> tuple[float, float]:
     """Median and best CPU milliseconds of one assignment over `rounds`."""
     times = []
     for _ in range(rounds):
         gc.collect()
         started = time.process_time()
-        result = assignor.assign(_spec(subscribed, previous), metadata)
+        result = assignor.assign(_spec(subscribed, previous, racks), metadata)
         times.append((time.process_time() - started) * 1000)
         # Freed after the clock stops: the coordinator keeps the target it computes.
         del result
@@ -109,7 +121,12 @@ def _time(
 
 
 def measure(
-    members: int, topics: int, partitions: int, rounds: int, assignor_name: str = "uniform"
+    members: int,
+    topics: int,
+    partitions: int,
+    rounds: int,
+    assignor_name: str = "uniform",
+    racks: int = 0,
 ) -> list[dict[str, Any]]:
     """A row per subscription type for our assignor, then Kafka's published figure and, on
     Kafka's group, our heterogeneous figures over its low end (15 ms: ahead of Kafka only
@@ -118,17 +135,19 @@ def measure(
         raise ValueError("the assignor needs a member, a topic and a partition per topic")
     topic_ids = [_topic_id(n) for n in range(topics)]
     per_topic, extra = divmod(partitions, topics)
+    counts = {t: per_topic + (1 if n < extra else 0) for n, t in enumerate(topic_ids)}
     metadata = SubscribedTopicMetadata(
-        {t: per_topic + (1 if n < extra else 0) for n, t in enumerate(topic_ids)}
+        counts,
+        {t: _partition_racks(count, racks) for t, count in counts.items()} if racks else {},
     )
     assignor = ASSIGNORS[assignor_name]
     rows: list[dict[str, Any]] = []
     for homogeneous in (True, False):
         subscribed = subscriptions(members, topic_ids, homogeneous)
-        first = assignor.assign(_spec(subscribed, None), metadata)
+        first = assignor.assign(_spec(subscribed, None, racks), metadata)
         joined = subscriptions(members + 1, topic_ids, homogeneous)
-        fresh = _time(max(1, rounds), assignor, subscribed, None, metadata)
-        sticky = _time(max(1, rounds), assignor, joined, first, metadata)
+        fresh = _time(max(1, rounds), assignor, subscribed, None, metadata, racks)
+        sticky = _time(max(1, rounds), assignor, joined, first, metadata, racks)
         rows.append(
             {
                 "target": "ours",
@@ -142,6 +161,7 @@ def measure(
                 "sticky_ms": round(sticky[0], 2),
                 "sticky_best_ms": round(sticky[1], 2),
                 "rounds": max(1, rounds),
+                "racks": racks,
             }
         )
     low, high = KAFKA_PUBLISHED_MS
