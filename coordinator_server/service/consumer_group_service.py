@@ -119,19 +119,27 @@ class ConsumerGroupService:
 
         denied_topics = nothing_denied if authorizer is None else _denied_topics(authorizer, ctx)
 
-        def heartbeat() -> Reply:
-            outcome = self._runtime.write(
-                "consumer-group-heartbeat",
-                self._partition_for(group_id),
-                lambda shard: shard.consumer_group_heartbeat(ctx, request, denied_topics),
-            )
-            return reply_to(outcome, on_error)
-
         if request.subscribed_topic_names:
             read = self._maybe_refresh_topics(request.subscribed_topic_names)
             if read is not None:
-                return reply_after(read, lambda _: heartbeat(), on_error)
-        return heartbeat()
+                return reply_after(
+                    read, lambda _: self._write(ctx, request, denied_topics, on_error), on_error
+                )
+        return self._write(ctx, request, denied_topics, on_error)
+
+    def _write(
+        self,
+        ctx: RequestContext,
+        request: ConsumerGroupHeartbeatRequest,
+        denied_topics: DeniedTopics,
+        on_error: Callable[[BaseException], Message],
+    ) -> Reply:
+        outcome = self._runtime.write(
+            "consumer-group-heartbeat",
+            self._partition_for(request.group_id or ""),
+            lambda shard: shard.consumer_group_heartbeat(ctx, request, denied_topics),
+        )
+        return reply_to(outcome, on_error)
 
     def _maybe_refresh_topics(self, names: list[str]) -> asyncio.Future[None] | None:
         """Topics subscribed to that the last read of the cluster did not have may have been
