@@ -6,6 +6,7 @@ case's records and answers, and every result's records replayed into the manager
 from __future__ import annotations
 
 import pytest
+from consumer_group_replay import replay
 
 from coordinator_protocol.consumer_groups import (
     ConsumerGroupHeartbeatRequest,
@@ -29,7 +30,6 @@ from coordinator_server.records.consumer_groups import (
     ConsumerGroupMemberMetadataValue,
     ConsumerGroupMetadataKey,
     ConsumerGroupMetadataValue,
-    ConsumerGroupRecordKey,
     ConsumerGroupTargetAssignmentMemberKey,
     ConsumerGroupTargetAssignmentMemberValue,
     ConsumerGroupTargetAssignmentMetadataKey,
@@ -95,20 +95,6 @@ class Context:
         assert again.group_epoch() == live.group_epoch()
         assert again.target_assignment_epoch() == live.target_assignment_epoch()
         assert again.state() is live.state()
-
-
-def replay(manager: ConsumerGroupManager, record: CoordinatorRecord) -> None:
-    key = record.key
-    assert isinstance(
-        key,
-        ConsumerGroupMetadataKey
-        | ConsumerGroupMemberMetadataKey
-        | ConsumerGroupTargetAssignmentMetadataKey
-        | ConsumerGroupTargetAssignmentMemberKey
-        | ConsumerGroupCurrentMemberAssignmentKey,
-    )
-    typed: ConsumerGroupRecordKey = key
-    manager.replay(typed, record.value)
 
 
 def join(

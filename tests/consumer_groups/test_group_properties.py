@@ -16,8 +16,10 @@ it reports, and takes newly given partitions only after it has reported the revo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from consumer_group_replay import replay
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -74,15 +76,11 @@ class GroupMachine(RuleBasedStateMachine):
             topics=lambda: self.topics,
         )
 
-    def _apply(self, records: object) -> None:
+    def _apply(self, records: Sequence[CoordinatorRecord] | RecordRun) -> None:
         assert not isinstance(records, RecordRun)
-        for record in records:  # type: ignore[attr-defined]
-            self._replay(self.manager, record)
+        for record in records:
+            replay(self.manager, record)
             self.log.append(record)
-
-    @staticmethod
-    def _replay(manager: ConsumerGroupManager, record: CoordinatorRecord) -> None:
-        manager.replay(record.key, record.value)  # type: ignore[arg-type]
 
     def _send(
         self, member_id: str, request: ConsumerGroupHeartbeatRequest
@@ -209,7 +207,7 @@ class GroupMachine(RuleBasedStateMachine):
         before = self.manager.group(GROUP)
         fresh = self._fresh()
         for record in self.log:
-            self._replay(fresh, record)
+            replay(fresh, record)
         after = fresh.group(GROUP)
         if before is None:
             assert after is None

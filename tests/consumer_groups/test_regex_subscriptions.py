@@ -13,6 +13,7 @@ import time
 from collections.abc import Collection
 
 import pytest
+from consumer_group_replay import replay
 
 from coordinator_protocol.consumer_groups import (
     ConsumerGroupHeartbeatRequest,
@@ -34,15 +35,10 @@ from coordinator_server.consumer_groups.regex import (
 )
 from coordinator_server.records import CoordinatorRecord
 from coordinator_server.records.consumer_groups import (
-    ConsumerGroupCurrentMemberAssignmentKey,
-    ConsumerGroupMemberMetadataKey,
     ConsumerGroupMetadataKey,
     ConsumerGroupMetadataValue,
-    ConsumerGroupRecordKey,
     ConsumerGroupRegularExpressionKey,
     ConsumerGroupRegularExpressionValue,
-    ConsumerGroupTargetAssignmentMemberKey,
-    ConsumerGroupTargetAssignmentMetadataKey,
 )
 from coordinator_server.runtime.api import RecordRun
 from coordinator_server.timeline import SnapshotRegistry
@@ -141,21 +137,6 @@ class Context:
             if self.assigned(member_id) == before:
                 return before
         raise AssertionError(f"member {member_id} did not settle")
-
-
-def replay(manager: ConsumerGroupManager, record: CoordinatorRecord) -> None:
-    key = record.key
-    assert isinstance(
-        key,
-        ConsumerGroupMetadataKey
-        | ConsumerGroupMemberMetadataKey
-        | ConsumerGroupTargetAssignmentMetadataKey
-        | ConsumerGroupTargetAssignmentMemberKey
-        | ConsumerGroupCurrentMemberAssignmentKey
-        | ConsumerGroupRegularExpressionKey,
-    )
-    typed: ConsumerGroupRecordKey = key
-    manager.replay(typed, record.value)
 
 
 def join(
