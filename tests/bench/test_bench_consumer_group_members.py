@@ -329,10 +329,11 @@ def test_the_assignor_rows_quote_kafka_only_on_its_group() -> None:
     assert [(r["target"], r["subscriptions"]) for r in rows] == [
         ("ours", "homogeneous"),
         ("ours", "heterogeneous"),
+        ("ours", "overlapping"),
         ("kafka (KIP-1263)", "heterogeneous"),
     ]
-    assert all(r["fresh_ms"] > 0 and r["sticky_ms"] > 0 for r in rows[:2])
-    assert "KIP-1263" in rows[2]["source"]
+    assert all(r["fresh_ms"] > 0 and r["sticky_ms"] > 0 for r in rows[:3])
+    assert "KIP-1263" in rows[3]["source"]
 
 
 def test_the_scenario_refuses_a_group_the_newcomer_would_get_nothing_of() -> None:

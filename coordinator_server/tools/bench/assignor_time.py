@@ -6,7 +6,10 @@ motivation says that the uniform assignor without racks, on heterogeneous subscr
 slowest path), takes 15 to 20 ms on that group. The subscriptions are made as Kafka's
 assignor benchmark makes them: every member subscribed to every topic (homogeneous), or the
 members and the topics cut into five buckets, each member subscribing to its bucket's topics
-(heterogeneous).
+(heterogeneous). A third kind is ours: each bucket also subscribed to the first half of the
+next bucket's topics (overlapping), so that the group is one part and the heterogeneous
+builder runs over all of it (the `uniform` assignor cuts Kafka's heterogeneous group into its
+five buckets: `assignors/components.py`).
 
 - fresh: the first assignment, nobody owning anything;
 - sticky: the next one, with one more member joining.
@@ -62,21 +65,26 @@ def _topic_id(n: int) -> bytes:
     return n.to_bytes(16, "big")
 
 
-def subscriptions(
-    members: int, topics: list[bytes], homogeneous: bool
-) -> dict[str, frozenset[bytes]]:
-    if homogeneous:
+SUBSCRIPTION_KINDS = ("homogeneous", "heterogeneous", "overlapping")
+
+
+def subscriptions(members: int, topics: list[bytes], kind: str) -> dict[str, frozenset[bytes]]:
+    if kind == "homogeneous":
         every = frozenset(topics)
         return {f"member-{m}": every for m in range(members)}
     buckets = min(BUCKETS, members)
     topics_per_bucket = -(-len(topics) // buckets)
     members_per_bucket = -(-members // buckets)
-    return {
-        f"member-{m}": frozenset(
-            topics[(m // members_per_bucket) * topics_per_bucket :][:topics_per_bucket]
-        )
-        for m in range(members)
-    }
+    # Overlapping: the first half of the next bucket's topics too (the last bucket's, the
+    # first's), so that every bucket shares topics with two others.
+    shared = topics_per_bucket // 2 if kind == "overlapping" else 0
+    chosen: dict[str, frozenset[bytes]] = {}
+    for m in range(members):
+        bucket = m // members_per_bucket
+        own = topics[bucket * topics_per_bucket :][:topics_per_bucket]
+        following = ((bucket + 1) % buckets) * topics_per_bucket
+        chosen[f"member-{m}"] = frozenset(own + topics[following:][:shared])
+    return chosen
 
 
 def _spec(
@@ -142,17 +150,17 @@ def measure(
     )
     assignor = ASSIGNORS[assignor_name]
     rows: list[dict[str, Any]] = []
-    for homogeneous in (True, False):
-        subscribed = subscriptions(members, topic_ids, homogeneous)
+    for kind in SUBSCRIPTION_KINDS:
+        subscribed = subscriptions(members, topic_ids, kind)
         first = assignor.assign(_spec(subscribed, None, racks), metadata)
-        joined = subscriptions(members + 1, topic_ids, homogeneous)
+        joined = subscriptions(members + 1, topic_ids, kind)
         fresh = _time(max(1, rounds), assignor, subscribed, None, metadata, racks)
         sticky = _time(max(1, rounds), assignor, joined, first, metadata, racks)
         rows.append(
             {
                 "target": "ours",
                 "assignor": assignor_name,
-                "subscriptions": "homogeneous" if homogeneous else "heterogeneous",
+                "subscriptions": kind,
                 "members": members,
                 "topics": topics,
                 "partitions": partitions,
