@@ -29,10 +29,11 @@ FROM python-base AS builder
 # No self-update check: it would only add a network round trip and a warning to the build.
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# venv's pip, for this stage only.
+# venv's pip, and the C compiler and Python's headers that compile the hot path (setup.py), for
+# this stage only: the runtime stage gets the compiled modules, not the tools.
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends python3-venv \
+    && apt-get install -y --no-install-recommends python3-venv gcc libc6-dev python3-dev \
     && rm -rf /var/lib/apt/lists/*
 
 RUN python3 -m venv /opt/venv
@@ -50,14 +51,16 @@ RUN /opt/venv/bin/python -c "import tomllib; print(*(d for p in ('pyproject.toml
 
 # Then the two distributions: the client library's (the wire contract's package with it) and
 # the server's, each with the readme it declares. .dockerignore keeps everything else out of
-# the build context (the client's tests too). The import proves, at build time, that the
-# entry point and uvloop load on this base. pip and setuptools then leave the venv: the
-# server needs neither, and the image carries only what it runs.
+# the build context (the client's tests too). The imports prove, at build time, that the
+# entry point and uvloop load on this base and that the hot path was compiled (`-I`: from
+# the venv, not from the sources in the working directory). pip and setuptools then leave
+# the venv: the server needs neither, and the image carries only what it runs.
 COPY clients/python ./clients/python
-COPY README.md ./
+COPY README.md setup.py ./
 COPY coordinator_server ./coordinator_server
 RUN /opt/venv/bin/pip install --no-cache-dir --no-deps -c constraints.txt ./clients/python . \
-    && /opt/venv/bin/python -c "import uvloop, coordinator_server.cli" \
+    && /opt/venv/bin/python -I -c "import uvloop, coordinator_server.cli" \
+    && /opt/venv/bin/python -I -c "from coordinator_server.compiled import running_build as b; print(b()); assert b().startswith('compiled')" \
     && /opt/venv/bin/pip uninstall --yes --quiet pip setuptools
 
 # --- runtime: the venv on a clean slim base, no build tools, not root ---------------------

@@ -190,6 +190,9 @@ def _without_aiokafka_retries(record: logging.LogRecord) -> bool:
 
 def serve(config: CoordinatorConfig) -> None:
     from coordinator_server.app import CoordinatorApp
+    from coordinator_server.compiled import running_build
+
+    logging.getLogger("coordinator_server").info("hot path: %s", running_build())
 
     app = CoordinatorApp(config)
     run_async(app.run)

@@ -140,6 +140,10 @@ class TimelineDict(Generic[K, V]):
     def __len__(self) -> int:
         return len(self._data)
 
+    def __bool__(self) -> bool:
+        # Spelled out: a class compiled by mypyc does not fall back to __len__ for truth.
+        return bool(self._data)
+
     def __iter__(self) -> Iterator[K]:
         return iter(self._data)
 

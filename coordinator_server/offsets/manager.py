@@ -93,6 +93,10 @@ class OffsetCommitRun(RecordRun):
     def __len__(self) -> int:
         return len(self.commits)
 
+    def __bool__(self) -> bool:
+        # Spelled out: a class compiled by mypyc does not fall back to __len__ for truth.
+        return bool(self.commits)
+
     def encode(self) -> list[EncodedRecord]:
         return encode_offset_commits(self.group, self.commits)
 

@@ -35,6 +35,10 @@ class DeferredEventCollection:
         """Writes waiting for the high watermark (ones that timed out meanwhile included)."""
         return len(self._events)
 
+    def __bool__(self) -> bool:
+        # Spelled out: a class compiled by mypyc does not fall back to __len__ for truth.
+        return bool(self._events)
+
     def __iter__(self) -> Iterator[WriteEvent]:
         return iter(self._events)
 

@@ -62,6 +62,10 @@ class EventQueue(Generic[E]):
     def __len__(self) -> int:
         return len(self.events)
 
+    def __bool__(self) -> bool:
+        # Spelled out: a class compiled by mypyc does not fall back to __len__ for truth.
+        return bool(self.events)
+
 
 class EventProcessor(Generic[E]):
     """Runs each queue's events on the running event loop, one drain task per queue."""

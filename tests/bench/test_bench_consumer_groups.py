@@ -70,8 +70,13 @@ def test_consumer_groups_side_by_side_with_kafkas_coordinator() -> None:
     assert all(row["extra_s"] > 0 for row in classic if row["protocol"])
 
     assignor = document["results"]["consumer-groups assignor"]
-    assert [row["target"] for row in assignor] == ["ours", "ours", "kafka (KIP-1263)"]
-    assert all(row["fresh_ms"] > 0 for row in assignor[:2])
+    assert [row["target"] for row in assignor] == ["ours", "ours", "ours", "kafka (KIP-1263)"]
+    assert [row["subscriptions"] for row in assignor[:3]] == [
+        "homogeneous",
+        "heterogeneous",
+        "overlapping",
+    ]
+    assert all(row["fresh_ms"] > 0 for row in assignor[:3])
 
     goals = {check["target"] for check in document["targets"]}
     assert any("keep their partitions" in goal for goal in goals)

@@ -60,6 +60,27 @@ def test_a_stack_counts_for_the_layer_of_its_innermost_frame_of_ours() -> None:
     assert rows[-1].split()[1:] == ["100", "100.0%", "50.0"]
 
 
+def test_a_compiled_function_counts_for_its_modules_layer() -> None:
+    """py-spy --native names the compiled build's functions as mypyc does in C."""
+    shared = "coordinator_server__mypyc.cpython-311-x86_64-linux-gnu.so"
+    lines = [
+        f"{ENTRY};CPyPy_connection___Connection___read_frames ({shared});"
+        f"CPyDef_runtime___CoordinatorRuntime___write ({shared});"
+        "PyDict_SetItem (libpython3.11.so.1.0) 7\n",
+        f"{ENTRY};CPyDef_timeline___SnapshotRegistry___commit ({shared}) 3\n",
+        f"{ENTRY};CPyDef_event_processor___EventProcessor___run ({shared}) 2\n",
+        f"{ENTRY};CPyDef_records___encode_offset_commits ({shared}) 1\n",
+        # A function of another native library is not ours.
+        f"{ENTRY};CPyDef_elsewhere___f (other.so) 5\n",
+    ]
+    counts, _ = count_layers(lines)
+    assert counts == {
+        "runtime: writes, batches, completions": 12,
+        "records: encoding, batches": 1,
+        EVENT_LOOP: 5,
+    }
+
+
 def test_no_samples_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     empty = tmp_path / "profile.txt"
     empty.write_text("")
@@ -90,7 +111,7 @@ def test_a_real_servers_commits_profiled_by_py_spy(tmp_path: Path) -> None:
                 await client.close()
             return done
 
-        record = ["record", "-p", str(server.pid), "-r", "200", "-d", "3"]
+        record = ["record", "-p", str(server.pid), "-r", "200", "-d", "3", "--native"]
         recorder = subprocess.Popen(
             [py_spy, *record, "-f", "raw", "-o", str(profile)],
             stdout=subprocess.DEVNULL,

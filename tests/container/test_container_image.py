@@ -329,7 +329,8 @@ def test_the_image_carries_only_what_the_server_runs(
     docker: DockerDaemon, coordinator_image: str
 ) -> None:
     """No compiler, no pip, no test or pipeline extra: the venv holds the server's own
-    requirements at the constraints file's versions, and nothing else."""
+    requirements at the constraints file's versions, the hot path compiled, and nothing
+    else."""
     listed = docker.run(
         "run", "--rm", "--entrypoint", "python", coordinator_image, "-c",
         "import importlib.metadata as m, json; "
@@ -354,3 +355,9 @@ def test_the_image_carries_only_what_the_server_runs(
     ).stdout.split()  # fmt: skip
     # apt-get is Debian's own (the base's), not a build tool.
     assert tools == ["/usr/bin/apt-get"], tools
+    # The builder compiled the hot path; the image carries the compiled modules.
+    build = docker.run(
+        "run", "--rm", "--entrypoint", "python", coordinator_image, "-c",
+        "from coordinator_server.compiled import running_build; print(running_build())",
+    ).stdout.strip()  # fmt: skip
+    assert build.startswith("compiled (mypyc)"), build

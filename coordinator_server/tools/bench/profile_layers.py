@@ -17,6 +17,12 @@ samples py-spy takes while the server's thread is not idle: on a core shared wit
 broker, a system call that wakes the broker can be preempted and sampled as running, so the
 layer that makes it counts part of the broker's time; pin the broker to another core for the
 server's own CPU alone.
+
+The compiled build (`coordinator_server/compiled.py`) runs its twelve modules as C: py-spy
+sees them only with `--native`, as functions named by mypyc (`CPyDef_runtime___...`, the
+module's last name first), which count for their modules' layers as their Python frames do.
+
+    py-spy record -p SERVER_PID -r 250 -d 25 -f raw --native -o profile.txt
 """
 
 from __future__ import annotations
@@ -27,6 +33,9 @@ import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+
+from coordinator_server import compiled
+from coordinator_server.compiled import COMPILED_MODULES, source_path
 
 LAYERS: tuple[tuple[str, str], ...] = (
     ("coordinator_protocol/", "wire decoding and encoding"),
@@ -58,6 +67,20 @@ _ENTRY = (
     "coordinator_server/event_loop.py",
 )
 _FRAME = re.compile(r"^(?P<function>.*) \((?P<path>[^():]*)(?::(?P<line>\d+))?\)$")
+# A function of the compiled build, as mypyc names it in C: its module's last name, then its
+# class and function, joined by three underscores.
+_NATIVE = re.compile(r"^CPy(?:Def|Py)_(?P<module>[A-Za-z0-9_]+?)___")
+
+
+_PACKAGE = Path(compiled.__file__).parent
+# The compiled modules' files by the name mypyc gives their functions (their last names are
+# unique).
+_COMPILED_FILES = {
+    name.rpartition(".")[
+        2
+    ]: f"coordinator_server/{source_path(_PACKAGE, name).relative_to(_PACKAGE).as_posix()}"
+    for name in COMPILED_MODULES
+}
 
 
 def layer_of(path: str) -> str | None:
@@ -71,8 +94,14 @@ def layer_of(path: str) -> str | None:
 
 
 def frame_path(frame: str) -> str:
+    """The file of a frame, a compiled function's module file for a native frame of ours."""
     match = _FRAME.match(frame.strip())
-    return match.group("path") if match else frame
+    if match is None:
+        return frame
+    native = _NATIVE.match(match.group("function"))
+    if native is not None and native.group("module") in _COMPILED_FILES:
+        return _COMPILED_FILES[native.group("module")]
+    return match.group("path")
 
 
 def count_layers(lines: Iterable[str]) -> tuple[Counter[str], dict[str, Counter[str]]]:

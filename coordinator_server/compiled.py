@@ -1,0 +1,127 @@
+"""The hot path's compiled build: which modules `pip install` compiles ahead of time with mypyc
+(`setup.py` reads `COMPILED_MODULES` from this file, which therefore imports only the
+standard library), which build a process runs, and the switch that runs the Python source
+instead.
+
+The modules stay Python: the same files are what runs where no build could happen (no C
+compiler: the install falls back to them), under `COORDINATOR_PURE_PYTHON=1`, and what the
+type checker and the tests read. Why mypyc and why these modules: docs/PERFORMANCE.md,
+"A compiled hot path".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import os
+import sys
+from collections.abc import Sequence
+from importlib.machinery import ModuleSpec
+from pathlib import Path
+from types import ModuleType
+
+COMPILED_MODULES: tuple[str, ...] = (
+    "coordinator_server.timeline",
+    "coordinator_server.runtime.batch",
+    "coordinator_server.runtime.deferred",
+    "coordinator_server.runtime.events",
+    "coordinator_server.runtime.event_processor",
+    "coordinator_server.runtime.appender",
+    "coordinator_server.runtime.runtime",
+    "coordinator_server.offsets.manager",
+    "coordinator_server.offsets.pending",
+    "coordinator_server.offsets.commit_answers",
+    "coordinator_server.records",
+    "coordinator_server.server.connection",
+)
+"""Compiled together (one mypyc group, so that their calls to each other are native)."""
+
+BUILD_RECORD = "compiled_build.txt"
+"""Written by the build beside the package's modules, a line per compiled module (its name and
+its source's SHA-256), so that a build made from other sources (an editable install edited
+since) is never run."""
+
+PURE_PYTHON_VARIABLE = "COORDINATOR_PURE_PYTHON"
+"""Set to 1, the process imports the Python source of every compiled module: the suite runs
+the in-process tests both ways, and an operator can rule the build out."""
+
+
+class _PythonSourceFinder:
+    """Finds the compiled modules' source files, ahead of the extension modules that the
+    standard path finder prefers when both sit in one directory."""
+
+    def find_spec(
+        self, name: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        if name not in COMPILED_MODULES or not path:
+            return None
+        source_only = (importlib.machinery.SourceFileLoader, importlib.machinery.SOURCE_SUFFIXES)
+        for directory in path:
+            spec = importlib.machinery.FileFinder(directory, source_only).find_spec(name)
+            if spec is not None:
+                return spec
+        return None
+
+
+def python_source_requested() -> bool:
+    return os.environ.get(PURE_PYTHON_VARIABLE, "") not in ("", "0")
+
+
+def source_path(package_dir: Path, name: str) -> Path:
+    """The source file of a compiled module, from the directory of the top package."""
+    parts = name.split(".")[1:]
+    module = package_dir.joinpath(*parts)
+    return module / "__init__.py" if module.is_dir() else module.with_suffix(".py")
+
+
+def source_hashes(package_dir: Path) -> dict[str, str]:
+    return {
+        name: hashlib.sha256(source_path(package_dir, name).read_bytes()).hexdigest()
+        for name in COMPILED_MODULES
+    }
+
+
+def build_is_stale(package_dir: Path) -> bool:
+    """True when a compiled build is there but was made from other sources than these."""
+    record = package_dir / BUILD_RECORD
+    try:
+        built = dict(line.split() for line in record.read_text().splitlines() if line)
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError):
+        return True
+    try:
+        current = source_hashes(package_dir)
+    except OSError:
+        return True
+    return any(built.get(name) != digest for name, digest in current.items())
+
+
+def use_python_source() -> None:
+    """From now on, the compiled modules are imported from their source (once, before any of
+    them is imported: the package's `__init__` calls it)."""
+    if not any(isinstance(finder, _PythonSourceFinder) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _PythonSourceFinder())
+
+
+def is_compiled(module: ModuleType) -> bool:
+    return (module.__file__ or "").endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+
+
+def running_build() -> str:
+    """Which build runs, in one line: the compiled modules or their Python source, and why
+    the source when it is."""
+    modules = [importlib.import_module(name) for name in COMPILED_MODULES]
+    compiled = sum(is_compiled(module) for module in modules)
+    if compiled == len(modules):
+        return f"compiled (mypyc): {compiled} modules of the hot path"
+    if python_source_requested():
+        return f"pure Python: {PURE_PYTHON_VARIABLE} is set"
+    if build_is_stale(Path(__file__).parent):
+        return "pure Python: the compiled build is older than the source (reinstall to rebuild)"
+    if compiled:
+        return (
+            f"partly compiled: {compiled} of {len(modules)} modules of the hot path "
+            "(a build older than the source?)"
+        )
+    return "pure Python: the compiled modules are not built (no C compiler at install)"
