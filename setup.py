@@ -46,7 +46,7 @@ def _compiled_extensions() -> list:
     ]
     try:
         return mypycify(paths, opt_level="3", group_name="coordinator_server")
-    except BaseException as error:  # mypyc reports a refused module by exiting
+    except (Exception, SystemExit) as error:  # mypyc reports a refused module by exiting
         _warn(f"mypyc could not compile the hot path ({error!r})")
         return []
 

@@ -47,17 +47,30 @@ the in-process tests both ways, and an operator can rule the build out."""
 
 
 class _PythonSourceFinder:
-    """Finds the compiled modules' source files, ahead of the extension modules that the
-    standard path finder prefers when both sit in one directory."""
+    """Finds the package's modules' source files, ahead of the extension modules that the
+    standard path finder prefers when both sit in one directory: every module's when
+    `everything`, otherwise those of the modules not in `COMPILED_MODULES` (an extension
+    module left in the package by an earlier build whose list was longer is never loaded)."""
+
+    def __init__(self, everything: bool) -> None:
+        self.everything = everything
+        self._finders: dict[str, importlib.machinery.FileFinder] = {}
 
     def find_spec(
         self, name: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> ModuleSpec | None:
-        if name not in COMPILED_MODULES or not path:
+        if not path or not name.startswith("coordinator_server."):
             return None
-        source_only = (importlib.machinery.SourceFileLoader, importlib.machinery.SOURCE_SUFFIXES)
+        if not self.everything and name in COMPILED_MODULES:
+            return None
         for directory in path:
-            spec = importlib.machinery.FileFinder(directory, source_only).find_spec(name)
+            finder = self._finders.get(directory)
+            if finder is None:
+                finder = self._finders[directory] = importlib.machinery.FileFinder(
+                    directory,
+                    (importlib.machinery.SourceFileLoader, importlib.machinery.SOURCE_SUFFIXES),
+                )
+            spec = finder.find_spec(name)
             if spec is not None:
                 return spec
         return None
@@ -97,11 +110,14 @@ def build_is_stale(package_dir: Path) -> bool:
     return any(built.get(name) != digest for name, digest in current.items())
 
 
-def use_python_source() -> None:
-    """From now on, the compiled modules are imported from their source (once, before any of
-    them is imported: the package's `__init__` calls it)."""
-    if not any(isinstance(finder, _PythonSourceFinder) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _PythonSourceFinder())
+def choose_build(package_dir: Path) -> None:
+    """Which build the process imports from now on (the package's `__init__` calls it,
+    before any module of the hot path is imported): the compiled modules, unless the source
+    is asked for or the build was made from other sources; the source of every other
+    module, whatever extension modules sit beside it."""
+    everything = python_source_requested() or build_is_stale(package_dir)
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _PythonSourceFinder)]
+    sys.meta_path.insert(0, _PythonSourceFinder(everything))
 
 
 def is_compiled(module: ModuleType) -> bool:
@@ -122,6 +138,9 @@ def running_build() -> str:
     if compiled:
         return (
             f"partly compiled: {compiled} of {len(modules)} modules of the hot path "
-            "(a build older than the source?)"
+            "(a build made before the list changed: reinstall to rebuild)"
         )
-    return "pure Python: the compiled modules are not built (no C compiler at install)"
+    return (
+        "pure Python: the compiled modules are not built "
+        "(no C compiler at install, or COORDINATOR_COMPILE=0)"
+    )

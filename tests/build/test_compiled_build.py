@@ -1,10 +1,11 @@
 """The compiled hot path (`coordinator_server/compiled.py`, `setup.py`): an install with a C
 compiler runs the compiled modules, `COORDINATOR_PURE_PYTHON=1` runs their source, a build
-made from other sources is never run, and a build that cannot happen installs the
-pure-Python modules with a warning."""
+made from other sources is never run, nor an extension module of a module no longer listed,
+and a build that cannot happen installs the pure-Python modules with a warning."""
 
 from __future__ import annotations
 
+import importlib.machinery
 import json
 import os
 import shutil
@@ -60,6 +61,25 @@ def test_the_switch_runs_the_python_source() -> None:
     found = probe(**{compiled.PURE_PYTHON_VARIABLE: "1"})
     assert found["build"] == f"pure Python: {compiled.PURE_PYTHON_VARIABLE} is set"
     assert all(f.endswith(".py") for f in found["files"]), found
+
+
+def test_only_the_listed_modules_are_ever_loaded_compiled(tmp_path: Path) -> None:
+    """An extension module beside a module the list no longer names (an earlier build's) is
+    passed over for its source; a listed one is left to the standard finder, unless the
+    source is asked for."""
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    for name in ("metrics", "timeline"):
+        (tmp_path / f"{name}.py").write_text("")
+        (tmp_path / f"{name}{suffix}").write_bytes(b"not a library")
+    finder = compiled._PythonSourceFinder(everything=False)
+    spec = finder.find_spec("coordinator_server.metrics", [str(tmp_path)])
+    assert spec is not None and spec.origin == str(tmp_path / "metrics.py")
+    assert finder.find_spec("coordinator_server.timeline", [str(tmp_path)]) is None
+    # Not ours: left alone.
+    assert finder.find_spec("elsewhere.metrics", [str(tmp_path)]) is None
+    source = compiled._PythonSourceFinder(everything=True)
+    spec = source.find_spec("coordinator_server.timeline", [str(tmp_path)])
+    assert spec is not None and spec.origin == str(tmp_path / "timeline.py")
 
 
 def _package_copy(tmp_path: Path) -> Path:
