@@ -31,7 +31,6 @@ COMPILED_MODULES: tuple[str, ...] = (
     "coordinator_server.offsets.manager",
     "coordinator_server.offsets.pending",
     "coordinator_server.offsets.commit_answers",
-    "coordinator_server.records",
     "coordinator_server.server.connection",
 )
 """Compiled together (one mypyc group, so that their calls to each other are native)."""

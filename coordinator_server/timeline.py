@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator, Sequence
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Final, Generic, TypeVar, cast
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -38,7 +38,7 @@ class _Missing:
         return "MISSING"
 
 
-MISSING = _Missing()
+MISSING: Final = _Missing()
 
 
 class SnapshotRegistry:

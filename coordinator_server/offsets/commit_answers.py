@@ -6,6 +6,7 @@ response also lets a connection reuse the encoding of the last response it sent.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Final
 
 from coordinator_protocol.errors import ErrorCode
 from coordinator_protocol.messages import (
@@ -16,11 +17,13 @@ from coordinator_protocol.messages import (
     OffsetCommitResponseTopic,
 )
 
-_ANSWERS_KEPT = 65536
-_partition_answers: dict[tuple[int, ErrorCode], OffsetCommitResponsePartition] = {}
-_RESPONSES_KEPT = 4096
-_RESPONSE_MAX_PARTITIONS = 256
-_all_committed_answers: dict[tuple[tuple[str, tuple[int, ...]], ...], OffsetCommitResponse] = {}
+_ANSWERS_KEPT: Final = 65536
+_partition_answers: Final[dict[tuple[int, ErrorCode], OffsetCommitResponsePartition]] = {}
+_RESPONSES_KEPT: Final = 4096
+_RESPONSE_MAX_PARTITIONS: Final = 256
+_all_committed_answers: Final[
+    dict[tuple[tuple[str, tuple[int, ...]], ...], OffsetCommitResponse]
+] = {}
 
 
 def _partition_answer(partition_index: int, code: ErrorCode) -> OffsetCommitResponsePartition:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from coordinator_protocol.errors import ApiError, ErrorCode
 from coordinator_protocol.messages import (
@@ -110,7 +111,7 @@ class OffsetCommitRun(RecordRun):
 # An offset commit record's key and value besides the group id, topic name and metadata:
 # array headers, type, versions and the integers at their widest (partition, offset, leader
 # epoch, commit timestamp), and the nil expire timestamp.
-_COMMIT_RECORD_BYTES = 34
+_COMMIT_RECORD_BYTES: Final = 34
 
 
 def _metadata_length(metadata: str) -> int:

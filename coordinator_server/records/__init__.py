@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any, TypeAlias
+from typing import Any, Final, TypeAlias
 
 import msgpack
 import msgspec
@@ -118,10 +118,10 @@ class RecordType(IntEnum):
     CONSUMER_GROUP_REGULAR_EXPRESSION = 14
 
 
-KEY_VERSION = 0
-OFFSET_COMMIT_VALUE_VERSION = 0
-GROUP_METADATA_VALUE_VERSION = 0
-PARTITION_OWNERSHIP_VALUE_VERSION = 0
+KEY_VERSION: Final = 0
+OFFSET_COMMIT_VALUE_VERSION: Final = 0
+GROUP_METADATA_VALUE_VERSION: Final = 0
+PARTITION_OWNERSHIP_VALUE_VERSION: Final = 0
 
 
 class RecordFormatError(ValueError):
@@ -395,20 +395,20 @@ def new_consumer_group_regular_expression_tombstone_record(
 # Encoding. Keys and values are msgpack arrays whose first elements say what they are; a
 # newer version only appends elements, so a reader ignores elements it does not know.
 
-_packer = msgpack.Packer(use_bin_type=True, autoreset=True)
-_pack = _packer.pack
+_packer: Final = msgpack.Packer(use_bin_type=True, autoreset=True)
+_pack: Final = _packer.pack
 # Plain ints: reading an enum member's value goes through a descriptor, on every record.
-_OFFSET_COMMIT_KEY_TYPE = int(RecordType.OFFSET_COMMIT)
-_GROUP_METADATA_KEY_TYPE = int(RecordType.GROUP_METADATA)
-_PARTITION_OWNERSHIP_KEY_TYPE = int(RecordType.PARTITION_OWNERSHIP)
-_TRANSACTION_KEY_TYPE = int(RecordType.TRANSACTION)
-_PRODUCER_ID_BLOCK_KEY_TYPE = int(RecordType.PRODUCER_ID_BLOCK)
+_OFFSET_COMMIT_KEY_TYPE: Final = int(RecordType.OFFSET_COMMIT)
+_GROUP_METADATA_KEY_TYPE: Final = int(RecordType.GROUP_METADATA)
+_PARTITION_OWNERSHIP_KEY_TYPE: Final = int(RecordType.PARTITION_OWNERSHIP)
+_TRANSACTION_KEY_TYPE: Final = int(RecordType.TRANSACTION)
+_PRODUCER_ID_BLOCK_KEY_TYPE: Final = int(RecordType.PRODUCER_ID_BLOCK)
 # msgpack's header of an array of five elements (fixarray: 0x90 | length).
-_FIXARRAY_5 = b"\x95"
-_encode = msgspec.msgpack.Encoder().encode
+_FIXARRAY_5: Final = b"\x95"
+_encode: Final = msgspec.msgpack.Encoder().encode
 # Untyped: the same values msgpack's unpackb gives (lists, str, bytes, ints, None), about a
 # quarter faster, which a load of a million records decoding two each notices.
-_decode = msgspec.msgpack.Decoder().decode
+_decode: Final = msgspec.msgpack.Decoder().decode
 
 
 def _packb(fields: tuple[Any, ...]) -> bytes:
@@ -701,13 +701,19 @@ def _decode_member(fields: Any) -> GroupMemberValue:
     )
 
 
-_OFFSET_COMMIT_TYPE = RecordType.OFFSET_COMMIT.value
-_COMMIT_TIMES_KEPT = 4096
-_commit_times: dict[int, int] = {}
+_OFFSET_COMMIT_TYPE: Final = RecordType.OFFSET_COMMIT.value
+_COMMIT_TIMES_KEPT: Final = 4096
+# Any, not int, here and in the decoders' results below: compiled (compiled.py), an int-typed
+# value is unboxed and boxed again as a new object, and the offsets of a commit would each
+# hold a timestamp of their own again (measured: 52 bytes more an offset loaded, and a load
+# 20 % slower, before these were Any).
+_commit_times: Final[dict[Any, Any]] = {}
 
 
-_decode_commit_key = msgspec.msgpack.Decoder(tuple[int, int, str, str, int]).decode
-_decode_commit_value = msgspec.msgpack.Decoder(tuple[int, int, int, str, int, int | None]).decode
+_decode_commit_key: Final = msgspec.msgpack.Decoder(tuple[int, int, str, str, int]).decode
+_decode_commit_value: Final = msgspec.msgpack.Decoder(
+    tuple[int, int, int, str, int, int | None]
+).decode
 
 
 def decode_offset_commit(
@@ -723,6 +729,7 @@ def decode_offset_commit(
     later version, a malformed one) goes through `_decode_offset_commit_fields`, which
     decides the same for those. `decode_record` is the general path, with its errors.
     """
+    fields: Any
     try:
         record_type, version, group, topic, partition = _decode_commit_key(key)
         fields = None if value is None else _decode_commit_value(value)
@@ -741,7 +748,7 @@ def decode_offset_commit(
     )
 
 
-def _shared_time(commit_ts: int) -> int:
+def _shared_time(commit_ts: Any) -> Any:
     """The offsets of one commit share its timestamp: one int object for them all rather
     than one each (32 bytes an offset, loaded or not)."""
     shared_ts = _commit_times.get(commit_ts)

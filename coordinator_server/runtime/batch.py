@@ -4,14 +4,15 @@ bytes are counted against `max_batch_bytes`."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
 from coordinator_server.runtime.clock import Cancellable
 from coordinator_server.storage.api import RawRecord
 
-BATCH_OVERHEAD_BYTES = 61
+BATCH_OVERHEAD_BYTES: Final = 61
 """Bytes a batch takes besides its records (Kafka's record batch v2 header)."""
 
-RECORD_OVERHEAD_BYTES = 21
+RECORD_OVERHEAD_BYTES: Final = 21
 """Most bytes a record takes besides its key and value (Kafka's DefaultRecord varints)."""
 
 

@@ -27,11 +27,11 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
 E = TypeVar("E")
 
-EVENTS_PER_SLICE = 256
+EVENTS_PER_SLICE: Final = 256
 """A drain task yields to the loop after this many events, so that one busy partition cannot
 hold up the others, the connections and the append completions for long."""
 

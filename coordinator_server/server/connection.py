@@ -36,7 +36,7 @@ from collections import deque
 from collections.abc import Callable
 from functools import partial
 from time import monotonic, perf_counter
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Final, cast
 
 import msgspec
 
@@ -73,7 +73,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 # SO_LINGER on, with a timeout of 0: close() resets the connection.
-_RESET_ON_CLOSE = struct.pack("ii", 1, 0)
+_RESET_ON_CLOSE: Final = struct.pack("ii", 1, 0)
 
 
 def response_error_code(body: dict[str, object]) -> int:

@@ -69,14 +69,14 @@ def test_a_compiled_function_counts_for_its_modules_layer() -> None:
         "PyDict_SetItem (libpython3.11.so.1.0) 7\n",
         f"{ENTRY};CPyDef_timeline___SnapshotRegistry___commit ({shared}) 3\n",
         f"{ENTRY};CPyDef_event_processor___EventProcessor___run ({shared}) 2\n",
-        f"{ENTRY};CPyDef_records___encode_offset_commits ({shared}) 1\n",
+        f"{ENTRY};CPyDef_pending___PendingTransactionalOffsets___of_group ({shared}) 1\n",
         # A function of another native library is not ours.
         f"{ENTRY};CPyDef_elsewhere___f (other.so) 5\n",
     ]
     counts, _ = count_layers(lines)
     assert counts == {
         "runtime: writes, batches, completions": 12,
-        "records: encoding, batches": 1,
+        "state machines: offsets, groups, transactions": 1,
         EVENT_LOOP: 5,
     }
 
