@@ -18,7 +18,7 @@ broker, a system call that wakes the broker can be preempted and sampled as runn
 layer that makes it counts part of the broker's time; pin the broker to another core for the
 server's own CPU alone.
 
-The compiled build (`coordinator_server/compiled.py`) runs its twelve modules as C: py-spy
+The compiled build (`coordinator_server/compiled.py`) runs its modules as C: py-spy
 sees them only with `--native`, as functions named by mypyc (`CPyDef_runtime___...`, the
 module's last name first), which count for their modules' layers as their Python frames do.
 
@@ -72,15 +72,18 @@ _FRAME = re.compile(r"^(?P<function>.*) \((?P<path>[^():]*)(?::(?P<line>\d+))?\)
 _NATIVE = re.compile(r"^CPy(?:Def|Py)_(?P<module>[A-Za-z0-9_]+?)___")
 
 
-_PACKAGE = Path(compiled.__file__).parent
-# The compiled modules' files by the name mypyc gives their functions (their last names are
-# unique).
-_COMPILED_FILES = {
-    name.rpartition(".")[
-        2
-    ]: f"coordinator_server/{source_path(_PACKAGE, name).relative_to(_PACKAGE).as_posix()}"
-    for name in COMPILED_MODULES
-}
+def _compiled_files() -> dict[str, str]:
+    """The compiled modules' files, as py-spy names files, by the name mypyc gives their
+    functions (their last names are unique)."""
+    package = Path(compiled.__file__).parent
+    files = {}
+    for name in COMPILED_MODULES:
+        relative = source_path(package, name).relative_to(package).as_posix()
+        files[name.rpartition(".")[2]] = f"coordinator_server/{relative}"
+    return files
+
+
+_COMPILED_FILES = _compiled_files()
 
 
 def layer_of(path: str) -> str | None:
