@@ -33,7 +33,9 @@ COMPILED_MODULES: tuple[str, ...] = (
     "coordinator_server.offsets.commit_answers",
     "coordinator_server.server.connection",
 )
-"""Compiled together (one mypyc group, so that their calls to each other are native)."""
+"""Compiled together (one mypyc group, so that their calls to each other are native). The
+records are not among them: compiled, their decoders made a load slower and larger
+(docs/PERFORMANCE.md, "A compiled hot path")."""
 
 BUILD_RECORD = "compiled_build.txt"
 """Written by the build beside the package's modules, a line per compiled module (its name and

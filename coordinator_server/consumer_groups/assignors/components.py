@@ -12,7 +12,7 @@ instead of handing out every topic round-robin and balancing topic by topic. On 
 Kafka's assignor benchmark with heterogeneous subscriptions (1,000 members in five buckets,
 each bucket subscribed to its own 200 topics), `tests/consumer_groups/bench_assignor.py`
 printed 19.4 ms for the first assignment with the heterogeneous builder over the whole group
-and 7 ms for five homogeneous parts; each member also ends up with a few topics' runs of
+and 7.8 ms for five homogeneous parts; each member also ends up with a few topics' runs of
 partitions rather than one partition of each of 50 topics. Parts that mix subscriptions still
 go to the heterogeneous builder, which on a part gives what it gives on the whole: its
 round-robin and its moves only involve a topic's subscribers.
