@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from bench_support import BRIEF, assert_common_shape
@@ -18,13 +19,15 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 TWO_CPUS = hasattr(os, "sched_getaffinity") and sorted(os.sched_getaffinity(0)) == [0, 1]
 
 
-def test_two_nodes_are_measured_beside_one_and_their_ratio_is_said(tmp_path: Path) -> None:
+def bench_two_nodes(tmp_path: Path, *arguments: str) -> tuple[dict[str, Any], str]:
+    """`bench commits --nodes 2` on a small load with `arguments`: its JSON document and what
+    it printed."""
     out = tmp_path / "bench.json"
     brief = [arg for arg in BRIEF if arg != "--json"]
     completed = subprocess.run(
         [
             sys.executable, "-m", "coordinator_server", "bench", "commits", "--nodes", "2",
-            "--groups", "4", "--partitions", "3", "--inflight", "8", "--runs", "2", *brief,
+            "--groups", "4", "--partitions", "3", "--inflight", "8", *arguments, *brief,
             "--json-file", str(out), *([] if TWO_CPUS else ["--no-pin"]),
         ],
         capture_output=True,
@@ -33,7 +36,12 @@ def test_two_nodes_are_measured_beside_one_and_their_ratio_is_said(tmp_path: Pat
         check=False,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr[-3000:]
-    document = json.loads(out.read_text())
+    document: dict[str, Any] = json.loads(out.read_text())
+    return document, completed.stdout
+
+
+def test_two_nodes_are_measured_beside_one_and_their_ratio_is_said(tmp_path: Path) -> None:
+    document, printed = bench_two_nodes(tmp_path, "--runs", "2")
     assert_common_shape(document)
     assert document["settings"]["nodes"] == 2
     processes = {process["role"]: process for process in document["processes"]}
@@ -84,8 +92,8 @@ def test_two_nodes_are_measured_beside_one_and_their_ratio_is_said(tmp_path: Pat
     )
     assert summary["paired_by_inflight"] == {"8": ratio["paired_ratio"]}
     # The table and the line are printed.
-    assert summary["line"] in completed.stdout
-    assert "2 nodes/1 node" in completed.stdout
+    assert summary["line"] in printed
+    assert "2 nodes/1 node" in printed
     goals = [check for check in document["targets"] if check["target"].startswith("scale:")]
     assert len(goals) == 1 and goals[0]["value"] == summary["ratio"]
     # The clusters are stopped with the bench: their nodes are gone.
@@ -96,22 +104,7 @@ def test_two_nodes_are_measured_beside_one_and_their_ratio_is_said(tmp_path: Pat
 def test_the_nodes_of_one_serve_workers_command_are_measured_beside_one_node(
     tmp_path: Path,
 ) -> None:
-    out = tmp_path / "bench.json"
-    brief = [arg for arg in BRIEF if arg != "--json"]
-    completed = subprocess.run(
-        [
-            sys.executable, "-m", "coordinator_server", "bench", "commits", "--nodes", "2",
-            "--workers", "--groups", "4", "--partitions", "3", "--inflight", "8",
-            "--runs", "1", *brief, "--json-file", str(out),
-            *([] if TWO_CPUS else ["--no-pin"]),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )  # fmt: skip
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    document = json.loads(out.read_text())
+    document, _ = bench_two_nodes(tmp_path, "--workers", "--runs", "1")
     processes = {process["role"]: process for process in document["processes"]}
     workers = [processes["2 nodes: node 1"], processes["2 nodes: node 2"]]
     assert all("a worker of serve --workers" in worker["what"] for worker in workers)
