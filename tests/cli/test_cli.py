@@ -82,6 +82,10 @@ def test_serve_logs_one_ready_line_with_its_address_and_reads_the_environment(
         assert len(ready) == 1
         assert re.search(rf"ready on 127\.0\.0\.1:{server.port}\b", ready[0])
         assert "3 partitions" in ready[0]
+        # One INFO line says which build of the hot path runs (compiled.py).
+        (build,) = [line for line in server.lines if "hot path: " in line]
+        assert " INFO " in build
+        assert build.split("hot path: ", 1)[1].startswith(("compiled (mypyc)", "pure Python"))
     assert (tmp_path / "d" / "coordinator.db").exists()
 
 
