@@ -6,7 +6,6 @@ import asyncio
 import errno
 import gc
 import logging
-import signal
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -22,6 +21,7 @@ from coordinator_server.cluster.ownership import PartitionOwnership
 from coordinator_server.commit_partition_check import CommitPartitionCheck, DataPartitionCatalog
 from coordinator_server.config import CoordinatorConfig
 from coordinator_server.consumer_lag import CommittedOffset, ConsumerLag
+from coordinator_server.event_loop import stopping_on_signals
 from coordinator_server.groups.store import GroupsConfig
 from coordinator_server.loop_lag import EventLoopLag
 from coordinator_server.metrics import (
@@ -833,17 +833,13 @@ class CoordinatorApp:
 
     async def run(self) -> None:
         """Serve until SIGTERM or SIGINT, then shut down gracefully."""
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.request_stop)
-        try:
-            await self.start()
-            await self._stop.wait()
-            logger.info("shutting down")
-        finally:
-            await self.shutdown()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.remove_signal_handler(sig)
+        with stopping_on_signals(self.request_stop):
+            try:
+                await self.start()
+                await self._stop.wait()
+                logger.info("shutting down")
+            finally:
+                await self.shutdown()
 
     async def shutdown(self) -> None:
         """Stop accepting, answer what is in flight, flush the log, close."""

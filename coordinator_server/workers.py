@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 from coordinator_server import __version__
 from coordinator_server.config import CoordinatorConfig
+from coordinator_server.event_loop import stopping_on_signals
 
 __all__ = ["WorkerSupervisor", "worker_arguments"]
 
@@ -117,22 +118,20 @@ class WorkerSupervisor:
     async def run(self) -> int:
         """Start the workers, supervise them until SIGTERM or SIGINT, stop them; the exit
         code: 0, or that of a worker that could not start."""
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, self._stopping.set)
-        tasks = [
-            asyncio.create_task(self._supervise(worker), name=f"worker {worker.index}")
-            for worker in self._workers
-        ]
-        announce = asyncio.create_task(self._announce_ready())
-        try:
-            await self._stopping.wait()
-        finally:
-            announce.cancel()
-            await self._stop_all()
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, announce, return_exceptions=True)
+        with stopping_on_signals(self._stopping.set):
+            tasks = [
+                asyncio.create_task(self._supervise(worker), name=f"worker {worker.index}")
+                for worker in self._workers
+            ]
+            announce = asyncio.create_task(self._announce_ready())
+            try:
+                await self._stopping.wait()
+            finally:
+                announce.cancel()
+                await self._stop_all()
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, announce, return_exceptions=True)
         return self._failed_start or 0
 
     async def _announce_ready(self) -> None:

@@ -4,10 +4,12 @@ shutdown on SIGTERM, and random bytes that must never stop it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
 import struct
+import time
 from pathlib import Path
 from typing import Any
 
@@ -233,6 +235,27 @@ async def test_sigterm_answers_what_is_in_flight_and_exits_cleanly(tmp_path: Pat
     with ServerProcess(args) as restarted:
         fetched = await fetch_all(restarted, sorted(acknowledged))
     assert {g: v[("t", 0)] for g, v in fetched.items()} == acknowledged
+
+
+def test_sigterm_sent_again_and_again_still_ends_in_a_clean_exit(tmp_path: Path) -> None:
+    """A supervisor that repeats SIGTERM until the process is gone: every one after the
+    first finds the shutdown under way or over, never the default action (exit -15)."""
+    server = ServerProcess(sqlite_args(tmp_path)).start()
+    try:
+        proc = server.proc
+        assert proc is not None
+        deadline = time.monotonic() + 30
+        sent = 0
+        while proc.poll() is None and time.monotonic() < deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGTERM)
+                sent += 1
+            time.sleep(0.001)
+        assert proc.wait(5) == 0, server.output()
+        assert "stopped" in server.output()
+        assert sent > 1
+    finally:
+        server.kill()
 
 
 # Random and malformed frames against a real server process.
