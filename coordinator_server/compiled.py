@@ -21,6 +21,7 @@ from pathlib import Path
 from types import ModuleType
 
 COMPILED_MODULES: tuple[str, ...] = (
+    # The commit path: the timeline, the runtime's write path, the offsets, the connection.
     "coordinator_server.timeline",
     "coordinator_server.runtime.batch",
     "coordinator_server.runtime.deferred",
@@ -32,6 +33,25 @@ COMPILED_MODULES: tuple[str, ...] = (
     "coordinator_server.offsets.pending",
     "coordinator_server.offsets.commit_answers",
     "coordinator_server.server.connection",
+    # What every group request also goes through (a heartbeat is little else): the timers,
+    # the metrics, the classic and consumer groups, the shard, the group service and its
+    # routing, and the cluster lease checked before a partition answers.
+    "coordinator_server.runtime.timer",
+    "coordinator_server.runtime.clock",
+    "coordinator_server.metrics",
+    "coordinator_server.groups.membership",
+    "coordinator_server.groups.rebalance",
+    "coordinator_server.groups.classic",
+    "coordinator_server.groups.manager",
+    "coordinator_server.consumer_groups.manager",
+    "coordinator_server.shard.log_partition",
+    "coordinator_server.shard.group_migration",
+    "coordinator_server.service.group_service",
+    "coordinator_server.service.replies",
+    "coordinator_server.service.routing",
+    "coordinator_server.cluster.lease",
+    "coordinator_server.cluster.membership",
+    "coordinator_server.cluster.node",
 )
 """Compiled together (one mypyc group, so that their calls to each other are native). The
 records are not among them: compiled, their decoders made a load slower and larger

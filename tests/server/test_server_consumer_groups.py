@@ -12,14 +12,17 @@ import sys
 import time
 import urllib.request
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from server_process import ServerProcess, sqlite_args
 from wire_client import WireClient
 
 from coordinator_protocol.api_keys import ApiKey
 from coordinator_protocol.errors import ErrorCode
+
+T = TypeVar("T")
 
 GROUP = "orders-readers"
 SESSION_MS = 1_500
@@ -85,6 +88,20 @@ def owned_ids(response: dict[str, Any]) -> Owned:
         (tp["topic_id"], tp["topic_name"]): sorted(tp["partitions"])
         for tp in response["assignment"]["topic_partitions"]
     }
+
+
+async def heartbeating(
+    client: WireClient, beats: list[dict[str, Any]], call: Callable[..., T], *args: Any
+) -> T:
+    """`call(*args)` in a thread while `beats` are sent every heartbeat interval, each
+    answered without error."""
+    task = asyncio.create_task(asyncio.to_thread(call, *args))
+    while not task.done():
+        for body in beats:
+            response = await client.call(ApiKey.CONSUMER_GROUP_HEARTBEAT, body)
+            assert response["error_code"] == 0, response
+        await asyncio.wait([task], timeout=0.2)
+    return task.result()
 
 
 def tool(process: ServerProcess, *args: str) -> subprocess.CompletedProcess[str]:
@@ -184,11 +201,27 @@ async def test_members_join_revoke_before_assign_time_out_and_resume_after_resta
 
         # The admin tool shows both members with their epochs and assignments, and refuses
         # to reset the offsets of the active group.
-        shown = tool(process, "describe", GROUP, "--members", "--verbose")
+        # Both keep heartbeating meanwhile: a tool's process can take longer than a session
+        # to start on a busy machine.
+        members = [beat(a, 2, owned_ids(revoking)), beat(b, 2, owned_ids(given))]
+        shown = await heartbeating(
+            client, members, tool, process, "describe", GROUP, "--members", "--verbose"
+        )
         assert shown.returncode == 0, shown.stderr
         assert a in shown.stdout and b in shown.stdout, shown.stdout
         assert "TARGET-ASSIGNMENT" in shown.stdout, shown.stdout
-        reset = tool(process, "reset-offsets", GROUP, "--topic", "orders:0", "--to-offset", "0")
+        reset = await heartbeating(
+            client,
+            members,
+            tool,
+            process,
+            "reset-offsets",
+            GROUP,
+            "--topic",
+            "orders:0",
+            "--to-offset",
+            "0",
+        )
         assert reset.returncode != 0
         assert "the current state is Stable" in reset.stdout + reset.stderr, reset
 
