@@ -617,7 +617,7 @@ def check_targets(
         under = _under(row)
         if inflight == 1:
             # One more hop than Kafka's coordinator, which appends in its own process: the
-            # goal allows half of a round trip more.
+            # goal allows half of Kafka's p50 more.
             p50 = row.get("p50_ms")
             checks.append(
                 {
