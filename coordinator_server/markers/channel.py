@@ -99,8 +99,9 @@ class TxnMarkerChannel:
         self._max_in_flight = max_in_flight
         self._sweep_interval_s = sweep_interval_s
         self._in_flight: dict[tuple[int, str, int, int, int], asyncio.Task[None]] = {}
-        # The same tasks by transactional id (the latest submitted of each).
-        self._by_id: dict[str, asyncio.Task[None]] = {}
+        # By transactional id (the latest submitted of each): done once its end is in the
+        # partition's state (the completion written, not yet committed) or given up.
+        self._by_id: dict[str, asyncio.Future[None]] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._stopped = False
         self.metrics = metrics or TransactionMetrics()
@@ -111,10 +112,16 @@ class TxnMarkerChannel:
     def in_flight(self) -> int:
         return len(self._in_flight)
 
-    def ending(self, transactional_id: str) -> asyncio.Task[None] | None:
-        """The end under way here of the transactional id's prepared transaction, if any."""
-        task = self._by_id.get(transactional_id)
-        return None if task is None or task.done() else task
+    def ending(self, transactional_id: str) -> asyncio.Future[None] | None:
+        """The end under way here of the transactional id's prepared transaction, if any:
+        done once the transaction's completion is written to its partition's state. The
+        next write of the transactional id can run from then on: it lands after the
+        completion in the log, so it is committed after it, or fails with it. Kafka waits
+        for the completion to be committed before the transactional id's next request can
+        change anything; waiting here for that round trip to the log too would only delay
+        the answer, which waits for its own record anyway."""
+        settled = self._by_id.get(transactional_id)
+        return None if settled is None or settled.done() else settled
 
     def start(self) -> None:
         if self._sweeper is None and not self._stopped:
@@ -146,17 +153,25 @@ class TxnMarkerChannel:
         )
         if key in self._in_flight or len(self._in_flight) >= self._max_in_flight:
             return
-        task = asyncio.get_running_loop().create_task(
-            self._complete(partition, completion),
+        loop = asyncio.get_running_loop()
+        settled: asyncio.Future[None] = loop.create_future()
+
+        def in_state() -> None:
+            if not settled.done():
+                settled.set_result(None)
+
+        task = loop.create_task(
+            self._complete(partition, completion, in_state),
             name=f"txn-complete-{completion.transactional_id}",
         )
         self._in_flight[key] = task
         transactional_id = completion.transactional_id
-        self._by_id[transactional_id] = task
+        self._by_id[transactional_id] = settled
 
-        def ended(done: asyncio.Task[None]) -> None:
+        def ended(_: asyncio.Task[None]) -> None:
             self._in_flight.pop(key, None)
-            if self._by_id.get(transactional_id) is done:
+            in_state()
+            if self._by_id.get(transactional_id) is settled:
                 del self._by_id[transactional_id]
 
         task.add_done_callback(ended)
@@ -202,7 +217,9 @@ class TxnMarkerChannel:
         except Exception:
             return False
 
-    async def _complete(self, partition: int, completion: PendingCompleteTxn) -> None:
+    async def _complete(
+        self, partition: int, completion: PendingCompleteTxn, in_state: Callable[[], None]
+    ) -> None:
         what = (
             f"transactional id {completion.transactional_id!r} (producer {completion.producer_id}"
             f" epoch {completion.producer_epoch}, "
@@ -222,7 +239,7 @@ class TxnMarkerChannel:
             refused = cast("RefusedMarkers | None", data)
             if refused is None or not all(landed):
                 return
-            await self._completed(partition, completion, what, refused)
+            await self._completed(partition, completion, what, refused, in_state)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -351,11 +368,16 @@ class TxnMarkerChannel:
         )
 
     async def _completed(
-        self, partition: int, completion: PendingCompleteTxn, what: str, refused: RefusedMarkers
+        self,
+        partition: int,
+        completion: PendingCompleteTxn,
+        what: str,
+        refused: RefusedMarkers,
+        in_state: Callable[[], None],
     ) -> None:
         attempt = 0
         while self._serving(partition):
-            result = await self._ends.complete(partition, completion, refused)
+            result = await self._ends.complete(partition, completion, refused, in_state)
             if isinstance(result, ErrorCode):
                 log.warning("%s: its completion failed (%s); retrying", what, result.name)
                 await self._backoff(attempt)

@@ -7,10 +7,12 @@ transaction, scheduled on the runtime and their failures mapped to Kafka's codes
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any, cast
 
 from coordinator_protocol.errors import ErrorCode
 from coordinator_server.records import RefusedMarkers
+from coordinator_server.runtime.api import CoordinatorResult
 from coordinator_server.runtime.runtime import CoordinatorRuntime
 from coordinator_server.service.errors import map_operation_error
 from coordinator_server.shard import TransactionShard
@@ -54,22 +56,32 @@ class TransactionEnds:
         return code
 
     async def complete(
-        self, partition: int, completion: PendingCompleteTxn, refused: RefusedMarkers
+        self,
+        partition: int,
+        completion: PendingCompleteTxn,
+        refused: RefusedMarkers,
+        in_state: Callable[[], None] | None = None,
     ) -> CompleteTransactionResult | ErrorCode:
         """Write CompleteCommit or CompleteAbort for `completion` on its partition: the
-        write's result, or the code of its failure."""
-        outcome = self._runtime.write(
-            COMPLETE,
-            partition,
-            lambda shard: shard.complete_txn(
+        write's result once committed, or the code of its failure. `in_state` is called as
+        soon as the write has run on the partition, before its record is committed: the
+        partition's next write sees the transaction complete, and is committed after it or
+        fails with it."""
+
+        def complete(shard: TransactionShard) -> CoordinatorResult[CompleteTransactionResult]:
+            result = shard.complete_txn(
                 completion.transactional_id,
                 completion.producer_id,
                 completion.producer_epoch,
                 completion.committed,
                 completion.prepared_ms,
                 refused,
-            ),
-        )
+            )
+            if in_state is not None:
+                in_state()
+            return result
+
+        outcome = self._runtime.write(COMPLETE, partition, complete)
         try:
             if outcome.future is None:
                 if outcome.error is not None:

@@ -110,7 +110,8 @@ class MarkerChannel(Protocol):
     def submit(self, partition: int, completion: PendingCompleteTxn) -> None: ...
 
     def ending(self, transactional_id: str) -> asyncio.Future[None] | None:
-        """The end under way of the transactional id's prepared transaction, if any."""
+        """The end under way of the transactional id's prepared transaction, if any: done
+        once its completion is written to the partition's state (or the end gave up)."""
         ...
 
 
@@ -277,8 +278,9 @@ class TransactionCoordinatorService:
     def _after_ending(self, transactional_id: str, send: Callable[[], Reply]) -> Reply:
         """`send()` now; or, while the transactional id's previous transaction is being
         ended here (its markers on their way, when the request would be answered
-        CONCURRENT_TRANSACTIONS), as soon as that end is over or after
-        `concurrent_wait_ms`, whichever comes first. A producer's next transaction then
+        CONCURRENT_TRANSACTIONS), as soon as its completion is written (the request's own
+        write then follows it in the log) or after `concurrent_wait_ms`, whichever comes
+        first. A producer's next transaction then
         starts when its last one ended, not a client's back-off later (Kafka's clients
         retry the first AddPartitionsToTxn of a transaction after 20 ms, KAFKA-5477; the
         project's own client after 10 ms). What waits is bounded by the connections'
