@@ -280,11 +280,11 @@ class TransactionCoordinatorService:
         ended here (its markers on their way, when the request would be answered
         CONCURRENT_TRANSACTIONS), as soon as its completion is written (the request's own
         write then follows it in the log) or after `concurrent_wait_ms`, whichever comes
-        first. A producer's next transaction then
-        starts when its last one ended, not a client's back-off later (Kafka's clients
-        retry the first AddPartitionsToTxn of a transaction after 20 ms, KAFKA-5477; the
-        project's own client after 10 ms). What waits is bounded by the connections'
-        requests in flight: a callback and a timer each."""
+        first. A producer's next transaction then starts when its last one ended, not a
+        client's back-off later (Kafka's clients retry the first AddPartitionsToTxn of a
+        transaction after 20 ms, KAFKA-5477; the project's own client after 10 ms). What
+        waits is bounded by the connections' requests in flight: a callback and a timer
+        each."""
         ending = self._completions.ending(transactional_id)
         if ending is None or self._concurrent_wait_s <= 0:
             return send()
