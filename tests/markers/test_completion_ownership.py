@@ -13,38 +13,26 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from completion_node import (
+    EPOCH,
+    PID,
+    PREPARED_MS,
+    TXN_PARTITION,
+    CompletionNode,
+    wait_for,
+)
+
 from coordinator_protocol.errors import ErrorCode
 from coordinator_server.markers.channel import TxnMarkerChannel
-from coordinator_server.records import TransactionValue, new_transaction_record
-from coordinator_server.runtime.api import CoordinatorResult
-from coordinator_server.runtime.clock import ManualClock
-from coordinator_server.runtime.runtime import CoordinatorRuntime
-from coordinator_server.shard import LogPartitionShard, ShardConfig
-from coordinator_server.storage.memory import InMemoryLog
 from coordinator_server.transactions.metadata import TransactionState
-from coordinator_server.transactions.results import TransactionsConfig
 
-TID = "txn-1"
-PID = 2**48 + 7
-EPOCH = 3
-TXN_PARTITION = 0
 # The group's log partition: another node's.
 GROUP_PARTITION = 1
-PREPARED_MS = 1_700_000_000_000
 
 
-class Node:
+class Node(CompletionNode):
     def __init__(self) -> None:
-        self.lease = True
-        self.runtime = CoordinatorRuntime[LogPartitionShard](
-            shard_builder=lambda context: LogPartitionShard(
-                context, ShardConfig(transactions=TransactionsConfig(num_partitions=2))
-            ),
-            writer=(log := InMemoryLog(2)).writer,
-            loader=log.loader,
-            clock=ManualClock(PREPARED_MS),
-            may_serve=lambda: self.lease,
-        )
+        super().__init__(num_partitions=2, log_partitions=(GROUP_PARTITION,))
         self.peer_calls: list[tuple[int, int, int, bool]] = []
         self.answer: Callable[[], int] = lambda: ErrorCode.NONE
 
@@ -52,50 +40,14 @@ class Node:
         self.peer_calls.append((log_partition, pid, epoch, committed))
         return self.answer()
 
-    async def start(self) -> TxnMarkerChannel:
-        self.runtime.schedule_load(TXN_PARTITION, 0)
-        await self.runtime.wait_loaded(TXN_PARTITION)
-        await self.put(TransactionState.PREPARE_COMMIT)
-        return TxnMarkerChannel(self.runtime, None, coordinator_epoch=lambda _: 0, peers=self.peers)
-
-    async def put(self, state: TransactionState, update_ms: int = PREPARED_MS) -> None:
-        """The transaction's record, as its coordinator writes it."""
-        value = TransactionValue(
-            PID, PID, -1, EPOCH, -1, 60_000, int(state), (), (GROUP_PARTITION,),
-            PREPARED_MS - 100, update_ms,
-        )  # fmt: skip
-        record = new_transaction_record(TID, value)
-        await self.runtime.schedule_write(
-            "put-transaction",
-            TXN_PARTITION,
-            lambda _: CoordinatorResult(records=[record], response=None),
-        )
-
-    def state(self) -> str:
-        shard = self.runtime.shard(TXN_PARTITION)
-        assert shard is not None
-        (described,) = shard.describe_transactions([TID], None)
-        return described.state
-
-
-async def pending(node: Node) -> list:
-    return await node.runtime.schedule_read(
-        "pending", TXN_PARTITION, lambda shard, offset: shard.pending_completions(offset)
-    )
-
-
-async def wait_for(predicate: Callable[[], bool], what: str) -> None:
-    for _ in range(500):
-        if predicate():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
+    async def channel(self) -> TxnMarkerChannel:
+        return await self.start(self.peers)
 
 
 async def test_a_prepared_commit_ends_its_offsets_at_the_peer_then_completes() -> None:
     node = Node()
-    completions = await node.start()
-    (completion,) = await pending(node)
+    completions = await node.channel()
+    completion = await node.pending_completion()
     completions.submit(TXN_PARTITION, completion)
     await wait_for(lambda: node.state() == "CompleteCommit", "the completion")
     assert node.peer_calls == [(GROUP_PARTITION, PID, EPOCH, True)]
@@ -104,8 +56,8 @@ async def test_a_prepared_commit_ends_its_offsets_at_the_peer_then_completes() -
 
 async def test_a_node_without_its_lease_sends_no_marker_to_the_peer() -> None:
     node = Node()
-    completions = await node.start()
-    (completion,) = await pending(node)
+    completions = await node.channel()
+    completion = await node.pending_completion()
     node.lease = False
     completions.submit(TXN_PARTITION, completion)
     await wait_for(lambda: completions.in_flight == 0, "the end to give up")
@@ -117,8 +69,8 @@ async def test_a_node_without_its_lease_sends_no_marker_to_the_peer() -> None:
 
 async def test_a_node_whose_lease_runs_out_between_retries_sends_no_more_markers() -> None:
     node = Node()
-    completions = await node.start()
-    (completion,) = await pending(node)
+    completions = await node.channel()
+    completion = await node.pending_completion()
 
     def paused_past_its_session() -> int:
         # The peer could not be reached; meanwhile the node's lease ran out (a pause): the
@@ -136,9 +88,10 @@ async def test_a_node_whose_lease_runs_out_between_retries_sends_no_more_markers
 
 async def test_a_transaction_ended_meanwhile_is_not_ended_again() -> None:
     node = Node()
-    completions = await node.start()
-    (completion,) = await pending(node)
+    completions = await node.channel()
+    completion = await node.pending_completion()
     calls = 0
+    writes: list[asyncio.Future[object]] = []
 
     def ended_elsewhere() -> int:
         nonlocal calls
@@ -146,8 +99,8 @@ async def test_a_transaction_ended_meanwhile_is_not_ended_again() -> None:
         if calls == 1:
             # Another owner ended it and the producer began its next transaction: the
             # record here says so (as a reload would show it).
-            asyncio.get_running_loop().create_task(
-                node.put(TransactionState.ONGOING, PREPARED_MS + 1_000)
+            writes.append(
+                asyncio.ensure_future(node.put(TransactionState.ONGOING, PREPARED_MS + 1_000))
             )
         return ErrorCode.COORDINATOR_NOT_AVAILABLE
 
