@@ -18,6 +18,7 @@ from wire_client import WireClient, commit_body, commit_errors
 from coordinator_protocol.api_keys import ApiKey
 from coordinator_server.tools.bench.profile_layers import (
     EVENT_LOOP,
+    OTHER,
     count_layers,
     main,
     table,
@@ -70,13 +71,17 @@ def test_a_compiled_function_counts_for_its_modules_layer() -> None:
         f"{ENTRY};CPyDef_timeline___SnapshotRegistry___commit ({shared}) 3\n",
         f"{ENTRY};CPyDef_event_processor___EventProcessor___run ({shared}) 2\n",
         f"{ENTRY};CPyDef_pending___PendingTransactionalOffsets___of_group ({shared}) 1\n",
+        # Modules of one last name are named by as much of their path as tells them apart.
+        f"{ENTRY};CPyDef_groups___manager___GroupMetadataManager___group ({shared}) 4\n",
+        f"{ENTRY};CPyDef_cluster___membership___ClusterMembership___holds_lease ({shared}) 6\n",
         # A function of another native library is not ours.
         f"{ENTRY};CPyDef_elsewhere___f (other.so) 5\n",
     ]
     counts, _ = count_layers(lines)
     assert counts == {
         "runtime: writes, batches, completions": 12,
-        "state machines: offsets, groups, transactions": 1,
+        "state machines: offsets, groups, transactions": 5,
+        OTHER: 6,
         EVENT_LOOP: 5,
     }
 

@@ -67,23 +67,42 @@ _ENTRY = (
     "coordinator_server/event_loop.py",
 )
 _FRAME = re.compile(r"^(?P<function>.*) \((?P<path>[^():]*)(?::(?P<line>\d+))?\)$")
-# A function of the compiled build, as mypyc names it in C: its module's last name, then its
-# class and function, joined by three underscores.
-_NATIVE = re.compile(r"^CPy(?:Def|Py)_(?P<module>[A-Za-z0-9_]+?)___")
+# A function of the compiled build, as mypyc names it in C: its module's name (see
+# `_compiled_files`), then its class and function, joined by three underscores.
+_NATIVE = re.compile(r"^CPy(?:Def|Py)_(?P<name>[A-Za-z0-9_]+)$")
 
 
 def _compiled_files() -> dict[str, str]:
     """The compiled modules' files, as py-spy names files, by the name mypyc gives their
-    functions (their last names are unique)."""
+    functions: the module's shortest dotted suffix that no other module of the build ends
+    with, its dots written as three underscores (`timeline`, `groups___manager`)."""
     package = Path(compiled.__file__).parent
+    suffixes = Counter(
+        ".".join(parts[start:])
+        for name in COMPILED_MODULES
+        for parts in [name.split(".")]
+        for start in range(len(parts))
+    )
     files = {}
     for name in COMPILED_MODULES:
+        parts = name.split(".")
+        shortest = next(
+            suffix
+            for start in reversed(range(len(parts)))
+            for suffix in [".".join(parts[start:])]
+            if suffixes[suffix] == 1
+        )
         relative = source_path(package, name).relative_to(package).as_posix()
-        files[name.rpartition(".")[2]] = f"coordinator_server/{relative}"
+        files[shortest.replace(".", "___")] = f"coordinator_server/{relative}"
     return files
 
 
 _COMPILED_FILES = _compiled_files()
+# Longest first: a module whose name begins another's never claims the other's functions.
+_COMPILED_PREFIXES = sorted(
+    ((f"{module}___", path) for module, path in _COMPILED_FILES.items()),
+    key=lambda prefix: -len(prefix[0]),
+)
 
 
 def layer_of(path: str) -> str | None:
@@ -102,8 +121,11 @@ def frame_path(frame: str) -> str:
     if match is None:
         return frame
     native = _NATIVE.match(match.group("function"))
-    if native is not None and native.group("module") in _COMPILED_FILES:
-        return _COMPILED_FILES[native.group("module")]
+    if native is not None:
+        name = native.group("name")
+        for prefix, path in _COMPILED_PREFIXES:
+            if name.startswith(prefix):
+                return path
     return match.group("path")
 
 
