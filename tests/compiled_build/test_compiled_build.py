@@ -68,12 +68,13 @@ def test_only_the_listed_modules_are_ever_loaded_compiled(tmp_path: Path) -> Non
     passed over for its source; a listed one is left to the standard finder, unless the
     source is asked for."""
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
-    for name in ("metrics", "timeline"):
+    for name in ("defaults", "timeline"):
         (tmp_path / f"{name}.py").write_text("")
         (tmp_path / f"{name}{suffix}").write_bytes(b"not a library")
+    assert "coordinator_server.defaults" not in compiled.COMPILED_MODULES
     finder = compiled._PythonSourceFinder(everything=False)
-    spec = finder.find_spec("coordinator_server.metrics", [str(tmp_path)])
-    assert spec is not None and spec.origin == str(tmp_path / "metrics.py")
+    spec = finder.find_spec("coordinator_server.defaults", [str(tmp_path)])
+    assert spec is not None and spec.origin == str(tmp_path / "defaults.py")
     assert finder.find_spec("coordinator_server.timeline", [str(tmp_path)]) is None
     # Not ours: left alone.
     assert finder.find_spec("elsewhere.metrics", [str(tmp_path)]) is None
